@@ -1,0 +1,228 @@
+package esp
+
+// Inbound processing (RFC 4303 section 3.4), in place:
+//
+//  1. Parse: outer IPv4/IPv6, ESP-in-UDP framing (non-ESP marker and NAT
+//     keepalive recognised), SPI. The caller looks the SA up.
+//  2. Prepare: length checks, anti-replay pre-check that also infers the ESN
+//     high bits (RFC 4303 Appendix A), and the op.
+//  3. The engine verifies the ICV and decrypts, here or on another core.
+//  4. Finish, in order: status, authoritative replay check-and-advance,
+//     padding and next header, and the inner packet (tunnel) or rebuilt IP
+//     packet (transport) left as the buffer's data.
+
+import (
+	"encoding/binary"
+	"net/netip"
+
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/packet"
+)
+
+// Parsed is what Parse learns about an inbound packet.
+type Parsed struct {
+	Src, Dst     netip.Addr
+	SPI          uint32
+	IPHdrLen     int  // length of the outer IP header
+	ESPOff       int  // offset of the ESP header in the packet
+	End          int  // end of the IP packet (its total length)
+	UDP          bool // ESP-in-UDP (RFC 3948)
+	SPort, DPort uint16
+}
+
+// Parse classifies an IP packet. natt lists the UDP ports on which ESP-in-UDP
+// is expected (usually just 4500); a UDP packet to or from one of them is
+// ESP unless it carries the non-ESP marker (ReasonIKE) or is a NAT-keepalive
+// (ReasonKeepalive). It fills pp and returns ReasonNone for an ESP packet.
+// It does not allocate.
+func Parse(data []byte, natt []uint16, pp *Parsed) Reason {
+	*pp = Parsed{}
+	var proto uint8
+	switch packet.IPVersion(data) {
+	case 4:
+		ip := packet.IPv4(data)
+		if !ip.IsValid() || !ip.ChecksumValid() {
+			return ReasonMalformed
+		}
+		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
+			return ReasonFragment
+		}
+		pp.Src, pp.Dst = ip.Src(), ip.Dst()
+		pp.IPHdrLen, pp.End = ip.HeaderLength(), int(ip.TotalLength())
+		proto = ip.Protocol()
+	case 6:
+		ip := packet.IPv6(data)
+		if !ip.IsValid() {
+			return ReasonMalformed
+		}
+		pp.Src, pp.Dst = ip.Src(), ip.Dst()
+		pp.IPHdrLen, pp.End = packet.IPv6Header, packet.IPv6Header+int(ip.PayloadLength())
+		proto = ip.NextHeader()
+		if proto == 44 {
+			return ReasonFragment
+		}
+	default:
+		return ReasonMalformed
+	}
+	off := pp.IPHdrLen
+	switch proto {
+	case packet.ProtoESP:
+	case packet.ProtoUDP:
+		if pp.End-off < packet.UDPHeader {
+			return ReasonMalformed
+		}
+		u := packet.UDP(data[off:pp.End])
+		if int(u.Length()) != len(u) {
+			return ReasonMalformed
+		}
+		pp.SPort, pp.DPort = u.SrcPort(), u.DstPort()
+		if !hasPort(natt, pp.SPort) && !hasPort(natt, pp.DPort) {
+			return ReasonNotESP
+		}
+		pp.UDP = true
+		off += packet.UDPHeader
+		pl := data[off:pp.End]
+		switch {
+		case len(pl) == 1 && pl[0] == 0xff:
+			return ReasonKeepalive // RFC 3948 section 2.3
+		case len(pl) >= 4 && pl[0]|pl[1]|pl[2]|pl[3] == 0:
+			return ReasonIKE // RFC 3948 section 2.2: non-ESP marker
+		}
+	default:
+		return ReasonNotESP
+	}
+	if pp.End-off < HeaderLen {
+		return ReasonMalformed
+	}
+	pp.ESPOff = off
+	pp.SPI = binary.BigEndian.Uint32(data[off:])
+	return ReasonNone
+}
+
+func hasPort(ports []uint16, p uint16) bool {
+	for _, x := range ports {
+		if x == p {
+			return true
+		}
+	}
+	return false
+}
+
+// PrepareInbound checks the ESP packet in p (as Parse described it in pp)
+// and fills op to verify and decrypt it in place.
+func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.Op) Reason {
+	if sa.hardExpired() {
+		return ReasonLifetime
+	}
+	if extra := p.Len() - pp.End; extra > 0 {
+		p.TrimBack(extra) // link-layer padding after the IP packet
+	}
+	data := p.Bytes()
+	if len(data) != pp.End || pp.ESPOff+HeaderLen > pp.End {
+		return ReasonMalformed
+	}
+	info := sa.info
+	ehl := HeaderLen + info.IVLen
+	ct := pp.End - pp.ESPOff - ehl - info.ICVLen
+	if ct < TrailerLen || ct%info.BlockSize != 0 && info.BlockSize > 4 {
+		return ReasonBadLength
+	}
+	eh := data[pp.ESPOff : pp.ESPOff+ehl]
+	seq, ok := sa.window.Check(binary.BigEndian.Uint32(eh[4:]), sa.cfg.ESN)
+	if !ok {
+		return ReasonReplay
+	}
+	*op = cryptodev.Op{Key: sa.cfg.Key, Dir: cryptodev.Decrypt}
+	start := pp.ESPOff + ehl
+	op.Src = data[start : start+ct]
+	op.Dst = op.Src
+	op.Tag = data[start+ct : pp.End]
+	op.IV = eh[HeaderLen:]
+	sa.fillAAD(w, op, eh[:HeaderLen], seq)
+	w.seq, w.espOff, w.hdrLen = seq, pp.ESPOff, pp.IPHdrLen
+	return ReasonNone
+}
+
+// FinishInbound completes a packet after its op ran. On success p's data is
+// the inner IP packet (tunnel mode) or the rebuilt IP packet (transport
+// mode).
+func (sa *SA) FinishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	switch op.Status {
+	case cryptodev.StatusOK:
+	case cryptodev.StatusAuthFailed:
+		return ReasonAuthFailed
+	default:
+		return ReasonCryptoError
+	}
+	if !sa.window.Update(w.seq) {
+		return ReasonReplay
+	}
+	pt := op.Dst
+	n := len(pt)
+	padLen := int(pt[n-2])
+	nh := pt[n-1]
+	if padLen+TrailerLen > n {
+		return ReasonBadPadding
+	}
+	pad := pt[n-TrailerLen-padLen : n-TrailerLen]
+	for i, b := range pad {
+		if b != byte(i+1) {
+			return ReasonBadPadding
+		}
+	}
+	inner := pt[:n-TrailerLen-padLen]
+	if nh == packet.ProtoNoNext {
+		return ReasonDummy
+	}
+	data := p.Bytes()
+	start := w.espOff + HeaderLen + sa.info.IVLen
+	if sa.cfg.Mode == Tunnel {
+		l, ok := innerLength(inner, nh)
+		if !ok {
+			return ReasonBadInner
+		}
+		// Anything after the inner packet is TFC padding (RFC 4303
+		// section 2.7): tolerated and dropped.
+		p.SetWindow(p.Offset()+start, l)
+		sa.account(l)
+		return ReasonNone
+	}
+	// Transport: put the IP header right in front of the payload.
+	hl := w.hdrLen
+	ns := start - hl
+	copy(data[ns:start], data[:hl])
+	switch packet.IPVersion(data[ns:]) {
+	case 4:
+		ip := packet.IPv4(data[ns:])
+		ip.SetProtocol(nh)
+		ip.SetTotalLength(uint16(hl + len(inner)))
+		ip.SetChecksum()
+	case 6:
+		ip := packet.IPv6(data[ns:])
+		ip.SetNextHeader(nh)
+		ip.SetPayloadLength(uint16(len(inner)))
+	}
+	p.SetWindow(p.Offset()+ns, hl+len(inner))
+	sa.account(len(inner))
+	return ReasonNone
+}
+
+// innerLength validates a tunnel-mode inner packet and returns its length
+// without TFC padding.
+func innerLength(b []byte, nh uint8) (int, bool) {
+	switch nh {
+	case packet.ProtoIPv4:
+		ip := packet.IPv4(b)
+		if !ip.IsValid() {
+			return 0, false
+		}
+		return int(ip.TotalLength()), true
+	case packet.ProtoIPv6:
+		ip := packet.IPv6(b)
+		if !ip.IsValid() {
+			return 0, false
+		}
+		return packet.IPv6Header + int(ip.PayloadLength()), true
+	}
+	return 0, false
+}

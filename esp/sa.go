@@ -1,0 +1,279 @@
+// Package esp implements the ESP wire format and security association
+// runtime of RFC 4303: outbound sealing and inbound opening of batches of
+// packets in place, in pooled buffers with headroom and tailroom; tunnel and
+// transport mode over IPv4 and IPv6; 32-bit and extended (RFC 4304)
+// sequence numbers; anti-replay; padding and dummy packets; lifetimes; and
+// UDP encapsulation (RFC 3948).
+//
+// The crypto runs through a cryptodev.Queue, so the same code drives a
+// synchronous engine and an asynchronous one. Work on a packet is split in
+// two: Prepare (before crypto: sequence number, headers, replay pre-check)
+// and Finish (after crypto: status, replay update, trailer). Both run on the
+// goroutine that owns the SA, in packet order; only the crypto in between may
+// run elsewhere (DESIGN.md decisions 3 and 4).
+package esp
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync/atomic"
+
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/esp/replay"
+)
+
+// Mode is tunnel or transport (RFC 4303 section 3.1).
+type Mode uint8
+
+const (
+	Tunnel Mode = iota
+	Transport
+)
+
+func (m Mode) String() string {
+	if m == Transport {
+		return "transport"
+	}
+	return "tunnel"
+}
+
+// Encap is the outer framing of ESP packets.
+type Encap uint8
+
+const (
+	// EncapNone sends ESP as IP protocol 50.
+	EncapNone Encap = iota
+	// EncapUDP sends ESP in UDP (RFC 3948).
+	EncapUDP
+)
+
+func (e Encap) String() string {
+	if e == EncapUDP {
+		return "udp"
+	}
+	return "none"
+}
+
+// Fixed sizes of the ESP format.
+const (
+	HeaderLen  = 8 // SPI and sequence number
+	TrailerLen = 2 // pad length and next header
+	// NATTPort is the IKE/ESP-in-UDP port (RFC 3948).
+	NATTPort = 4500
+	// Overhead bounds: the most an SA adds in front of and behind a packet.
+	MaxHeadroom = 40 + 8 + HeaderLen + 16 // IPv6 + UDP + ESP + CBC IV
+	MaxTailroom = 15 + TrailerLen + 32    // CBC padding + trailer + HMAC-SHA-512-256
+)
+
+// Lifetime bounds an SA's use (RFC 4301 section 4.4.2.1). Zero means no
+// limit. Crossing a soft limit marks the SA as wanting a rekey; crossing a
+// hard limit stops it.
+type Lifetime struct {
+	SoftPackets, HardPackets uint64
+	SoftBytes, HardBytes     uint64
+}
+
+// Config describes one SA.
+type Config struct {
+	SPI   uint32
+	Mode  Mode
+	Encap Encap
+	// Src and Dst are the outer addresses in tunnel mode; in transport mode
+	// they are informational. Outbound tunnel SAs need both.
+	Src, Dst     netip.Addr
+	SPort, DPort uint16 // UDP ports with EncapUDP; 0 means 4500
+	Alg          cryptodev.Alg
+	// Key is the engine key for Alg. The SA does not own it: whoever made
+	// it destroys it after the SA's last batch completes.
+	Key          *cryptodev.Key
+	ESN          bool
+	ReplayWindow int    // inbound only; 0 turns anti-replay off
+	Seq          uint64 // outbound: last number sent; inbound: highest received
+	Lifetime     Lifetime
+	// TTL of outer IPv4 headers and hop limit of outer IPv6 headers; 0 means 64.
+	TTL uint8
+}
+
+// Counters are an SA's statistics. The SA's owner writes them; anyone may
+// read them.
+type Counters struct {
+	Packets atomic.Uint64 // packets sealed or opened
+	Bytes   atomic.Uint64 // their plaintext bytes (inner packet or transport payload)
+	Drops   DropCounters
+}
+
+// SA is the runtime of one security association in one direction. Its
+// mutable state (sequence number, replay window, lifetime) has one owner: the
+// goroutine that calls Prepare and Finish for it. Counters may be read by
+// any goroutine.
+type SA struct {
+	cfg  Config
+	info *cryptodev.AlgInfo
+	out  bool
+
+	seq    uint64 // outbound: last sequence number assigned
+	maxSeq uint64
+	window *replay.Window
+	ipID   uint16
+	ivGen  cipher.Block // CBC IV generator (outbound)
+	ivSalt uint64
+
+	softExpired atomic.Bool
+	exhausted   atomic.Bool
+	Counters    Counters
+}
+
+func newSA(cfg Config, out bool) (*SA, error) {
+	if !cfg.Alg.Valid() {
+		return nil, fmt.Errorf("esp: invalid algorithm %v", cfg.Alg)
+	}
+	if cfg.Key == nil || cfg.Key.Alg() != cfg.Alg {
+		return nil, errors.New("esp: SA needs an engine key made for its algorithm")
+	}
+	if cfg.SPI < 256 {
+		return nil, fmt.Errorf("esp: SPI %d is reserved (RFC 4303 section 2.1)", cfg.SPI)
+	}
+	sa := &SA{cfg: cfg, info: cfg.Alg.Info(), out: out, seq: cfg.Seq}
+	sa.maxSeq = 1<<32 - 1
+	if cfg.ESN {
+		sa.maxSeq = 1<<64 - 1
+	}
+	if cfg.Seq > sa.maxSeq {
+		return nil, fmt.Errorf("esp: sequence number %d does not fit in 32 bits without ESN", cfg.Seq)
+	}
+	if sa.cfg.SPort == 0 {
+		sa.cfg.SPort = NATTPort
+	}
+	if sa.cfg.DPort == 0 {
+		sa.cfg.DPort = NATTPort
+	}
+	if sa.cfg.TTL == 0 {
+		sa.cfg.TTL = 64
+	}
+	return sa, nil
+}
+
+// NewOutbound makes an outbound SA. Tunnel mode needs Src and Dst of one
+// family.
+func NewOutbound(cfg Config) (*SA, error) {
+	sa, err := newSA(cfg, true)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Mode == Tunnel {
+		if !cfg.Src.IsValid() || !cfg.Dst.IsValid() || cfg.Src.Is4() != cfg.Dst.Is4() {
+			return nil, errors.New("esp: an outbound tunnel SA needs src and dst addresses of one family")
+		}
+	}
+	if sa.info.IVLen == 16 {
+		// CBC IVs must be unpredictable (RFC 3602 section 2.3): encrypt a
+		// counter under a random key of the SA's own, which costs one block
+		// encryption instead of a system call per packet.
+		var k [16 + 8]byte
+		if _, err := rand.Read(k[:]); err != nil {
+			return nil, err
+		}
+		sa.ivGen, _ = aes.NewCipher(k[:16])
+		sa.ivSalt = binary.BigEndian.Uint64(k[16:])
+		clear(k[:])
+	}
+	var id [2]byte
+	rand.Read(id[:])
+	sa.ipID = binary.BigEndian.Uint16(id[:])
+	return sa, nil
+}
+
+// NewInbound makes an inbound SA with its anti-replay window.
+func NewInbound(cfg Config) (*SA, error) {
+	sa, err := newSA(cfg, false)
+	if err != nil {
+		return nil, err
+	}
+	if sa.window, err = replay.New(cfg.ReplayWindow); err != nil {
+		return nil, fmt.Errorf("esp: %w", err)
+	}
+	sa.window.Reset(cfg.Seq)
+	return sa, nil
+}
+
+// Config returns the SA's configuration.
+func (sa *SA) Config() Config { return sa.cfg }
+
+// SPI returns the SA's SPI.
+func (sa *SA) SPI() uint32 { return sa.cfg.SPI }
+
+// Outbound reports the SA's direction.
+func (sa *SA) Outbound() bool { return sa.out }
+
+// Seq returns the last sequence number sent (outbound) or the highest
+// authenticated one received (inbound). Only the owner may call it.
+func (sa *SA) Seq() uint64 {
+	if sa.out {
+		return sa.seq
+	}
+	return sa.window.Highest()
+}
+
+// NeedsRekey reports that the SA crossed a soft lifetime or ran out of
+// sequence numbers.
+func (sa *SA) NeedsRekey() bool { return sa.softExpired.Load() || sa.exhausted.Load() }
+
+// Overhead is the most the SA adds to a packet of n bytes, outer headers
+// included.
+func (sa *SA) Overhead(n int) int {
+	bs := sa.info.BlockSize
+	pad := (bs - (n+TrailerLen)%bs) % bs
+	o := HeaderLen + sa.info.IVLen + pad + TrailerLen + sa.info.ICVLen
+	if sa.cfg.Mode == Tunnel {
+		if sa.cfg.Dst.Is6() {
+			o += 40
+		} else {
+			o += 20
+		}
+	}
+	if sa.cfg.Encap == EncapUDP {
+		o += 8
+	}
+	return o
+}
+
+// account adds a processed packet to the counters and lifetime. It reports
+// false if the hard lifetime was already reached.
+func (sa *SA) account(n int) {
+	c := &sa.Counters
+	p := c.Packets.Load() + 1
+	b := c.Bytes.Load() + uint64(n)
+	c.Packets.Store(p)
+	c.Bytes.Store(b)
+	lt := &sa.cfg.Lifetime
+	if (lt.SoftPackets != 0 && p >= lt.SoftPackets) || (lt.SoftBytes != 0 && b >= lt.SoftBytes) {
+		sa.softExpired.Store(true)
+	}
+}
+
+// hardExpired reports whether the hard lifetime is reached.
+func (sa *SA) hardExpired() bool {
+	lt := &sa.cfg.Lifetime
+	return (lt.HardPackets != 0 && sa.Counters.Packets.Load() >= lt.HardPackets) ||
+		(lt.HardBytes != 0 && sa.Counters.Bytes.Load() >= lt.HardBytes)
+}
+
+// Work is a packet's state between Prepare and Finish. The caller keeps one
+// per packet in flight, next to the packet (it holds bytes the op points to).
+type Work struct {
+	seq    uint64
+	aad    [12]byte // SPI || seq hi || seq lo, for AEAD with ESN
+	seqHi  [4]byte  // ESN high bits, authenticated after the ciphertext (chained suites)
+	espOff int      // ESP header offset within the packet data
+	hdrLen int      // inbound transport: length of the IP header kept
+	n      int      // plaintext length accounted
+}
+
+// Seq returns the full sequence number assigned (outbound) or inferred
+// (inbound) for the packet.
+func (w *Work) Seq() uint64 { return w.seq }
