@@ -15,6 +15,7 @@
 package cryptodev
 
 import (
+	"crypto"
 	"errors"
 	"fmt"
 	"sync"
@@ -41,6 +42,13 @@ const (
 	Encrypt Direction = iota
 	// Decrypt verifies Tag and decrypts Src into Dst.
 	Decrypt
+	// Sign signs Src (a digest, or the message for Ed25519) with a private
+	// key and writes the signature into Dst, setting N to its length.
+	Sign
+	// Agree computes a key agreement (X25519, ECDH) between a private key
+	// and the peer's public key in Src, writing the shared secret into Dst
+	// and setting N to its length.
+	Agree
 )
 
 // Status is the outcome of one op.
@@ -99,6 +107,11 @@ type Op struct {
 	AAD         []byte
 	AuthTrailer []byte
 	Tag         []byte
+
+	// Asymmetric ops (Sign, Agree) only.
+	Hash crypto.Hash // the digest's hash for RSA and ECDSA signatures
+	PSS  bool        // RSA: PSS (salt length = hash length) instead of PKCS #1 v1.5
+	N    int         // bytes written to Dst
 }
 
 // Batch is a set of ops from one submitter. Between Submit and the Dequeue
