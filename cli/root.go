@@ -1,0 +1,88 @@
+// Package cli holds sluice's subcommands. Each command is a function of its
+// arguments and streams, so tests run them without a process.
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+)
+
+// Version is the program version; release builds set it with
+// -ldflags "-X github.com/sluicegw/sluice/cli.Version=...".
+var Version = "0.1.0-dev"
+
+// Exit codes.
+const (
+	ExitOK      = 0
+	ExitDropped = 1 // --strict and at least one packet was dropped
+	ExitUsage   = 2 // bad arguments or bad input
+)
+
+// exitError carries an exit code out of a command.
+type exitError struct {
+	code int
+	err  error
+}
+
+func (e *exitError) Error() string { return e.err.Error() }
+func (e *exitError) Unwrap() error { return e.err }
+
+// withCode marks err with the exit status the process should end with.
+func withCode(code int, err error) error { return &exitError{code: code, err: err} }
+
+// env is what every command gets: its streams.
+type env struct {
+	stdin          io.Reader
+	stdout, stderr io.Writer
+}
+
+// commands lists the constructors of the top-level subcommands; each file
+// adds its own in an init function.
+var commands []func(*env) *cobra.Command
+
+// Run runs the command line args and returns the process exit status.
+func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
+	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "sluice: a userspace IPsec (ESP) data plane",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+	}
+	root.SetArgs(args)
+	root.SetIn(stdin)
+	root.SetOut(stdout)
+	root.SetErr(stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(ExitUsage, err) })
+	for _, mk := range commands {
+		root.AddCommand(mk(e))
+	}
+	err := root.ExecuteContext(ctx)
+	if err == nil {
+		return ExitOK
+	}
+	fmt.Fprintln(stderr, "sluice:", err)
+	var ee *exitError
+	if errors.As(err, &ee) {
+		return ee.code
+	}
+	return ExitUsage
+}
+
+func init() {
+	commands = append(commands, func(e *env) *cobra.Command {
+		return &cobra.Command{
+			Use:   "version",
+			Short: "Print the version",
+			Args:  cobra.NoArgs,
+			RunE: func(cmd *cobra.Command, args []string) error {
+				fmt.Fprintf(e.stdout, "sluice %s\n", Version)
+				return nil
+			},
+		}
+	})
+}
