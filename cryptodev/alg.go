@@ -21,6 +21,8 @@ const (
 	AES256CBCSHA384 // AES-CBC-256 + HMAC-SHA-384-192
 	AES256CBCSHA512 // AES-CBC-256 + HMAC-SHA-512-256
 	NullSHA256      // NULL encryption (RFC 2410) + HMAC-SHA-256-128
+	AES128CBCSHA384 // AES-CBC-128 + HMAC-SHA-384-192
+	AES128CBCSHA512 // AES-CBC-128 + HMAC-SHA-512-256
 	numAlgs
 )
 
@@ -67,25 +69,38 @@ var algInfo = [numAlgs]AlgInfo{
 	AES256CBCSHA384:  {Name: "aes256-sha384", KeyLen: 32, IVLen: 16, BlockSize: 16, ICVLen: 24, Hash: HashSHA384, AuthKeyLen: 48},
 	AES256CBCSHA512:  {Name: "aes256-sha512", KeyLen: 32, IVLen: 16, BlockSize: 16, ICVLen: 32, Hash: HashSHA512, AuthKeyLen: 64},
 	NullSHA256:       {Name: "null-sha256", KeyLen: 0, IVLen: 0, BlockSize: 4, ICVLen: 16, Hash: HashSHA256, AuthKeyLen: 32},
+	AES128CBCSHA384:  {Name: "aes128-sha384", KeyLen: 16, IVLen: 16, BlockSize: 16, ICVLen: 24, Hash: HashSHA384, AuthKeyLen: 48},
+	AES128CBCSHA512:  {Name: "aes128-sha512", KeyLen: 16, IVLen: 16, BlockSize: 16, ICVLen: 32, Hash: HashSHA512, AuthKeyLen: 64},
 }
 
-// Info returns the suite's description. It panics on an invalid Alg.
+// Info returns the suite's description. For an asymmetric algorithm (see
+// IsAsymmetric) only Name is set. It panics on an invalid Alg.
 func (a Alg) Info() *AlgInfo {
+	if a.IsAsymmetric() {
+		return &asymInfo[a-asymBase]
+	}
 	if a == AlgInvalid || a >= numAlgs {
 		panic(fmt.Sprintf("cryptodev: invalid algorithm %d", a))
 	}
 	return &algInfo[a]
 }
 
-// Valid reports whether a names a known suite.
-func (a Alg) Valid() bool { return a > AlgInvalid && a < numAlgs }
+// Valid reports whether a names a known algorithm: a symmetric suite or an
+// asymmetric key type. Code that needs an ESP suite must also check
+// !a.IsAsymmetric().
+func (a Alg) Valid() bool { return a > AlgInvalid && a < numAlgs || a.IsAsymmetric() }
 
-// String returns the strongSwan proposal keyword.
+// IsAsymmetric reports whether a is an asymmetric key type (RSA2048 ...
+// ECDHP256, see asym.go) rather than a symmetric ESP suite.
+func (a Alg) IsAsymmetric() bool { return a >= asymBase && a < endAsymAlgs }
+
+// String returns the strongSwan proposal keyword of a symmetric suite, or
+// the name ParseAsymAlg accepts for an asymmetric key type.
 func (a Alg) String() string {
 	if !a.Valid() {
 		return fmt.Sprintf("alg(%d)", uint8(a))
 	}
-	return algInfo[a].Name
+	return a.Info().Name
 }
 
 // EncKeyLen is the length of the encryption key material the suite takes:
@@ -96,7 +111,8 @@ func (a Alg) EncKeyLen() int {
 	return i.KeyLen + i.SaltLen
 }
 
-// Algs lists every known suite in a stable order.
+// Algs lists every symmetric suite in a stable order (AsymAlgs lists the
+// asymmetric key types).
 func Algs() []Alg {
 	out := make([]Alg, 0, numAlgs-1)
 	for a := AlgInvalid + 1; a < numAlgs; a++ {

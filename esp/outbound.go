@@ -128,6 +128,9 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		binary.BigEndian.PutUint64(iv[8:], seq)
 		sa.ivGen.Encrypt(iv, iv)
 	}
+	if sa.testIV != nil {
+		copy(iv, sa.testIV)
+	}
 
 	*op = cryptodev.Op{Key: sa.cfg.Key, Dir: cryptodev.Encrypt}
 	end := len(data) - info.ICVLen

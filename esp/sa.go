@@ -122,6 +122,7 @@ type SA struct {
 	ipID   uint16
 	ivGen  cipher.Block // CBC IV generator (outbound)
 	ivSalt uint64
+	testIV []byte // tests only: the IV every packet carries (known-answer tests)
 
 	softExpired atomic.Bool
 	exhausted   atomic.Bool
@@ -135,9 +136,9 @@ func newSA(cfg Config, out bool) (*SA, error) {
 	if cfg.Key == nil || cfg.Key.Alg() != cfg.Alg {
 		return nil, errors.New("esp: SA needs an engine key made for its algorithm")
 	}
-	if cfg.SPI < 256 {
-		return nil, fmt.Errorf("esp: SPI %d is reserved (RFC 4303 section 2.1)", cfg.SPI)
-	}
+	// Any SPI is accepted here, so that published vectors (which use
+	// reserved values such as 0 and 52) can be reproduced; configuration
+	// refuses the reserved range 0..255 (RFC 4303 section 2.1).
 	sa := &SA{cfg: cfg, info: cfg.Alg.Info(), out: out, seq: cfg.Seq}
 	sa.maxSeq = 1<<32 - 1
 	if cfg.ESN {
