@@ -19,12 +19,12 @@ const (
 	ReasonUnknownSPI  // no SA for (destination, SPI)
 	ReasonUnsupported // a packet shape sluice does not handle (e.g. IPv6 extension headers in transport mode)
 	// Inbound.
-	ReasonReplay       // replayed or older than the anti-replay window
-	ReasonAuthFailed   // ICV did not verify
-	ReasonBadLength    // ciphertext not a whole number of cipher blocks, or shorter than IV+trailer+ICV
-	ReasonBadPadding   // padding bytes not 1, 2, 3, ... (RFC 4303 section 2.4) or pad length past the payload
-	ReasonBadInner     // next header or inner packet not valid for the SA's mode
-	ReasonDummy        // next header 59: a dummy packet (RFC 4303 section 2.6), dropped silently
+	ReasonReplay     // replayed or older than the anti-replay window
+	ReasonAuthFailed // ICV did not verify
+	ReasonBadLength  // ciphertext not a whole number of cipher blocks, or shorter than IV+trailer+ICV
+	ReasonBadPadding // padding bytes not 1, 2, 3, ... (RFC 4303 section 2.4) or pad length past the payload
+	ReasonBadInner   // next header or inner packet not valid for the SA's mode
+	ReasonDummy      // next header 59: a dummy packet (RFC 4303 section 2.6), dropped silently
 	// Outbound.
 	ReasonSeqExhausted // the sequence number reached its limit: the SA needs a rekey (RFC 4303 section 3.3.3)
 	ReasonNoRoom       // the buffer has too little headroom or tailroom for the ESP overhead
