@@ -1,0 +1,667 @@
+// Package config reads sluice's configuration files.
+//
+// The SA file is TOML holding one [[sa]] table per security association:
+//
+//	[[sa]]
+//	name = "a-to-b"              # optional, unique
+//	spi = 0x1001                 # required, 256..0xffffffff
+//	src = "192.0.2.1"            # optional IP address
+//	dst = "192.0.2.2"            # optional IP address, same family as src
+//	mode = "tunnel"              # "tunnel" (default) or "transport"
+//	encap = "none"               # "none" (default) or "udp" (RFC 3948)
+//	sport = 4500                 # encap = "udp" only; default 4500
+//	dport = 4500                 # encap = "udp" only; default 4500
+//	esp = "aes128gcm16"          # strongSwan ESP proposal keyword, required
+//	enc_key = "0x0011...babe"    # hex; AEAD: key then 4-byte salt
+//	auth_key = ""                # hex HMAC key, CBC and NULL suites only
+//	esn = false
+//	replay_window = 64           # 0 turns anti-replay off; 0..65536
+//	seq = 0                      # < 2^32 unless esn = true
+//
+// Errors carry the file, line, column and field they are about, and all the
+// errors found in a file are reported together, in file order.
+package config
+
+import (
+	"encoding/hex"
+	"fmt"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/sluicegw/sluice/cryptodev"
+)
+
+// Mode is the ESP mode of an SA.
+type Mode string
+
+// The ESP modes.
+const (
+	ModeTunnel    Mode = "tunnel"
+	ModeTransport Mode = "transport"
+)
+
+// Encap is how ESP packets travel.
+type Encap string
+
+// The encapsulations.
+const (
+	EncapNone Encap = "none" // IP protocol 50
+	EncapUDP  Encap = "udp"  // UDP encapsulation, RFC 3948
+)
+
+// Defaults and limits of the SA file.
+const (
+	MinSPI              = 256 // 1..255 are reserved by IANA (RFC 4303 section 2.1)
+	DefaultUDPPort      = 4500
+	DefaultReplayWindow = 64
+	MaxReplayWindow     = 65536
+)
+
+// SA is one security association from the SA file.
+type SA struct {
+	Name         string
+	SPI          uint32
+	Src, Dst     netip.Addr // zero Addr when not given
+	Mode         Mode
+	Encap        Encap
+	SPort, DPort uint16 // zero unless Encap is EncapUDP
+	Alg          cryptodev.Alg
+	EncKey       []byte // AEAD suites: the key followed by the salt
+	AuthKey      []byte // HMAC key of the CBC and NULL suites
+	ESN          bool
+	ReplayWindow int    // packets; 0 turns anti-replay off
+	Seq          uint64 // outbound: last number sent; inbound: highest received
+	Pos          Pos    // where its [[sa]] table starts
+}
+
+// String describes the SA in one short line, without key material.
+func (sa *SA) String() string {
+	var b strings.Builder
+	if sa.Name != "" {
+		b.WriteString(printableName(sa.Name))
+		b.WriteByte(' ')
+	}
+	fmt.Fprintf(&b, "spi=0x%08x %s->%s %s", sa.SPI, addrString(sa.Src), addrString(sa.Dst), sa.Mode)
+	if sa.Encap == EncapUDP {
+		fmt.Fprintf(&b, " udp %d->%d", sa.SPort, sa.DPort)
+	}
+	fmt.Fprintf(&b, " %s", sa.Alg)
+	if sa.ESN {
+		b.WriteString(" esn")
+	}
+	fmt.Fprintf(&b, " replay=%d", sa.ReplayWindow)
+	return b.String()
+}
+
+func addrString(a netip.Addr) string {
+	if !a.IsValid() {
+		return "any"
+	}
+	return a.String()
+}
+
+func printableName(s string) string {
+	for _, r := range s {
+		if r == ' ' || !unicode.IsPrint(r) {
+			return strconv.Quote(s)
+		}
+	}
+	return s
+}
+
+// LoadSAFile reads and parses an SA file. See ParseSAs; a file that cannot
+// be read gives the os error unchanged.
+func LoadSAFile(path string) ([]SA, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseSAs(path, data)
+}
+
+// ParseSAs parses the contents of an SA file; filename is used in messages.
+// On failure it returns nil and an Errors holding every error found. A file
+// without [[sa]] tables is valid and yields no SAs.
+func ParseSAs(filename string, data []byte) ([]SA, error) {
+	doc, err := ParseDocument(filename, data)
+	if err != nil {
+		return nil, err
+	}
+	var errs Errors
+	var sas []SA
+	for _, e := range doc.Root.Entries() {
+		if e.Key == "sa" {
+			var es Errors
+			sas, es = DecodeSAs("sa", e.Value)
+			errs = append(errs, es...)
+			continue
+		}
+		errs = append(errs, unknownKey(e, fieldPath("", e.Key), []string{"sa"}, "the SA file holds only [[sa]] tables"))
+	}
+	if len(errs) > 0 {
+		errs.Sort()
+		return nil, errs
+	}
+	return sas, nil
+}
+
+// saKeys are the keys of an [[sa]] table, in documentation order.
+var saKeys = []string{
+	"name", "spi", "src", "dst", "mode", "encap", "sport", "dport",
+	"esp", "enc_key", "auth_key", "esn", "replay_window", "seq",
+}
+
+// DecodeSAs decodes the value of an "sa" key: an array of tables ([[sa]] or
+// sa = [{...}]). field names it in messages (e.g. "sa"; elements become
+// "sa[1]", "sa[2]", ...). Besides checking each SA it rejects duplicate
+// names and conflicting SPIs. It returns the SAs that decoded, and the
+// errors in file order; callers should not use the SAs when there are
+// errors.
+func DecodeSAs(field string, v *Value) ([]SA, Errors) {
+	var d saDecoder
+	elems, ok := v.Array()
+	if !ok {
+		hint := ""
+		if v.Kind == KindTable {
+			hint = fmt.Sprintf(" (write [[%s]], not [%s])", field, field)
+		}
+		d.errorf(v.Pos, field, "want an array of tables, got %s%s", v.Kind, hint)
+		return nil, d.errs
+	}
+	sas := make([]SA, 0, len(elems))
+	metas := make([]saMeta, 0, len(elems))
+	for i, ev := range elems {
+		f := fmt.Sprintf("%s[%d]", field, i+1)
+		t, ok := ev.Table()
+		if !ok {
+			d.errorf(ev.Pos, f, "want a table, got %s", ev.Kind)
+			continue
+		}
+		sa, m := d.decode(f, ev.Pos, t)
+		sas = append(sas, sa)
+		metas = append(metas, m)
+	}
+	d.checkUnique(sas, metas)
+	d.errs.Sort()
+	return sas, d.errs
+}
+
+// saMeta remembers, for the checks across SAs, where an SA's fields are and
+// which of them decoded.
+type saMeta struct {
+	field           string // "sa[2]"
+	namePos, spiPos Pos
+	nameOK, spiOK   bool
+	dstOK           bool // dst is absent or valid
+	spiSeen         bool
+}
+
+type saDecoder struct {
+	errs Errors
+}
+
+func (d *saDecoder) errorf(pos Pos, field, format string, args ...any) {
+	d.errs = append(d.errs, &Error{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
+}
+
+func unknownKey(e *Entry, field string, valid []string, hint string) *Error {
+	msg := "unknown key"
+	for _, k := range valid {
+		if strings.EqualFold(k, e.Key) {
+			return &Error{Pos: e.KeyPos, Field: field, Msg: fmt.Sprintf("unknown key (keys are case-sensitive: did you mean %s?)", k)}
+		}
+	}
+	if hint != "" {
+		msg += "; " + hint
+	} else {
+		msg += " (valid: " + strings.Join(valid, ", ") + ")"
+	}
+	return &Error{Pos: e.KeyPos, Field: field, Msg: msg}
+}
+
+// Typed accessors: each reports a type mismatch at the value.
+
+func (d *saDecoder) str(f string, v *Value) (string, bool) {
+	s, ok := v.Str()
+	if !ok {
+		d.errorf(v.Pos, f, "want a string, got %s", v.Kind)
+	}
+	return s, ok
+}
+
+func (d *saDecoder) integer(f string, v *Value) (int64, bool) {
+	i, ok := v.Int()
+	if !ok {
+		d.errorf(v.Pos, f, "want an integer, got %s", v.Kind)
+	}
+	return i, ok
+}
+
+func (d *saDecoder) boolean(f string, v *Value) (bool, bool) {
+	b, ok := v.Bool()
+	if !ok {
+		d.errorf(v.Pos, f, "want a boolean (true or false), got %s", v.Kind)
+	}
+	return b, ok
+}
+
+// shortQuote quotes a user-supplied value for a message. A value that looks
+// like hex key material pasted into the wrong field is described, not shown,
+// and long values are cut short.
+func shortQuote(s string) string {
+	digits := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
+	if len(digits) >= 16 && strings.Trim(digits, "0123456789abcdefABCDEF") == "" {
+		return fmt.Sprintf("(a %d-character hex string, not shown)", len(s))
+	}
+	const max = 24
+	if len(s) <= max {
+		return strconv.Quote(s)
+	}
+	cut := max
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return strconv.Quote(s[:cut]) + "..."
+}
+
+func (d *saDecoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
+	sa := SA{
+		Mode:         ModeTunnel,
+		Encap:        EncapNone,
+		ReplayWindow: DefaultReplayWindow,
+		Pos:          pos,
+	}
+	m := saMeta{field: f, dstOK: true}
+	var (
+		// entries of the keys whose checks depend on other keys
+		sportE, dportE, encE, authE, seqE, dstE *Entry
+		algOK, encapBad, encHexOK, authHexOK    bool
+		encKey, authKey                         []byte
+		seq                                     int64
+		seqOK                                   bool
+		haveESP                                 bool
+		srcOK                                   bool
+	)
+	for _, e := range t.Entries() {
+		kf := fieldPath(f, e.Key)
+		v := e.Value
+		switch e.Key {
+		case "name":
+			m.namePos = v.Pos
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			if msg := checkName(s); msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			sa.Name, m.nameOK = s, true
+		case "spi":
+			m.spiSeen, m.spiPos = true, v.Pos
+			i, ok := d.integer(kf, v)
+			if !ok {
+				break
+			}
+			if i < MinSPI || i > 0xffffffff {
+				d.errorf(v.Pos, kf, "SPI %d out of range (want %d..0xffffffff; 1..255 are reserved by IANA, RFC 4303 section 2.1, and 0 is never sent)", i, MinSPI)
+				break
+			}
+			sa.SPI, m.spiOK = uint32(i), true
+		case "src", "dst":
+			if e.Key == "dst" {
+				dstE = e
+				m.dstOK = false
+			}
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			a, msg := parseAddr(s)
+			if msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			if e.Key == "src" {
+				sa.Src, srcOK = a, true
+			} else {
+				sa.Dst, m.dstOK = a, true
+			}
+		case "mode":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			switch Mode(s) {
+			case ModeTunnel, ModeTransport:
+				sa.Mode = Mode(s)
+			default:
+				d.errorf(v.Pos, kf, "unknown mode %s (valid: tunnel, transport)", shortQuote(s))
+			}
+		case "encap":
+			s, ok := d.str(kf, v)
+			if !ok {
+				encapBad = true
+				break
+			}
+			switch Encap(s) {
+			case EncapNone, EncapUDP:
+				sa.Encap = Encap(s)
+			default:
+				encapBad = true
+				d.errorf(v.Pos, kf, "unknown encapsulation %s (valid: none for IP protocol 50, udp for RFC 3948 UDP encapsulation)", shortQuote(s))
+			}
+		case "sport", "dport":
+			if e.Key == "sport" {
+				sportE = e
+			} else {
+				dportE = e
+			}
+		case "esp":
+			haveESP = true
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			alg, err := cryptodev.ParseAlg(s)
+			if err != nil {
+				d.errorf(v.Pos, kf, "unknown ESP algorithm %s (valid: %s)", shortQuote(s), algList())
+				break
+			}
+			sa.Alg, algOK = alg, true
+		case "enc_key":
+			encE = e
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			b, msg := parseHexKey(s)
+			if msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			encKey, encHexOK = b, true
+		case "auth_key":
+			authE = e
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			b, msg := parseHexKey(s)
+			if msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			authKey, authHexOK = b, true
+		case "esn":
+			if b, ok := d.boolean(kf, v); ok {
+				sa.ESN = b
+			}
+		case "replay_window":
+			i, ok := d.integer(kf, v)
+			if !ok {
+				break
+			}
+			if i < 0 || i > MaxReplayWindow {
+				d.errorf(v.Pos, kf, "replay window %d out of range (want 0..%d packets; 0 turns anti-replay off)", i, MaxReplayWindow)
+				break
+			}
+			sa.ReplayWindow = int(i)
+		case "seq":
+			seqE = e
+			i, ok := d.integer(kf, v)
+			if !ok {
+				break
+			}
+			if i < 0 {
+				d.errorf(v.Pos, kf, "sequence number %d is negative (want 0..4294967295, or up to 2^63-1 with esn = true)", i)
+				break
+			}
+			seq, seqOK = i, true
+		default:
+			d.errs = append(d.errs, unknownKey(e, kf, saKeys, ""))
+		}
+	}
+
+	// Required keys, reported at the table.
+	if !m.spiSeen {
+		d.errorf(pos, f+".spi", "missing required key (an integer %d..0xffffffff)", MinSPI)
+	}
+	if !haveESP {
+		d.errorf(pos, f+".esp", "missing required key (an ESP algorithm: %s)", algList())
+	}
+
+	// Addresses: same family.
+	if srcOK && m.dstOK && sa.Src.IsValid() && sa.Dst.IsValid() && sa.Src.Is4() != sa.Dst.Is4() {
+		d.errorf(dstE.Value.Pos, f+".dst", "address family of %s (%s) differs from src %s (%s)",
+			sa.Dst, family(sa.Dst), sa.Src, family(sa.Src))
+	}
+
+	// UDP ports: only with encap = "udp", defaulting to 4500.
+	for _, pe := range []*Entry{sportE, dportE} {
+		if pe == nil {
+			continue
+		}
+		kf := fieldPath(f, pe.Key)
+		i, ok := d.integer(kf, pe.Value)
+		switch {
+		case !ok || encapBad:
+		case sa.Encap != EncapUDP:
+			d.errorf(pe.Value.Pos, kf, "UDP port given with encap = %q (ports are only valid with encap = \"udp\")", sa.Encap)
+		case i < 1 || i > 65535:
+			d.errorf(pe.Value.Pos, kf, "port %d out of range (want 1..65535)", i)
+		case pe == sportE:
+			sa.SPort = uint16(i)
+		default:
+			sa.DPort = uint16(i)
+		}
+	}
+	if sa.Encap == EncapUDP {
+		if sportE == nil {
+			sa.SPort = DefaultUDPPort
+		}
+		if dportE == nil {
+			sa.DPort = DefaultUDPPort
+		}
+	}
+
+	// Keys: their lengths depend on the algorithm.
+	if algOK {
+		info := sa.Alg.Info()
+		encLen, encWhat := encKeyShape(sa.Alg)
+		switch {
+		case encLen == 0:
+			if encHexOK && len(encKey) != 0 {
+				d.errorf(encE.Value.Pos, f+".enc_key", "must be empty for %s (NULL encryption takes no key), got %d bytes", sa.Alg, len(encKey))
+			}
+		case encE == nil:
+			d.errorf(pos, f+".enc_key", "missing required key (for %s, want %d bytes as hex: %s)", sa.Alg, encLen, encWhat)
+		case encHexOK && len(encKey) != encLen:
+			d.errorf(encE.Value.Pos, f+".enc_key", "wrong length %d bytes for %s (want %d: %s)", len(encKey), sa.Alg, encLen, encWhat)
+		case encHexOK:
+			sa.EncKey = encKey
+		}
+		authLen, authWhat := authKeyShape(sa.Alg)
+		switch {
+		case info.AEAD:
+			if authHexOK && len(authKey) != 0 {
+				d.errorf(authE.Value.Pos, f+".auth_key", "must be empty for %s (an AEAD suite authenticates with its enc_key), got %d bytes", sa.Alg, len(authKey))
+			}
+		case authE == nil:
+			d.errorf(pos, f+".auth_key", "missing required key (for %s, want %d bytes as hex: %s)", sa.Alg, authLen, authWhat)
+		case authHexOK && len(authKey) != authLen:
+			d.errorf(authE.Value.Pos, f+".auth_key", "wrong length %d bytes for %s (want %d: %s)", len(authKey), sa.Alg, authLen, authWhat)
+		case authHexOK:
+			sa.AuthKey = authKey
+		}
+	} else if !haveESP && encE == nil {
+		d.errorf(pos, f+".enc_key", "missing required key (hex key material; its length depends on esp)")
+	}
+
+	// Sequence number: 32 bits unless ESN.
+	if seqOK {
+		if !sa.ESN && seq > 0xffffffff {
+			d.errorf(seqE.Value.Pos, f+".seq", "sequence number %d needs esn = true (want 0..4294967295 without ESN)", seq)
+		} else {
+			sa.Seq = uint64(seq)
+		}
+	}
+	return sa, m
+}
+
+// checkName returns what is wrong with an SA name, or "".
+func checkName(s string) string {
+	if s == "" {
+		return "empty name (leave the key out for an unnamed SA)"
+	}
+	for _, r := range s {
+		if !unicode.IsPrint(r) && r != ' ' {
+			return "name contains a control or non-printable character"
+		}
+	}
+	return ""
+}
+
+func family(a netip.Addr) string {
+	if a.Is4() {
+		return "IPv4"
+	}
+	return "IPv6"
+}
+
+// parseAddr parses a literal IP address, returning a message on failure.
+func parseAddr(s string) (netip.Addr, string) {
+	a, err := netip.ParseAddr(s)
+	if err != nil {
+		if _, perr := netip.ParsePrefix(s); perr == nil {
+			return netip.Addr{}, fmt.Sprintf("invalid IP address %s: want a single address, not a prefix", shortQuote(s))
+		}
+		return netip.Addr{}, fmt.Sprintf("invalid IP address %s (want an IPv4 or IPv6 address such as 192.0.2.1 or 2001:db8::1)", shortQuote(s))
+	}
+	if a.Zone() != "" {
+		return netip.Addr{}, fmt.Sprintf("invalid IP address %s: zones are not supported", shortQuote(s))
+	}
+	if a.Is4In6() {
+		return netip.Addr{}, fmt.Sprintf("IPv4-mapped IPv6 address %s: write the IPv4 address %s", a, a.Unmap())
+	}
+	return a, ""
+}
+
+// parseHexKey decodes hex key material with an optional 0x prefix. Messages
+// describe the problem by position and length only, never by content.
+func parseHexKey(s string) ([]byte, string) {
+	digits := s
+	if len(s) >= 2 && s[0] == '0' && (s[1] == 'x' || s[1] == 'X') {
+		digits = s[2:]
+	}
+	for i := 0; i < len(digits); i++ {
+		c := digits[i]
+		if !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f' || c >= 'A' && c <= 'F') {
+			return nil, fmt.Sprintf("not hex: invalid character at position %d of the string (want hex digits with an optional 0x prefix)", len(s)-len(digits)+i+1)
+		}
+	}
+	if len(digits)%2 != 0 {
+		return nil, fmt.Sprintf("odd number of hex digits (%d)", len(digits))
+	}
+	b, err := hex.DecodeString(digits)
+	if err != nil { // unreachable after the checks above
+		return nil, "not hex"
+	}
+	return b, ""
+}
+
+// encKeyShape returns the enc_key length a suite wants and what it is made
+// of.
+func encKeyShape(a cryptodev.Alg) (int, string) {
+	info := a.Info()
+	if info.AEAD {
+		return a.EncKeyLen(), fmt.Sprintf("%d-byte key + %d-byte salt", info.KeyLen, info.SaltLen)
+	}
+	return a.EncKeyLen(), fmt.Sprintf("AES-%d key", info.KeyLen*8)
+}
+
+// authKeyShape returns the auth_key length a suite wants and what it is.
+func authKeyShape(a cryptodev.Alg) (int, string) {
+	info := a.Info()
+	name := "HMAC"
+	switch info.Hash {
+	case cryptodev.HashSHA256:
+		name = "HMAC-SHA-256"
+	case cryptodev.HashSHA384:
+		name = "HMAC-SHA-384"
+	case cryptodev.HashSHA512:
+		name = "HMAC-SHA-512"
+	}
+	return info.AuthKeyLen, name + " key"
+}
+
+func algList() string {
+	algs := cryptodev.Algs()
+	names := make([]string, len(algs))
+	for i, a := range algs {
+		names[i] = a.String()
+	}
+	return strings.Join(names, ", ")
+}
+
+// checkUnique reports duplicate names, and SPIs that two SAs share while
+// either has no dst or both have the same dst (an inbound packet could not
+// tell them apart).
+func (d *saDecoder) checkUnique(sas []SA, metas []saMeta) {
+	type spiDst struct {
+		spi uint32
+		dst netip.Addr
+	}
+	names := make(map[string]int)
+	firstBySPI := make(map[uint32]int) // first SA with the SPI
+	firstNoDst := make(map[uint32]int) // first SA with the SPI and no dst
+	firstByDst := make(map[spiDst]int) // first SA with the SPI and dst
+	for j := range sas {
+		sa, m := &sas[j], &metas[j]
+		if m.nameOK {
+			if i, dup := names[sa.Name]; dup {
+				d.errorf(m.namePos, m.field+".name", "duplicate name %s: %s (line %d) and %s (line %d)",
+					shortQuote(sa.Name), metas[i].field, metas[i].namePos.Line, m.field, m.namePos.Line)
+			} else {
+				names[sa.Name] = j
+			}
+		}
+		if !m.spiOK || !m.dstOK {
+			continue
+		}
+		// Find the first earlier SA this one conflicts with.
+		i, why := -1, ""
+		if !sa.Dst.IsValid() {
+			if k, ok := firstBySPI[sa.SPI]; ok {
+				i, why = k, "and "+m.field+" has no dst"
+			}
+		} else {
+			k1, ok1 := firstNoDst[sa.SPI]
+			k2, ok2 := firstByDst[spiDst{sa.SPI, sa.Dst}]
+			switch {
+			case ok1 && (!ok2 || k1 < k2):
+				i, why = k1, "and "+metas[k1].field+" has no dst"
+			case ok2:
+				i, why = k2, "with the same dst "+sa.Dst.String()
+			}
+		}
+		if i >= 0 {
+			d.errorf(m.spiPos, m.field+".spi", "duplicate SPI 0x%08x: %s (line %d) and %s (line %d) both use it %s (SAs may share an SPI only with distinct dst addresses)",
+				sa.SPI, metas[i].field, metas[i].spiPos.Line, m.field, m.spiPos.Line, why)
+		}
+		if _, ok := firstBySPI[sa.SPI]; !ok {
+			firstBySPI[sa.SPI] = j
+		}
+		if !sa.Dst.IsValid() {
+			if _, ok := firstNoDst[sa.SPI]; !ok {
+				firstNoDst[sa.SPI] = j
+			}
+		} else if _, ok := firstByDst[spiDst{sa.SPI, sa.Dst}]; !ok {
+			firstByDst[spiDst{sa.SPI, sa.Dst}] = j
+		}
+	}
+}
