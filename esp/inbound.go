@@ -124,7 +124,9 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 	info := sa.info
 	ehl := HeaderLen + info.IVLen
 	ct := pp.End - pp.ESPOff - ehl - info.ICVLen
-	if ct < TrailerLen || ct%info.BlockSize != 0 && info.BlockSize > 4 {
+	// RFC 4303 section 2.4: the ciphertext ends on a 4-byte boundary, and on
+	// the cipher's block boundary for block ciphers.
+	if ct < TrailerLen || ct%info.BlockSize != 0 {
 		return ReasonBadLength
 	}
 	eh := data[pp.ESPOff : pp.ESPOff+ehl]

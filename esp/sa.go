@@ -124,14 +124,16 @@ type SA struct {
 	ivSalt uint64
 	testIV []byte // tests only: the IV every packet carries (known-answer tests)
 
+	user any // the owner's handle for the SA (the gateway's SAD entry)
+
 	softExpired atomic.Bool
 	exhausted   atomic.Bool
 	Counters    Counters
 }
 
 func newSA(cfg Config, out bool) (*SA, error) {
-	if !cfg.Alg.Valid() {
-		return nil, fmt.Errorf("esp: invalid algorithm %v", cfg.Alg)
+	if !cfg.Alg.Valid() || cfg.Alg.IsAsymmetric() {
+		return nil, fmt.Errorf("esp: %v is not an ESP algorithm", cfg.Alg)
 	}
 	if cfg.Key == nil || cfg.Key.Alg() != cfg.Alg {
 		return nil, errors.New("esp: SA needs an engine key made for its algorithm")
@@ -205,6 +207,13 @@ func NewInbound(cfg Config) (*SA, error) {
 // Config returns the SA's configuration.
 func (sa *SA) Config() Config { return sa.cfg }
 
+// SetUser attaches the owner's handle to the SA; call it before the SA is
+// shared.
+func (sa *SA) SetUser(v any) { sa.user = v }
+
+// User returns the handle SetUser attached.
+func (sa *SA) User() any { return sa.user }
+
 // SPI returns the SA's SPI.
 func (sa *SA) SPI() uint32 { return sa.cfg.SPI }
 
@@ -243,8 +252,8 @@ func (sa *SA) Overhead(n int) int {
 	return o
 }
 
-// account adds a processed packet to the counters and lifetime. It reports
-// false if the hard lifetime was already reached.
+// account adds a processed packet to the counters and marks the SA for
+// rekey when it crosses a soft lifetime.
 func (sa *SA) account(n int) {
 	c := &sa.Counters
 	p := c.Packets.Load() + 1

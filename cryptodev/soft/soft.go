@@ -148,11 +148,16 @@ type Scratch struct {
 }
 
 // Process runs every op in ops and sets its Status. It never fails as a
-// whole. It allocates only on the slow path of an AEAD op whose Tag does not
-// directly follow its data.
+// whole. Symmetric ops allocate only on the slow path of an AEAD op whose
+// Tag does not directly follow its data; asymmetric ops allocate as Go's
+// crypto packages do.
 func Process(ops []cryptodev.Op, s *Scratch) {
 	for i := range ops {
 		op := &ops[i]
+		if op.Dir >= cryptodev.Sign { // Sign, Agree: asym.go
+			op.Status = asymOp(op)
+			continue
+		}
 		ks, ok := op.Key.State().(*KeyState)
 		if !ok || ks == nil {
 			op.Status = cryptodev.StatusInvalid
