@@ -488,3 +488,31 @@ func TestNoAllocations(t *testing.T) {
 		}
 	}
 }
+
+// TestIPv6ExtensionHeadersInbound: ESP behind a hop-by-hop header (RFC 8200
+// section 4.1) in transport mode comes out with the extension header kept
+// and its next header rewritten.
+func TestIPv6ExtensionHeadersInbound(t *testing.T) {
+	h := newHarness(t)
+	out, in := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, mode: esp.Transport, outer6: true})
+	inner := ipPacket(true, 30)
+	ct, r := h.seal(out, inner)
+	if r != esp.ReasonNone {
+		t.Fatal(r)
+	}
+	hbh := []byte{packet.ProtoESP, 0, 1, 4, 0, 0, 0, 0} // next header ESP, PadN option
+	withExt := append(append(bytes.Clone(ct[:40]), hbh...), ct[40:]...)
+	packet.IPv6(withExt).SetNextHeader(0)
+	packet.IPv6(withExt).SetPayloadLength(uint16(len(withExt) - 40))
+	got, r := h.open(in, withExt)
+	if r != esp.ReasonNone {
+		t.Fatalf("open: %v", r)
+	}
+	want := append(append(bytes.Clone(inner[:40]), hbh...), inner[40:]...)
+	want[40] = packet.ProtoUDP
+	packet.IPv6(want).SetNextHeader(0)
+	packet.IPv6(want).SetPayloadLength(uint16(len(want) - 40))
+	if !bytes.Equal(got, want) {
+		t.Fatalf("got  %x\nwant %x", got, want)
+	}
+}

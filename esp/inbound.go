@@ -23,7 +23,8 @@ import (
 type Parsed struct {
 	Src, Dst     netip.Addr
 	SPI          uint32
-	IPHdrLen     int  // length of the outer IP header
+	IPHdrLen     int  // length of the outer IP header, IPv6 extension headers included
+	NHOff        int  // offset of the protocol / next-header byte that announced ESP (or UDP)
 	ESPOff       int  // offset of the ESP header in the packet
 	End          int  // end of the IP packet (its total length)
 	UDP          bool // ESP-in-UDP (RFC 3948)
@@ -50,6 +51,7 @@ func Parse(data []byte, natt []uint16, pp *Parsed) Reason {
 		pp.Src, pp.Dst = ip.Src(), ip.Dst()
 		pp.IPHdrLen, pp.End = ip.HeaderLength(), int(ip.TotalLength())
 		proto = ip.Protocol()
+		pp.NHOff = 9
 	case 6:
 		ip := packet.IPv6(data)
 		if !ip.IsValid() {
@@ -58,6 +60,21 @@ func Parse(data []byte, natt []uint16, pp *Parsed) Reason {
 		pp.Src, pp.Dst = ip.Src(), ip.Dst()
 		pp.IPHdrLen, pp.End = packet.IPv6Header, packet.IPv6Header+int(ip.PayloadLength())
 		proto = ip.NextHeader()
+		pp.NHOff = 6
+		// Walk the extension headers that may precede ESP (RFC 8200
+		// section 4.1): hop-by-hop, routing and destination options.
+		for proto == 0 || proto == 43 || proto == 60 {
+			off := pp.IPHdrLen
+			if off+8 > pp.End {
+				return ReasonMalformed
+			}
+			pp.NHOff = off
+			proto = data[off]
+			pp.IPHdrLen += (int(data[off+1]) + 1) * 8
+			if pp.IPHdrLen > pp.End {
+				return ReasonMalformed
+			}
+		}
 		if proto == 44 {
 			return ReasonFragment
 		}
@@ -141,7 +158,7 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 	op.Tag = data[start+ct : pp.End]
 	op.IV = eh[HeaderLen:]
 	sa.fillAAD(w, op, eh[:HeaderLen], seq)
-	w.seq, w.espOff, w.hdrLen = seq, pp.ESPOff, pp.IPHdrLen
+	w.seq, w.espOff, w.hdrLen, w.nhOff = seq, pp.ESPOff, pp.IPHdrLen, pp.NHOff
 	return ReasonNone
 }
 
@@ -200,9 +217,8 @@ func (sa *SA) FinishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		ip.SetTotalLength(uint16(hl + len(inner)))
 		ip.SetChecksum()
 	case 6:
-		ip := packet.IPv6(data[ns:])
-		ip.SetNextHeader(nh)
-		ip.SetPayloadLength(uint16(len(inner)))
+		data[ns+w.nhOff] = nh // the fixed header's or the last extension header's
+		packet.IPv6(data[ns:]).SetPayloadLength(uint16(hl - packet.IPv6Header + len(inner)))
 	}
 	p.SetWindow(p.Offset()+ns, hl+len(inner))
 	sa.account(len(inner))

@@ -281,6 +281,7 @@ type Work struct {
 	seqHi  [4]byte  // ESN high bits, authenticated after the ciphertext (chained suites)
 	espOff int      // ESP header offset within the packet data
 	hdrLen int      // inbound transport: length of the IP header kept
+	nhOff  int      // inbound transport: where the next header byte is in it
 	n      int      // plaintext length accounted
 }
 
