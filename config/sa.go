@@ -1,4 +1,6 @@
-// Package config reads sluice's configuration files.
+// Package config reads sluice's configuration files: the SA file, described
+// here, and the gateway configuration, which embeds the SA file's [[sa]]
+// tables (see Gateway and LoadGateway).
 //
 // The SA file is TOML holding one [[sa]] table per security association:
 //
@@ -162,7 +164,42 @@ var saKeys = []string{
 // errors in file order; callers should not use the SAs when there are
 // errors.
 func DecodeSAs(field string, v *Value) ([]SA, Errors) {
-	var d saDecoder
+	var d decoder
+	sas, _ := d.decodeSAs(field, v)
+	d.errs.Sort()
+	return sas, d.errs
+}
+
+// decodeSAs is DecodeSAs adding its errors to d. It also returns the table
+// each SA came from (sas[i] from tables[i]), so that a document embedding
+// the SAs (the gateway configuration) can point at their fields.
+func (d *decoder) decodeSAs(field string, v *Value) ([]SA, []tableElem) {
+	tables, ok := d.arrayOfTables(field, v)
+	if !ok {
+		return nil, nil
+	}
+	sas := make([]SA, 0, len(tables))
+	metas := make([]saMeta, 0, len(tables))
+	for _, te := range tables {
+		sa, m := d.decode(te.field, te.pos, te.t)
+		sas = append(sas, sa)
+		metas = append(metas, m)
+	}
+	d.checkUnique(sas, metas)
+	return sas, tables
+}
+
+// tableElem is one table of an array of tables.
+type tableElem struct {
+	field string // "sa[2]": 1-based index into the array
+	pos   Pos    // where the table starts
+	t     *Table
+}
+
+// arrayOfTables returns the tables of v, the value of an array of tables
+// ([[field]] or field = [{...}, ...]). It reports v if it is not an array
+// and skips, reporting them, the elements that are not tables.
+func (d *decoder) arrayOfTables(field string, v *Value) ([]tableElem, bool) {
 	elems, ok := v.Array()
 	if !ok {
 		hint := ""
@@ -170,10 +207,9 @@ func DecodeSAs(field string, v *Value) ([]SA, Errors) {
 			hint = fmt.Sprintf(" (write [[%s]], not [%s])", field, field)
 		}
 		d.errorf(v.Pos, field, "want an array of tables, got %s%s", v.Kind, hint)
-		return nil, d.errs
+		return nil, false
 	}
-	sas := make([]SA, 0, len(elems))
-	metas := make([]saMeta, 0, len(elems))
+	tables := make([]tableElem, 0, len(elems))
 	for i, ev := range elems {
 		f := fmt.Sprintf("%s[%d]", field, i+1)
 		t, ok := ev.Table()
@@ -181,13 +217,9 @@ func DecodeSAs(field string, v *Value) ([]SA, Errors) {
 			d.errorf(ev.Pos, f, "want a table, got %s", ev.Kind)
 			continue
 		}
-		sa, m := d.decode(f, ev.Pos, t)
-		sas = append(sas, sa)
-		metas = append(metas, m)
+		tables = append(tables, tableElem{field: f, pos: ev.Pos, t: t})
 	}
-	d.checkUnique(sas, metas)
-	d.errs.Sort()
-	return sas, d.errs
+	return tables, true
 }
 
 // saMeta remembers, for the checks across SAs, where an SA's fields are and
@@ -200,11 +232,13 @@ type saMeta struct {
 	spiSeen         bool
 }
 
-type saDecoder struct {
+// decoder collects the errors found while decoding a document. Its typed
+// readers are shared by the SA file and the gateway configuration.
+type decoder struct {
 	errs Errors
 }
 
-func (d *saDecoder) errorf(pos Pos, field, format string, args ...any) {
+func (d *decoder) errorf(pos Pos, field, format string, args ...any) {
 	d.errs = append(d.errs, &Error{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
 }
 
@@ -225,7 +259,7 @@ func unknownKey(e *Entry, field string, valid []string, hint string) *Error {
 
 // Typed accessors: each reports a type mismatch at the value.
 
-func (d *saDecoder) str(f string, v *Value) (string, bool) {
+func (d *decoder) str(f string, v *Value) (string, bool) {
 	s, ok := v.Str()
 	if !ok {
 		d.errorf(v.Pos, f, "want a string, got %s", v.Kind)
@@ -233,7 +267,7 @@ func (d *saDecoder) str(f string, v *Value) (string, bool) {
 	return s, ok
 }
 
-func (d *saDecoder) integer(f string, v *Value) (int64, bool) {
+func (d *decoder) integer(f string, v *Value) (int64, bool) {
 	i, ok := v.Int()
 	if !ok {
 		d.errorf(v.Pos, f, "want an integer, got %s", v.Kind)
@@ -241,7 +275,7 @@ func (d *saDecoder) integer(f string, v *Value) (int64, bool) {
 	return i, ok
 }
 
-func (d *saDecoder) boolean(f string, v *Value) (bool, bool) {
+func (d *decoder) boolean(f string, v *Value) (bool, bool) {
 	b, ok := v.Bool()
 	if !ok {
 		d.errorf(v.Pos, f, "want a boolean (true or false), got %s", v.Kind)
@@ -268,7 +302,7 @@ func shortQuote(s string) string {
 	return strconv.Quote(s[:cut]) + "..."
 }
 
-func (d *saDecoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
+func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
 	sa := SA{
 		Mode:         ModeTunnel,
 		Encap:        EncapNone,
@@ -611,7 +645,7 @@ func algList() string {
 // checkUnique reports duplicate names, and SPIs that two SAs share while
 // either has no dst or both have the same dst (an inbound packet could not
 // tell them apart).
-func (d *saDecoder) checkUnique(sas []SA, metas []saMeta) {
+func (d *decoder) checkUnique(sas []SA, metas []saMeta) {
 	type spiDst struct {
 		spi uint32
 		dst netip.Addr

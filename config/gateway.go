@@ -1,0 +1,1599 @@
+package config
+
+// gateway.go reads the gateway configuration, the file `sluice run -c FILE`
+// takes:
+//
+//	[gateway]    workers, default crypto engine, control socket, metrics,
+//	             log level, what to do with oversize packets
+//	[tun]        the TUN device that carries plaintext
+//	[udp]        the ESP-in-UDP socket (RFC 3948)
+//	[rawesp]     the IP protocol 50 socket
+//	[[tunnel]]   a peer: outer addresses, inner routes, its SAs by name
+//	[[policy]]   optional SPD (RFC 4301 section 4.4.1), first match wins
+//	[[sa]]       the SAs, in the SA file's syntax (DecodeSAs)
+//
+// Decoding has two passes. The first decodes each table on its own; the
+// second checks what the tables say about each other: tunnels and their SAs,
+// policies and their tunnels, routes of different tunnels, the sockets and
+// the tunnels' outer addresses. The second pass skips every check whose
+// inputs already failed, so one mistake gives one error.
+
+import (
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Defaults and limits of the gateway configuration.
+const (
+	DefaultControlSocket = "/run/sluice/sluice.sock"
+	DefaultTUNName       = "sluice0"
+	DefaultLogLevel      = "info"
+	DefaultOversize      = OversizeFragment
+	// DefaultUnderlayMTU is the MTU of the outer path that a plaintext MTU
+	// of 0 (TUN.MTU, Tunnel.MTU) is computed from: this less the ESP
+	// overhead of the tunnel (esp.SA.Overhead).
+	DefaultUnderlayMTU = 1500
+	MaxWorkers         = 1024
+	MaxTUNQueues       = 256 // Linux's limit for a multi-queue TUN device
+	MaxInboundSAs      = 4   // the current SA and those of rekeys still draining
+	MinMTU             = 576 // RFC 791: the datagram every IPv4 host accepts
+	MinIPv6MTU         = 1280
+	MaxMTU             = 65535
+)
+
+// What Gateway.Oversize may be.
+const (
+	// OversizeFragment fragments IPv4 packets without DF before encryption
+	// (RFC 4459 section 3).
+	OversizeFragment = "fragment"
+	// OversizeDrop drops them, answering ICMP "fragmentation needed".
+	OversizeDrop = "drop"
+)
+
+// The actions of a policy (RFC 4301 section 4.4.1).
+const (
+	ActionProtect = "protect"
+	ActionBypass  = "bypass"
+	ActionDiscard = "discard"
+)
+
+// IP protocol numbers that policies name.
+const (
+	ProtoAny    = 0 // any protocol; also protocol 0, which a selector never sees (RFC 4301 section 4.4.1.1)
+	ProtoICMP   = 1
+	ProtoTCP    = 6
+	ProtoUDP    = 17
+	ProtoICMPv6 = 58
+	ProtoSCTP   = 132
+)
+
+// Gateway is a gateway configuration. It is only returned once every check
+// has passed: names resolve (Gateway.SA, Gateway.Tunnel), defaults are
+// filled in, and [udp] and [rawesp] are present when a tunnel needs them.
+type Gateway struct {
+	File string // the file name given to ParseGateway, used in positions
+
+	Workers       int    // data-plane workers; 0 = one per core
+	Engine        string // default crypto engine; "" = the registry's choice
+	ControlSocket string // Unix socket path; default DefaultControlSocket
+	Metrics       string // Prometheus listen address "host:port"; "" = off
+	LogLevel      string // "debug", "info" (default), "warn" or "error"
+	Oversize      string // OversizeFragment (default) or OversizeDrop
+
+	TUN TUN
+	// UDP is nil when no tunnel uses encap = "udp" and the file has no
+	// [udp]. When a tunnel needs it and the file has none, it is
+	// {Listen: 0.0.0.0:4500}, or [::]:4500 if such a tunnel has an IPv6
+	// local address.
+	UDP *UDP
+	// RawESP is nil when no tunnel uses encap = "none" and the file has no
+	// [rawesp]; when a tunnel needs it and the file has none, it listens on
+	// 0.0.0.0, or :: if such a tunnel has an IPv6 local address.
+	RawESP *RawESP
+
+	Tunnels []Tunnel
+	// Policies, in file order, make the gateway policy-based: outbound
+	// traffic is classified by the first policy that matches instead of by
+	// the tunnels' Remote routes.
+	Policies []Policy
+	// SAs are every [[sa]] of the file, including any no tunnel uses.
+	SAs []SA
+
+	fields map[string]Pos // where each key's value is, by field path
+}
+
+// TUN is the [tun] section: the device that carries plaintext.
+type TUN struct {
+	Name string // interface name; default DefaultTUNName
+	// MTU is the plaintext MTU. 0 means DefaultUnderlayMTU less the
+	// largest ESP overhead of the tunnels, computed at start-up.
+	MTU int
+	// Addresses are assigned to the device, host bits kept: 10.1.0.1/24.
+	Addresses []netip.Prefix
+	Queues    int // TUN queues; 0 = one per worker
+}
+
+// UDP is the [udp] section: the socket of ESP in UDP (RFC 3948).
+type UDP struct {
+	// Listen is the address and port the socket is bound to; tunnels with
+	// encap = "udp" send from it. The unspecified IPv6 address :: takes both
+	// families (a dual-stack socket); 0.0.0.0 takes IPv4 only.
+	Listen netip.AddrPort
+	// GSO and GRO turn on UDP segmentation and receive offload.
+	GSO, GRO bool
+}
+
+// RawESP is the [rawesp] section: the socket of IP protocol 50.
+type RawESP struct {
+	// Listen is the address the socket is bound to; tunnels with encap =
+	// "none" send from it. :: takes both families (the runtime opens a
+	// socket for each); 0.0.0.0 takes IPv4 only.
+	Listen netip.Addr
+}
+
+// Tunnel is a [[tunnel]]: one peer, with one outbound SA and up to
+// MaxInboundSAs inbound SAs (more than one while a rekey drains).
+type Tunnel struct {
+	Name        string     // unique
+	Local, Peer netip.Addr // outer addresses, of one family
+	Encap       Encap      // EncapUDP (default) or EncapNone
+	PeerPort    uint16     // the peer's UDP port with EncapUDP (default 4500); 0 with EncapNone
+	// Remote are the inner prefixes routed into the tunnel (route-based
+	// mode), masked. No prefix overlaps another tunnel's.
+	Remote []netip.Prefix
+	Out    string   // name of the outbound SA
+	In     []string // names of the inbound SAs, 1 to MaxInboundSAs
+	Engine string   // crypto engine for the tunnel's SAs; "" = Gateway.Engine
+	// MTU is the tunnel's plaintext MTU; 0 means DefaultUnderlayMTU less
+	// the tunnel's ESP overhead, computed at start-up.
+	MTU int
+	Pos Pos // where its [[tunnel]] table starts
+}
+
+// Policy is a [[policy]]: a selector and an action (RFC 4301 section
+// 4.4.1). Every selector field's zero value means ANY.
+type Policy struct {
+	Name     string       // optional; unique when given
+	Src, Dst netip.Prefix // masked; the zero Prefix is any
+	Proto    uint8        // IP protocol number; ProtoAny (0) is any
+	// SPort and DPort are inclusive ranges, low then high; {0, 65535} is
+	// any. They are narrower than any only for TCP, UDP, SCTP or any
+	// protocol.
+	SPort, DPort [2]uint16
+	Action       string // ActionProtect, ActionBypass or ActionDiscard
+	Tunnel       string // with ActionProtect, the tunnel whose outbound SA protects; "" otherwise
+	Pos          Pos    // where its [[policy]] table starts
+}
+
+// anyPorts is the port range that matches every port.
+var anyPorts = [2]uint16{0, 65535}
+
+// SA returns the SA with the given name, or nil. Unnamed SAs are not found.
+func (g *Gateway) SA(name string) *SA {
+	if name == "" {
+		return nil
+	}
+	for i := range g.SAs {
+		if g.SAs[i].Name == name {
+			return &g.SAs[i]
+		}
+	}
+	return nil
+}
+
+// Tunnel returns the tunnel with the given name, or nil.
+func (g *Gateway) Tunnel(name string) *Tunnel {
+	for i := range g.Tunnels {
+		if g.Tunnels[i].Name == name {
+			return &g.Tunnels[i]
+		}
+	}
+	return nil
+}
+
+// FieldPos returns where the value of a field is in the file, for errors
+// found after parsing (an engine that is not registered, an address that
+// cannot be bound). field is a path as in Error.Field: "gateway.engine",
+// "tunnel[2].local", "tunnel[1].remote[3]". For a key the file leaves out
+// it is the position of the nearest table that is there, so a defaulted
+// value is reported at its table.
+func (g *Gateway) FieldPos(field string) Pos {
+	return lookupPos(g.fields, g.File, field)
+}
+
+// CheckEngines reports, with their positions, the engines the configuration
+// names that are not among registered (cryptodev.Engines() at start-up).
+func (g *Gateway) CheckEngines(registered []string) error {
+	var errs Errors
+	check := func(field, name string) {
+		if name != "" && !slices.Contains(registered, name) {
+			errs = append(errs, &Error{Pos: g.FieldPos(field), Field: field,
+				Msg: fmt.Sprintf("engine %s is not registered (registered: %s)", shortQuote(name), strings.Join(registered, ", "))})
+		}
+	}
+	check("gateway.engine", g.Engine)
+	for i := range g.Tunnels {
+		check(fmt.Sprintf("tunnel[%d].engine", i+1), g.Tunnels[i].Engine)
+	}
+	return errs.Err()
+}
+
+// LoadGateway reads and parses a gateway configuration. See ParseGateway; a
+// file that cannot be read gives the os error unchanged.
+func LoadGateway(path string) (*Gateway, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	return ParseGateway(path, data)
+}
+
+// ParseGateway parses a gateway configuration; filename is used in
+// positions. On failure it returns nil and an Errors holding every error
+// found, in file order, each with its line, column and field.
+func ParseGateway(filename string, data []byte) (*Gateway, error) {
+	doc, err := ParseDocument(filename, data)
+	if err != nil {
+		return nil, err
+	}
+	d := &gwDecoder{
+		g: &Gateway{
+			File:          filename,
+			ControlSocket: DefaultControlSocket,
+			LogLevel:      DefaultLogLevel,
+			Oversize:      DefaultOversize,
+			TUN:           TUN{Name: DefaultTUNName},
+		},
+		fields: fieldPositions(doc),
+	}
+	d.g.fields = d.fields
+	d.document(doc.Root)
+	d.crossCheck()
+	if len(d.errs) > 0 {
+		d.errs.Sort()
+		return nil, d.errs
+	}
+	return d.g, nil
+}
+
+// fieldPositions maps the path of every value in doc to its position:
+// "tun.addresses" and "tun.addresses[1]", "sa[2]" and "sa[2].spi".
+func fieldPositions(doc *Document) map[string]Pos {
+	m := make(map[string]Pos)
+	var walk func(field string, v *Value)
+	walk = func(field string, v *Value) {
+		m[field] = v.Pos
+		if t, ok := v.Table(); ok {
+			for _, e := range t.Entries() {
+				walk(fieldPath(field, e.Key), e.Value)
+			}
+		}
+		if elems, ok := v.Array(); ok {
+			for i, ev := range elems {
+				walk(fmt.Sprintf("%s[%d]", field, i+1), ev)
+			}
+		}
+	}
+	for _, e := range doc.Root.Entries() {
+		walk(fieldPath("", e.Key), e.Value)
+	}
+	return m
+}
+
+// lookupPos finds field in m, falling back to its parents and finally to
+// the start of the file.
+func lookupPos(m map[string]Pos, file, field string) Pos {
+	for field != "" {
+		if p, ok := m[field]; ok {
+			return p
+		}
+		i := strings.LastIndexAny(field, ".[")
+		if i < 0 {
+			break
+		}
+		field = field[:i]
+	}
+	return Pos{File: file, Line: 1, Col: 1}
+}
+
+// gwDecoder decodes one gateway configuration.
+type gwDecoder struct {
+	decoder
+	g      *Gateway
+	fields map[string]Pos
+
+	tunnelFields []string    // "tunnel[2]" of g.Tunnels[i]
+	policyFields []string    // "policy[1]" of g.Policies[i]
+	saTables     []tableElem // the table of g.SAs[i]
+	refs         []saRef     // every SA name a tunnel gives
+
+	failedFields map[string]bool // see failed
+	indexed      int             // errors in failedFields
+}
+
+// saRef is an SA named by a tunnel's out or in.
+type saRef struct {
+	tunnel int    // index into g.Tunnels
+	field  string // "tunnel[1].out", "tunnel[1].in[2]"
+	name   string
+	out    bool
+}
+
+// at returns the position of field's value, or of its nearest table.
+func (d *gwDecoder) at(field string) Pos { return lookupPos(d.fields, d.g.File, field) }
+
+// has reports whether the file gives field.
+func (d *gwDecoder) has(field string) bool {
+	_, ok := d.fields[field]
+	return ok
+}
+
+// failed reports whether an error was found in field or inside it.
+func (d *gwDecoder) failed(field string) bool {
+	if d.failedFields == nil {
+		d.failedFields = make(map[string]bool)
+	}
+	// Index the errors found since the last call under their field and
+	// every field that contains it.
+	for ; d.indexed < len(d.errs); d.indexed++ {
+		for f := d.errs[d.indexed].Field; f != ""; {
+			d.failedFields[f] = true
+			i := strings.LastIndexAny(f, ".[")
+			if i < 0 {
+				break
+			}
+			f = f[:i]
+		}
+	}
+	return d.failedFields[field]
+}
+
+// line describes where field is for a message about another field:
+// "tunnel[1].out, line 12".
+func (d *gwDecoder) line(field string) string {
+	return fmt.Sprintf("%s, line %d", field, d.at(field).Line)
+}
+
+// where is line for a field that may have been left out and defaulted:
+// "udp.listen, line 7", "the default", or "the default; [udp] at line 5".
+func (d *gwDecoder) where(field string) string {
+	if d.has(field) {
+		return d.line(field)
+	}
+	if i := strings.LastIndexByte(field, '.'); i > 0 && d.has(field[:i]) {
+		return fmt.Sprintf("the default; [%s] at line %d", field[:i], d.at(field[:i]).Line)
+	}
+	return "the default"
+}
+
+// gatewaySections are the top-level keys, in documentation order.
+var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa"}
+
+func (d *gwDecoder) document(root *Table) {
+	for _, e := range root.Entries() {
+		f := fieldPath("", e.Key)
+		switch e.Key {
+		case "gateway":
+			d.gatewaySection(f, e.Value)
+		case "tun":
+			d.tunSection(f, e.Value)
+		case "udp":
+			d.udpSection(f, e.Value)
+		case "rawesp":
+			d.rawESPSection(f, e.Value)
+		case "tunnel":
+			tables, _ := d.arrayOfTables(f, e.Value)
+			for _, te := range tables {
+				d.tunnel(te)
+			}
+		case "policy":
+			tables, _ := d.arrayOfTables(f, e.Value)
+			for _, te := range tables {
+				d.policy(te)
+			}
+		case "sa":
+			d.g.SAs, d.saTables = d.decodeSAs(f, e.Value)
+		default:
+			d.errs = append(d.errs, unknownKey(e, f, gatewaySections, ""))
+		}
+	}
+}
+
+// Readers shared by the sections.
+
+// table returns the table of a section such as [gateway].
+func (d *decoder) table(f string, v *Value) (*Table, bool) {
+	t, ok := v.Table()
+	if !ok {
+		hint := ""
+		if v.Kind == KindArray {
+			hint = fmt.Sprintf(" (write [%s], not [[%s]])", f, f)
+		}
+		d.errorf(v.Pos, f, "want a table, got %s%s", v.Kind, hint)
+	}
+	return t, ok
+}
+
+// intIn reads an integer in lo..hi; want says what is valid.
+func (d *decoder) intIn(f string, v *Value, lo, hi int64, want string) (int64, bool) {
+	i, ok := d.integer(f, v)
+	if ok && (i < lo || i > hi) {
+		d.errorf(v.Pos, f, "%d out of range (want %s)", i, want)
+		return 0, false
+	}
+	return i, ok
+}
+
+// oneOf reads a string that must be one of valid; what names it.
+func (d *decoder) oneOf(f string, v *Value, what string, valid []string) (string, bool) {
+	s, ok := d.str(f, v)
+	if !ok {
+		return "", false
+	}
+	if slices.Contains(valid, s) {
+		return s, true
+	}
+	for _, w := range valid {
+		if strings.EqualFold(w, s) {
+			d.errorf(v.Pos, f, "unknown %s %s (values are lowercase: did you mean %s?)", what, shortQuote(s), w)
+			return "", false
+		}
+	}
+	d.errorf(v.Pos, f, "unknown %s %s (valid: %s)", what, shortQuote(s), strings.Join(valid, ", "))
+	return "", false
+}
+
+// mtu reads a plaintext MTU: 0 for computed, or MinMTU..MaxMTU.
+func (d *decoder) mtu(f string, v *Value) (int, bool) {
+	i, ok := d.integer(f, v)
+	if ok && i != 0 && (i < MinMTU || i > MaxMTU) {
+		d.errorf(v.Pos, f, "MTU %d out of range (want 0 to compute it from the underlay MTU %d, or %d..%d)", i, DefaultUnderlayMTU, MinMTU, MaxMTU)
+		return 0, false
+	}
+	return int(i), ok
+}
+
+// strList reads an array of strings, reporting each element that is not
+// one. example shows the syntax, for the message about a bare string.
+func (d *decoder) strList(f string, v *Value, example string) ([]*Value, bool) {
+	elems, ok := v.Array()
+	if !ok {
+		hint := ""
+		if v.Kind == KindString {
+			hint = " (write " + example + ")"
+		}
+		d.errorf(v.Pos, f, "want an array of strings, got %s%s", v.Kind, hint)
+		return nil, false
+	}
+	allOK := true
+	for i, ev := range elems {
+		if _, ok := d.str(fmt.Sprintf("%s[%d]", f, i+1), ev); !ok {
+			allOK = false
+		}
+	}
+	return elems, allOK
+}
+
+// prefixList reads an array of prefix strings with parse.
+func (d *decoder) prefixList(f string, v *Value, example string, parse func(string) (netip.Prefix, string)) ([]netip.Prefix, bool) {
+	elems, ok := d.strList(f, v, example)
+	if !ok {
+		return nil, false
+	}
+	out := make([]netip.Prefix, 0, len(elems))
+	for i, ev := range elems {
+		s, _ := ev.Str()
+		p, msg := parse(s)
+		if msg != "" {
+			d.errorf(ev.Pos, fmt.Sprintf("%s[%d]", f, i+1), "%s", msg)
+			ok = false
+			continue
+		}
+		out = append(out, p)
+	}
+	return out, ok
+}
+
+// [gateway]
+
+var (
+	gatewayKeys = []string{"workers", "engine", "control_socket", "metrics", "log_level", "oversize"}
+	logLevels   = []string{"debug", "info", "warn", "error"}
+	oversizes   = []string{OversizeFragment, OversizeDrop}
+)
+
+func (d *gwDecoder) gatewaySection(f string, v *Value) {
+	t, ok := d.table(f, v)
+	if !ok {
+		return
+	}
+	g := d.g
+	for _, e := range t.Entries() {
+		kf, v := fieldPath(f, e.Key), e.Value
+		switch e.Key {
+		case "workers":
+			if i, ok := d.intIn(kf, v, 0, MaxWorkers, fmt.Sprintf("0..%d; 0 = one per core", MaxWorkers)); ok {
+				g.Workers = int(i)
+			}
+		case "engine":
+			if s, ok := d.engine(kf, v, `"" lets the registry choose`); ok {
+				g.Engine = s
+			}
+		case "control_socket":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			if msg := checkSocketPath(s); msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			g.ControlSocket = s
+		case "metrics":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			if msg := checkHostPort(s); msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			g.Metrics = s
+		case "log_level":
+			if s, ok := d.oneOf(kf, v, "log level", logLevels); ok {
+				g.LogLevel = s
+			}
+		case "oversize":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			if !slices.Contains(oversizes, s) {
+				d.errorf(v.Pos, kf, "unknown oversize action %s (valid: fragment, to fragment IPv4 packets without DF before encryption; drop, to drop them; DF-set IPv4 and IPv6 packets always get ICMP \"too big\")", shortQuote(s))
+				break
+			}
+			g.Oversize = s
+		default:
+			d.errs = append(d.errs, unknownKey(e, kf, gatewayKeys, ""))
+		}
+	}
+}
+
+// engine reads a crypto engine name; empty says what "" means.
+func (d *decoder) engine(f string, v *Value, empty string) (string, bool) {
+	s, ok := d.str(f, v)
+	if !ok || s == "" {
+		return s, ok
+	}
+	valid := len(s) <= 32 && s[0] >= 'a' && s[0] <= 'z'
+	for i := 0; valid && i < len(s); i++ {
+		c := s[i]
+		valid = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_'
+	}
+	if !valid {
+		d.errorf(v.Pos, f, "invalid engine name %s (want a registered engine's lowercase name, such as soft or sched; %s)", shortQuote(s), empty)
+		return "", false
+	}
+	return s, true
+}
+
+// checkSocketPath returns what is wrong with a Unix socket path, or "".
+func checkSocketPath(s string) string {
+	switch {
+	case s == "":
+		return "empty path (want the path of the control socket, e.g. " + DefaultControlSocket + ")"
+	case strings.IndexByte(s, 0) >= 0:
+		return "path contains a NUL byte"
+	case len(s) > 107:
+		return fmt.Sprintf("path is %d bytes long; a Unix socket path holds at most 107", len(s))
+	}
+	return ""
+}
+
+// checkHostPort returns what is wrong with a listen address for metrics,
+// or "". "" (off), ":9100", "127.0.0.1:9100", "[::1]:9100" and
+// "localhost:9100" are valid.
+func checkHostPort(s string) string {
+	if s == "" {
+		return ""
+	}
+	const want = `want "host:port" such as "127.0.0.1:9100" or ":9100", or "" for no metrics`
+	host, port, err := net.SplitHostPort(s)
+	if err != nil {
+		return fmt.Sprintf("invalid listen address %s (%s)", shortQuote(s), want)
+	}
+	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
+		return fmt.Sprintf("invalid port %s in %s (want 1..65535)", shortQuote(port), shortQuote(s))
+	}
+	if host == "" {
+		return ""
+	}
+	if _, err := netip.ParseAddr(host); err == nil {
+		return ""
+	}
+	for _, label := range strings.Split(host, ".") {
+		ok := label != "" && len(label) <= 63 && label[0] != '-' && label[len(label)-1] != '-'
+		for i := 0; ok && i < len(label); i++ {
+			c := label[i]
+			ok = c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-'
+		}
+		if !ok {
+			return fmt.Sprintf("invalid host %s in %s (%s)", shortQuote(host), shortQuote(s), want)
+		}
+	}
+	return ""
+}
+
+// [tun]
+
+var tunKeys = []string{"name", "mtu", "addresses", "queues"}
+
+func (d *gwDecoder) tunSection(f string, v *Value) {
+	t, ok := d.table(f, v)
+	if !ok {
+		return
+	}
+	tun := &d.g.TUN
+	for _, e := range t.Entries() {
+		kf, v := fieldPath(f, e.Key), e.Value
+		switch e.Key {
+		case "name":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			if msg := checkIfName(s); msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			tun.Name = s
+		case "mtu":
+			if m, ok := d.mtu(kf, v); ok {
+				tun.MTU = m
+			}
+		case "addresses":
+			ps, ok := d.prefixList(kf, v, `addresses = ["10.1.0.1/24"]`, parseIfAddr)
+			if !ok {
+				break
+			}
+			for i, p := range ps {
+				if j := slices.Index(ps[:i], p); j >= 0 {
+					d.errorf(d.at(fmt.Sprintf("%s[%d]", kf, i+1)), fmt.Sprintf("%s[%d]", kf, i+1), "duplicate address %s (also %s)", p, d.line(fmt.Sprintf("%s[%d]", kf, j+1)))
+				}
+			}
+			tun.Addresses = ps
+		case "queues":
+			if i, ok := d.intIn(kf, v, 0, MaxTUNQueues, fmt.Sprintf("0..%d; 0 = one per worker", MaxTUNQueues)); ok {
+				tun.Queues = int(i)
+			}
+		default:
+			d.errs = append(d.errs, unknownKey(e, kf, tunKeys, ""))
+		}
+	}
+}
+
+// checkIfName returns what is wrong with a Linux interface name, or "".
+func checkIfName(s string) string {
+	if s == "" {
+		return "empty interface name (leave the key out for " + DefaultTUNName + ")"
+	}
+	if len(s) > 15 {
+		return fmt.Sprintf("interface name %s is %d bytes long (Linux allows at most 15)", shortQuote(s), len(s))
+	}
+	if s == "." || s == ".." {
+		return fmt.Sprintf("invalid interface name %s", shortQuote(s))
+	}
+	for _, r := range s {
+		if r == '/' || r == ':' || r <= ' ' || r == 0x7f {
+			return fmt.Sprintf("invalid interface name %s (no '/', ':', spaces or control characters)", shortQuote(s))
+		}
+	}
+	return ""
+}
+
+// parseIfAddr parses an address to assign to an interface, with its prefix
+// length: 10.1.0.1/24.
+func parseIfAddr(s string) (netip.Prefix, string) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		if _, msg := parseAddr(s); msg == "" {
+			return netip.Prefix{}, fmt.Sprintf("address %s has no prefix length (want address/length such as 10.1.0.1/24)", shortQuote(s))
+		}
+		return netip.Prefix{}, fmt.Sprintf("invalid address %s (want address/length such as 10.1.0.1/24 or 2001:db8:1::1/64)", shortQuote(s))
+	}
+	if msg := checkPrefixAddr(s, p); msg != "" {
+		return netip.Prefix{}, msg
+	}
+	if p.Addr().IsUnspecified() || p.Addr().IsMulticast() {
+		return netip.Prefix{}, fmt.Sprintf("%s cannot be assigned to an interface", p)
+	}
+	return p, ""
+}
+
+// checkPrefixAddr rejects the prefixes netip accepts that a route or
+// selector cannot use.
+func checkPrefixAddr(s string, p netip.Prefix) string {
+	if p.Addr().Is4In6() {
+		return fmt.Sprintf("IPv4-mapped IPv6 prefix %s: write an IPv4 prefix", shortQuote(s))
+	}
+	return ""
+}
+
+// parseRoute parses a route's prefix, which must have no host bits set.
+func parseRoute(s string) (netip.Prefix, string) {
+	p, err := netip.ParsePrefix(s)
+	if err != nil {
+		if a, msg := parseAddr(s); msg == "" {
+			return netip.Prefix{}, fmt.Sprintf("%s is an address, not a prefix (write %s/%d for the single address)", shortQuote(s), a, a.BitLen())
+		}
+		return netip.Prefix{}, fmt.Sprintf("invalid prefix %s (want a prefix such as 10.2.0.0/24 or 2001:db8:2::/64)", shortQuote(s))
+	}
+	if msg := checkPrefixAddr(s, p); msg != "" {
+		return netip.Prefix{}, msg
+	}
+	if m := p.Masked(); m != p {
+		return netip.Prefix{}, fmt.Sprintf("prefix %s has host bits set (did you mean %s?)", p, m)
+	}
+	return p, ""
+}
+
+// parseSelector parses a policy's src or dst: "", "any", a prefix without
+// host bits, or a single address.
+func parseSelector(s string) (netip.Prefix, string) {
+	if s == "" || s == "any" {
+		return netip.Prefix{}, ""
+	}
+	if a, msg := parseAddr(s); msg == "" {
+		return netip.PrefixFrom(a, a.BitLen()), ""
+	}
+	p, msg := parseRoute(s)
+	if msg != "" && strings.HasPrefix(msg, "invalid prefix") {
+		msg = fmt.Sprintf("invalid selector %s (want a prefix such as 10.2.0.0/24, an address, or \"any\")", shortQuote(s))
+	}
+	return p, msg
+}
+
+// [udp] and [rawesp]
+
+var (
+	udpKeys    = []string{"listen", "gso", "gro"}
+	rawESPKeys = []string{"listen"}
+)
+
+func (d *gwDecoder) udpSection(f string, v *Value) {
+	t, ok := d.table(f, v)
+	if !ok {
+		return
+	}
+	u := &UDP{} // a Listen left out is chosen by sockets
+	for _, e := range t.Entries() {
+		kf, v := fieldPath(f, e.Key), e.Value
+		switch e.Key {
+		case "listen":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			ap, msg := parseListenPort(s)
+			if msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			u.Listen = ap
+		case "gso":
+			if b, ok := d.boolean(kf, v); ok {
+				u.GSO = b
+			}
+		case "gro":
+			if b, ok := d.boolean(kf, v); ok {
+				u.GRO = b
+			}
+		default:
+			d.errs = append(d.errs, unknownKey(e, kf, udpKeys, ""))
+		}
+	}
+	d.g.UDP = u
+}
+
+func (d *gwDecoder) rawESPSection(f string, v *Value) {
+	t, ok := d.table(f, v)
+	if !ok {
+		return
+	}
+	r := &RawESP{} // a Listen left out is chosen by sockets
+	for _, e := range t.Entries() {
+		kf, v := fieldPath(f, e.Key), e.Value
+		switch e.Key {
+		case "listen":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			a, msg := parseAddr(s)
+			if msg != "" {
+				if _, err := netip.ParseAddrPort(s); err == nil {
+					msg = fmt.Sprintf("%s has a port, but IP protocol 50 has none (want an address such as 0.0.0.0)", shortQuote(s))
+				}
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			if a.IsMulticast() {
+				d.errorf(v.Pos, kf, "cannot listen on multicast address %s", a)
+				break
+			}
+			r.Listen = a
+		default:
+			d.errs = append(d.errs, unknownKey(e, kf, rawESPKeys, ""))
+		}
+	}
+	d.g.RawESP = r
+}
+
+// parseListenPort parses the [udp] listen address: an IP address and a
+// port, "0.0.0.0:4500" or "[::]:4500".
+func parseListenPort(s string) (netip.AddrPort, string) {
+	ap, err := netip.ParseAddrPort(s)
+	if err != nil {
+		if a, msg := parseAddr(s); msg == "" {
+			return netip.AddrPort{}, fmt.Sprintf("%s has no port (want address:port, e.g. %s)", shortQuote(s), netip.AddrPortFrom(a, DefaultUDPPort))
+		}
+		return netip.AddrPort{}, fmt.Sprintf("invalid listen address %s (want an IP address and port such as 0.0.0.0:4500 or [::]:4500)", shortQuote(s))
+	}
+	if _, msg := parseAddr(ap.Addr().String()); msg != "" {
+		return netip.AddrPort{}, msg
+	}
+	if ap.Addr().IsMulticast() {
+		return netip.AddrPort{}, fmt.Sprintf("cannot listen on multicast address %s", ap.Addr())
+	}
+	if ap.Port() == 0 {
+		return netip.AddrPort{}, "port 0: the peers need a fixed port (want 1..65535, usually 4500)"
+	}
+	return ap, ""
+}
+
+// [[tunnel]]
+
+var tunnelKeys = []string{"name", "local", "peer", "encap", "peer_port", "remote", "out", "in", "engine", "mtu"}
+
+func (d *gwDecoder) tunnel(te tableElem) {
+	f := te.field
+	ti := len(d.g.Tunnels)
+	tn := Tunnel{Encap: EncapUDP, Pos: te.pos}
+	var peerPortE, peerE *Entry
+	localOK, peerOK, encapOK := false, false, true
+	seen := make(map[string]bool)
+	for _, e := range te.t.Entries() {
+		kf, v := fieldPath(f, e.Key), e.Value
+		seen[e.Key] = true
+		switch e.Key {
+		case "name":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			msg := checkName(s)
+			if s == "" {
+				msg = "empty name (a tunnel needs a name, unique in the file)"
+			}
+			if msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			tn.Name = s
+		case "local", "peer":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			a, msg := parseAddr(s)
+			if msg == "" && (a.IsUnspecified() || a.IsMulticast()) {
+				msg = fmt.Sprintf("%s cannot be a tunnel endpoint (want a unicast address)", a)
+			}
+			if msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			if e.Key == "local" {
+				tn.Local, localOK = a, true
+			} else {
+				tn.Peer, peerOK, peerE = a, true, e
+			}
+		case "encap":
+			s, ok := d.str(kf, v)
+			if !ok {
+				encapOK = false
+				break
+			}
+			switch Encap(s) {
+			case EncapNone, EncapUDP:
+				tn.Encap = Encap(s)
+			default:
+				encapOK = false
+				d.errorf(v.Pos, kf, "unknown encapsulation %s (valid: udp for RFC 3948 UDP encapsulation, the default; none for IP protocol 50)", shortQuote(s))
+			}
+		case "peer_port":
+			peerPortE = e
+		case "remote":
+			ps, ok := d.prefixList(kf, v, `remote = ["10.2.0.0/24"]`, parseRoute)
+			if !ok {
+				break
+			}
+			for i, p := range ps {
+				if j := slices.Index(ps[:i], p); j >= 0 {
+					ef := fmt.Sprintf("%s[%d]", kf, i+1)
+					d.errorf(d.at(ef), ef, "duplicate prefix %s (also %s)", p, d.line(fmt.Sprintf("%s[%d]", kf, j+1)))
+				}
+			}
+			tn.Remote = ps
+		case "out":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			if s == "" {
+				d.errorf(v.Pos, kf, "empty SA name (want the name of the tunnel's outbound [[sa]])")
+				break
+			}
+			tn.Out = s
+			d.refs = append(d.refs, saRef{tunnel: ti, field: kf, name: s, out: true})
+		case "in":
+			elems, ok := d.strList(kf, v, `in = ["b-to-a"]`)
+			if !ok {
+				break
+			}
+			if len(elems) == 0 {
+				d.errorf(v.Pos, kf, "no inbound SA (want 1 to %d names of [[sa]] tables)", MaxInboundSAs)
+				break
+			}
+			for i, ev := range elems {
+				ef := fmt.Sprintf("%s[%d]", kf, i+1)
+				s, _ := ev.Str()
+				switch {
+				case i == MaxInboundSAs:
+					d.errorf(ev.Pos, ef, "too many inbound SAs: a tunnel has at most %d (the current one and those of rekeys still draining)", MaxInboundSAs)
+				case i > MaxInboundSAs:
+				case s == "":
+					d.errorf(ev.Pos, ef, "empty SA name (want the name of an inbound [[sa]])")
+				default:
+					tn.In = append(tn.In, s)
+					d.refs = append(d.refs, saRef{tunnel: ti, field: ef, name: s})
+				}
+			}
+		case "engine":
+			if s, ok := d.engine(kf, v, `"" uses the [gateway] engine`); ok {
+				tn.Engine = s
+			}
+		case "mtu":
+			if m, ok := d.mtu(kf, v); ok {
+				tn.MTU = m
+			}
+		default:
+			d.errs = append(d.errs, unknownKey(e, kf, tunnelKeys, ""))
+		}
+	}
+
+	for _, k := range []struct{ key, what string }{
+		{"name", "a name, unique in the file"},
+		{"local", "our outer address, e.g. 192.0.2.1"},
+		{"peer", "the peer's outer address, e.g. 192.0.2.2"},
+		{"out", "the name of the outbound [[sa]]"},
+		{"in", `the names of the inbound [[sa]] tables, e.g. ["b-to-a"]`},
+	} {
+		if !seen[k.key] {
+			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
+		}
+	}
+
+	if localOK && peerOK {
+		switch {
+		case tn.Local.Is4() != tn.Peer.Is4():
+			d.errorf(peerE.Value.Pos, f+".peer", "address family of %s (%s) differs from local %s (%s)", tn.Peer, family(tn.Peer), tn.Local, family(tn.Local))
+		case tn.Local == tn.Peer:
+			d.errorf(peerE.Value.Pos, f+".peer", "peer %s is the local address too (%s)", tn.Peer, d.line(f+".local"))
+		}
+	}
+
+	if peerPortE != nil {
+		kf, v := f+".peer_port", peerPortE.Value
+		i, ok := d.integer(kf, v)
+		switch {
+		case !ok || !encapOK:
+		case tn.Encap != EncapUDP:
+			d.errorf(v.Pos, kf, "peer_port given with encap = %q (a port is only valid with encap = \"udp\")", tn.Encap)
+		case i < 1 || i > 65535:
+			d.errorf(v.Pos, kf, "port %d out of range (want 1..65535)", i)
+		default:
+			tn.PeerPort = uint16(i)
+		}
+	} else if tn.Encap == EncapUDP {
+		tn.PeerPort = DefaultUDPPort
+	}
+
+	for _, ip := range tn.Remote {
+		if ip.Addr().Is6() && tn.MTU != 0 && tn.MTU < MinIPv6MTU {
+			d.errorf(d.at(f+".mtu"), f+".mtu", "MTU %d is too small for the IPv6 prefix %s in remote (IPv6 needs at least %d, RFC 8200 section 5)", tn.MTU, ip, MinIPv6MTU)
+			break
+		}
+	}
+
+	d.g.Tunnels = append(d.g.Tunnels, tn)
+	d.tunnelFields = append(d.tunnelFields, f)
+}
+
+// [[policy]]
+
+var (
+	policyKeys = []string{"name", "src", "dst", "proto", "sport", "dport", "action", "tunnel"}
+	actions    = []string{ActionProtect, ActionBypass, ActionDiscard}
+	protoNames = []struct {
+		name  string
+		proto uint8
+	}{{"any", ProtoAny}, {"tcp", ProtoTCP}, {"udp", ProtoUDP}, {"icmp", ProtoICMP}, {"icmpv6", ProtoICMPv6}, {"sctp", ProtoSCTP}}
+)
+
+func (d *gwDecoder) policy(te tableElem) {
+	f := te.field
+	p := Policy{SPort: anyPorts, DPort: anyPorts, Pos: te.pos}
+	var tunnelE, protoE *Entry
+	srcOK, dstOK, protoOK, actionOK := true, true, true, false
+	actionSeen := false
+	for _, e := range te.t.Entries() {
+		kf, v := fieldPath(f, e.Key), e.Value
+		switch e.Key {
+		case "name":
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			msg := checkName(s)
+			if s == "" {
+				msg = "empty name (leave the key out for an unnamed policy)"
+			}
+			if msg != "" {
+				d.errorf(v.Pos, kf, "%s", msg)
+				break
+			}
+			p.Name = s
+		case "src", "dst":
+			s, ok := d.str(kf, v)
+			var pfx netip.Prefix
+			msg := ""
+			if ok {
+				pfx, msg = parseSelector(s)
+				if msg != "" {
+					d.errorf(v.Pos, kf, "%s", msg)
+				}
+			}
+			ok = ok && msg == ""
+			if e.Key == "src" {
+				p.Src, srcOK = pfx, ok
+			} else {
+				p.Dst, dstOK = pfx, ok
+			}
+		case "proto":
+			protoE = e
+			p.Proto, protoOK = d.proto(kf, v)
+		case "sport", "dport":
+			r, ok := d.ports(kf, v)
+			if !ok {
+				break
+			}
+			if e.Key == "sport" {
+				p.SPort = r
+			} else {
+				p.DPort = r
+			}
+		case "action":
+			actionSeen = true
+			if s, ok := d.oneOf(kf, v, "action", actions); ok {
+				p.Action, actionOK = s, true
+			}
+		case "tunnel":
+			tunnelE = e
+			s, ok := d.str(kf, v)
+			if !ok {
+				break
+			}
+			if s == "" {
+				d.errorf(v.Pos, kf, "empty tunnel name (want the name of a [[tunnel]])")
+				break
+			}
+			p.Tunnel = s
+		default:
+			d.errs = append(d.errs, unknownKey(e, kf, policyKeys, ""))
+		}
+	}
+
+	if !actionSeen {
+		d.errorf(te.pos, f+".action", "missing required key (protect, bypass or discard)")
+	}
+	if actionOK {
+		switch {
+		case p.Action == ActionProtect && tunnelE == nil:
+			d.errorf(te.pos, f+".tunnel", "missing required key for action = \"protect\" (the name of the [[tunnel]] whose outbound SA protects the traffic)")
+		case p.Action != ActionProtect && tunnelE != nil:
+			d.errorf(tunnelE.Value.Pos, f+".tunnel", "action %q takes no tunnel (only protect does)", p.Action)
+			p.Tunnel = ""
+		}
+	}
+
+	if srcOK && dstOK && p.Src.IsValid() && p.Dst.IsValid() && p.Src.Addr().Is4() != p.Dst.Addr().Is4() {
+		d.errorf(d.at(f+".dst"), f+".dst", "address family of %s (%s) differs from src %s (%s)", p.Dst, family(p.Dst.Addr()), p.Src, family(p.Src.Addr()))
+		srcOK = false
+	}
+	if protoOK && srcOK && dstOK {
+		v6 := p.Src.IsValid() && p.Src.Addr().Is6() || p.Dst.IsValid() && p.Dst.Addr().Is6()
+		v4 := p.Src.IsValid() && p.Src.Addr().Is4() || p.Dst.IsValid() && p.Dst.Addr().Is4()
+		switch {
+		case p.Proto == ProtoICMP && v6:
+			d.errorf(protoE.Value.Pos, f+".proto", "proto icmp (1) with IPv6 addresses, whose ICMP is icmpv6 (58)")
+		case p.Proto == ProtoICMPv6 && v4:
+			d.errorf(protoE.Value.Pos, f+".proto", "proto icmpv6 (58) with IPv4 addresses, whose ICMP is icmp (1)")
+		}
+	}
+	if protoOK && p.Proto != ProtoAny && !hasPorts(p.Proto) {
+		for _, k := range []string{"sport", "dport"} {
+			r := p.SPort
+			if k == "dport" {
+				r = p.DPort
+			}
+			if r != anyPorts {
+				d.errorf(d.at(f+"."+k), f+"."+k, "ports with proto %s, which has none (ports need tcp, udp, sctp or any)", protoName(p.Proto))
+			}
+		}
+	}
+
+	d.g.Policies = append(d.g.Policies, p)
+	d.policyFields = append(d.policyFields, f)
+}
+
+func hasPorts(proto uint8) bool {
+	return proto == ProtoTCP || proto == ProtoUDP || proto == ProtoSCTP
+}
+
+func protoName(proto uint8) string {
+	for _, pn := range protoNames {
+		if pn.proto == proto {
+			return pn.name
+		}
+	}
+	return strconv.Itoa(int(proto))
+}
+
+// proto reads a policy's protocol: a name, or a number as an integer or a
+// string.
+func (d *decoder) proto(f string, v *Value) (uint8, bool) {
+	const want = "valid: any, tcp, udp, icmp, icmpv6, sctp, or a protocol number 0..255"
+	if i, ok := v.Int(); ok {
+		if i < 0 || i > 255 {
+			d.errorf(v.Pos, f, "protocol %d out of range (%s)", i, want)
+			return 0, false
+		}
+		return uint8(i), true
+	}
+	s, ok := d.str(f, v)
+	if !ok {
+		return 0, false
+	}
+	for _, pn := range protoNames {
+		if pn.name == s {
+			return pn.proto, true
+		}
+	}
+	if n, err := strconv.ParseUint(s, 10, 8); err == nil {
+		return uint8(n), true
+	}
+	for _, pn := range protoNames {
+		if strings.EqualFold(pn.name, s) {
+			d.errorf(v.Pos, f, "unknown protocol %s (names are lowercase: did you mean %s?)", shortQuote(s), pn.name)
+			return 0, false
+		}
+	}
+	d.errorf(v.Pos, f, "unknown protocol %s (%s)", shortQuote(s), want)
+	return 0, false
+}
+
+// ports reads a policy's port selector: "any", "443", "1024-65535", or an
+// integer.
+func (d *decoder) ports(f string, v *Value) ([2]uint16, bool) {
+	const want = `want "any", a port such as "443", or a range such as "1024-65535"`
+	if i, ok := v.Int(); ok {
+		if i < 0 || i > 65535 {
+			d.errorf(v.Pos, f, "port %d out of range (want 0..65535)", i)
+			return anyPorts, false
+		}
+		return [2]uint16{uint16(i), uint16(i)}, true
+	}
+	s, ok := d.str(f, v)
+	if !ok {
+		return anyPorts, false
+	}
+	if s == "any" {
+		return anyPorts, true
+	}
+	lo, hi, isRange := strings.Cut(s, "-")
+	if !isRange {
+		hi = lo
+	}
+	l, err1 := strconv.ParseUint(strings.TrimSpace(lo), 10, 16)
+	h, err2 := strconv.ParseUint(strings.TrimSpace(hi), 10, 16)
+	if err1 != nil || err2 != nil {
+		d.errorf(v.Pos, f, "invalid port selector %s (%s; ports are 0..65535)", shortQuote(s), want)
+		return anyPorts, false
+	}
+	if l > h {
+		d.errorf(v.Pos, f, "port range %s is reversed (want low-high, e.g. %d-%d)", shortQuote(s), h, l)
+		return anyPorts, false
+	}
+	return [2]uint16{uint16(l), uint16(h)}, true
+}
+
+// The second pass.
+
+func (d *gwDecoder) crossCheck() {
+	g := d.g
+	if len(g.Tunnels) == 0 && !d.failed("tunnel") {
+		pos := d.at("tunnel")
+		d.errorf(pos, "tunnel", "no [[tunnel]]: the gateway needs at least one (name, local, peer, out, in)")
+	}
+	d.uniqueTunnelNames()
+	d.sockets()
+	d.linkSAs()
+	d.routes()
+	d.linkPolicies()
+	d.tunMTU()
+}
+
+// uniqueTunnelNames reports tunnels and policies that share a name.
+func (d *gwDecoder) uniqueTunnelNames() {
+	seen := make(map[string]int)
+	for i := range d.g.Tunnels {
+		f := d.tunnelFields[i] + ".name"
+		name := d.g.Tunnels[i].Name
+		if name == "" || d.failed(f) {
+			continue
+		}
+		if j, dup := seen[name]; dup {
+			d.errorf(d.at(f), f, "duplicate tunnel name %s: %s (line %d) and %s (line %d)",
+				shortQuote(name), d.tunnelFields[j], d.at(d.tunnelFields[j]+".name").Line, d.tunnelFields[i], d.at(f).Line)
+			continue
+		}
+		seen[name] = i
+	}
+	seen = make(map[string]int)
+	for i := range d.g.Policies {
+		f := d.policyFields[i] + ".name"
+		name := d.g.Policies[i].Name
+		if name == "" || d.failed(f) {
+			continue
+		}
+		if j, dup := seen[name]; dup {
+			d.errorf(d.at(f), f, "duplicate policy name %s: %s (line %d) and %s (line %d)",
+				shortQuote(name), d.policyFields[j], d.at(d.policyFields[j]+".name").Line, d.policyFields[i], d.at(f).Line)
+			continue
+		}
+		seen[name] = i
+	}
+}
+
+// sockets supplies [udp] and [rawesp] when tunnels need them and the file
+// has none, and checks that each tunnel's local address is one its socket
+// is bound to.
+func (d *gwDecoder) sockets() {
+	g := d.g
+	need := map[Encap]bool{}
+	need6 := map[Encap]bool{}
+	for i := range g.Tunnels {
+		tn, tf := &g.Tunnels[i], d.tunnelFields[i]
+		if d.failed(tf + ".encap") {
+			continue
+		}
+		need[tn.Encap] = true
+		if tn.Local.Is6() && !d.failed(tf+".local") {
+			need6[tn.Encap] = true
+		}
+	}
+	unspecified := func(v6 bool) netip.Addr {
+		if v6 {
+			return netip.IPv6Unspecified()
+		}
+		return netip.IPv4Unspecified()
+	}
+	if need[EncapUDP] && g.UDP == nil && !d.failed("udp") {
+		g.UDP = &UDP{}
+	}
+	if g.UDP != nil && !g.UDP.Listen.IsValid() {
+		g.UDP.Listen = netip.AddrPortFrom(unspecified(need6[EncapUDP]), DefaultUDPPort)
+	}
+	if need[EncapNone] && g.RawESP == nil && !d.failed("rawesp") {
+		g.RawESP = &RawESP{}
+	}
+	if g.RawESP != nil && !g.RawESP.Listen.IsValid() {
+		g.RawESP.Listen = unspecified(need6[EncapNone])
+	}
+
+	for i := range g.Tunnels {
+		tn, tf := &g.Tunnels[i], d.tunnelFields[i]
+		if d.failed(tf+".encap") || !tn.Local.IsValid() || d.failed(tf+".local") {
+			continue
+		}
+		var listen netip.Addr
+		var field, shown string
+		switch {
+		case tn.Encap == EncapUDP && g.UDP != nil && !d.failed("udp.listen"):
+			listen, field, shown = g.UDP.Listen.Addr(), "udp.listen", g.UDP.Listen.String()
+		case tn.Encap == EncapNone && g.RawESP != nil && !d.failed("rawesp.listen"):
+			listen, field, shown = g.RawESP.Listen, "rawesp.listen", g.RawESP.Listen.String()
+		default:
+			continue
+		}
+		switch {
+		case listen.IsUnspecified() && listen.Is4() && tn.Local.Is6():
+			d.errorf(d.at(tf+".local"), tf+".local", "IPv6 local address %s, but %s %s (%s) takes IPv4 only: listen on :: for both families",
+				tn.Local, field, shown, d.where(field))
+		case !listen.IsUnspecified() && listen != tn.Local:
+			d.errorf(d.at(tf+".local"), tf+".local", "local %s is not %s %s (%s): the tunnel sends and receives on that socket",
+				tn.Local, field, listen, d.where(field))
+		}
+	}
+}
+
+// linkSAs resolves the tunnels' SA names and checks each SA against its
+// tunnel.
+func (d *gwDecoder) linkSAs() {
+	g := d.g
+	byName := make(map[string]int)
+	for i := range g.SAs {
+		if n := g.SAs[i].Name; n != "" {
+			if _, dup := byName[n]; !dup {
+				byName[n] = i
+			}
+		}
+	}
+	used := make(map[int]saRef)
+	inboundSPI := make(map[uint32]int) // SPI -> SA index, inbound SAs only
+	for _, ref := range d.refs {
+		si, ok := byName[ref.name]
+		if !ok {
+			d.errorf(d.at(ref.field), ref.field, "no [[sa]] named %s %s", shortQuote(ref.name), d.saNames())
+			continue
+		}
+		tn := &g.Tunnels[ref.tunnel]
+		if prev, dup := used[si]; dup {
+			d.errorf(d.at(ref.field), ref.field, "SA %s is already the %s SA of tunnel %s (%s): an SA belongs to one tunnel and one direction",
+				shortQuote(ref.name), direction(prev.out), shortQuote(g.Tunnels[prev.tunnel].Name), d.line(prev.field))
+			continue
+		}
+		used[si] = ref
+		sf := d.saTables[si].field
+		if d.failed(sf) {
+			continue
+		}
+		sa := &g.SAs[si]
+		if !ref.out {
+			if sj, dup := inboundSPI[sa.SPI]; dup {
+				pf := d.saTables[sj].field
+				d.errorf(d.at(sf+".spi"), sf+".spi", "inbound SPI 0x%08x is also the SPI of %s %s (line %d), another inbound SA: the gateway finds inbound SAs by SPI alone",
+					sa.SPI, pf, shortQuote(g.SAs[sj].Name), d.at(pf+".spi").Line)
+			} else {
+				inboundSPI[sa.SPI] = si
+			}
+		}
+		d.checkSA(ref, tn, sa, sf)
+	}
+}
+
+func direction(out bool) string {
+	if out {
+		return "outbound"
+	}
+	return "inbound"
+}
+
+// saNames lists the names that tunnels may refer to, for a message about a
+// name that is not among them.
+func (d *gwDecoder) saNames() string {
+	var names []string
+	unnamed := 0
+	for i := range d.g.SAs {
+		n := d.g.SAs[i].Name
+		switch {
+		case n == "":
+			unnamed++
+		case !slices.Contains(names, shortQuote(n)):
+			names = append(names, shortQuote(n))
+		}
+	}
+	var b strings.Builder
+	b.WriteByte('(')
+	const max = 10
+	switch {
+	case len(names) == 0:
+		b.WriteString("no [[sa]] in the file has a name")
+	case len(names) > max:
+		fmt.Fprintf(&b, "named SAs: %s, and %d more", strings.Join(names[:max], ", "), len(names)-max)
+	default:
+		b.WriteString("named SAs: " + strings.Join(names, ", "))
+	}
+	if unnamed > 0 {
+		fmt.Fprintf(&b, "; %d [[sa]] without a name cannot be used by a tunnel until it is given one", unnamed)
+	}
+	b.WriteByte(')')
+	return b.String()
+}
+
+// checkSA checks the SA sa (field sf), which ref names, against tunnel tn.
+// Errors go on the SA's field, naming the tunnel.
+func (d *gwDecoder) checkSA(ref saRef, tn *Tunnel, sa *SA, sf string) {
+	tf := d.tunnelFields[ref.tunnel]
+	who := fmt.Sprintf("tunnel %s (%s)", shortQuote(tn.Name), d.line(ref.field))
+	dir := direction(ref.out)
+	if sa.Mode != ModeTunnel {
+		d.errorf(d.at(sf+".mode"), sf+".mode", "mode %q, but %s uses this SA: a tunnel's SAs need mode = \"tunnel\"", sa.Mode, who)
+	}
+	if tn.Local.IsValid() && tn.Peer.IsValid() && !d.failed(tf+".local") && !d.failed(tf+".peer") {
+		src, dst, srcKey, dstKey := tn.Local, tn.Peer, "local", "peer"
+		if !ref.out {
+			src, dst, srcKey, dstKey = dst, src, dstKey, srcKey
+		}
+		if sa.Src.IsValid() && sa.Src != src {
+			d.errorf(d.at(sf+".src"), sf+".src", "src %s is not the %s address %s of %s, whose %s SA this is", sa.Src, srcKey, src, who, dir)
+		}
+		if sa.Dst.IsValid() && sa.Dst != dst {
+			d.errorf(d.at(sf+".dst"), sf+".dst", "dst %s is not the %s address %s of %s, whose %s SA this is", sa.Dst, dstKey, dst, who, dir)
+		}
+	}
+	if d.failed(tf + ".encap") {
+		return
+	}
+	if sa.Encap != tn.Encap {
+		dflt := ""
+		if !d.has(sf + ".encap") {
+			dflt = " (the SA file's default)"
+		}
+		d.errorf(d.at(sf+".encap"), sf+".encap", "encap %q%s, but %s has encap = %q: a tunnel's SAs use its encapsulation", sa.Encap, dflt, who, tn.Encap)
+		return
+	}
+	if !ref.out || tn.Encap != EncapUDP {
+		// Inbound ports are whatever the peer's packets carry after any
+		// NAT on the way; only the outbound ones are ours to choose.
+		return
+	}
+	if !d.failed(tf+".peer_port") && sa.DPort != tn.PeerPort {
+		d.errorf(d.at(sf+".dport"), sf+".dport", "dport %d is not the peer_port %d of %s, whose outbound SA this is", sa.DPort, tn.PeerPort, who)
+	}
+	if d.g.UDP != nil && !d.failed("udp.listen") && sa.SPort != d.g.UDP.Listen.Port() {
+		d.errorf(d.at(sf+".sport"), sf+".sport", "sport %d is not the port of udp.listen %s (%s), which the outbound SA of %s sends from",
+			sa.SPort, d.g.UDP.Listen, d.where("udp.listen"), who)
+	}
+}
+
+// routes reports remote prefixes of different tunnels that overlap (a
+// packet to the overlap would have two tunnels), and remote prefixes that
+// take in an address of the TUN device itself (usually the peer's remote
+// copied by mistake).
+func (d *gwDecoder) routes() {
+	g := d.g
+	type route struct {
+		tunnel int
+		field  string
+		p      netip.Prefix
+	}
+	var rs []route
+	for i := range g.Tunnels {
+		tf := d.tunnelFields[i] + ".remote"
+		if d.failed(tf) {
+			continue
+		}
+		for k, p := range g.Tunnels[i].Remote {
+			rs = append(rs, route{i, fmt.Sprintf("%s[%d]", tf, k+1), p})
+		}
+	}
+	for j, r := range rs {
+		for _, q := range rs[:j] {
+			if q.tunnel != r.tunnel && q.p.Overlaps(r.p) {
+				d.errorf(d.at(r.field), r.field, "%s overlaps %s of tunnel %s (%s): routes into two tunnels would be ambiguous",
+					r.p, q.p, shortQuote(g.Tunnels[q.tunnel].Name), d.line(q.field))
+				break
+			}
+		}
+	}
+	if d.failed("tun.addresses") {
+		return
+	}
+	for _, r := range rs {
+		for k, a := range g.TUN.Addresses {
+			if r.p.Contains(a.Addr()) && r.p.Bits() >= a.Bits() {
+				d.errorf(d.at(r.field), r.field, "%s takes in %s, the TUN device's own address (%s): the local network cannot be routed into a tunnel (is this the peer's remote?)",
+					r.p, a, d.line(fmt.Sprintf("tun.addresses[%d]", k+1)))
+				break
+			}
+		}
+	}
+}
+
+// linkPolicies resolves the policies' tunnels and reports tunnels that no
+// traffic can enter: no remote prefixes and no policy that protects into
+// them.
+func (d *gwDecoder) linkPolicies() {
+	g := d.g
+	byName := make(map[string]int)
+	var names []string
+	for i := range g.Tunnels {
+		if n := g.Tunnels[i].Name; n != "" && !d.failed(d.tunnelFields[i]+".name") {
+			if _, dup := byName[n]; !dup {
+				byName[n] = i
+				names = append(names, shortQuote(n))
+			}
+		}
+	}
+	selected := make(map[int]bool)
+	unresolved := false
+	for i := range g.Policies {
+		p, pf := &g.Policies[i], d.policyFields[i]+".tunnel"
+		if d.failed(pf) || d.failed(d.policyFields[i]+".action") {
+			unresolved = true
+			continue
+		}
+		if p.Tunnel == "" {
+			continue
+		}
+		ti, ok := byName[p.Tunnel]
+		if !ok {
+			unresolved = true
+			list := "the file has no valid [[tunnel]]"
+			if len(names) > 0 {
+				list = "tunnels: " + strings.Join(names, ", ")
+			}
+			d.errorf(d.at(pf), pf, "no [[tunnel]] named %s (%s)", shortQuote(p.Tunnel), list)
+			continue
+		}
+		selected[ti] = true
+	}
+	if unresolved {
+		return
+	}
+	for i := range g.Tunnels {
+		tn, tf := &g.Tunnels[i], d.tunnelFields[i]
+		if len(tn.Remote) > 0 || selected[i] || d.failed(tf+".remote") || d.failed(tf+".name") || tn.Name == "" {
+			continue
+		}
+		how := "no [[policy]] protects into it"
+		if len(g.Policies) == 0 {
+			how = "there are no [[policy]] tables"
+		}
+		d.errorf(d.at(tf+".remote"), tf+".remote", "no traffic can enter tunnel %s: it has no remote prefixes and %s (list the inner prefixes behind the peer, e.g. remote = [\"10.2.0.0/24\"])",
+			shortQuote(tn.Name), how)
+	}
+}
+
+// tunMTU checks a TUN MTU that is set against IPv6, which needs 1280.
+func (d *gwDecoder) tunMTU() {
+	g := d.g
+	if g.TUN.MTU == 0 || g.TUN.MTU >= MinIPv6MTU {
+		return
+	}
+	why := ""
+	for _, a := range g.TUN.Addresses {
+		if a.Addr().Is6() {
+			why = "the TUN device has the IPv6 address " + a.String()
+			break
+		}
+	}
+	for i := 0; why == "" && i < len(g.Tunnels); i++ {
+		for _, p := range g.Tunnels[i].Remote {
+			if p.Addr().Is6() {
+				why = fmt.Sprintf("tunnel %s routes the IPv6 prefix %s", shortQuote(g.Tunnels[i].Name), p)
+				break
+			}
+		}
+	}
+	if why != "" {
+		d.errorf(d.at("tun.mtu"), "tun.mtu", "MTU %d is too small: %s, and IPv6 needs at least %d (RFC 8200 section 5)", g.TUN.MTU, why, MinIPv6MTU)
+	}
+}
