@@ -1,0 +1,304 @@
+package dataplane_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/cryptodev/sched"
+	"github.com/sluicegw/sluice/cryptodev/soft"
+	"github.com/sluicegw/sluice/dataplane"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/packet"
+	"github.com/sluicegw/sluice/pktio"
+	"github.com/sluicegw/sluice/pktio/pipe"
+	"github.com/sluicegw/sluice/sad"
+)
+
+// site is one gateway of a back-to-back pair on in-memory links: the test
+// writes plaintext into user and reads what comes out of it.
+type site struct {
+	dp    *dataplane.Dataplane
+	store *sad.Store
+	user  pktio.Link // the test's end of the plaintext link
+	pool  *packet.Pool
+	eng   cryptodev.Engine
+}
+
+type keys struct{ enc []byte }
+
+func newKeys() keys {
+	k := keys{enc: make([]byte, 20)}
+	rand.Read(k.enc)
+	return k
+}
+
+func mkSA(t *testing.T, eng cryptodev.Engine, k keys, spi uint32, src, dst netip.Addr, out bool) *sad.SA {
+	t.Helper()
+	key, err := eng.NewKey(cryptodev.AES128GCM16, k.enc, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := esp.Config{SPI: spi, Mode: esp.Tunnel, Encap: esp.EncapUDP, Src: src, Dst: dst, Alg: cryptodev.AES128GCM16,
+		Key: key, ReplayWindow: 1024}
+	var rt *esp.SA
+	if out {
+		rt, err = esp.NewOutbound(cfg)
+	} else {
+		rt, err = esp.NewInbound(cfg)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &sad.SA{Name: fmt.Sprintf("spi-%#x", spi), SA: rt, Key: key, Engine: eng.Name()}
+	rt.SetUser(s)
+	return s
+}
+
+var (
+	addrA = netip.MustParseAddr("192.0.2.1")
+	addrB = netip.MustParseAddr("192.0.2.2")
+)
+
+// pair builds two data planes joined by a pipe, A (10.1.0.0/24) and B
+// (10.2.0.0/24), with one tunnel each way keyed alike.
+func pair(t *testing.T, eng cryptodev.Engine, workers int) (a, b *site, ab, ba keys) {
+	t.Helper()
+	netA, netB := pipe.New(4096)
+	ab, ba = newKeys(), newKeys()
+	mk := func(local, peer netip.Addr, remote string, net pktio.Link, outKeys, inKeys keys, outSPI, inSPI uint32) *site {
+		user, plain := pipe.New(4096)
+		s := &site{user: user, pool: packet.NewPool(8192, 2048, 128), eng: eng}
+		var dp *dataplane.Dataplane
+		s.store = sad.NewStore(func(gen uint64, sas []*sad.SA) { dp.Retire(gen, sas) })
+		var err error
+		dp, err = dataplane.New(dataplane.Config{Workers: workers, Engines: map[string]cryptodev.Engine{eng.Name(): eng},
+			Default: eng.Name(), Plain: []dataplane.Link{plain}, Net: []dataplane.Link{net}, Store: s.store, Pool: s.pool})
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.dp = dp
+		_, err = s.store.AddTunnel(sad.TunnelSpec{Name: "t", Local: local, Peer: peer, Encap: esp.EncapUDP,
+			Remote: []netip.Prefix{netip.MustParsePrefix(remote)}, MTU: 1400,
+			Out: mkSA(t, eng, outKeys, outSPI, local, peer, true), In: []*sad.SA{mkSA(t, eng, inKeys, inSPI, peer, local, false)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		dp.Start(context.Background())
+		t.Cleanup(func() { dp.Close(); s.store.Close(); user.Close() })
+		return s
+	}
+	a = mk(addrA, addrB, "10.2.0.0/24", netA, ab, ba, 0x1001, 0x2001)
+	b = mk(addrB, addrA, "10.1.0.0/24", netB, ba, ab, 0x2001, 0x1001)
+	return a, b, ab, ba
+}
+
+// udpPacket builds an IPv4 UDP packet carrying a sequence number.
+func udpPacket(src, dst string, seq uint32, size int) []byte {
+	b := make([]byte, 28+size)
+	packet.IPv4(b).Encode(&packet.IPv4Fields{Length: uint16(len(b)), TTL: 64, Protocol: packet.ProtoUDP,
+		Src: netip.MustParseAddr(src).As4(), Dst: netip.MustParseAddr(dst).As4()})
+	packet.UDP(b[20:]).Encode(1000, 2000, uint16(8+size))
+	binary.BigEndian.PutUint32(b[28:], seq)
+	return b
+}
+
+// send writes packets into a site's plaintext side.
+func (s *site) send(t *testing.T, pkts [][]byte) {
+	t.Helper()
+	bufs := make([]*packet.Buf, len(pkts))
+	if s.pool.GetN(bufs) != len(bufs) {
+		t.Fatal("pool empty")
+	}
+	for i, p := range pkts {
+		bufs[i].Write(128, p)
+	}
+	for off := 0; off < len(bufs); {
+		n, err := s.user.Write(bufs[off:])
+		if err != nil {
+			t.Fatal(err)
+		}
+		off += n
+	}
+	s.pool.PutN(bufs)
+}
+
+// recv reads n packets from a site's plaintext side, or fails after a
+// bounded wait.
+func (s *site) recv(t *testing.T, n int) [][]byte {
+	t.Helper()
+	var out [][]byte
+	bufs := make([]*packet.Buf, 128)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for len(out) < n {
+			k := s.pool.GetN(bufs)
+			m, err := s.user.Read(bufs[:k])
+			for _, b := range bufs[:m] {
+				out = append(out, bytes.Clone(b.Bytes()))
+			}
+			s.pool.PutN(bufs[:k])
+			if err != nil {
+				return
+			}
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		s.user.Close() // unblocks the reader
+		<-done
+		t.Fatalf("received %d of %d packets", len(out), n)
+	}
+	return out
+}
+
+func checkInOrder(t *testing.T, got [][]byte, first uint32, want int) {
+	t.Helper()
+	if len(got) != want {
+		t.Fatalf("got %d packets, want %d", len(got), want)
+	}
+	for i, p := range got {
+		if seq := binary.BigEndian.Uint32(p[28:]); seq != first+uint32(i) {
+			t.Fatalf("packet %d carries %d: out of order or lost", i, seq)
+		}
+		if !packet.IPv4(p).IsValid() {
+			t.Fatalf("packet %d is not a valid IPv4 packet", i)
+		}
+	}
+}
+
+func engines(t *testing.T) []cryptodev.Engine {
+	s, err := sched.New(sched.Options{Workers: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return []cryptodev.Engine{soft.New(), s}
+}
+
+// TestBackToBack: two data planes on in-memory links carry traffic both ways,
+// in order, with one worker and with two, on the soft and the sched engine.
+func TestBackToBack(t *testing.T) {
+	for _, eng := range engines(t) {
+		for _, workers := range []int{1, 2} {
+			t.Run(fmt.Sprintf("%s/workers=%d", eng.Name(), workers), func(t *testing.T) {
+				a, b, _, _ := pair(t, eng, workers)
+				const batches, per = 20, 100
+				for i := range batches {
+					var pkts [][]byte
+					for j := range per {
+						pkts = append(pkts, udpPacket("10.1.0.5", "10.2.0.7", uint32(i*per+j), 10+(i*per+j)%1300))
+					}
+					a.send(t, pkts)
+					got := b.recv(t, per)
+					checkInOrder(t, got, uint32(i*per), per)
+					for j := range got {
+						if !bytes.Equal(got[j], pkts[j]) {
+							t.Fatalf("packet %d changed", i*per+j)
+						}
+					}
+				}
+				// And back.
+				b.send(t, [][]byte{udpPacket("10.2.0.7", "10.1.0.5", 7, 100)})
+				checkInOrder(t, a.recv(t, 1), 7, 1)
+				st := a.dp.Stats()
+				var sealed uint64
+				for _, w := range st.Workers {
+					sealed += w.Sealed
+				}
+				if sealed != batches*per {
+					t.Fatalf("A sealed %d, want %d", sealed, batches*per)
+				}
+			})
+		}
+	}
+}
+
+// TestDropsCounted: packets with no route, and ESP with an unknown SPI, are
+// dropped and counted, not forwarded.
+func TestDropsCounted(t *testing.T) {
+	a, b, _, _ := pair(t, soft.New(), 1)
+	a.send(t, [][]byte{udpPacket("10.1.0.5", "10.9.0.1", 1, 10), {0x45, 0}})
+	waitFor(t, func() bool {
+		d := a.dp.Stats().Receivers[0].Drops
+		return d["no_route"] == 1 && d["malformed"] == 1
+	})
+	// Traffic still flows.
+	a.send(t, [][]byte{udpPacket("10.1.0.5", "10.2.0.7", 9, 10)})
+	checkInOrder(t, b.recv(t, 1), 9, 1)
+}
+
+func waitFor(t *testing.T, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatal("condition not met in 10s")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestRekeyWithoutLoss: under continuous traffic B adds the new inbound SA,
+// A switches its outbound SA, and B removes the old inbound SA only after it
+// drained: no packet is lost and the old keys are destroyed.
+func TestRekeyWithoutLoss(t *testing.T) {
+	for _, eng := range engines(t) {
+		t.Run(eng.Name(), func(t *testing.T) {
+			a, b, _, _ := pair(t, eng, 2)
+			newKeys := newKeys()
+			const rounds, per = 30, 64
+			seq := uint32(0)
+			oldOut := a.store.Load().Tunnel("t").Out()
+			for r := range rounds {
+				var pkts [][]byte
+				for range per {
+					pkts = append(pkts, udpPacket("10.1.0.5", "10.2.0.7", seq, 200))
+					seq++
+				}
+				a.send(t, pkts)
+				switch r {
+				case 10: // B learns the new SA first
+					if err := b.store.AddInbound("t", mkSA(t, eng, newKeys, 0x3001, addrA, addrB, false)); err != nil {
+						t.Fatal(err)
+					}
+				case 11: // then A switches, with packets of the old SA in flight
+					if err := a.store.SwitchOutbound("t", mkSA(t, eng, newKeys, 0x3001, addrA, addrB, true)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				checkInOrder(t, b.recv(t, per), uint32(r*per), per)
+				if r == 20 { // long drained: B drops the old inbound SA
+					if err := b.store.RemoveInbound(0x1001); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			// The old outbound key is destroyed once nothing can use it.
+			waitFor(t, func() bool { return oldOut.Key.State() == nil })
+			if got := b.store.Load().Tunnel("t").Inbound(); len(got) != 1 || got[0].SA.SPI() != 0x3001 {
+				t.Fatalf("B's inbound SAs: %v, want only 0x3001", got)
+			}
+		})
+	}
+}
+
+// TestNoGoroutineLeak: Close ends every goroutine the data plane started.
+func TestNoGoroutineLeak(t *testing.T) {
+	before := runtime.NumGoroutine()
+	t.Run("run", func(t *testing.T) {
+		a, b, _, _ := pair(t, soft.New(), 2)
+		a.send(t, [][]byte{udpPacket("10.1.0.5", "10.2.0.7", 1, 10)})
+		b.recv(t, 1)
+	})
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
+}

@@ -1,0 +1,323 @@
+// Package gateway assembles a running sluice gateway from its configuration:
+// crypto engines, the TUN device and ciphertext sockets, the SA database,
+// the policies and the data plane; and applies a changed configuration
+// without dropping traffic.
+package gateway
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"runtime"
+	"sort"
+	"sync"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/dataplane"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/packet"
+	"github.com/sluicegw/sluice/pktio/netutil"
+	"github.com/sluicegw/sluice/pktio/rawesp"
+	"github.com/sluicegw/sluice/pktio/tun"
+	"github.com/sluicegw/sluice/pktio/udp"
+	"github.com/sluicegw/sluice/sad"
+
+	// The engines a configuration may name.
+	_ "github.com/sluicegw/sluice/cryptodev/sched"
+	_ "github.com/sluicegw/sluice/cryptodev/soft"
+)
+
+// UnderlayMTU is the MTU assumed for the network that carries ESP.
+const UnderlayMTU = 1500
+
+// Gateway is a running gateway.
+type Gateway struct {
+	log     *slog.Logger
+	mu      sync.Mutex // serialises Reload and Close
+	cfg     *config.Gateway
+	engines map[string]cryptodev.Engine
+	store   *sad.Store
+	dp      *dataplane.Dataplane
+	pool    *packet.Pool
+	policy  *policySet
+	closed  bool
+	cancel  context.CancelFunc
+}
+
+// Start brings a gateway up from cfg: it creates the TUN device and the
+// sockets, opens the engines, installs the tunnels and starts the data
+// plane. On error everything created is torn down.
+func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gateway, err error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	g = &Gateway{log: log, cfg: cfg, engines: map[string]cryptodev.Engine{}}
+	var closers []func()
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				closers[i]()
+			}
+		}
+	}()
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = runtime.NumCPU()
+	}
+	for _, name := range engineNames(cfg) {
+		eng, err := cryptodev.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: %w", err)
+		}
+		g.engines[name] = eng
+		closers = append(closers, func() { eng.Close() })
+	}
+
+	mtu := tunnelMTU(cfg)
+	queues := cfg.TUN.Queues
+	if queues <= 0 {
+		queues = workers
+	}
+	plain, err := tun.Open(cfg.TUN.Name, mtu, queues)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: TUN %s: %w", cfg.TUN.Name, err)
+	}
+	for _, l := range plain {
+		closers = append(closers, func() { l.Close() })
+	}
+	if err := netutil.Configure(plain[0].(*tun.Queue).Name(), cfg.TUN.Addresses, allRemotes(cfg)); err != nil {
+		return nil, fmt.Errorf("gateway: TUN %s: %w", cfg.TUN.Name, err)
+	}
+	var netLinks []dataplane.Link
+	if cfg.UDP != nil {
+		ls, err := udp.OpenN(cfg.UDP.Listen, workers, udp.Options{GSO: cfg.UDP.GSO, GRO: cfg.UDP.GRO})
+		if err != nil {
+			return nil, fmt.Errorf("gateway: udp %v: %w", cfg.UDP.Listen, err)
+		}
+		for _, l := range ls {
+			netLinks = append(netLinks, l)
+			closers = append(closers, func() { l.Close() })
+		}
+	}
+	var raw dataplane.Link
+	if cfg.RawESP != nil {
+		l, err := rawesp.Open(cfg.RawESP.Listen)
+		if err != nil {
+			return nil, fmt.Errorf("gateway: raw ESP %v: %w", cfg.RawESP.Listen, err)
+		}
+		raw = l
+		closers = append(closers, func() { l.Close() })
+	}
+	slot := packet.UDPHeader + mtu + esp.MaxHeadroom + esp.MaxTailroom + 64
+	slot = max(slot, 2048)
+	g.pool = packet.NewPool(4096*max(1, workers/2), slot, esp.MaxHeadroom+32)
+
+	var dp *dataplane.Dataplane
+	g.store = sad.NewStore(func(gen uint64, sas []*sad.SA) {
+		if dp != nil {
+			dp.Retire(gen, sas)
+			return
+		}
+		for _, s := range sas {
+			s.Key.Destroy()
+		}
+	})
+	plainLinks := make([]dataplane.Link, len(plain))
+	for i, l := range plain {
+		plainLinks[i] = l
+	}
+	dcfg := dataplane.Config{
+		Workers: workers, Engines: g.engines, Default: cfg.Engine,
+		Plain: plainLinks, Net: netLinks, Raw: raw, Store: g.store, Pool: g.pool,
+		Logger: log,
+	}
+	if cfg.Oversize == "drop" {
+		dcfg.Oversize = dataplane.OversizeDrop
+	}
+	for _, p := range cfg.TUN.Addresses {
+		if p.Addr().Is4() && !dcfg.ICMPSource4.IsValid() {
+			dcfg.ICMPSource4 = p.Addr()
+		}
+		if p.Addr().Is6() && !dcfg.ICMPSource6.IsValid() {
+			dcfg.ICMPSource6 = p.Addr()
+		}
+	}
+	if len(cfg.Policies) > 0 {
+		ps, err := newPolicySet(cfg)
+		if err != nil {
+			return nil, err
+		}
+		g.policy = ps
+		dcfg.NewClassifier = ps.classifier
+		dcfg.InboundCheck = ps.inboundCheck
+	}
+	if dp, err = dataplane.New(dcfg); err != nil {
+		return nil, err
+	}
+	g.dp = dp
+	for i := range cfg.Tunnels {
+		if err := g.addTunnel(&cfg.Tunnels[i], i%workers); err != nil {
+			g.store.Close()
+			return nil, err
+		}
+	}
+	if g.policy != nil {
+		if err := g.policy.bind(g.store.Load()); err != nil {
+			return nil, err
+		}
+	}
+	ctx, g.cancel = context.WithCancel(ctx)
+	dp.Start(ctx)
+	log.Info("gateway up", "tunnels", len(cfg.Tunnels), "workers", workers, "engine", cfg.Engine, "tun", cfg.TUN.Name, "mtu", mtu)
+	return g, nil
+}
+
+func engineNames(cfg *config.Gateway) []string {
+	set := map[string]bool{cfg.Engine: true}
+	for _, t := range cfg.Tunnels {
+		if t.Engine != "" {
+			set[t.Engine] = true
+		}
+	}
+	names := make([]string, 0, len(set))
+	for n := range set {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}
+
+func allRemotes(cfg *config.Gateway) []netip.Prefix {
+	var out []netip.Prefix
+	for _, t := range cfg.Tunnels {
+		out = append(out, t.Remote...)
+	}
+	for _, p := range cfg.Policies {
+		if p.Action == "protect" && p.Dst.IsValid() {
+			out = append(out, p.Dst)
+		}
+	}
+	return out
+}
+
+// saOverhead is the most ESP adds to a full-sized packet of the SA.
+func saOverhead(sa *config.SA, outer6 bool) int {
+	info := sa.Alg.Info()
+	o := esp.HeaderLen + info.IVLen + info.BlockSize - 1 + esp.TrailerLen + info.ICVLen + 20
+	if outer6 {
+		o += 20
+	}
+	if sa.Encap == config.EncapUDP {
+		o += packet.UDPHeader
+	}
+	return o
+}
+
+// tunnelMTU is the plaintext MTU: configured, or the underlay MTU less the
+// largest overhead of any tunnel's outbound SA.
+func tunnelMTU(cfg *config.Gateway) int {
+	if cfg.TUN.MTU > 0 {
+		return cfg.TUN.MTU
+	}
+	worst := 0
+	for _, t := range cfg.Tunnels {
+		if sa := cfg.SA(t.Out); sa != nil {
+			worst = max(worst, saOverhead(sa, t.Peer.Is6()))
+		}
+	}
+	if worst == 0 {
+		worst = 80
+	}
+	return (UnderlayMTU - worst) &^ 3
+}
+
+// openSA builds the SAD entry for the named SA in one direction.
+func (g *Gateway) openSA(name string, dir esp.Direction, engine string) (*sad.SA, error) {
+	sa := g.cfg.SA(name)
+	if sa == nil {
+		return nil, fmt.Errorf("gateway: no SA %q", name)
+	}
+	if engine == "" {
+		engine = g.cfg.Engine
+	}
+	rt, err := sad.OpenSA(g.engines[engine], sa, dir)
+	if err != nil {
+		return nil, err
+	}
+	s := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine}
+	rt.SetUser(s)
+	return s, nil
+}
+
+func (g *Gateway) addTunnel(t *config.Tunnel, owner int) error {
+	spec := sad.TunnelSpec{Name: t.Name, Local: t.Local, Peer: t.Peer, PeerPort: t.PeerPort, Remote: t.Remote, Owner: owner}
+	spec.Encap = esp.EncapNone
+	if t.Encap == config.EncapUDP {
+		spec.Encap = esp.EncapUDP
+	}
+	spec.MTU = t.MTU
+	if spec.MTU == 0 {
+		spec.MTU = tunnelMTU(g.cfg)
+	}
+	var opened []*sad.SA
+	fail := func(err error) error {
+		for _, s := range opened {
+			s.Key.Destroy()
+		}
+		return fmt.Errorf("gateway: tunnel %q: %w", t.Name, err)
+	}
+	out, err := g.openSA(t.Out, esp.Outbound, t.Engine)
+	if err != nil {
+		return fail(err)
+	}
+	opened = append(opened, out)
+	spec.Out = out
+	for _, n := range t.In {
+		in, err := g.openSA(n, esp.Inbound, t.Engine)
+		if err != nil {
+			return fail(err)
+		}
+		opened = append(opened, in)
+		spec.In = append(spec.In, in)
+	}
+	if _, err := g.store.AddTunnel(spec); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// Store gives read access to the SAD.
+func (g *Gateway) Store() *sad.Store { return g.store }
+
+// Dataplane gives access to the counters.
+func (g *Gateway) Dataplane() *dataplane.Dataplane { return g.dp }
+
+// Config returns the configuration in force.
+func (g *Gateway) Config() *config.Gateway {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cfg
+}
+
+// Close drains the data plane, removes the tunnels and zeroes their keys.
+// It is idempotent.
+func (g *Gateway) Close() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil
+	}
+	g.closed = true
+	g.dp.Close()
+	g.cancel()
+	g.store.Close()
+	var errs []error
+	for _, e := range g.engines {
+		errs = append(errs, e.Close())
+	}
+	g.log.Info("gateway down")
+	return errors.Join(errs...)
+}

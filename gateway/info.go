@@ -1,0 +1,172 @@
+package gateway
+
+// Read-only views and the control operations the control socket serves.
+
+import (
+	"fmt"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/dataplane"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/sad"
+)
+
+// SAInfo describes one SA in the database, without key material.
+type SAInfo struct {
+	Name       string            `json:"name"`
+	Tunnel     string            `json:"tunnel"`
+	Direction  string            `json:"direction"` // "in" or "out"
+	SPI        uint32            `json:"spi"`
+	Alg        string            `json:"alg"`
+	Mode       string            `json:"mode"`
+	Encap      string            `json:"encap"`
+	ESN        bool              `json:"esn"`
+	Engine     string            `json:"engine"`
+	Seq        uint64            `json:"seq"`
+	Packets    uint64            `json:"packets"`
+	Bytes      uint64            `json:"bytes"`
+	Drops      map[string]uint64 `json:"drops"`
+	NeedsRekey bool              `json:"needs_rekey"`
+}
+
+// TunnelInfo describes one tunnel.
+type TunnelInfo struct {
+	Name   string   `json:"name"`
+	Local  string   `json:"local"`
+	Peer   string   `json:"peer"`
+	Encap  string   `json:"encap"`
+	Remote []string `json:"remote"`
+	MTU    int      `json:"mtu"`
+	Worker int      `json:"worker"`
+	Out    string   `json:"out"`
+	In     []string `json:"in"`
+}
+
+// PolicyInfo describes one policy.
+type PolicyInfo struct {
+	Name     string `json:"name"`
+	Selector string `json:"selector"`
+	Action   string `json:"action"`
+	Tunnel   string `json:"tunnel,omitempty"`
+}
+
+// Stats are the gateway's counters.
+type Stats struct {
+	Dataplane dataplane.Stats `json:"dataplane"`
+	SAs       []SAInfo        `json:"sas"`
+}
+
+func saInfo(s *sad.SA, dir string) SAInfo {
+	rt := s.SA
+	c := rt.Config()
+	info := SAInfo{Name: s.Name, Direction: dir, SPI: rt.SPI(), Alg: c.Alg.String(), Mode: c.Mode.String(),
+		Encap: c.Encap.String(), ESN: c.ESN, Engine: s.Engine,
+		Packets: rt.Counters.Packets.Load(), Bytes: rt.Counters.Bytes.Load(), Drops: rt.Counters.Drops.Map(),
+		NeedsRekey: rt.NeedsRekey()}
+	if s.Tunnel != nil {
+		info.Tunnel = s.Tunnel.Name
+	}
+	return info
+}
+
+// SAs lists every SA: each tunnel's outbound SA, then its inbound ones.
+// Sequence numbers are not shown: they belong to the workers.
+func (g *Gateway) SAs() []SAInfo {
+	var out []SAInfo
+	for _, t := range g.store.Load().Tunnels() {
+		if s := t.Out(); s != nil {
+			out = append(out, saInfo(s, "out"))
+		}
+		for _, s := range t.Inbound() {
+			out = append(out, saInfo(s, "in"))
+		}
+	}
+	return out
+}
+
+// Tunnels lists the tunnels.
+func (g *Gateway) Tunnels() []TunnelInfo {
+	var out []TunnelInfo
+	for _, t := range g.store.Load().Tunnels() {
+		ti := TunnelInfo{Name: t.Name, Local: t.Local.String(), Peer: t.Peer.String(), Encap: t.Encap.String(), MTU: t.MTU, Worker: t.Owner}
+		for _, p := range t.Remote {
+			ti.Remote = append(ti.Remote, p.String())
+		}
+		if s := t.Out(); s != nil {
+			ti.Out = s.Name
+		}
+		for _, s := range t.Inbound() {
+			ti.In = append(ti.In, s.Name)
+		}
+		out = append(out, ti)
+	}
+	return out
+}
+
+// Policies lists the policies in force (empty in route-based mode).
+func (g *Gateway) Policies() []PolicyInfo {
+	if g.policy == nil {
+		return nil
+	}
+	var out []PolicyInfo
+	for _, p := range g.policy.Policies() {
+		pi := PolicyInfo{Name: p.Name, Selector: p.Sel.String(), Action: p.Action.String()}
+		if name, ok := p.Target.(string); ok {
+			pi.Tunnel = name
+		}
+		out = append(out, pi)
+	}
+	return out
+}
+
+// Stats reads every counter.
+func (g *Gateway) Stats() Stats {
+	return Stats{Dataplane: g.dp.Stats(), SAs: g.SAs()}
+}
+
+// AddSA installs sa on a running tunnel: dir "in" adds an inbound SA, "out"
+// switches the outbound SA (the old one is reclaimed once drained). The SA
+// lives until the next reload that does not mention it.
+func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	t := g.store.Load().Tunnel(tunnel)
+	if t == nil {
+		return fmt.Errorf("gateway: no tunnel %q", tunnel)
+	}
+	engine := ""
+	if s := t.Out(); s != nil {
+		engine = s.Engine
+	}
+	if engine == "" {
+		engine = g.cfg.Engine
+	}
+	d := esp.Inbound
+	if dir == "out" {
+		d = esp.Outbound
+	} else if dir != "in" {
+		return fmt.Errorf("gateway: direction must be \"in\" or \"out\", not %q", dir)
+	}
+	rt, err := sad.OpenSA(g.engines[engine], sa, d)
+	if err != nil {
+		return err
+	}
+	s := &sad.SA{Name: sa.Name, SA: rt, Key: rt.Config().Key, Engine: engine}
+	rt.SetUser(s)
+	if d == esp.Outbound {
+		err = g.store.SwitchOutbound(tunnel, s)
+	} else {
+		err = g.store.AddInbound(tunnel, s)
+	}
+	if err != nil {
+		s.Key.Destroy()
+	}
+	return err
+}
+
+// DelSA removes the inbound SA with the given SPI.
+func (g *Gateway) DelSA(spi uint32) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.store.RemoveInbound(spi)
+}
