@@ -169,10 +169,10 @@ type TunnelSpec struct {
 
 // Store holds the current snapshot and serialises changes.
 type Store struct {
-	mu      sync.Mutex // serialises writers
-	cur     atomic.Pointer[DB]
-	gen     uint64
-	retire  func(gen uint64, sas []*SA)
+	mu     sync.Mutex // serialises writers
+	cur    atomic.Pointer[DB]
+	gen    uint64
+	retire func(gen uint64, sas []*SA)
 }
 
 // NewStore returns an empty store. SAs removed from it are passed to retire
