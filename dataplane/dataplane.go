@@ -132,7 +132,9 @@ func New(cfg Config) (*Dataplane, error) {
 		return nil, fmt.Errorf("dataplane: default engine %q not configured", cfg.Default)
 	}
 	if cfg.QueueDepth <= 0 {
-		cfg.QueueDepth = 64
+		// Items are batches of up to 64 packets, but at low load a read
+		// returns one packet: the queue must absorb bursts of small items.
+		cfg.QueueDepth = 512
 	}
 	if len(cfg.NATTPorts) == 0 {
 		cfg.NATTPorts = []uint16{esp.NATTPort}

@@ -1,0 +1,261 @@
+package lab
+
+// Two gateways in one process, without root: each is a dataplane.Dataplane
+// built from a gateway configuration, its ciphertext side joined to the
+// other's by a pktio/pipe pair, its plaintext side a pipe whose far end is
+// a MemHost, a small UDP/IPv4 host standing in for the kernel behind the TUN
+// device:
+//
+//	MemHost A <-pipe-> dataplane A <-pipe-> dataplane B <-pipe-> MemHost B
+//
+// Everything above the links is the gateway's own code: the SAD, the ESP
+// runtime, the crypto engines, the workers. Only the kernel's part (TUN,
+// UDP sockets, the wire) is replaced, so this measures the data plane, not
+// the I/O path; DESIGN.md decision 12 keeps it out of integration tests.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"slices"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/dataplane"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/packet"
+	"github.com/sluicegw/sluice/pktio"
+	"github.com/sluicegw/sluice/pktio/pipe"
+	"github.com/sluicegw/sluice/sad"
+
+	// The engines a configuration may name.
+	_ "github.com/sluicegw/sluice/cryptodev/sched"
+	_ "github.com/sluicegw/sluice/cryptodev/soft"
+)
+
+// memQueue is the capacity of each in-memory link, in packets per
+// direction; a full link drops and counts (pipe.TxFull).
+const memQueue = 4096
+
+// MemorySite is one gateway of a MemoryPair.
+type MemorySite struct {
+	Config *config.Gateway
+	// Host is the plaintext side: sockets on it send into the tunnel and
+	// receive what comes out of it.
+	Host *MemHost
+
+	dp      *dataplane.Dataplane
+	store   *sad.Store
+	engines map[string]cryptodev.Engine
+}
+
+// MemoryPair builds two gateways from a and b, whose tunnels must point at
+// each other (a's peer is b's local address), joined back to back in
+// memory, and starts them. The lab's Close stops them. Route-based tunnels
+// only: configurations with policies are refused. [tun], [udp] and
+// [rawesp] are ignored but for the TUN MTU.
+func (l *Lab) MemoryPair(ctx context.Context, a, b *config.Gateway) (sa, sb *MemorySite, err error) {
+	netA, netB := pipe.New(memQueue)
+	if err := l.register("close in-memory wire", func() error { netA.Close(); return netB.Close() }); err != nil {
+		return nil, nil, err
+	}
+	if sa, err = l.memorySite(ctx, a, netA); err != nil {
+		return nil, nil, err
+	}
+	if sb, err = l.memorySite(ctx, b, netB); err != nil {
+		return nil, nil, err
+	}
+	return sa, sb, nil
+}
+
+func (l *Lab) memorySite(ctx context.Context, cfg *config.Gateway, wire pktio.Link) (s *MemorySite, err error) {
+	if len(cfg.Policies) > 0 {
+		return nil, fmt.Errorf("lab: %s: policies are not supported in memory", cfg.File)
+	}
+	s = &MemorySite{Config: cfg, engines: map[string]cryptodev.Engine{}}
+	if err := l.register("close in-memory gateway "+cfg.File, s.close); err != nil {
+		return nil, err
+	}
+	workers := cfg.Workers
+	if workers <= 0 {
+		workers = runtime.NumCPU()
+	}
+	names := []string{cfg.Engine}
+	for _, t := range cfg.Tunnels {
+		if t.Engine != "" && !slices.Contains(names, t.Engine) {
+			names = append(names, t.Engine)
+		}
+	}
+	for _, name := range names {
+		eng, err := cryptodev.Open(name)
+		if err != nil {
+			return nil, fmt.Errorf("lab: %s: %w", cfg.File, err)
+		}
+		s.engines[name] = eng
+	}
+
+	user, plain := pipe.New(memQueue)
+	s.Host = NewMemHost(user)
+	// Slots as the gateway sizes them: a full packet and the most ESP adds.
+	slot := max(2048, packet.UDPHeader+config.DefaultUnderlayMTU+esp.MaxHeadroom+esp.MaxTailroom+64)
+	pool := packet.NewPool(4096*max(1, workers/2), slot, esp.MaxHeadroom+32)
+	s.store = sad.NewStore(func(gen uint64, sas []*sad.SA) {
+		if s.dp != nil {
+			s.dp.Retire(gen, sas)
+			return
+		}
+		for _, x := range sas {
+			x.Key.Destroy()
+		}
+	})
+	s.dp, err = dataplane.New(dataplane.Config{
+		Workers: workers, Engines: s.engines, Default: cfg.Engine,
+		Plain: []dataplane.Link{plain}, Net: []dataplane.Link{wire}, Store: s.store, Pool: pool,
+		Logger: l.log.With("gateway", cfg.File),
+	})
+	if err != nil {
+		plain.Close()
+		return nil, fmt.Errorf("lab: %s: %w", cfg.File, err)
+	}
+	for i := range cfg.Tunnels {
+		if err := s.addTunnel(&cfg.Tunnels[i], i%workers); err != nil {
+			return nil, fmt.Errorf("lab: %s: tunnel %q: %w", cfg.File, cfg.Tunnels[i].Name, err)
+		}
+	}
+	s.dp.Start(ctx)
+	return s, nil
+}
+
+// addTunnel installs a configured tunnel with freshly opened SAs.
+func (s *MemorySite) addTunnel(t *config.Tunnel, owner int) error {
+	engine := t.Engine
+	if engine == "" {
+		engine = s.Config.Engine
+	}
+	var opened []*sad.SA
+	open := func(name string, dir esp.Direction) (*sad.SA, error) {
+		c := s.Config.SA(name)
+		if c == nil {
+			return nil, fmt.Errorf("no SA %q", name)
+		}
+		rt, err := sad.OpenSA(s.engines[engine], c, dir)
+		if err != nil {
+			return nil, err
+		}
+		x := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine}
+		rt.SetUser(x)
+		opened = append(opened, x)
+		return x, nil
+	}
+	fail := func(err error) error {
+		for _, x := range opened {
+			x.Key.Destroy()
+		}
+		return err
+	}
+	spec := sad.TunnelSpec{Name: t.Name, Local: t.Local, Peer: t.Peer, PeerPort: t.PeerPort, Remote: t.Remote, Owner: owner, Encap: esp.EncapNone}
+	if t.Encap == config.EncapUDP {
+		spec.Encap = esp.EncapUDP
+	}
+	out, err := open(t.Out, esp.Outbound)
+	if err != nil {
+		return fail(err)
+	}
+	spec.Out = out
+	for _, n := range t.In {
+		in, err := open(n, esp.Inbound)
+		if err != nil {
+			return fail(err)
+		}
+		spec.In = append(spec.In, in)
+	}
+	spec.MTU = t.MTU
+	if spec.MTU == 0 {
+		spec.MTU = s.Config.TUN.MTU
+	}
+	if spec.MTU == 0 {
+		// The largest packet that the outbound SA keeps within the
+		// underlay MTU.
+		u := config.DefaultUnderlayMTU
+		n := u
+		for n > 0 && n+out.SA.Overhead(n) > u {
+			n--
+		}
+		spec.MTU = n &^ 3
+	}
+	if _, err := s.store.AddTunnel(spec); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// close stops the data plane and its host and releases the SAs and
+// engines.
+func (s *MemorySite) close() error {
+	if s.dp != nil {
+		s.dp.Close()
+	}
+	if s.Host != nil {
+		s.Host.Close()
+	}
+	if s.store != nil {
+		s.store.Close()
+	}
+	var errs []error
+	for _, e := range s.engines {
+		errs = append(errs, e.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// Tunnels lists the site's tunnels, as gateway.Gateway.Tunnels does.
+func (s *MemorySite) Tunnels() []gateway.TunnelInfo {
+	var out []gateway.TunnelInfo
+	for _, t := range s.store.Load().Tunnels() {
+		ti := gateway.TunnelInfo{Name: t.Name, Local: t.Local.String(), Peer: t.Peer.String(), Encap: t.Encap.String(), MTU: t.MTU, Worker: t.Owner}
+		for _, p := range t.Remote {
+			ti.Remote = append(ti.Remote, p.String())
+		}
+		if x := t.Out(); x != nil {
+			ti.Out = x.Name
+		}
+		for _, x := range t.Inbound() {
+			ti.In = append(ti.In, x.Name)
+		}
+		out = append(out, ti)
+	}
+	return out
+}
+
+// SAs lists the site's SAs with their counters, as gateway.Gateway.SAs
+// does: each tunnel's outbound SA, then its inbound ones.
+func (s *MemorySite) SAs() []gateway.SAInfo {
+	var out []gateway.SAInfo
+	add := func(x *sad.SA, dir string) {
+		c := x.SA.Config()
+		info := gateway.SAInfo{Name: x.Name, Direction: dir, SPI: x.SA.SPI(), Alg: c.Alg.String(), Mode: c.Mode.String(),
+			Encap: c.Encap.String(), ESN: c.ESN, Engine: x.Engine,
+			Packets: x.SA.Counters.Packets.Load(), Bytes: x.SA.Counters.Bytes.Load(), Drops: x.SA.Counters.Drops.Map(),
+			NeedsRekey: x.SA.NeedsRekey()}
+		if x.Tunnel != nil {
+			info.Tunnel = x.Tunnel.Name
+		}
+		out = append(out, info)
+	}
+	for _, t := range s.store.Load().Tunnels() {
+		if x := t.Out(); x != nil {
+			add(x, "out")
+		}
+		for _, x := range t.Inbound() {
+			add(x, "in")
+		}
+	}
+	return out
+}
+
+// Stats reads the site's counters, as gateway.Gateway.Stats does.
+func (s *MemorySite) Stats() gateway.Stats {
+	return gateway.Stats{Dataplane: s.dp.Stats(), SAs: s.SAs()}
+}
