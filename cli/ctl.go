@@ -1,0 +1,550 @@
+package cli
+
+// The client commands: they talk to a running `sluice run` over its control
+// socket (package control) and print what it says, as aligned tables or,
+// with --json, as the protocol's JSON.
+//
+//	sluice sa list | sa add | sa del
+//	sluice tunnel list
+//	sluice policy list
+//	sluice stats [--watch]
+//	sluice reload
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/control"
+	"github.com/sluicegw/sluice/gateway"
+)
+
+func init() {
+	commands = append(commands, newSACommand, newTunnelCommand, newPolicyCommand, newStatsCommand, newReloadCommand)
+}
+
+// minWatchInterval keeps stats --watch from hammering the gateway.
+const minWatchInterval = 100 * time.Millisecond
+
+// ctlClearScreen moves the cursor home and clears a terminal (ANSI).
+const ctlClearScreen = "\x1b[H\x1b[2J"
+
+// ctlOptions are the flags every client command has.
+type ctlOptions struct {
+	socket string
+	json   bool
+}
+
+func ctlSocketFlag(cmd *cobra.Command, o *ctlOptions) {
+	cmd.PersistentFlags().StringVar(&o.socket, "socket", control.DefaultSocket, "control socket of the running gateway")
+}
+
+func ctlJSONFlag(cmd *cobra.Command, o *ctlOptions) {
+	cmd.Flags().BoolVar(&o.json, "json", false, "print the gateway's JSON instead of a table")
+}
+
+// call runs one request against the gateway at o.socket. A socket nobody
+// answers on, and an error the gateway answers with, exit with status 2.
+func ctlCall(ctx context.Context, o *ctlOptions, fn func(*control.Client) error) error {
+	c, err := control.Dial(ctx, o.socket)
+	if err != nil {
+		return withCode(ExitUsage, err)
+	}
+	defer c.Close()
+	if err := fn(c); err != nil {
+		return withCode(ExitUsage, err)
+	}
+	return nil
+}
+
+// group is a command that only holds subcommands.
+func ctlGroup(use, short string) *cobra.Command {
+	return &cobra.Command{
+		Use:   use,
+		Short: short,
+		Args:  cobra.NoArgs,
+		RunE:  func(cmd *cobra.Command, args []string) error { return cmd.Help() },
+	}
+}
+
+func newSACommand(e *env) *cobra.Command {
+	o := &ctlOptions{}
+	cmd := ctlGroup("sa", "List, add and delete the SAs of the running gateway")
+	ctlSocketFlag(cmd, o)
+
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List the SAs: each tunnel's outbound SA, then its inbound ones",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
+				sas, err := c.SAs(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return ctlPrintJSON(e.stdout, sas)
+				}
+				return printSAs(e.stdout, sas)
+			})
+		},
+	}
+	ctlJSONFlag(list, o)
+
+	var tunnel, dir string
+	add := &cobra.Command{
+		Use:   "add --tunnel T --dir in|out FILE",
+		Short: "Install the SA of FILE (one [[sa]] table) on a running tunnel",
+		Long: `Install the SA that FILE describes (an SA file with exactly one [[sa]] table;
+- is stdin) on tunnel T. --dir in adds an inbound SA next to the tunnel's
+others, as a rekey does before the peer switches; --dir out switches the
+tunnel's outbound SA, and the old one is reclaimed once its packets have
+left. The SA lasts until a reload whose file does not list it.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if dir != "in" && dir != "out" {
+				return withCode(ExitUsage, fmt.Errorf("--dir must be in or out, not %q", dir))
+			}
+			text, err := readSAFile(e, args[0])
+			if err != nil {
+				return err
+			}
+			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
+				r, err := c.AddSA(cmd.Context(), tunnel, dir, text)
+				if err != nil {
+					return err
+				}
+				name := ""
+				if r.Name != "" {
+					name = " " + r.Name
+				}
+				if r.Dir == "out" {
+					fmt.Fprintf(e.stdout, "tunnel %s now sends with SA%s (SPI %s)\n", r.Tunnel, name, ctlSPI(r.SPI))
+				} else {
+					fmt.Fprintf(e.stdout, "tunnel %s now also receives with SA%s (SPI %s)\n", r.Tunnel, name, ctlSPI(r.SPI))
+				}
+				return nil
+			})
+		},
+	}
+	add.Flags().StringVar(&tunnel, "tunnel", "", "name of the tunnel")
+	add.Flags().StringVar(&dir, "dir", "", "in (add an inbound SA) or out (switch the outbound SA)")
+	add.MarkFlagRequired("tunnel")
+	add.MarkFlagRequired("dir")
+
+	var spi uint32
+	del := &cobra.Command{
+		Use:   "del --spi N",
+		Short: "Delete an inbound SA",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
+				if err := c.DelSA(cmd.Context(), spi); err != nil {
+					return err
+				}
+				fmt.Fprintf(e.stdout, "deleted the inbound SA with SPI %s\n", ctlSPI(spi))
+				return nil
+			})
+		},
+	}
+	del.Flags().Uint32Var(&spi, "spi", 0, "SPI of the inbound SA (decimal or 0x hex)")
+	del.MarkFlagRequired("spi")
+
+	cmd.AddCommand(list, add, del)
+	return cmd
+}
+
+// readSAFile reads an SA file and checks it holds one SA, so that its
+// errors name the user's file; the gateway checks it again.
+func readSAFile(e *env, path string) (string, error) {
+	var r io.Reader = e.stdin
+	name := "stdin"
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return "", withCode(ExitUsage, err)
+		}
+		defer f.Close()
+		r, name = f, path
+	}
+	// The request carrying it must fit in one control line.
+	limit := control.DefaultMaxRequest / 2
+	data, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
+	if err != nil {
+		return "", withCode(ExitUsage, err)
+	}
+	if len(data) > limit {
+		return "", withCode(ExitUsage, fmt.Errorf("%s: longer than %d bytes: not an SA file of one SA", name, limit))
+	}
+	sas, err := config.ParseSAs(name, data)
+	if err != nil {
+		return "", withCode(ExitUsage, err)
+	}
+	if len(sas) != 1 {
+		return "", withCode(ExitUsage, fmt.Errorf("%s: want exactly one [[sa]] table, found %d", name, len(sas)))
+	}
+	return string(data), nil
+}
+
+func newTunnelCommand(e *env) *cobra.Command {
+	o := &ctlOptions{}
+	cmd := ctlGroup("tunnel", "Show the tunnels of the running gateway")
+	ctlSocketFlag(cmd, o)
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List the tunnels",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
+				ts, err := c.Tunnels(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return ctlPrintJSON(e.stdout, ts)
+				}
+				return printTunnels(e.stdout, ts)
+			})
+		},
+	}
+	ctlJSONFlag(list, o)
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func newPolicyCommand(e *env) *cobra.Command {
+	o := &ctlOptions{}
+	cmd := ctlGroup("policy", "Show the security policies of the running gateway")
+	ctlSocketFlag(cmd, o)
+	list := &cobra.Command{
+		Use:   "list [--json]",
+		Short: "List the policies in order; the first that matches a packet decides",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
+				ps, err := c.Policies(cmd.Context())
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return ctlPrintJSON(e.stdout, ps)
+				}
+				return printPolicies(e.stdout, ps)
+			})
+		},
+	}
+	ctlJSONFlag(list, o)
+	cmd.AddCommand(list)
+	return cmd
+}
+
+func newReloadCommand(e *env) *cobra.Command {
+	o := &ctlOptions{}
+	cmd := &cobra.Command{
+		Use:   "reload",
+		Short: "Make the running gateway re-read its configuration file",
+		Long: `Make the running gateway re-read its configuration file and apply the
+changes without dropping traffic, as SIGHUP does. A file with errors is
+refused, with each error's file:line:col, and the running configuration
+stays; so does a change that needs a restart (workers, engines, [tun],
+[udp], [rawesp], control_socket, metrics).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
+				if err := c.Reload(cmd.Context()); err != nil {
+					return err
+				}
+				fmt.Fprintln(e.stdout, "configuration reloaded")
+				return nil
+			})
+		},
+	}
+	ctlSocketFlag(cmd, o)
+	return cmd
+}
+
+func newStatsCommand(e *env) *cobra.Command {
+	o := &ctlOptions{}
+	var watch bool
+	var interval time.Duration
+	cmd := &cobra.Command{
+		Use:   "stats [--watch [--interval 1s]] [--json]",
+		Short: "Show the counters of the running gateway",
+		Long: `Show the counters of the running gateway: per worker, per receive
+goroutine and per SA, each drop with its reason.
+
+--watch shows them again every --interval until interrupted: on a terminal
+it redraws the screen; otherwise it prints one snapshot after another (with
+--json, one JSON object per line).`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if cmd.Flags().Changed("interval") && !watch {
+				return withCode(ExitUsage, errors.New("--interval needs --watch"))
+			}
+			if interval < minWatchInterval {
+				return withCode(ExitUsage, fmt.Errorf("--interval %v: want at least %v", interval, minWatchInterval))
+			}
+			if !watch {
+				return ctlCall(cmd.Context(), o, func(c *control.Client) error {
+					st, err := c.Stats(cmd.Context())
+					if err != nil {
+						return err
+					}
+					return printStatsAs(e.stdout, st, o.json)
+				})
+			}
+			return watchStats(cmd.Context(), e, o, interval)
+		},
+	}
+	ctlSocketFlag(cmd, o)
+	ctlJSONFlag(cmd, o)
+	cmd.Flags().BoolVar(&watch, "watch", false, "show the counters again every --interval until interrupted")
+	cmd.Flags().DurationVar(&interval, "interval", time.Second, "time between snapshots with --watch")
+	return cmd
+}
+
+// watchStats shows a snapshot every interval until ctx ends. Each snapshot
+// is read on a connection of its own, so the watch outlives the server's
+// idle timeout whatever the interval.
+func watchStats(ctx context.Context, e *env, o *ctlOptions, interval time.Duration) error {
+	term := ctlIsTerminal(e.stdout)
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		var st gateway.Stats
+		err := ctlCall(ctx, o, func(c *control.Client) error {
+			var err error
+			st, err = c.Stats(ctx)
+			return err
+		})
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var b strings.Builder
+		switch {
+		case o.json:
+			err = ctlPrintJSONLine(&b, st)
+		case term:
+			b.WriteString(ctlClearScreen)
+			fmt.Fprintf(&b, "sluice stats, every %v: %s\n\n", interval, time.Now().Format(time.TimeOnly))
+			err = printStats(&b, st)
+		default:
+			fmt.Fprintf(&b, "--- %s\n", time.Now().Format(time.RFC3339))
+			err = printStats(&b, st)
+			b.WriteString("\n")
+		}
+		if err != nil {
+			return err
+		}
+		if _, err := io.WriteString(e.stdout, b.String()); err != nil {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-tick.C:
+		}
+	}
+}
+
+// ctlIsTerminal reports whether w is a terminal.
+func ctlIsTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	_, err := unix.IoctlGetTermios(int(f.Fd()), unix.TCGETS)
+	return err == nil
+}
+
+func ctlPrintJSON(w io.Writer, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", data)
+	return err
+}
+
+func ctlPrintJSONLine(w io.Writer, v any) error {
+	data, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", data)
+	return err
+}
+
+func printStatsAs(w io.Writer, st gateway.Stats, asJSON bool) error {
+	if asJSON {
+		return ctlPrintJSON(w, st)
+	}
+	return printStats(w, st)
+}
+
+// ctlTable writes tab-separated rows as aligned columns.
+type ctlTable struct{ tw *tabwriter.Writer }
+
+func newCtlTable(w io.Writer, header ...string) *ctlTable {
+	t := &ctlTable{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
+	t.row(header...)
+	return t
+}
+
+func (t *ctlTable) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
+
+func (t *ctlTable) flush() error { return t.tw.Flush() }
+
+func ctlSPI(spi uint32) string { return fmt.Sprintf("0x%08x", spi) }
+
+func ctlU64(v uint64) string { return strconv.FormatUint(v, 10) }
+
+// dropsString is "reason=n reason=n", by reason, or "-".
+func ctlDrops(m map[string]uint64) string {
+	keys := make([]string, 0, len(m))
+	for k, v := range m {
+		if v != 0 {
+			keys = append(keys, k)
+		}
+	}
+	if len(keys) == 0 {
+		return "-"
+	}
+	sort.Strings(keys)
+	parts := make([]string, len(keys))
+	for i, k := range keys {
+		parts[i] = fmt.Sprintf("%s=%d", k, m[k])
+	}
+	return strings.Join(parts, " ")
+}
+
+func ctlList(s []string) string {
+	if len(s) == 0 {
+		return "-"
+	}
+	return strings.Join(s, ",")
+}
+
+func ctlOrDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func printSAs(w io.Writer, sas []gateway.SAInfo) error {
+	if len(sas) == 0 {
+		_, err := fmt.Fprintln(w, "no SAs")
+		return err
+	}
+	t := newCtlTable(w, "TUNNEL", "DIR", "NAME", "SPI", "ALG", "MODE", "ENCAP", "ENGINE", "FLAGS", "PACKETS", "BYTES", "DROPS")
+	for _, s := range sas {
+		var flags []string
+		if s.ESN {
+			flags = append(flags, "esn")
+		}
+		if s.NeedsRekey {
+			flags = append(flags, "rekey")
+		}
+		t.row(ctlOrDash(s.Tunnel), s.Direction, ctlOrDash(s.Name), ctlSPI(s.SPI), s.Alg, s.Mode, s.Encap, ctlOrDash(s.Engine),
+			ctlList(flags), ctlU64(s.Packets), ctlU64(s.Bytes), ctlDrops(s.Drops))
+	}
+	return t.flush()
+}
+
+func printTunnels(w io.Writer, ts []gateway.TunnelInfo) error {
+	if len(ts) == 0 {
+		_, err := fmt.Fprintln(w, "no tunnels")
+		return err
+	}
+	t := newCtlTable(w, "NAME", "LOCAL", "PEER", "ENCAP", "MTU", "WORKER", "OUT", "IN", "REMOTE")
+	for _, tn := range ts {
+		t.row(tn.Name, tn.Local, tn.Peer, tn.Encap, strconv.Itoa(tn.MTU), strconv.Itoa(tn.Worker), ctlOrDash(tn.Out),
+			ctlList(tn.In), ctlList(tn.Remote))
+	}
+	return t.flush()
+}
+
+func printPolicies(w io.Writer, ps []gateway.PolicyInfo) error {
+	if len(ps) == 0 {
+		_, err := fmt.Fprintln(w, "no policies: route-based mode (each tunnel's remote prefixes)")
+		return err
+	}
+	t := newCtlTable(w, "#", "NAME", "SELECTOR", "ACTION", "TUNNEL")
+	for i, p := range ps {
+		t.row(strconv.Itoa(i+1), ctlOrDash(p.Name), p.Selector, p.Action, ctlOrDash(p.Tunnel))
+	}
+	return t.flush()
+}
+
+// printStats prints the workers, the receivers and the SAs, each table with
+// a total row where one adds up.
+func printStats(w io.Writer, st gateway.Stats) error {
+	t := newCtlTable(w, "WORKER", "SEALED", "OPENED", "TX", "TX ERRORS", "DROPS")
+	var sum workerSum
+	for _, ws := range st.Dataplane.Workers {
+		t.row(strconv.Itoa(ws.Index), ctlU64(ws.Sealed), ctlU64(ws.Opened), ctlU64(ws.TxPackets), ctlU64(ws.TxErrors), ctlDrops(ws.Drops))
+		sum.add(ws.Sealed, ws.Opened, ws.TxPackets, ws.TxErrors, ws.Drops)
+	}
+	if len(st.Dataplane.Workers) > 1 {
+		t.row("total", ctlU64(sum.n[0]), ctlU64(sum.n[1]), ctlU64(sum.n[2]), ctlU64(sum.n[3]), ctlDrops(sum.drops))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	t = newCtlTable(w, "RECEIVER", "SIDE", "PACKETS", "BYTES", "DROPS")
+	for i, r := range st.Dataplane.Receivers {
+		side := "esp"
+		if r.Plain {
+			side = "plain"
+		}
+		t.row(strconv.Itoa(i), side, ctlU64(r.Packets), ctlU64(r.Bytes), ctlDrops(r.Drops))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	if len(st.SAs) == 0 {
+		_, err := fmt.Fprintln(w, "no SAs")
+		return err
+	}
+	t = newCtlTable(w, "TUNNEL", "DIR", "SA", "SPI", "PACKETS", "BYTES", "DROPS")
+	for _, s := range st.SAs {
+		t.row(ctlOrDash(s.Tunnel), s.Direction, ctlOrDash(s.Name), ctlSPI(s.SPI), ctlU64(s.Packets), ctlU64(s.Bytes), ctlDrops(s.Drops))
+	}
+	return t.flush()
+}
+
+// workerSum adds up the workers' counters.
+type workerSum struct {
+	n     [4]uint64
+	drops map[string]uint64
+}
+
+func (s *workerSum) add(sealed, opened, tx, txErr uint64, drops map[string]uint64) {
+	for i, v := range []uint64{sealed, opened, tx, txErr} {
+		s.n[i] += v
+	}
+	if s.drops == nil {
+		s.drops = map[string]uint64{}
+	}
+	for k, v := range drops {
+		s.drops[k] += v
+	}
+}

@@ -1,0 +1,417 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/sluicegw/sluice/control"
+	"github.com/sluicegw/sluice/control/controltest"
+	"github.com/sluicegw/sluice/gateway"
+)
+
+// fakeGateway serves a controltest.Backend on a fresh socket until the
+// test ends.
+func fakeGateway(t *testing.T) (string, *controltest.Backend) {
+	t.Helper()
+	path := controltest.SocketPath(t)
+	b := controltest.New()
+	s, err := control.Listen(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(b)
+	t.Cleanup(func() { s.Close() })
+	return path, b
+}
+
+// sluice runs the command line with ctx and returns the exit status and
+// what went to stdout and stderr.
+func ctlRunCtx(ctx context.Context, stdin string, args ...string) (int, string, string) {
+	var stdout, stderr bytes.Buffer
+	code := Run(ctx, args, strings.NewReader(stdin), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func ctlRun(args ...string) (int, string, string) {
+	return ctlRunCtx(context.Background(), "", args...)
+}
+
+// lines trims the trailing spaces tabwriter may leave and returns the
+// lines of out.
+func ctlLines(out string) []string {
+	var ls []string
+	for _, l := range strings.Split(strings.TrimRight(out, "\n"), "\n") {
+		ls = append(ls, strings.TrimRight(l, " "))
+	}
+	return ls
+}
+
+func ctlCheckLines(t *testing.T, what, got string, want ...string) {
+	t.Helper()
+	g := ctlLines(got)
+	if strings.Join(g, "\n") != strings.Join(want, "\n") {
+		t.Errorf("%s:\n got:\n%s\nwant:\n%s", what, strings.Join(g, "\n"), strings.Join(want, "\n"))
+	}
+}
+
+func TestSAList(t *testing.T) {
+	sock, _ := fakeGateway(t)
+	code, out, errOut := ctlRun("sa", "list", "--socket", sock)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	ctlCheckLines(t, "sa list", out,
+		"TUNNEL  DIR  NAME    SPI         ALG          MODE    ENCAP  ENGINE  FLAGS  PACKETS  BYTES  DROPS",
+		"to-b    out  a-to-b  0x00001001  aes128gcm16  tunnel  udp    soft    -      10       1000   -",
+		"to-b    in   b-to-a  0x00002001  aes128gcm16  tunnel  udp    soft    -      7        700    auth_failed=1 replay=2",
+	)
+	code, out, _ = ctlRun("sa", "--socket", sock, "list", "--json")
+	var sas []gateway.SAInfo
+	if err := json.Unmarshal([]byte(out), &sas); code != 0 || err != nil || len(sas) != 2 || sas[1].Drops["replay"] != 2 {
+		t.Fatalf("sa list --json: exit %d, %v: %s", code, err, out)
+	}
+}
+
+func TestSAAddDel(t *testing.T) {
+	sock, b := fakeGateway(t)
+	dir := t.TempDir()
+	write := func(name, text string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	const sa = `[[sa]]
+name = "b-to-a-new"
+spi = 0x2002
+encap = "udp"
+esp = "aes128gcm16"
+enc_key = "101112131415161718191a1b1c1d1e1f20212223"
+`
+	good := write("new.toml", sa)
+	code, out, errOut := ctlRun("sa", "add", "--socket", sock, "--tunnel", "to-b", "--dir", "in", good)
+	if code != 0 || out != "tunnel to-b now also receives with SA b-to-a-new (SPI 0x00002002)\n" {
+		t.Fatalf("sa add in: exit %d, %q, %q", code, out, errOut)
+	}
+	out2 := strings.Replace(sa, "0x2002", "0x1002", 1)
+	out2 = strings.Replace(out2, "b-to-a-new", "a-to-b-new", 1)
+	code, out, errOut = ctlRunCtx(context.Background(), out2, "sa", "add", "--socket", sock, "--tunnel", "to-b", "--dir", "out", "-")
+	if code != 0 || out != "tunnel to-b now sends with SA a-to-b-new (SPI 0x00001002)\n" {
+		t.Fatalf("sa add out from stdin: exit %d, %q, %q", code, out, errOut)
+	}
+	if ts := b.Tunnels(); ts[0].Out != "a-to-b-new" || len(ts[0].In) != 2 {
+		t.Fatalf("tunnel after sa add: %+v", ts[0])
+	}
+
+	code, out, errOut = ctlRun("sa", "del", "--socket", sock, "--spi", "0x2001")
+	if code != 0 || out != "deleted the inbound SA with SPI 0x00002001\n" {
+		t.Fatalf("sa del: exit %d, %q, %q", code, out, errOut)
+	}
+	code, _, errOut = ctlRun("sa", "del", "--socket", sock, "--spi", "8193")
+	if code != ExitUsage || errOut != "sluice: sad: no inbound SA with SPI 0x2001\n" {
+		t.Fatalf("sa del of a gone SA: exit %d, %q", code, errOut)
+	}
+
+	calls := b.Calls("AddSA")
+	bad := write("bad.toml", strings.Replace(sa, `"aes128gcm16"`, `"aes128gcm"`, 1))
+	two := write("two.toml", sa+strings.NewReplacer("0x2002", "0x2003", "b-to-a-new", "other").Replace(sa))
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--tunnel", "to-b", "--dir", "in", bad}, "sluice: " + bad + ":5:7: sa[1].esp: unknown ESP algorithm \"aes128gcm\""},
+		{[]string{"--tunnel", "to-b", "--dir", "in", two}, "sluice: " + two + ": want exactly one [[sa]] table, found 2\n"},
+		{[]string{"--tunnel", "to-b", "--dir", "in", filepath.Join(dir, "none.toml")}, "no such file or directory"},
+		{[]string{"--tunnel", "to-b", "--dir", "sideways", good}, `sluice: --dir must be in or out, not "sideways"`},
+		{[]string{"--dir", "in", good}, `required flag(s) "tunnel" not set`},
+		{[]string{"--tunnel", "to-b", "--dir", "in"}, "accepts 1 arg(s), received 0"},
+	}
+	for _, tt := range tests {
+		code, _, errOut := ctlRun(append([]string{"sa", "add", "--socket", sock}, tt.args...)...)
+		if code != ExitUsage || !strings.Contains(errOut, tt.want) {
+			t.Errorf("sa add %q: exit %d, %q, want %q", tt.args, code, errOut, tt.want)
+		}
+	}
+	if b.Calls("AddSA") != calls {
+		t.Errorf("bad input reached the gateway")
+	}
+	// Errors the gateway finds come back as they are.
+	code, _, errOut = ctlRun("sa", "add", "--socket", sock, "--tunnel", "to-x", "--dir", "in", good)
+	if code != ExitUsage || errOut != "sluice: gateway: no tunnel \"to-x\"\n" {
+		t.Errorf("sa add to a missing tunnel: exit %d, %q", code, errOut)
+	}
+	code, _, errOut = ctlRun("sa", "del", "--socket", sock, "--spi", "0x1_0000_0000")
+	if code != ExitUsage || !strings.Contains(errOut, "--spi") {
+		t.Errorf("sa del with a bad SPI: exit %d, %q", code, errOut)
+	}
+}
+
+func TestTunnelAndPolicyList(t *testing.T) {
+	sock, _ := fakeGateway(t)
+	code, out, errOut := ctlRun("tunnel", "list", "--socket", sock)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	ctlCheckLines(t, "tunnel list", out,
+		"NAME  LOCAL      PEER       ENCAP  MTU   WORKER  OUT     IN      REMOTE",
+		"to-b  192.0.2.1  192.0.2.2  udp    1400  0       a-to-b  b-to-a  10.2.0.0/24",
+	)
+	code, out, _ = ctlRun("tunnel", "list", "--json", "--socket", sock)
+	var ts []gateway.TunnelInfo
+	if err := json.Unmarshal([]byte(out), &ts); code != 0 || err != nil || len(ts) != 1 || ts[0].MTU != 1400 {
+		t.Fatalf("tunnel list --json: exit %d, %v: %s", code, err, out)
+	}
+	code, out, errOut = ctlRun("policy", "list", "--socket", sock)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	ctlCheckLines(t, "policy list", out,
+		"#  NAME  SELECTOR                        ACTION   TUNNEL",
+		"1  web   10.1.0.0/24 -> 10.2.0.0/24 tcp  protect  to-b",
+	)
+	code, out, _ = ctlRun("policy", "list", "--json", "--socket", sock)
+	var ps []gateway.PolicyInfo
+	if err := json.Unmarshal([]byte(out), &ps); code != 0 || err != nil || len(ps) != 1 || ps[0].Action != "protect" {
+		t.Fatalf("policy list --json: exit %d, %v: %s", code, err, out)
+	}
+}
+
+func TestEmptyLists(t *testing.T) {
+	path := controltest.SocketPath(t)
+	s, err := control.Listen(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(&controltest.Backend{})
+	defer s.Close()
+	for args, want := range map[string]string{
+		"sa list":        "no SAs\n",
+		"tunnel list":    "no tunnels\n",
+		"policy list":    "no policies: route-based mode (each tunnel's remote prefixes)\n",
+		"sa list --json": "[]\n",
+	} {
+		code, out, errOut := ctlRun(append(strings.Fields(args), "--socket", path)...)
+		if code != 0 || out != want {
+			t.Errorf("%s: exit %d, %q, %q; want %q", args, code, out, errOut, want)
+		}
+	}
+}
+
+var wantStatsTable = []string{
+	"WORKER  SEALED  OPENED  TX  TX ERRORS  DROPS",
+	"0       10      7       17  0          no_route=3",
+	"1       0       0       0   0          -",
+	"total   10      7       17  0          no_route=3",
+	"",
+	"RECEIVER  SIDE   PACKETS  BYTES  DROPS",
+	"0         plain  13       1300   -",
+	"1         esp    10       1500   unknown_spi=1",
+	"",
+	"TUNNEL  DIR  SA      SPI         PACKETS  BYTES  DROPS",
+	"to-b    out  a-to-b  0x00001001  10       1000   -",
+	"to-b    in   b-to-a  0x00002001  7        700    auth_failed=1 replay=2",
+}
+
+func TestStats(t *testing.T) {
+	sock, _ := fakeGateway(t)
+	code, out, errOut := ctlRun("stats", "--socket", sock)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	ctlCheckLines(t, "stats", out, wantStatsTable...)
+	code, out, _ = ctlRun("stats", "--json", "--socket", sock)
+	var st gateway.Stats
+	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Dataplane.Receivers) != 2 {
+		t.Fatalf("stats --json: exit %d, %v: %s", code, err, out)
+	}
+	for _, args := range [][]string{{"--interval", "2s"}, {"--watch", "--interval", "1ms"}, {"--watch", "--interval", "soon"}} {
+		if code, _, errOut := ctlRun(append([]string{"stats", "--socket", sock}, args...)...); code != ExitUsage {
+			t.Errorf("stats %q: exit %d, %q", args, code, errOut)
+		}
+	}
+}
+
+func TestStatsWatch(t *testing.T) {
+	sock, b := fakeGateway(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 450*time.Millisecond)
+	defer cancel()
+	code, out, errOut := ctlRunCtx(ctx, "", "stats", "--watch", "--interval", "100ms", "--socket", sock)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	snaps := strings.Split(out, "--- ")[1:]
+	// A read in flight when the watch ends is not shown.
+	if n := b.Calls("Stats"); len(snaps) < 3 || n < len(snaps) || n > len(snaps)+1 {
+		t.Fatalf("%d snapshots, %d reads in 450ms at 100ms:\n%s", len(snaps), b.Calls("Stats"), out)
+	}
+	if strings.Contains(out, ctlClearScreen) {
+		t.Errorf("screen cleared on a pipe")
+	}
+	// Each snapshot is a whole table set, after a timestamp line.
+	for _, s := range snaps {
+		ts, body, _ := strings.Cut(s, "\n")
+		if _, err := time.Parse(time.RFC3339, ts); err != nil {
+			t.Errorf("snapshot header %q: %v", ts, err)
+		}
+		ctlCheckLines(t, "snapshot", body, wantStatsTable...)
+	}
+
+	ctx, cancel = context.WithTimeout(context.Background(), 250*time.Millisecond)
+	defer cancel()
+	code, out, _ = ctlRunCtx(ctx, "", "stats", "--watch", "--json", "--interval", "100ms", "--socket", sock)
+	js := ctlLines(out)
+	if code != 0 || len(js) < 2 {
+		t.Fatalf("--watch --json: exit %d:\n%s", code, out)
+	}
+	for _, l := range js {
+		var st gateway.Stats
+		if err := json.Unmarshal([]byte(l), &st); err != nil || len(st.SAs) != 2 {
+			t.Errorf("line %q: %v", l, err)
+		}
+	}
+}
+
+// A watch ends with an error when the gateway goes away.
+func TestStatsWatchGatewayGone(t *testing.T) {
+	path := controltest.SocketPath(t)
+	s, err := control.Listen(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(controltest.New())
+	time.AfterFunc(250*time.Millisecond, func() { s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	code, out, errOut := ctlRunCtx(ctx, "", "stats", "--watch", "--interval", "100ms", "--socket", path)
+	if code != ExitUsage || !strings.Contains(errOut, "cannot reach sluice at "+path) || !strings.Contains(out, "--- ") {
+		t.Fatalf("exit %d, %q, %q", code, out, errOut)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("watch did not end")
+	}
+}
+
+func TestReload(t *testing.T) {
+	sock, b := fakeGateway(t)
+	code, out, errOut := ctlRun("reload", "--socket", sock)
+	if code != 0 || out != "configuration reloaded\n" || b.Calls("Reload") != 1 {
+		t.Fatalf("reload: exit %d, %q, %q", code, out, errOut)
+	}
+	b.SetReloadErr(errors.New("gw.toml:3:11: gateway.workers: want an integer 0..1024\ngw.toml:9:1: tunnel[1].peer: required"))
+	code, out, errOut = ctlRun("reload", "--socket", sock)
+	if code != ExitUsage || out != "" || errOut != "sluice: gw.toml:3:11: gateway.workers: want an integer 0..1024\ngw.toml:9:1: tunnel[1].peer: required\n" {
+		t.Fatalf("refused reload: exit %d, %q, %q", code, out, errOut)
+	}
+}
+
+func TestDeadSocket(t *testing.T) {
+	path := controltest.SocketPath(t)
+	want := "sluice: cannot reach sluice at " + path + ": is `sluice run` running?"
+	for _, args := range [][]string{
+		{"sa", "list"}, {"sa", "del", "--spi", "4097"}, {"tunnel", "list"}, {"policy", "list"},
+		{"stats"}, {"stats", "--watch"}, {"reload"},
+	} {
+		code, out, errOut := ctlRun(append(args, "--socket", path)...)
+		if code != ExitUsage || out != "" || !strings.HasPrefix(errOut, want) {
+			t.Errorf("%q: exit %d, %q, %q", args, code, out, errOut)
+		}
+	}
+	// A file that is not a socket is reported the same way.
+	if err := os.WriteFile(path, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := ctlRun("stats", "--socket", path); code != ExitUsage || !strings.HasPrefix(errOut, want) {
+		t.Errorf("stats on a regular file: exit %d, %q", code, errOut)
+	}
+}
+
+func TestDefaultSocketFlag(t *testing.T) {
+	for _, args := range [][]string{{"sa", "list"}, {"tunnel", "list"}, {"policy", "list"}, {"stats"}, {"reload"}} {
+		code, out, _ := ctlRun(append(args, "--help")...)
+		if code != 0 || !strings.Contains(out, `--socket string`) || !strings.Contains(out, `(default "/run/sluice/sluice.sock")`) {
+			t.Errorf("%q --help: exit %d:\n%s", args, code, out)
+		}
+	}
+}
+
+// openPTY opens a pseudo-terminal pair; the test ends both.
+func openPTY(t *testing.T) (master, tty *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Skipf("unlockpt: %v", err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Skipf("ptsname: %v", err)
+	}
+	s, err := os.OpenFile(fmt.Sprintf("/dev/pts/%d", n), os.O_RDWR|syscall.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("open pts: %v", err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return m, s
+}
+
+// On a terminal, --watch redraws the screen.
+func TestStatsWatchTerminal(t *testing.T) {
+	sock, _ := fakeGateway(t)
+	master, tty := openPTY(t)
+	if !ctlIsTerminal(tty) {
+		t.Fatal("a pty is not a terminal")
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pr.Close()
+	defer pw.Close()
+	for _, f := range []*os.File{pw, mustOpen(t, os.DevNull)} {
+		if ctlIsTerminal(f) {
+			t.Errorf("%s is a terminal", f.Name())
+		}
+	}
+	screen := make(chan string)
+	go func() {
+		data, _ := io.ReadAll(master) // ends with EIO when tty closes
+		screen <- string(data)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 350*time.Millisecond)
+	defer cancel()
+	var stderr bytes.Buffer
+	if code := Run(ctx, []string{"stats", "--watch", "--interval", "100ms", "--socket", sock}, strings.NewReader(""), tty, &stderr); code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	tty.Close()
+	out := <-screen
+	if n := strings.Count(out, ctlClearScreen); n < 2 || strings.Count(out, "WORKER") != n || !strings.Contains(out, "sluice stats, every 100ms: ") {
+		t.Fatalf("%d redraws:\n%q", n, out)
+	}
+}
+
+func mustOpen(t *testing.T, path string) *os.File {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return f
+}

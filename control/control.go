@@ -1,0 +1,115 @@
+// Package control is the running gateway's control plane: a Unix socket
+// that the sluice command line talks to (Listen and Serve; Dial for the
+// client side), and a Prometheus endpoint (ServeMetrics). Both read the
+// gateway through a Backend; GatewayBackend adapts a *gateway.Gateway.
+//
+// The socket protocol is line-delimited JSON. A client sends one request per
+// line and reads one response per line, in order, on one connection:
+//
+//	{"op":"sa.list"}
+//	{"ok":true,"result":[{"name":"a-to-b","tunnel":"to-b",...}]}
+//	{"op":"sa.del","args":{"spi":4097}}
+//	{"ok":false,"error":"sad: no inbound SA with SPI 0x1001"}
+//
+// The operations and their arguments:
+//
+//	sa.list      -                                []gateway.SAInfo
+//	sa.add       {"tunnel":T,"dir":"in"|"out",    SAAddResult
+//	              "sa":"<TOML of one [[sa]]>"}
+//	sa.del       {"spi":N}                        SADelResult
+//	tunnel.list  -                                []gateway.TunnelInfo
+//	policy.list  -                                []gateway.PolicyInfo
+//	stats        -                                gateway.Stats
+//	reload       -                                null
+//
+// Lists are never null: an empty list is []. Unknown fields, in the request
+// or its args, are errors, so that a misspelt argument is not ignored. A
+// request longer than Options.MaxRequest, or one that does not arrive
+// within Options.IdleTimeout, ends the connection.
+//
+// The socket is for the administrator: it is created with mode 0600, and a
+// connection whose peer is neither root nor the server's own user is refused.
+package control
+
+import (
+	"encoding/json"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/gateway"
+)
+
+// DefaultSocket is where the control socket is unless configured otherwise.
+const DefaultSocket = config.DefaultControlSocket
+
+// The operations of the protocol.
+const (
+	OpSAList     = "sa.list"
+	OpSAAdd      = "sa.add"
+	OpSADel      = "sa.del"
+	OpTunnelList = "tunnel.list"
+	OpPolicyList = "policy.list"
+	OpStats      = "stats"
+	OpReload     = "reload"
+)
+
+// Ops lists every operation, in documentation order.
+var Ops = []string{OpSAList, OpSAAdd, OpSADel, OpTunnelList, OpPolicyList, OpStats, OpReload}
+
+// Request is one line a client sends.
+type Request struct {
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Response is one line the server sends back: OK with a Result (absent for
+// operations that return nothing), or not OK with an Error.
+type Response struct {
+	OK     bool            `json:"ok"`
+	Result json.RawMessage `json:"result,omitempty"`
+	Error  string          `json:"error,omitempty"`
+}
+
+// SAAddArgs are the arguments of sa.add. SA is the text of an SA file that
+// holds exactly one [[sa]] table; errors in it are reported with the file
+// name "sa.add" and the line and column in SA.
+type SAAddArgs struct {
+	Tunnel string `json:"tunnel"`
+	Dir    string `json:"dir"` // "in" adds an inbound SA; "out" switches the outbound SA
+	SA     string `json:"sa"`
+}
+
+// SAAddResult is what sa.add installed.
+type SAAddResult struct {
+	Tunnel string `json:"tunnel"`
+	Dir    string `json:"dir"`
+	Name   string `json:"name,omitempty"`
+	SPI    uint32 `json:"spi"`
+}
+
+// SADelArgs are the arguments of sa.del.
+type SADelArgs struct {
+	SPI uint32 `json:"spi"`
+}
+
+// SADelResult is what sa.del removed.
+type SADelResult struct {
+	SPI uint32 `json:"spi"`
+}
+
+// Backend is what the server needs from a gateway. *gateway.Gateway serves
+// it through GatewayBackend; tests use controltest.Backend. Every method
+// may be called from several goroutines at once.
+type Backend interface {
+	SAs() []gateway.SAInfo
+	Tunnels() []gateway.TunnelInfo
+	Policies() []gateway.PolicyInfo
+	Stats() gateway.Stats
+	// AddSA installs sa on a running tunnel, as gateway.Gateway.AddSA.
+	AddSA(tunnel, dir string, sa *config.SA) error
+	// DelSA removes the inbound SA with the given SPI.
+	DelSA(spi uint32) error
+	// Reload re-reads the configuration file the gateway was started from
+	// and applies it. An invalid file is refused with its errors and the
+	// running configuration stays.
+	Reload() error
+}

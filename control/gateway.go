@@ -1,0 +1,92 @@
+package control
+
+import (
+	"fmt"
+	"log/slog"
+	"sync"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/gateway"
+)
+
+// GatewayBackend serves a running *gateway.Gateway to the control socket
+// and the metrics endpoint. Its Reload re-reads the file the running
+// configuration came from (Config().File); SIGHUP handlers call it too.
+type GatewayBackend struct {
+	// OnReload, if set before the backend is used, is called with the
+	// configuration after each reload that applied it (not after one that
+	// was refused), e.g. to apply its log level.
+	OnReload func(*config.Gateway)
+
+	g   *gateway.Gateway
+	log *slog.Logger
+	// reloadMu makes each reload read the file and apply it before the
+	// next one reads: an older file is never applied over a newer one.
+	reloadMu sync.Mutex
+}
+
+// NewGatewayBackend adapts g. log (nil: discard) gets a line for each
+// reload refused.
+func NewGatewayBackend(g *gateway.Gateway, log *slog.Logger) *GatewayBackend {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &GatewayBackend{g: g, log: log}
+}
+
+// SAs lists the SAs.
+func (b *GatewayBackend) SAs() []gateway.SAInfo { return b.g.SAs() }
+
+// Tunnels lists the tunnels.
+func (b *GatewayBackend) Tunnels() []gateway.TunnelInfo { return b.g.Tunnels() }
+
+// Policies lists the policies.
+func (b *GatewayBackend) Policies() []gateway.PolicyInfo { return b.g.Policies() }
+
+// Stats reads the counters.
+func (b *GatewayBackend) Stats() gateway.Stats { return b.g.Stats() }
+
+// AddSA installs sa on a running tunnel (gateway.Gateway.AddSA).
+func (b *GatewayBackend) AddSA(tunnel, dir string, sa *config.SA) error {
+	return b.g.AddSA(tunnel, dir, sa)
+}
+
+// DelSA removes an inbound SA (gateway.Gateway.DelSA).
+func (b *GatewayBackend) DelSA(spi uint32) error { return b.g.DelSA(spi) }
+
+// Reload re-reads the configuration file and applies it. A file that does
+// not load, or names an engine that is not registered, is refused with its
+// file:line:col errors and the running configuration stays; so does a
+// change the gateway refuses (one that needs a restart).
+func (b *GatewayBackend) Reload() error {
+	b.reloadMu.Lock()
+	defer b.reloadMu.Unlock()
+	file := b.g.Config().File
+	err := reloadFile(b.g, file)
+	if err != nil {
+		b.log.Error("reload refused; the running configuration stays", "file", file, "err", err)
+		return err
+	}
+	// The gateway logs what it changed.
+	if b.OnReload != nil {
+		b.OnReload(b.g.Config())
+	}
+	return nil
+}
+
+func reloadFile(g *gateway.Gateway, file string) error {
+	if file == "" {
+		return fmt.Errorf("control: reload: the running configuration did not come from a file")
+	}
+	next, err := config.LoadGateway(file)
+	if err != nil {
+		return err
+	}
+	if err := next.CheckEngines(cryptodev.Engines()); err != nil {
+		return err
+	}
+	return g.Reload(next)
+}
+
+var _ Backend = (*GatewayBackend)(nil)

@@ -1,0 +1,219 @@
+package control
+
+// Prometheus metrics. The collector reads the gateway's counters at scrape
+// time, so the data plane keeps no second set of counters and pays nothing
+// between scrapes.
+//
+//	sluice_sa_packets_total{tunnel,sa,spi,direction}
+//	sluice_sa_bytes_total{tunnel,sa,spi,direction}
+//	sluice_sa_drops_total{tunnel,sa,spi,direction,reason}
+//	sluice_sa_needs_rekey{tunnel,sa,spi,direction}
+//	sluice_worker_sealed_total{worker}
+//	sluice_worker_opened_total{worker}
+//	sluice_worker_tx_packets_total{worker}
+//	sluice_worker_tx_errors_total{worker}
+//	sluice_worker_drops_total{worker,reason}
+//	sluice_receiver_packets_total{receiver,side}
+//	sluice_receiver_bytes_total{receiver,side}
+//	sluice_receiver_drops_total{receiver,side,reason}
+//
+// plus the Go runtime's go_* and the process's process_* series.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sort"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sluicegw/sluice/gateway"
+)
+
+var (
+	saLabels     = []string{"tunnel", "sa", "spi", "direction"}
+	workerLabels = []string{"worker"}
+	rxLabels     = []string{"receiver", "side"}
+
+	saPackets = prometheus.NewDesc("sluice_sa_packets_total",
+		"Packets the SA sealed (direction out) or opened and accepted (direction in).", saLabels, nil)
+	saBytes = prometheus.NewDesc("sluice_sa_bytes_total",
+		"Plaintext bytes of the packets the SA sealed or opened.", saLabels, nil)
+	saDrops = prometheus.NewDesc("sluice_sa_drops_total",
+		"Packets of the SA dropped, by reason.", append(saLabels[:len(saLabels):len(saLabels)], "reason"), nil)
+	saNeedsRekey = prometheus.NewDesc("sluice_sa_needs_rekey",
+		"1 when the SA is near or at its sequence number or lifetime limit and needs a rekey.", saLabels, nil)
+
+	workerSealed = prometheus.NewDesc("sluice_worker_sealed_total",
+		"Packets the data-plane worker encrypted.", workerLabels, nil)
+	workerOpened = prometheus.NewDesc("sluice_worker_opened_total",
+		"Packets the data-plane worker decrypted and accepted.", workerLabels, nil)
+	workerTx = prometheus.NewDesc("sluice_worker_tx_packets_total",
+		"Packets the data-plane worker wrote to a link.", workerLabels, nil)
+	workerTxErrors = prometheus.NewDesc("sluice_worker_tx_errors_total",
+		"Packets a link refused to send for the worker.", workerLabels, nil)
+	workerDrops = prometheus.NewDesc("sluice_worker_drops_total",
+		"Packets the data-plane worker dropped, by reason.", append(workerLabels[:1:1], "reason"), nil)
+
+	rxPackets = prometheus.NewDesc("sluice_receiver_packets_total",
+		"Packets a receive goroutine read (side plain: from the TUN device; esp: from the network).", rxLabels, nil)
+	rxBytes = prometheus.NewDesc("sluice_receiver_bytes_total",
+		"Bytes a receive goroutine read.", rxLabels, nil)
+	rxDrops = prometheus.NewDesc("sluice_receiver_drops_total",
+		"Packets a receive goroutine dropped before handing them to a worker, by reason.", append(rxLabels[:2:2], "reason"), nil)
+)
+
+// Collector is a prometheus.Collector over a gateway's counters. Stats is
+// called once per scrape, from the scraping goroutine.
+type Collector struct {
+	stats func() gateway.Stats
+}
+
+// NewCollector returns a collector that reads stats at every scrape.
+func NewCollector(stats func() gateway.Stats) *Collector { return &Collector{stats: stats} }
+
+// Describe sends the descriptors of every series the collector makes.
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{saPackets, saBytes, saDrops, saNeedsRekey,
+		workerSealed, workerOpened, workerTx, workerTxErrors, workerDrops, rxPackets, rxBytes, rxDrops} {
+		ch <- d
+	}
+}
+
+// Collect reads the counters and sends them.
+func (c *Collector) Collect(ch chan<- prometheus.Metric) {
+	st := c.stats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	// The same SA may be listed twice for a moment while the SAD changes
+	// under the read; a registry refuses a scrape with a duplicate series.
+	seen := map[[4]string]bool{}
+	for _, sa := range st.SAs {
+		key := [4]string{sa.Tunnel, sa.Name, fmt.Sprintf("0x%08x", sa.SPI), sa.Direction}
+		if seen[key] {
+			continue
+		}
+		seen[key] = true
+		l := key[:]
+		counter(saPackets, sa.Packets, l...)
+		counter(saBytes, sa.Bytes, l...)
+		for _, r := range sortedKeys(sa.Drops) {
+			counter(saDrops, sa.Drops[r], append(l[:4:4], r)...)
+		}
+		rekey := 0.0
+		if sa.NeedsRekey {
+			rekey = 1
+		}
+		ch <- prometheus.MustNewConstMetric(saNeedsRekey, prometheus.GaugeValue, rekey, l...)
+	}
+	for _, w := range st.Dataplane.Workers {
+		i := strconv.Itoa(w.Index)
+		counter(workerSealed, w.Sealed, i)
+		counter(workerOpened, w.Opened, i)
+		counter(workerTx, w.TxPackets, i)
+		counter(workerTxErrors, w.TxErrors, i)
+		for _, r := range sortedKeys(w.Drops) {
+			counter(workerDrops, w.Drops[r], i, r)
+		}
+	}
+	for i, r := range st.Dataplane.Receivers {
+		side := "esp"
+		if r.Plain {
+			side = "plain"
+		}
+		idx := strconv.Itoa(i)
+		counter(rxPackets, r.Packets, idx, side)
+		counter(rxBytes, r.Bytes, idx, side)
+		for _, reason := range sortedKeys(r.Drops) {
+			counter(rxDrops, r.Drops[reason], idx, side, reason)
+		}
+	}
+}
+
+func sortedKeys(m map[string]uint64) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}
+
+// NewRegistry returns a registry with the gateway's collector and the Go
+// runtime and process collectors.
+func NewRegistry(stats func() gateway.Stats) *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(
+		NewCollector(stats),
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	)
+	return reg
+}
+
+// MetricsServer serves /metrics over HTTP.
+type MetricsServer struct {
+	srv  *http.Server
+	ln   net.Listener
+	done chan struct{}
+}
+
+// ServeMetrics listens on addr ("host:port"; port 0 picks one) and serves
+// the registry of NewRegistry(stats) at /metrics. The listen error, if any,
+// is returned here, not later.
+func ServeMetrics(addr string, stats func() gateway.Stats, log *slog.Logger) (*MetricsServer, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("control: metrics: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(NewRegistry(stats), promhttp.HandlerOpts{
+		ErrorLog:      slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		ErrorHandling: promhttp.ContinueOnError,
+		Timeout:       10 * time.Second,
+	}))
+	m := &MetricsServer{
+		srv: &http.Server{
+			Handler:           mux,
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelDebug),
+		},
+		ln:   ln,
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(m.done)
+		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics server stopped", "err", err)
+		}
+	}()
+	log.Info("metrics listening", "addr", ln.Addr().String())
+	return m, nil
+}
+
+// Addr returns the address the server listens on.
+func (m *MetricsServer) Addr() net.Addr { return m.ln.Addr() }
+
+// Close stops the server, letting scrapes in progress finish for up to a
+// second. It is idempotent.
+func (m *MetricsServer) Close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	err := m.srv.Shutdown(ctx)
+	if err != nil {
+		err = m.srv.Close()
+	}
+	<-m.done
+	return err
+}

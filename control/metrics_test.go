@@ -1,0 +1,141 @@
+package control
+
+import (
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/control/controltest"
+	"github.com/sluicegw/sluice/gateway"
+)
+
+func TestCollector(t *testing.T) {
+	b := controltest.New()
+	c := NewCollector(b.Stats)
+	const want = `
+# HELP sluice_sa_packets_total Packets the SA sealed (direction out) or opened and accepted (direction in).
+# TYPE sluice_sa_packets_total counter
+sluice_sa_packets_total{direction="in",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 7
+sluice_sa_packets_total{direction="out",sa="a-to-b",spi="0x00001001",tunnel="to-b"} 10
+# HELP sluice_sa_bytes_total Plaintext bytes of the packets the SA sealed or opened.
+# TYPE sluice_sa_bytes_total counter
+sluice_sa_bytes_total{direction="in",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 700
+sluice_sa_bytes_total{direction="out",sa="a-to-b",spi="0x00001001",tunnel="to-b"} 1000
+# HELP sluice_sa_drops_total Packets of the SA dropped, by reason.
+# TYPE sluice_sa_drops_total counter
+sluice_sa_drops_total{direction="in",reason="auth_failed",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 1
+sluice_sa_drops_total{direction="in",reason="replay",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 2
+# HELP sluice_sa_needs_rekey 1 when the SA is near or at its sequence number or lifetime limit and needs a rekey.
+# TYPE sluice_sa_needs_rekey gauge
+sluice_sa_needs_rekey{direction="in",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 0
+sluice_sa_needs_rekey{direction="out",sa="a-to-b",spi="0x00001001",tunnel="to-b"} 0
+# HELP sluice_worker_sealed_total Packets the data-plane worker encrypted.
+# TYPE sluice_worker_sealed_total counter
+sluice_worker_sealed_total{worker="0"} 10
+sluice_worker_sealed_total{worker="1"} 0
+# HELP sluice_worker_opened_total Packets the data-plane worker decrypted and accepted.
+# TYPE sluice_worker_opened_total counter
+sluice_worker_opened_total{worker="0"} 7
+sluice_worker_opened_total{worker="1"} 0
+# HELP sluice_worker_tx_packets_total Packets the data-plane worker wrote to a link.
+# TYPE sluice_worker_tx_packets_total counter
+sluice_worker_tx_packets_total{worker="0"} 17
+sluice_worker_tx_packets_total{worker="1"} 0
+# HELP sluice_worker_tx_errors_total Packets a link refused to send for the worker.
+# TYPE sluice_worker_tx_errors_total counter
+sluice_worker_tx_errors_total{worker="0"} 0
+sluice_worker_tx_errors_total{worker="1"} 0
+# HELP sluice_worker_drops_total Packets the data-plane worker dropped, by reason.
+# TYPE sluice_worker_drops_total counter
+sluice_worker_drops_total{reason="no_route",worker="0"} 3
+# HELP sluice_receiver_packets_total Packets a receive goroutine read (side plain: from the TUN device; esp: from the network).
+# TYPE sluice_receiver_packets_total counter
+sluice_receiver_packets_total{receiver="0",side="plain"} 13
+sluice_receiver_packets_total{receiver="1",side="esp"} 10
+# HELP sluice_receiver_bytes_total Bytes a receive goroutine read.
+# TYPE sluice_receiver_bytes_total counter
+sluice_receiver_bytes_total{receiver="0",side="plain"} 1300
+sluice_receiver_bytes_total{receiver="1",side="esp"} 1500
+# HELP sluice_receiver_drops_total Packets a receive goroutine dropped before handing them to a worker, by reason.
+# TYPE sluice_receiver_drops_total counter
+sluice_receiver_drops_total{reason="unknown_spi",receiver="1",side="esp"} 1
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
+		t.Fatal(err)
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	// Counters are read at scrape time.
+	sas, err := config.ParseSAs("test", []byte(saTOML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.AddSA("to-b", "in", &sas[0]); err != nil {
+		t.Fatal(err)
+	}
+	if n := testutil.CollectAndCount(c, "sluice_sa_packets_total"); n != 3 {
+		t.Fatalf("after adding an SA: %d SA series, want 3", n)
+	}
+}
+
+// A duplicate SA in one read must not fail the scrape.
+func TestCollectorDuplicateSA(t *testing.T) {
+	sa := gateway.SAInfo{Name: "x", Tunnel: "t", Direction: "in", SPI: 0x100, Packets: 1}
+	c := NewCollector(func() gateway.Stats { return gateway.Stats{SAs: []gateway.SAInfo{sa, sa}} })
+	if n := testutil.CollectAndCount(c, "sluice_sa_packets_total"); n != 1 {
+		t.Fatalf("%d series, want 1", n)
+	}
+}
+
+func TestMetricsServer(t *testing.T) {
+	b := controltest.New()
+	m, err := ServeMetrics("127.0.0.1:0", b.Stats, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	resp, err := http.Get("http://" + m.Addr().String() + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Fatalf("status %s: %s", resp.Status, body)
+	}
+	for _, want := range []string{
+		`sluice_sa_packets_total{direction="out",sa="a-to-b",spi="0x00001001",tunnel="to-b"} 10`,
+		`sluice_sa_drops_total{direction="in",reason="replay",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 2`,
+		`sluice_worker_drops_total{reason="no_route",worker="0"} 3`,
+		`sluice_receiver_packets_total{receiver="1",side="esp"} 10`,
+		"go_goroutines ",
+		"process_open_fds ",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	if b.Calls("Stats") != 1 {
+		t.Errorf("Stats called %d times for one scrape", b.Calls("Stats"))
+	}
+	if resp, err := http.Get("http://" + m.Addr().String() + "/"); err != nil || resp.StatusCode != 404 {
+		t.Errorf("GET /: %v %v", resp.Status, err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Close(); err != nil {
+		t.Fatalf("second Close: %v", err)
+	}
+	if _, err := http.Get("http://" + m.Addr().String() + "/metrics"); err == nil {
+		t.Fatal("scrape after Close succeeded")
+	}
+	if _, err := ServeMetrics("127.0.0.1:99999", b.Stats, nil); err == nil || !strings.HasPrefix(err.Error(), "control: metrics: ") {
+		t.Fatalf("bad address: %v", err)
+	}
+}

@@ -1,0 +1,458 @@
+package control
+
+// The socket server:
+//  1. Accept: one goroutine. A peer that is neither root nor our user is
+//     closed at once; beyond MaxConns connections a client gets an error
+//     line and is closed, so the server's goroutines and memory are bounded.
+//  2. Serve: one goroutine per connection reads a line (at most MaxRequest
+//     bytes, within IdleTimeout), runs the operation on the Backend and
+//     writes one line back (within WriteTimeout). Requests on a connection
+//     are served in order.
+//  3. Close: the listener and every connection are closed, the goroutines
+//     are waited for, and the socket file is removed.
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net"
+	"os"
+	"reflect"
+	"runtime/debug"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sluicegw/sluice/config"
+)
+
+// Defaults of Options.
+const (
+	DefaultMaxConns     = 16
+	DefaultMaxRequest   = 1 << 20
+	DefaultIdleTimeout  = 30 * time.Second
+	DefaultWriteTimeout = 10 * time.Second
+)
+
+// Options tune a Server. The zero value is the defaults.
+type Options struct {
+	Log *slog.Logger // nil: discard
+	// MaxConns is how many clients are served at once; more are refused
+	// with an error line.
+	MaxConns int
+	// MaxRequest is the longest request line, newline included. A longer
+	// one gets an error line and the connection is closed.
+	MaxRequest int
+	// IdleTimeout is how long the server waits for a whole request line;
+	// a client that sends nothing, or too slowly, is disconnected.
+	IdleTimeout time.Duration
+	// WriteTimeout is how long a client may take to accept a response.
+	WriteTimeout time.Duration
+}
+
+func (o *Options) withDefaults() Options {
+	var r Options
+	if o != nil {
+		r = *o
+	}
+	if r.Log == nil {
+		r.Log = slog.New(slog.DiscardHandler)
+	}
+	if r.MaxConns <= 0 {
+		r.MaxConns = DefaultMaxConns
+	}
+	if r.MaxRequest <= 0 {
+		r.MaxRequest = DefaultMaxRequest
+	}
+	if r.IdleTimeout <= 0 {
+		r.IdleTimeout = DefaultIdleTimeout
+	}
+	if r.WriteTimeout <= 0 {
+		r.WriteTimeout = DefaultWriteTimeout
+	}
+	return r
+}
+
+// Server serves the control protocol on a Unix socket.
+type Server struct {
+	path string
+	b    Backend
+	opt  Options
+	ln   *net.UnixListener
+	file fs.FileInfo // the socket file we created
+	sem  chan struct{}
+	done chan struct{} // closed by Close
+	wg   sync.WaitGroup
+
+	mu     sync.Mutex // guards conns and closed
+	conns  map[net.Conn]struct{}
+	closed bool
+}
+
+// Listen claims the socket at path (see the package comment for its mode;
+// a stale socket file is replaced, a live one is an error) and Serve starts
+// answering on it. In between, clients that connect wait: a daemon claims
+// its socket first, so that a second instance fails before it touches
+// anything, and serves once its backend is up. opt may be nil.
+func Listen(path string, opt *Options) (*Server, error) {
+	ln, file, err := listenUnix(path)
+	if err != nil {
+		return nil, err
+	}
+	o := opt.withDefaults()
+	return &Server{
+		path: path, opt: o, ln: ln, file: file,
+		sem:   make(chan struct{}, o.MaxConns),
+		done:  make(chan struct{}),
+		conns: map[net.Conn]struct{}{},
+	}, nil
+}
+
+// Serve starts serving b in the background. It may be called once; after
+// Close it does nothing.
+func (s *Server) Serve(b Backend) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if b == nil {
+		panic("control: Serve with a nil Backend")
+	}
+	if s.b != nil {
+		panic("control: Serve called twice")
+	}
+	s.b = b
+	if s.closed {
+		return
+	}
+	s.wg.Add(1)
+	go s.acceptLoop()
+	s.opt.Log.Info("control socket listening", "path", s.path)
+}
+
+// Path returns the socket's path.
+func (s *Server) Path() string { return s.path }
+
+// Close stops the server: it closes the listener and every connection,
+// waits for the requests being served to finish, and removes the socket
+// file. It is idempotent.
+func (s *Server) Close() error {
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return nil
+	}
+	s.closed = true
+	close(s.done)
+	err := s.ln.Close()
+	for c := range s.conns {
+		c.Close()
+	}
+	s.mu.Unlock()
+	s.wg.Wait()
+	removeIfSame(s.path, s.file)
+	s.opt.Log.Info("control socket closed", "path", s.path)
+	return err
+}
+
+func (s *Server) acceptLoop() {
+	defer s.wg.Done()
+	var backoff time.Duration
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			if errors.Is(err, net.ErrClosed) {
+				return
+			}
+			// Out of file descriptors, most likely: wait, as net/http does.
+			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
+			s.opt.Log.Warn("control: accept", "err", err, "retry_in", backoff)
+			select {
+			case <-time.After(backoff):
+				continue
+			case <-s.done:
+				return
+			}
+		}
+		backoff = 0
+		if err := checkPeer(c); err != nil {
+			s.opt.Log.Warn("control: connection refused", "err", err)
+			s.writeLine(c, fail("control: permission denied: the control socket is only for root and the user sluice runs as"))
+			c.Close()
+			continue
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			s.opt.Log.Warn("control: too many clients; one refused", "max", s.opt.MaxConns)
+			s.writeLine(c, fail("control: too many clients (at most %d at once); try again", s.opt.MaxConns))
+			c.Close()
+			continue
+		}
+		if !s.track(c) {
+			<-s.sem
+			c.Close()
+			return
+		}
+		go s.serveConn(c)
+	}
+}
+
+// track registers c and counts its goroutine; it reports false once the
+// server is closed. Adding to wg under mu orders it before Close's Wait.
+func (s *Server) track(c net.Conn) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	return true
+}
+
+func (s *Server) serveConn(c net.Conn) {
+	defer func() {
+		s.mu.Lock()
+		delete(s.conns, c)
+		s.mu.Unlock()
+		c.Close()
+		<-s.sem
+		s.wg.Done()
+	}()
+	sc := bufio.NewScanner(c)
+	sc.Buffer(make([]byte, 0, min(4096, s.opt.MaxRequest)), s.opt.MaxRequest)
+	for {
+		c.SetReadDeadline(time.Now().Add(s.opt.IdleTimeout))
+		if !sc.Scan() {
+			switch err := sc.Err(); {
+			case errors.Is(err, bufio.ErrTooLong):
+				s.opt.Log.Warn("control: request too long; connection closed", "max", s.opt.MaxRequest)
+				s.writeLine(c, fail("control: request longer than %d bytes; closing the connection", s.opt.MaxRequest))
+			case errors.Is(err, os.ErrDeadlineExceeded):
+				s.opt.Log.Debug("control: idle client disconnected", "timeout", s.opt.IdleTimeout)
+			}
+			return
+		}
+		if err := s.writeLine(c, s.handle(sc.Bytes())); err != nil {
+			s.opt.Log.Debug("control: write", "err", err)
+			return
+		}
+	}
+}
+
+// writeLine sends one response line within WriteTimeout.
+func (s *Server) writeLine(c net.Conn, r Response) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		data, _ = json.Marshal(fail("control: encoding the response: %v", err))
+	}
+	c.SetWriteDeadline(time.Now().Add(s.opt.WriteTimeout))
+	_, err = c.Write(append(data, '\n'))
+	return err
+}
+
+func fail(format string, args ...any) Response {
+	return Response{Error: fmt.Sprintf(format, args...)}
+}
+
+// handle serves one request line. A panic in the backend becomes an error
+// response: the control plane must not take the data plane down.
+func (s *Server) handle(line []byte) (resp Response) {
+	line = bytes.TrimSpace(line)
+	if len(line) == 0 {
+		return fail("control: empty request: send one JSON object per line, e.g. {\"op\":\"stats\"}")
+	}
+	var req Request
+	if err := decodeStrict(line, &req); err != nil {
+		return fail("control: bad request: %s", describeJSONError("", err))
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			s.opt.Log.Error("control: panic serving a request", "op", req.Op, "panic", r, "stack", string(debug.Stack()))
+			resp = fail("control: %s: internal error (see the gateway's log)", req.Op)
+		}
+	}()
+	result, err := s.dispatch(req)
+	if err != nil {
+		return Response{Error: err.Error()}
+	}
+	resp.OK = true
+	if result != nil {
+		data, err := json.Marshal(result)
+		if err != nil {
+			return fail("control: %s: encoding the result: %v", req.Op, err)
+		}
+		resp.Result = data
+	}
+	return resp
+}
+
+// dispatch runs one operation and returns its result (nil for none).
+func (s *Server) dispatch(req Request) (any, error) {
+	log := s.opt.Log
+	switch req.Op {
+	case OpSAList, OpTunnelList, OpPolicyList, OpStats, OpReload:
+		if err := decodeArgs(req, &struct{}{}); err != nil {
+			return nil, err
+		}
+	}
+	switch req.Op {
+	case "":
+		return nil, fmt.Errorf("control: request has no op (valid: %s)", strings.Join(Ops, ", "))
+	case OpSAList:
+		return nonNil(s.b.SAs()), nil
+	case OpTunnelList:
+		return nonNil(s.b.Tunnels()), nil
+	case OpPolicyList:
+		return nonNil(s.b.Policies()), nil
+	case OpStats:
+		st := s.b.Stats()
+		st.SAs = nonNil(st.SAs)
+		st.Dataplane.Workers = nonNil(st.Dataplane.Workers)
+		st.Dataplane.Receivers = nonNil(st.Dataplane.Receivers)
+		return st, nil
+	case OpReload:
+		// The backend logs the outcome.
+		return nil, s.b.Reload()
+	case OpSAAdd:
+		var a SAAddArgs
+		if err := decodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		sa, err := a.check()
+		if err != nil {
+			return nil, err
+		}
+		if err := s.b.AddSA(a.Tunnel, a.Dir, sa); err != nil {
+			return nil, err
+		}
+		log.Info("control: SA added", "tunnel", a.Tunnel, "dir", a.Dir, "sa", sa.Name, "spi", fmt.Sprintf("%#x", sa.SPI))
+		return SAAddResult{Tunnel: a.Tunnel, Dir: a.Dir, Name: sa.Name, SPI: sa.SPI}, nil
+	case OpSADel:
+		var a SADelArgs
+		if err := decodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		if a.SPI == 0 {
+			return nil, fmt.Errorf("control: sa.del: args.spi is required: the SPI of an inbound SA")
+		}
+		if err := s.b.DelSA(a.SPI); err != nil {
+			return nil, err
+		}
+		log.Info("control: SA deleted", "spi", fmt.Sprintf("%#x", a.SPI))
+		return SADelResult{SPI: a.SPI}, nil
+	}
+	return nil, fmt.Errorf("control: unknown op %q (valid: %s)", req.Op, strings.Join(Ops, ", "))
+}
+
+// check validates sa.add's arguments and parses its SA.
+func (a *SAAddArgs) check() (*config.SA, error) {
+	switch {
+	case a.Tunnel == "":
+		return nil, errors.New("control: sa.add: args.tunnel is required")
+	case a.Dir != "in" && a.Dir != "out":
+		return nil, fmt.Errorf("control: sa.add: args.dir must be \"in\" or \"out\", not %q", a.Dir)
+	case strings.TrimSpace(a.SA) == "":
+		return nil, errors.New("control: sa.add: args.sa is required: the TOML text of one [[sa]] table")
+	}
+	sas, err := config.ParseSAs(OpSAAdd, []byte(a.SA))
+	if err != nil {
+		return nil, err
+	}
+	if len(sas) != 1 {
+		return nil, fmt.Errorf("control: sa.add: args.sa must hold exactly one [[sa]] table, not %d", len(sas))
+	}
+	return &sas[0], nil
+}
+
+// nonNil makes an empty list encode as [] rather than null.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+// decodeArgs decodes req.Args into v, strictly; absent or null args decode
+// as the zero value.
+func decodeArgs(req Request, v any) error {
+	if len(req.Args) == 0 {
+		return nil
+	}
+	if err := decodeStrict(req.Args, v); err != nil {
+		return fmt.Errorf("control: %s: %s", req.Op, describeJSONError("args", err))
+	}
+	return nil
+}
+
+// decodeStrict decodes exactly one JSON value into v, refusing unknown
+// object fields and trailing data.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return err
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return errors.New("trailing data after the JSON value")
+	}
+	return nil
+}
+
+// describeJSONError says what was wrong with a JSON value in terms of its
+// fields: "args.spi: got string, want an integer 0..4294967295".
+func describeJSONError(prefix string, err error) string {
+	join := func(field string) string {
+		switch {
+		case prefix == "":
+			return field
+		case field == "":
+			return prefix
+		}
+		return prefix + "." + field
+	}
+	var te *json.UnmarshalTypeError
+	var se *json.SyntaxError
+	switch {
+	case errors.As(err, &te):
+		where := join(te.Field)
+		if where != "" {
+			where += ": "
+		}
+		return fmt.Sprintf("%sgot JSON %s, want %s", where, te.Value, jsonKind(te.Type))
+	case errors.As(err, &se):
+		return fmt.Sprintf("malformed JSON at byte %d: %s", se.Offset, strings.TrimPrefix(se.Error(), "json: "))
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
+		return "malformed JSON: it ends early"
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if prefix != "" {
+		msg = prefix + ": " + msg
+	}
+	return msg
+}
+
+func jsonKind(t reflect.Type) string {
+	if t == nil {
+		return "another type"
+	}
+	switch t.Kind() {
+	case reflect.String:
+		return "a string"
+	case reflect.Bool:
+		return "true or false"
+	case reflect.Uint32:
+		return "an integer 0..4294967295"
+	case reflect.Int, reflect.Int64, reflect.Uint64, reflect.Uint, reflect.Int32, reflect.Uint16, reflect.Uint8:
+		return "an integer in range of " + t.Kind().String()
+	case reflect.Struct, reflect.Map:
+		return "an object"
+	case reflect.Slice, reflect.Array:
+		return "an array"
+	}
+	return t.String()
+}
