@@ -166,8 +166,8 @@ func (d *Dataplane) Start(ctx context.Context) {
 		d.wg.Add(1)
 		go func() { defer d.wg.Done(); w.run(d.ctx) }()
 	}
-	start := func(l Link, plain bool) {
-		r := &receiver{d: d, link: l, plain: plain, bufs: make([]*packet.Buf, max(batchSize, l.BatchSize()))}
+	start := func(l Link, plain bool, name string) {
+		r := &receiver{d: d, name: name, link: l, plain: plain, bufs: make([]*packet.Buf, max(batchSize, l.BatchSize()))}
 		r.counters.init()
 		if plain && d.cfg.NewClassifier != nil {
 			r.classify = d.cfg.NewClassifier()
@@ -177,14 +177,14 @@ func (d *Dataplane) Start(ctx context.Context) {
 		d.wg.Add(1)
 		go func() { defer d.wg.Done(); r.run(d.ctx) }()
 	}
-	for _, l := range d.cfg.Plain {
-		start(l, true)
+	for i, l := range d.cfg.Plain {
+		start(l, true, fmt.Sprintf("plain/%d", i))
 	}
-	for _, l := range d.cfg.Net {
-		start(l, false)
+	for i, l := range d.cfg.Net {
+		start(l, false, fmt.Sprintf("udp/%d", i))
 	}
 	if d.cfg.Raw != nil {
-		start(d.cfg.Raw, false)
+		start(d.cfg.Raw, false, "rawesp")
 	}
 }
 
@@ -281,6 +281,7 @@ type WorkerStats struct {
 
 // RxStats are one receive goroutine's counters.
 type RxStats struct {
+	Name    string            `json:"name"` // "plain/N", "udp/N" or "rawesp"
 	Plain   bool              `json:"plain"`
 	Packets uint64            `json:"packets"`
 	Bytes   uint64            `json:"bytes"`
@@ -295,7 +296,7 @@ func (d *Dataplane) Stats() Stats {
 			TxPackets: w.counters.txPackets.Load(), TxErrors: w.counters.txErrors.Load(), Drops: w.counters.drops.Map()})
 	}
 	for _, r := range d.rx {
-		s.Receivers = append(s.Receivers, RxStats{Plain: r.plain, Packets: r.counters.packets.Load(), Bytes: r.counters.bytes.Load(), Drops: r.counters.drops.Map()})
+		s.Receivers = append(s.Receivers, RxStats{Name: r.name, Plain: r.plain, Packets: r.counters.packets.Load(), Bytes: r.counters.bytes.Load(), Drops: r.counters.drops.Map()})
 	}
 	return s
 }

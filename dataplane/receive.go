@@ -90,6 +90,7 @@ func (c *rxCounters) init() {}
 // receiver reads one link and hands its packets to the owning workers.
 type receiver struct {
 	d        *Dataplane
+	name     string
 	link     Link
 	plain    bool
 	classify Classifier

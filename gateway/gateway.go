@@ -234,22 +234,41 @@ func tunnelMTU(cfg *config.Gateway) int {
 	return (UnderlayMTU - worst) &^ 3
 }
 
-// openSA builds the SAD entry for the named SA in one direction.
-func (g *Gateway) openSA(name string, dir esp.Direction, engine string) (*sad.SA, error) {
-	sa := g.cfg.SA(name)
-	if sa == nil {
+// openSA builds the SAD entry for the named SA of tunnel t in one
+// direction. An SA that leaves out its addresses takes the tunnel's.
+func (g *Gateway) openSA(cfg *config.Gateway, t *config.Tunnel, name string, dir esp.Direction) (*sad.SA, error) {
+	def := cfg.SA(name)
+	if def == nil {
 		return nil, fmt.Errorf("gateway: no SA %q", name)
 	}
+	sa := withTunnelAddrs(*def, t.Local, t.Peer, dir)
+	engine := t.Engine
 	if engine == "" {
-		engine = g.cfg.Engine
+		engine = cfg.Engine
 	}
-	rt, err := sad.OpenSA(g.engines[engine], sa, dir)
+	rt, err := sad.OpenSA(g.engines[engine], &sa, dir)
 	if err != nil {
 		return nil, err
 	}
 	s := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine}
 	rt.SetUser(s)
 	return s, nil
+}
+
+// withTunnelAddrs gives a tunnel SA that leaves out its addresses the
+// tunnel's: local to peer outbound, peer to local inbound.
+func withTunnelAddrs(sa config.SA, local, peer netip.Addr, dir esp.Direction) config.SA {
+	src, dst := local, peer
+	if dir == esp.Inbound {
+		src, dst = dst, src
+	}
+	if !sa.Src.IsValid() {
+		sa.Src = src
+	}
+	if !sa.Dst.IsValid() {
+		sa.Dst = dst
+	}
+	return sa
 }
 
 func (g *Gateway) addTunnel(t *config.Tunnel, owner int) error {
@@ -269,14 +288,14 @@ func (g *Gateway) addTunnel(t *config.Tunnel, owner int) error {
 		}
 		return fmt.Errorf("gateway: tunnel %q: %w", t.Name, err)
 	}
-	out, err := g.openSA(t.Out, esp.Outbound, t.Engine)
+	out, err := g.openSA(g.cfg, t, t.Out, esp.Outbound)
 	if err != nil {
 		return fail(err)
 	}
 	opened = append(opened, out)
 	spec.Out = out
 	for _, n := range t.In {
-		in, err := g.openSA(n, esp.Inbound, t.Engine)
+		in, err := g.openSA(g.cfg, t, n, esp.Inbound)
 		if err != nil {
 			return fail(err)
 		}

@@ -22,7 +22,6 @@ type SAInfo struct {
 	Encap      string            `json:"encap"`
 	ESN        bool              `json:"esn"`
 	Engine     string            `json:"engine"`
-	Seq        uint64            `json:"seq"`
 	Packets    uint64            `json:"packets"`
 	Bytes      uint64            `json:"bytes"`
 	Drops      map[string]uint64 `json:"drops"`
@@ -70,7 +69,8 @@ func saInfo(s *sad.SA, dir string) SAInfo {
 }
 
 // SAs lists every SA: each tunnel's outbound SA, then its inbound ones.
-// Sequence numbers are not shown: they belong to the workers.
+// Sequence numbers are not shown: they belong to the workers that own the
+// SAs and are not read from other goroutines.
 func (g *Gateway) SAs() []SAInfo {
 	var out []SAInfo
 	for _, t := range g.store.Load().Tunnels() {
@@ -147,7 +147,11 @@ func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	} else if dir != "in" {
 		return fmt.Errorf("gateway: direction must be \"in\" or \"out\", not %q", dir)
 	}
-	rt, err := sad.OpenSA(g.engines[engine], sa, d)
+	if (sa.Encap == config.EncapUDP) != (t.Encap == esp.EncapUDP) || sa.Mode == config.ModeTransport {
+		return fmt.Errorf("gateway: SA %q: a tunnel SA must use tunnel mode and the tunnel's encapsulation (%v)", sa.Name, t.Encap)
+	}
+	sac := withTunnelAddrs(*sa, t.Local, t.Peer, d)
+	rt, err := sad.OpenSA(g.engines[engine], &sac, d)
 	if err != nil {
 		return err
 	}

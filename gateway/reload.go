@@ -41,6 +41,7 @@ func (g *Gateway) Reload(next *config.Gateway) error {
 	g.cfg = next
 	workers := len(g.dp.Stats().Workers)
 	db := g.store.Load()
+	added := 0
 	oldByName := map[string]*config.Tunnel{}
 	for i := range old.Tunnels {
 		oldByName[old.Tunnels[i].Name] = &old.Tunnels[i]
@@ -51,9 +52,11 @@ func (g *Gateway) Reload(next *config.Gateway) error {
 		nt := &next.Tunnels[i]
 		newByName[nt.Name] = true
 		ot := oldByName[nt.Name]
-		owner := len(db.Tunnels()) % workers
+		owner := (len(db.Tunnels()) + added) % workers
 		if t := db.Tunnel(nt.Name); t != nil {
 			owner = t.Owner
+		} else {
+			added++
 		}
 		switch {
 		case ot == nil:
@@ -101,7 +104,7 @@ func (g *Gateway) rekey(oldCfg *config.Gateway, ot, nt *config.Tunnel) error {
 			keep[g.cfg.SA(name).SPI] = true
 			continue
 		}
-		in, err := g.openSA(name, esp.Inbound, nt.Engine)
+		in, err := g.openSA(g.cfg, nt, name, esp.Inbound)
 		if err != nil {
 			return err
 		}
@@ -114,7 +117,7 @@ func (g *Gateway) rekey(oldCfg *config.Gateway, ot, nt *config.Tunnel) error {
 	}
 	// 2. The outbound switch.
 	if nt.Out != ot.Out || !sameSA(oldCfg.SA(ot.Out), g.cfg.SA(nt.Out)) {
-		out, err := g.openSA(nt.Out, esp.Outbound, nt.Engine)
+		out, err := g.openSA(g.cfg, nt, nt.Out, esp.Outbound)
 		if err != nil {
 			return err
 		}
@@ -160,6 +163,12 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 	}
 	if a.ControlSocket != b.ControlSocket || a.Metrics != b.Metrics {
 		what = append(what, "control_socket/metrics")
+	}
+	if a.Oversize != b.Oversize {
+		what = append(what, "gateway.oversize")
+	}
+	if (len(a.Policies) == 0) != (len(b.Policies) == 0) {
+		what = append(what, "route-based/policy-based mode")
 	}
 	if len(what) > 0 {
 		return fmt.Errorf("gateway: %s: changing %v needs a restart; the running configuration stays", b.File, what)
