@@ -93,7 +93,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	}
 	var netLinks []dataplane.Link
 	if cfg.UDP != nil {
-		ls, err := udp.OpenN(cfg.UDP.Listen, workers, udp.Options{GSO: cfg.UDP.GSO, GRO: cfg.UDP.GRO})
+		ls, err := udp.OpenN(cfg.UDP.Listen, workers, udp.Options{GSO: cfg.UDP.GSO, GRO: cfg.UDP.GRO, SocketBuffer: 4 << 20})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: udp %v: %w", cfg.UDP.Listen, err)
 		}
