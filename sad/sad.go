@@ -222,41 +222,71 @@ func (s *Store) publishLocked(db *DB) {
 	s.cur.Store(db)
 }
 
-// AddTunnel adds a tunnel with its SAs.
-func (s *Store) AddTunnel(spec TunnelSpec) (*Tunnel, error) {
+// update runs fn on a copy of the current snapshot and, if fn succeeds,
+// publishes the copy and retires the SAs fn removed. Writers are
+// serialised; readers keep the snapshot they loaded.
+func (s *Store) update(fn func(db *DB) (dead []*SA, err error)) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	db := s.cloneLocked()
-	if _, dup := db.byName[spec.Name]; dup {
-		return nil, fmt.Errorf("sad: tunnel %q exists", spec.Name)
+	dead, err := fn(db)
+	if err != nil {
+		return err
 	}
-	if len(spec.In) > MaxInbound {
-		return nil, fmt.Errorf("sad: tunnel %q: at most %d inbound SAs", spec.Name, MaxInbound)
+	s.publishLocked(db)
+	if len(dead) > 0 {
+		s.retire(db.gen, dead)
 	}
-	for _, p := range spec.Remote {
-		for _, t := range db.tunnels {
-			if containsOverlap(t.Remote, p) {
-				return nil, fmt.Errorf("sad: tunnel %q: remote prefix %v overlaps tunnel %q", spec.Name, p, t.Name)
+	return nil
+}
+
+func (db *DB) tunnelNamed(name string) (*Tunnel, error) {
+	if t := db.byName[name]; t != nil {
+		return t, nil
+	}
+	return nil, fmt.Errorf("sad: no tunnel %q", name)
+}
+
+// AddTunnel adds a tunnel with its SAs.
+func (s *Store) AddTunnel(spec TunnelSpec) (*Tunnel, error) {
+	var t *Tunnel
+	err := s.update(func(db *DB) ([]*SA, error) {
+		if _, dup := db.byName[spec.Name]; dup {
+			return nil, fmt.Errorf("sad: tunnel %q exists", spec.Name)
+		}
+		if len(spec.In) > MaxInbound {
+			return nil, fmt.Errorf("sad: tunnel %q: at most %d inbound SAs", spec.Name, MaxInbound)
+		}
+		for _, p := range spec.Remote {
+			for _, o := range db.tunnels {
+				if containsOverlap(o.Remote, p) {
+					return nil, fmt.Errorf("sad: tunnel %q: remote prefix %v overlaps tunnel %q", spec.Name, p, o.Name)
+				}
 			}
 		}
-	}
-	t := &Tunnel{Name: spec.Name, Local: spec.Local, Peer: spec.Peer, Encap: spec.Encap, PeerPort: spec.PeerPort,
-		Remote: spec.Remote, MTU: spec.MTU, Owner: spec.Owner}
-	for i, in := range spec.In {
-		if _, dup := db.inbound[in.SA.SPI()]; dup {
-			return nil, fmt.Errorf("sad: tunnel %q: inbound SPI %#x in use", spec.Name, in.SA.SPI())
+		for _, in := range spec.In {
+			if _, dup := db.inbound[in.SA.SPI()]; dup {
+				return nil, fmt.Errorf("sad: tunnel %q: inbound SPI %#x in use", spec.Name, in.SA.SPI())
+			}
 		}
-		in.Tunnel = t
-		t.in[i].Store(in)
-		db.inbound[in.SA.SPI()] = in
+		t = &Tunnel{Name: spec.Name, Local: spec.Local, Peer: spec.Peer, Encap: spec.Encap, PeerPort: spec.PeerPort,
+			Remote: spec.Remote, MTU: spec.MTU, Owner: spec.Owner}
+		for i, in := range spec.In {
+			in.Tunnel = t
+			t.in[i].Store(in)
+			db.inbound[in.SA.SPI()] = in
+		}
+		if spec.Out != nil {
+			spec.Out.Tunnel = t
+			t.out.Store(spec.Out)
+		}
+		db.tunnels = append(db.tunnels, t)
+		db.byName[t.Name] = t
+		return nil, nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if spec.Out != nil {
-		spec.Out.Tunnel = t
-		t.out.Store(spec.Out)
-	}
-	db.tunnels = append(db.tunnels, t)
-	db.byName[t.Name] = t
-	s.publishLocked(db)
 	return t, nil
 }
 
@@ -272,100 +302,89 @@ func containsOverlap(ps []netip.Prefix, p netip.Prefix) bool {
 // RemoveTunnel removes a tunnel and reclaims its SAs once no data-path
 // goroutine can hold them.
 func (s *Store) RemoveTunnel(name string) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	db := s.cloneLocked()
-	t := db.byName[name]
-	if t == nil {
-		return fmt.Errorf("sad: no tunnel %q", name)
-	}
-	delete(db.byName, name)
-	tunnels := db.tunnels[:0:0]
-	for _, x := range db.tunnels {
-		if x != t {
-			tunnels = append(tunnels, x)
+	return s.update(func(db *DB) ([]*SA, error) {
+		t, err := db.tunnelNamed(name)
+		if err != nil {
+			return nil, err
 		}
-	}
-	db.tunnels = tunnels
-	var dead []*SA
-	for i := range t.in {
-		if in := t.in[i].Swap(nil); in != nil {
-			delete(db.inbound, in.SA.SPI())
-			dead = append(dead, in)
+		delete(db.byName, name)
+		tunnels := db.tunnels[:0:0]
+		for _, x := range db.tunnels {
+			if x != t {
+				tunnels = append(tunnels, x)
+			}
 		}
-	}
-	if out := t.out.Swap(nil); out != nil {
-		dead = append(dead, out)
-	}
-	s.publishLocked(db)
-	s.retire(db.gen, dead)
-	return nil
+		db.tunnels = tunnels
+		var dead []*SA
+		for i := range t.in {
+			if in := t.in[i].Swap(nil); in != nil {
+				delete(db.inbound, in.SA.SPI())
+				dead = append(dead, in)
+			}
+		}
+		if out := t.out.Swap(nil); out != nil {
+			dead = append(dead, out)
+		}
+		return dead, nil
+	})
 }
 
 // AddInbound adds an inbound SA to a tunnel: the first step of a rekey.
 func (s *Store) AddInbound(tunnel string, in *SA) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	db := s.cloneLocked()
-	t := db.byName[tunnel]
-	if t == nil {
-		return fmt.Errorf("sad: no tunnel %q", tunnel)
-	}
-	if _, dup := db.inbound[in.SA.SPI()]; dup {
-		return fmt.Errorf("sad: inbound SPI %#x in use", in.SA.SPI())
-	}
-	for i := range t.in {
-		if t.in[i].Load() == nil {
-			in.Tunnel = t
-			t.in[i].Store(in)
-			db.inbound[in.SA.SPI()] = in
-			s.publishLocked(db)
-			return nil
+	return s.update(func(db *DB) ([]*SA, error) {
+		t, err := db.tunnelNamed(tunnel)
+		if err != nil {
+			return nil, err
 		}
-	}
-	return fmt.Errorf("sad: tunnel %q already has %d inbound SAs; remove one first", tunnel, MaxInbound)
+		if _, dup := db.inbound[in.SA.SPI()]; dup {
+			return nil, fmt.Errorf("sad: inbound SPI %#x in use", in.SA.SPI())
+		}
+		for i := range t.in {
+			if t.in[i].Load() == nil {
+				in.Tunnel = t
+				t.in[i].Store(in)
+				db.inbound[in.SA.SPI()] = in
+				return nil, nil
+			}
+		}
+		return nil, fmt.Errorf("sad: tunnel %q already has %d inbound SAs; remove one first", tunnel, MaxInbound)
+	})
 }
 
 // SwitchOutbound makes out the tunnel's outbound SA and retires the old
 // one: the second step of a rekey. Packets already handed to the old SA
 // finish with it.
 func (s *Store) SwitchOutbound(tunnel string, out *SA) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	db := s.cloneLocked()
-	t := db.byName[tunnel]
-	if t == nil {
-		return fmt.Errorf("sad: no tunnel %q", tunnel)
-	}
-	out.Tunnel = t
-	old := t.out.Swap(out)
-	s.publishLocked(db)
-	if old != nil {
-		s.retire(db.gen, []*SA{old})
-	}
-	return nil
+	return s.update(func(db *DB) ([]*SA, error) {
+		t, err := db.tunnelNamed(tunnel)
+		if err != nil {
+			return nil, err
+		}
+		out.Tunnel = t
+		if old := t.out.Swap(out); old != nil {
+			return []*SA{old}, nil
+		}
+		return nil, nil
+	})
 }
 
 // RemoveInbound removes an inbound SA by SPI: the last step of a rekey,
 // once the peer has switched and the old SA has drained.
 func (s *Store) RemoveInbound(spi uint32) error {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	db := s.cloneLocked()
-	in := db.inbound[spi]
-	if in == nil {
-		return fmt.Errorf("sad: no inbound SA with SPI %#x", spi)
-	}
-	delete(db.inbound, spi)
-	t := in.Tunnel
-	for i := range t.in {
-		if t.in[i].Load() == in {
-			t.in[i].Store(nil)
+	return s.update(func(db *DB) ([]*SA, error) {
+		in := db.inbound[spi]
+		if in == nil {
+			return nil, fmt.Errorf("sad: no inbound SA with SPI %#x", spi)
 		}
-	}
-	s.publishLocked(db)
-	s.retire(db.gen, []*SA{in})
-	return nil
+		delete(db.inbound, spi)
+		t := in.Tunnel
+		for i := range t.in {
+			if t.in[i].Load() == in {
+				t.in[i].Store(nil)
+			}
+		}
+		return []*SA{in}, nil
+	})
 }
 
 // Close retires every SA.
