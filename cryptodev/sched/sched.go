@@ -1,0 +1,341 @@
+// Package sched is the asynchronous queueing software engine: it spreads the
+// batches of any number of submitters over worker goroutines on all cores,
+// so that one SA's crypto is no longer limited to one core, and hands each
+// submitter its batches back in the order it submitted them.
+//
+// It is the Go counterpart of VPP's crypto_sw_scheduler. The stages are:
+//
+//  1. Submit (submitter): the batch goes into the submitter's ring, which
+//     records submission order, and is filed under encryption or
+//     decryption by its first op.
+//  2. Claim (any worker): a worker looks through every submitter's ring for
+//     an unclaimed part (a chunk) of a batch of the direction it serves
+//     next, and claims it with a CAS on Batch.EngineState. A big batch is
+//     split into up to Workers chunks, so two workers share one submitter's
+//     single stream.
+//  3. Crypto (in parallel): the worker runs soft.Process on its chunk and
+//     counts the chunk done in the same state word; whoever finishes the
+//     last chunk wakes the submitter if it sleeps on that batch.
+//  4. Dequeue (submitter, sequential): only the head of the ring is ever
+//     returned, once it is done; workers finish out of order, batches come
+//     back in order. A submitter that waits (Dequeue(true)) first runs
+//     unclaimed chunks of its own ring itself, oldest first, as a VPP
+//     worker does in its crypto dequeue; then it spins briefly and parks
+//     until the worker finishing its head batch wakes it.
+//
+// Ordering and fairness. A submitter has one ring, the completion order.
+// Its encryption and decryption work lists are the two subsequences of that
+// ring made of the batches whose first op encrypts, respectively does not;
+// each list has its own scan cursor, so a worker looking for encryption work
+// never walks past decryption batches twice. Every worker alternates: after
+// a chunk of one direction it looks for the other direction first, and only
+// when there is none takes the same direction again, so neither direction
+// starves the other. Submitters are served round robin. Because Dequeue reads
+// only the head, overall submission order holds whatever the mix.
+//
+// Bounds. A ring holds at most Options.QueueDepth batches; Submit on a full
+// ring returns cryptodev.ErrQueueFull at once and the caller keeps the batch.
+// Nothing on the hot path takes a lock or allocates: rings are single-producer
+// arrays of atomic pointers, claims and completions are atomic operations on
+// the batch's state word, and idle workers and waiting submitters park on
+// channels.
+package sched
+
+import (
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/cryptodev/soft"
+)
+
+// Name is the engine's registry name.
+const Name = "sched"
+
+func init() {
+	// Below soft (10): the synchronous engine stays the default, sched is
+	// chosen by configuration.
+	cryptodev.Register(Name, 5, func() (cryptodev.Engine, error) { return New(Options{}) })
+}
+
+// Options configures an Engine. The zero value gives the defaults.
+type Options struct {
+	// Workers is the number of worker goroutines; 0 means runtime.NumCPU().
+	Workers int
+	// QueueDepth bounds each submitter's queue, in batches submitted and not
+	// yet dequeued; 0 means 64.
+	QueueDepth int
+}
+
+// DefaultQueueDepth is the per-submitter bound when Options.QueueDepth is 0.
+const DefaultQueueDepth = 64
+
+// maxQueueDepth keeps rings a sane size.
+const maxQueueDepth = 1 << 16
+
+// minChunkOps is the fewest ops a split-off chunk of a batch gets: below
+// that, the cost of claiming and of a second worker's cache misses exceeds
+// what the parallelism saves (16 AES-GCM ops of 64 bytes are about 2 µs).
+const minChunkOps = 16
+
+// Engine is the asynchronous queueing software engine. It is safe for
+// concurrent use; each Queue is for one goroutine.
+type Engine struct {
+	workers int
+	depth   int
+
+	// queues is the copy-on-write list of open submitter queues that
+	// workers scan. mu serialises its writers (NewQueue, unregister,
+	// Close); readers only load the pointer.
+	queues atomic.Pointer[[]*queue]
+	mu     sync.Mutex
+
+	closed    atomic.Bool
+	quit      chan struct{} // closed by Close: workers exit
+	closeOnce sync.Once
+	wg        sync.WaitGroup
+
+	// idle counts workers parked (or about to park) on wake; Submit sends
+	// a token per chunk, up to that many.
+	idle atomic.Int32
+	wake chan struct{}
+
+	// onChunk, when set (by tests, before any work), is called by the
+	// worker after it ran ops [lo, hi) of b.
+	onChunk func(b *cryptodev.Batch, lo, hi int)
+}
+
+// New starts an engine with opts.Workers worker goroutines. Close stops them.
+func New(opts Options) (*Engine, error) {
+	e, err := newEngine(opts)
+	if err != nil {
+		return nil, err
+	}
+	e.start()
+	return e, nil
+}
+
+// newEngine builds an engine without starting its workers (tests start them
+// after queueing work, to make the order of claims deterministic).
+func newEngine(opts Options) (*Engine, error) {
+	if opts.Workers < 0 {
+		return nil, fmt.Errorf("sched: Workers is %d; want 0 (one per CPU) or more", opts.Workers)
+	}
+	if opts.QueueDepth < 0 || opts.QueueDepth > maxQueueDepth {
+		return nil, fmt.Errorf("sched: QueueDepth is %d; want 0 (default %d) to %d", opts.QueueDepth, DefaultQueueDepth, maxQueueDepth)
+	}
+	if opts.Workers == 0 {
+		opts.Workers = runtime.NumCPU()
+	}
+	if opts.QueueDepth == 0 {
+		opts.QueueDepth = DefaultQueueDepth
+	}
+	e := &Engine{
+		workers: opts.Workers,
+		depth:   opts.QueueDepth,
+		quit:    make(chan struct{}),
+		wake:    make(chan struct{}, opts.Workers),
+	}
+	e.queues.Store(new([]*queue))
+	return e, nil
+}
+
+func (e *Engine) start() {
+	e.wg.Add(e.workers)
+	for i := range e.workers {
+		go e.work(i)
+	}
+}
+
+func (*Engine) Name() string                  { return Name }
+func (*Engine) Async() bool                   { return true }
+func (*Engine) Supports(a cryptodev.Alg) bool { return a.Valid() }
+
+// Workers returns the number of worker goroutines.
+func (e *Engine) Workers() int { return e.workers }
+
+// NewKey expands a key as the soft engine does; the handle names this
+// engine. Destroying it zeroes the material through the soft key.
+func (e *Engine) NewKey(alg cryptodev.Alg, encKey, authKey []byte) (*cryptodev.Key, error) {
+	sk, err := soft.New().NewKey(alg, encKey, authKey)
+	if err != nil {
+		if errors.Is(err, cryptodev.ErrUnsupported) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("sched: %w", err)
+	}
+	return cryptodev.NewKeyHandle(alg, Name, sk.State(), sk.Destroy), nil
+}
+
+// NewQueue opens a queue for one submitter. See cryptodev.Engine.
+func (e *Engine) NewQueue() (cryptodev.Queue, error) {
+	q := newQueue(e)
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.closed.Load() {
+		return nil, cryptodev.ErrClosed
+	}
+	old := *e.queues.Load()
+	qs := make([]*queue, len(old), len(old)+1)
+	copy(qs, old)
+	qs = append(qs, q)
+	e.queues.Store(&qs)
+	return q, nil
+}
+
+// unregister removes q from the list workers scan; q has nothing in flight.
+func (e *Engine) unregister(q *queue) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	old := *e.queues.Load()
+	qs := make([]*queue, 0, len(old))
+	for _, o := range old {
+		if o != q {
+			qs = append(qs, o)
+		}
+	}
+	e.queues.Store(&qs)
+}
+
+// Close stops accepting batches (Submit and NewQueue return
+// cryptodev.ErrClosed), lets each worker finish the chunk it holds, and
+// waits for every worker to exit. Ops no worker claimed get
+// cryptodev.StatusAborted when their submitter next calls Dequeue (the owner
+// of a ring is the only one who aborts its batches, so an abort can never
+// touch a batch that has since moved on); every submitted batch can still be
+// dequeued. Close is idempotent and returns nil.
+func (e *Engine) Close() error {
+	e.closeOnce.Do(func() {
+		e.mu.Lock()
+		e.closed.Store(true)
+		e.mu.Unlock()
+		close(e.quit)
+		e.wg.Wait()
+		// Wake submitters parked in Dequeue(true): with the workers gone
+		// they abort what is left themselves.
+		for _, q := range *e.queues.Load() {
+			q.wakeSubmitter()
+		}
+	})
+	return nil
+}
+
+// chunks is how many pieces a batch of n ops is split into: one per worker
+// at most, none smaller than minChunkOps unless the batch is.
+func (e *Engine) chunks(n int) uint32 {
+	if n == 0 {
+		return 0
+	}
+	return uint32(max(1, min(n/minChunkOps, e.workers, maxChunks)))
+}
+
+// wakeWorkers wakes up to n parked workers.
+func (e *Engine) wakeWorkers(n uint32) {
+	for idle := e.idle.Load(); idle > 0 && n > 0; idle, n = idle-1, n-1 {
+		select {
+		case e.wake <- struct{}{}:
+		default:
+			return // enough tokens are pending already
+		}
+	}
+}
+
+// Worker idling: after finding no work, a worker scans again busySpins
+// times, then yields the processor between scans (a submitter on the same
+// core gets to run), then parks.
+const (
+	busySpins  = 16
+	yieldSpins = 48
+)
+
+// work is a worker goroutine's loop.
+func (e *Engine) work(id int) {
+	defer e.wg.Done()
+	w := worker{e: e, dir: uint32(id & 1), next: id}
+	spins := 0
+	for !e.closed.Load() {
+		if w.step() {
+			spins = 0
+			continue
+		}
+		if spins < busySpins+yieldSpins {
+			if spins >= busySpins {
+				runtime.Gosched()
+			}
+			spins++
+			continue
+		}
+		// Announce idleness, then look once more: a Submit that published
+		// its batch before seeing idle > 0 is found here (both sides use
+		// sequentially consistent atomics, so one sees the other).
+		e.idle.Add(1)
+		if !w.step() {
+			select {
+			case <-e.wake:
+			case <-e.quit:
+			}
+		}
+		e.idle.Add(-1)
+		spins = 0
+	}
+}
+
+// worker is one worker goroutine's private state.
+type worker struct {
+	e    *Engine
+	s    soft.Scratch
+	dir  uint32 // direction list to serve first: dirEnc or dirDec
+	next int    // submitter to look at first (round robin)
+}
+
+// step claims and runs one chunk. It reports whether it found one.
+func (w *worker) step() bool {
+	qs := *w.e.queues.Load()
+	n := len(qs)
+	if n == 0 {
+		return false
+	}
+	if w.next >= n {
+		w.next = 0
+	}
+	for d := uint32(0); d < 2; d++ {
+		dir := w.dir ^ d
+		for i := range n {
+			qi := w.next + i
+			if qi >= n {
+				qi -= n
+			}
+			b, k, total, ok := qs[qi].claim(dir)
+			if !ok {
+				continue
+			}
+			w.next = qi + 1
+			w.dir = dir ^ 1 // serve the other direction next
+			w.e.run(b, k, total, &w.s)
+			return true
+		}
+	}
+	return false
+}
+
+// run processes chunk k of the total chunks of b, which the caller has
+// claimed, and counts it done.
+func (e *Engine) run(b *cryptodev.Batch, k, total uint32, s *soft.Scratch) {
+	n := len(b.Ops)
+	lo := int(k) * n / int(total)
+	hi := int(k+1) * n / int(total)
+	soft.Process(b.Ops[lo:hi], s)
+	if e.onChunk != nil {
+		e.onChunk(b, lo, hi)
+	}
+	if finish(b) {
+		// The submitter we woke is next in line on this processor (the
+		// runtime puts it in runnext) but would wait for a preemption
+		// while we find more work: let it collect its batch and submit
+		// more now.
+		runtime.Gosched()
+	}
+}
