@@ -434,3 +434,9 @@ func fieldPath(prefix, key string) string {
 	}
 	return prefix + "." + quoteKey(key)
 }
+
+// elemPath is the field path of element i (0-based) of an array, with the
+// 1-based index messages use ("sa", 1 = "sa[2]").
+func elemPath(field string, i int) string {
+	return field + "[" + strconv.Itoa(i+1) + "]"
+}

@@ -218,7 +218,7 @@ func (g *Gateway) CheckEngines(registered []string) error {
 	}
 	check("gateway.engine", g.Engine)
 	for i := range g.Tunnels {
-		check(fmt.Sprintf("tunnel[%d].engine", i+1), g.Tunnels[i].Engine)
+		check(elemPath("tunnel", i)+".engine", g.Tunnels[i].Engine)
 	}
 	return errs.Err()
 }
@@ -275,7 +275,7 @@ func fieldPositions(doc *Document) map[string]Pos {
 		}
 		if elems, ok := v.Array(); ok {
 			for i, ev := range elems {
-				walk(fmt.Sprintf("%s[%d]", field, i+1), ev)
+				walk(elemPath(field, i), ev)
 			}
 		}
 	}
@@ -404,50 +404,6 @@ func (d *gwDecoder) document(root *Table) {
 	}
 }
 
-// Readers shared by the sections.
-
-// table returns the table of a section such as [gateway].
-func (d *decoder) table(f string, v *Value) (*Table, bool) {
-	t, ok := v.Table()
-	if !ok {
-		hint := ""
-		if v.Kind == KindArray {
-			hint = fmt.Sprintf(" (write [%s], not [[%s]])", f, f)
-		}
-		d.errorf(v.Pos, f, "want a table, got %s%s", v.Kind, hint)
-	}
-	return t, ok
-}
-
-// intIn reads an integer in lo..hi; want says what is valid.
-func (d *decoder) intIn(f string, v *Value, lo, hi int64, want string) (int64, bool) {
-	i, ok := d.integer(f, v)
-	if ok && (i < lo || i > hi) {
-		d.errorf(v.Pos, f, "%d out of range (want %s)", i, want)
-		return 0, false
-	}
-	return i, ok
-}
-
-// oneOf reads a string that must be one of valid; what names it.
-func (d *decoder) oneOf(f string, v *Value, what string, valid []string) (string, bool) {
-	s, ok := d.str(f, v)
-	if !ok {
-		return "", false
-	}
-	if slices.Contains(valid, s) {
-		return s, true
-	}
-	for _, w := range valid {
-		if strings.EqualFold(w, s) {
-			d.errorf(v.Pos, f, "unknown %s %s (values are lowercase: did you mean %s?)", what, shortQuote(s), w)
-			return "", false
-		}
-	}
-	d.errorf(v.Pos, f, "unknown %s %s (valid: %s)", what, shortQuote(s), strings.Join(valid, ", "))
-	return "", false
-}
-
 // mtu reads a plaintext MTU: 0 for computed, or MinMTU..MaxMTU.
 func (d *decoder) mtu(f string, v *Value) (int, bool) {
 	i, ok := d.integer(f, v)
@@ -456,47 +412,6 @@ func (d *decoder) mtu(f string, v *Value) (int, bool) {
 		return 0, false
 	}
 	return int(i), ok
-}
-
-// strList reads an array of strings, reporting each element that is not
-// one. example shows the syntax, for the message about a bare string.
-func (d *decoder) strList(f string, v *Value, example string) ([]*Value, bool) {
-	elems, ok := v.Array()
-	if !ok {
-		hint := ""
-		if v.Kind == KindString {
-			hint = " (write " + example + ")"
-		}
-		d.errorf(v.Pos, f, "want an array of strings, got %s%s", v.Kind, hint)
-		return nil, false
-	}
-	allOK := true
-	for i, ev := range elems {
-		if _, ok := d.str(fmt.Sprintf("%s[%d]", f, i+1), ev); !ok {
-			allOK = false
-		}
-	}
-	return elems, allOK
-}
-
-// prefixList reads an array of prefix strings with parse.
-func (d *decoder) prefixList(f string, v *Value, example string, parse func(string) (netip.Prefix, string)) ([]netip.Prefix, bool) {
-	elems, ok := d.strList(f, v, example)
-	if !ok {
-		return nil, false
-	}
-	out := make([]netip.Prefix, 0, len(elems))
-	for i, ev := range elems {
-		s, _ := ev.Str()
-		p, msg := parse(s)
-		if msg != "" {
-			d.errorf(ev.Pos, fmt.Sprintf("%s[%d]", f, i+1), "%s", msg)
-			ok = false
-			continue
-		}
-		out = append(out, p)
-	}
-	return out, ok
 }
 
 // [gateway]
@@ -517,7 +432,7 @@ func (d *gwDecoder) gatewaySection(f string, v *Value) {
 		kf, v := fieldPath(f, e.Key), e.Value
 		switch e.Key {
 		case "workers":
-			if i, ok := d.intIn(kf, v, 0, MaxWorkers, fmt.Sprintf("0..%d; 0 = one per core", MaxWorkers)); ok {
+			if i, ok := d.intIn(kf, v, "", 0, MaxWorkers, fmt.Sprintf("0..%d; 0 = one per core", MaxWorkers)); ok {
 				g.Workers = int(i)
 			}
 		case "engine":
@@ -525,39 +440,22 @@ func (d *gwDecoder) gatewaySection(f string, v *Value) {
 				g.Engine = s
 			}
 		case "control_socket":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if s, ok := d.checked(kf, v, checkSocketPath); ok {
+				g.ControlSocket = s
 			}
-			if msg := checkSocketPath(s); msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			g.ControlSocket = s
 		case "metrics":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if s, ok := d.checked(kf, v, checkHostPort); ok {
+				g.Metrics = s
 			}
-			if msg := checkHostPort(s); msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			g.Metrics = s
 		case "log_level":
-			if s, ok := d.oneOf(kf, v, "log level", logLevels); ok {
+			if s, ok := d.oneOf(kf, v, "log level", logLevels, ""); ok {
 				g.LogLevel = s
 			}
 		case "oversize":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			const help = "fragment, to fragment IPv4 packets without DF before encryption; drop, to drop them; DF-set IPv4 and IPv6 packets always get ICMP \"too big\""
+			if s, ok := d.oneOf(kf, v, "oversize action", oversizes, help); ok {
+				g.Oversize = s
 			}
-			if !slices.Contains(oversizes, s) {
-				d.errorf(v.Pos, kf, "unknown oversize action %s (valid: fragment, to fragment IPv4 packets without DF before encryption; drop, to drop them; DF-set IPv4 and IPv6 packets always get ICMP \"too big\")", shortQuote(s))
-				break
-			}
-			g.Oversize = s
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, gatewayKeys, ""))
 		}
@@ -643,32 +541,19 @@ func (d *gwDecoder) tunSection(f string, v *Value) {
 		kf, v := fieldPath(f, e.Key), e.Value
 		switch e.Key {
 		case "name":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if s, ok := d.checked(kf, v, checkIfName); ok {
+				tun.Name = s
 			}
-			if msg := checkIfName(s); msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			tun.Name = s
 		case "mtu":
 			if m, ok := d.mtu(kf, v); ok {
 				tun.MTU = m
 			}
 		case "addresses":
-			ps, ok := d.prefixList(kf, v, `addresses = ["10.1.0.1/24"]`, parseIfAddr)
-			if !ok {
-				break
+			if ps, ok := d.prefixList(kf, v, `addresses = ["10.1.0.1/24"]`, "address", parseIfAddr); ok {
+				tun.Addresses = ps
 			}
-			for i, p := range ps {
-				if j := slices.Index(ps[:i], p); j >= 0 {
-					d.errorf(d.at(fmt.Sprintf("%s[%d]", kf, i+1)), fmt.Sprintf("%s[%d]", kf, i+1), "duplicate address %s (also %s)", p, d.line(fmt.Sprintf("%s[%d]", kf, j+1)))
-				}
-			}
-			tun.Addresses = ps
 		case "queues":
-			if i, ok := d.intIn(kf, v, 0, MaxTUNQueues, fmt.Sprintf("0..%d; 0 = one per worker", MaxTUNQueues)); ok {
+			if i, ok := d.intIn(kf, v, "", 0, MaxTUNQueues, fmt.Sprintf("0..%d; 0 = one per worker", MaxTUNQueues)); ok {
 				tun.Queues = int(i)
 			}
 		default:
@@ -699,45 +584,45 @@ func checkIfName(s string) string {
 // parseIfAddr parses an address to assign to an interface, with its prefix
 // length: 10.1.0.1/24.
 func parseIfAddr(s string) (netip.Prefix, string) {
-	p, err := netip.ParsePrefix(s)
-	if err != nil {
-		if _, msg := parseAddr(s); msg == "" {
-			return netip.Prefix{}, fmt.Sprintf("address %s has no prefix length (want address/length such as 10.1.0.1/24)", shortQuote(s))
+	p, msg := parsePrefix(s, func(a netip.Addr) string {
+		if a.IsValid() {
+			return fmt.Sprintf("address %s has no prefix length (want address/length such as 10.1.0.1/24)", shortQuote(s))
 		}
-		return netip.Prefix{}, fmt.Sprintf("invalid address %s (want address/length such as 10.1.0.1/24 or 2001:db8:1::1/64)", shortQuote(s))
-	}
-	if msg := checkPrefixAddr(s, p); msg != "" {
-		return netip.Prefix{}, msg
-	}
-	if p.Addr().IsUnspecified() || p.Addr().IsMulticast() {
+		return fmt.Sprintf("invalid address %s (want address/length such as 10.1.0.1/24 or 2001:db8:1::1/64)", shortQuote(s))
+	})
+	if msg == "" && (p.Addr().IsUnspecified() || p.Addr().IsMulticast()) {
 		return netip.Prefix{}, fmt.Sprintf("%s cannot be assigned to an interface", p)
 	}
-	return p, ""
-}
-
-// checkPrefixAddr rejects the prefixes netip accepts that a route or
-// selector cannot use.
-func checkPrefixAddr(s string, p netip.Prefix) string {
-	if p.Addr().Is4In6() {
-		return fmt.Sprintf("IPv4-mapped IPv6 prefix %s: write an IPv4 prefix", shortQuote(s))
-	}
-	return ""
+	return p, msg
 }
 
 // parseRoute parses a route's prefix, which must have no host bits set.
 func parseRoute(s string) (netip.Prefix, string) {
+	p, msg := parsePrefix(s, func(a netip.Addr) string {
+		if a.IsValid() {
+			return fmt.Sprintf("%s is an address, not a prefix (write %s/%d for the single address)", shortQuote(s), a, a.BitLen())
+		}
+		return fmt.Sprintf("invalid prefix %s (want a prefix such as 10.2.0.0/24 or 2001:db8:2::/64)", shortQuote(s))
+	})
+	if m := p.Masked(); msg == "" && m != p {
+		return netip.Prefix{}, fmt.Sprintf("prefix %s has host bits set (did you mean %s?)", p, m)
+	}
+	return p, msg
+}
+
+// parsePrefix parses an address with its prefix length, for parseIfAddr
+// and parseRoute, rejecting the IPv4-mapped prefixes netip accepts, which
+// a route or selector cannot use. For s that netip does not accept it
+// returns the message of notPrefix, given the address s is if s is a
+// single address, and the zero Addr otherwise.
+func parsePrefix(s string, notPrefix func(a netip.Addr) string) (netip.Prefix, string) {
 	p, err := netip.ParsePrefix(s)
 	if err != nil {
-		if a, msg := parseAddr(s); msg == "" {
-			return netip.Prefix{}, fmt.Sprintf("%s is an address, not a prefix (write %s/%d for the single address)", shortQuote(s), a, a.BitLen())
-		}
-		return netip.Prefix{}, fmt.Sprintf("invalid prefix %s (want a prefix such as 10.2.0.0/24 or 2001:db8:2::/64)", shortQuote(s))
+		a, _ := parseAddr(s) // the zero Addr unless s is an address
+		return netip.Prefix{}, notPrefix(a)
 	}
-	if msg := checkPrefixAddr(s, p); msg != "" {
-		return netip.Prefix{}, msg
-	}
-	if m := p.Masked(); m != p {
-		return netip.Prefix{}, fmt.Sprintf("prefix %s has host bits set (did you mean %s?)", p, m)
+	if p.Addr().Is4In6() {
+		return netip.Prefix{}, fmt.Sprintf("IPv4-mapped IPv6 prefix %s: write an IPv4 prefix", shortQuote(s))
 	}
 	return p, ""
 }
@@ -775,16 +660,9 @@ func (d *gwDecoder) udpSection(f string, v *Value) {
 		kf, v := fieldPath(f, e.Key), e.Value
 		switch e.Key {
 		case "listen":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if ap, ok := parsed(&d.decoder, kf, v, parseListenPort); ok {
+				u.Listen = ap
 			}
-			ap, msg := parseListenPort(s)
-			if msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			u.Listen = ap
 		case "gso":
 			if b, ok := d.boolean(kf, v); ok {
 				u.GSO = b
@@ -810,28 +688,38 @@ func (d *gwDecoder) rawESPSection(f string, v *Value) {
 		kf, v := fieldPath(f, e.Key), e.Value
 		switch e.Key {
 		case "listen":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if a, ok := parsed(&d.decoder, kf, v, parseListenAddr); ok {
+				r.Listen = a
 			}
-			a, msg := parseAddr(s)
-			if msg != "" {
-				if _, err := netip.ParseAddrPort(s); err == nil {
-					msg = fmt.Sprintf("%s has a port, but IP protocol 50 has none (want an address such as 0.0.0.0)", shortQuote(s))
-				}
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			if a.IsMulticast() {
-				d.errorf(v.Pos, kf, "cannot listen on multicast address %s", a)
-				break
-			}
-			r.Listen = a
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, rawESPKeys, ""))
 		}
 	}
 	d.g.RawESP = r
+}
+
+// parseListenAddr parses the [rawesp] listen address: an IP address, no
+// port.
+func parseListenAddr(s string) (netip.Addr, string) {
+	a, msg := parseAddr(s)
+	if msg != "" {
+		if _, err := netip.ParseAddrPort(s); err == nil {
+			msg = fmt.Sprintf("%s has a port, but IP protocol 50 has none (want an address such as 0.0.0.0)", shortQuote(s))
+		}
+		return netip.Addr{}, msg
+	}
+	if msg := checkListen(a); msg != "" {
+		return netip.Addr{}, msg
+	}
+	return a, ""
+}
+
+// checkListen returns what is wrong with an address to listen on, or "".
+func checkListen(a netip.Addr) string {
+	if a.IsMulticast() {
+		return fmt.Sprintf("cannot listen on multicast address %s", a)
+	}
+	return ""
 }
 
 // parseListenPort parses the [udp] listen address: an IP address and a
@@ -847,8 +735,8 @@ func parseListenPort(s string) (netip.AddrPort, string) {
 	if _, msg := parseAddr(ap.Addr().String()); msg != "" {
 		return netip.AddrPort{}, msg
 	}
-	if ap.Addr().IsMulticast() {
-		return netip.AddrPort{}, fmt.Sprintf("cannot listen on multicast address %s", ap.Addr())
+	if msg := checkListen(ap.Addr()); msg != "" {
+		return netip.AddrPort{}, msg
 	}
 	if ap.Port() == 0 {
 		return netip.AddrPort{}, "port 0: the peers need a fixed port (want 1..65535, usually 4500)"
@@ -872,30 +760,12 @@ func (d *gwDecoder) tunnel(te tableElem) {
 		seen[e.Key] = true
 		switch e.Key {
 		case "name":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if s, ok := d.name(kf, v, "empty name (a tunnel needs a name, unique in the file)"); ok {
+				tn.Name = s
 			}
-			msg := checkName(s)
-			if s == "" {
-				msg = "empty name (a tunnel needs a name, unique in the file)"
-			}
-			if msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			tn.Name = s
 		case "local", "peer":
-			s, ok := d.str(kf, v)
+			a, ok := parsed(&d.decoder, kf, v, parseEndpoint)
 			if !ok {
-				break
-			}
-			a, msg := parseAddr(s)
-			if msg == "" && (a.IsUnspecified() || a.IsMulticast()) {
-				msg = fmt.Sprintf("%s cannot be a tunnel endpoint (want a unicast address)", a)
-			}
-			if msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
 				break
 			}
 			if e.Key == "local" {
@@ -904,43 +774,22 @@ func (d *gwDecoder) tunnel(te tableElem) {
 				tn.Peer, peerOK, peerE = a, true, e
 			}
 		case "encap":
-			s, ok := d.str(kf, v)
-			if !ok {
-				encapOK = false
-				break
-			}
-			switch Encap(s) {
-			case EncapNone, EncapUDP:
+			var s string
+			s, encapOK = d.oneOf(kf, v, "encapsulation", encaps, "udp for RFC 3948 UDP encapsulation, the default; none for IP protocol 50")
+			if encapOK {
 				tn.Encap = Encap(s)
-			default:
-				encapOK = false
-				d.errorf(v.Pos, kf, "unknown encapsulation %s (valid: udp for RFC 3948 UDP encapsulation, the default; none for IP protocol 50)", shortQuote(s))
 			}
 		case "peer_port":
 			peerPortE = e
 		case "remote":
-			ps, ok := d.prefixList(kf, v, `remote = ["10.2.0.0/24"]`, parseRoute)
-			if !ok {
-				break
+			if ps, ok := d.prefixList(kf, v, `remote = ["10.2.0.0/24"]`, "prefix", parseRoute); ok {
+				tn.Remote = ps
 			}
-			for i, p := range ps {
-				if j := slices.Index(ps[:i], p); j >= 0 {
-					ef := fmt.Sprintf("%s[%d]", kf, i+1)
-					d.errorf(d.at(ef), ef, "duplicate prefix %s (also %s)", p, d.line(fmt.Sprintf("%s[%d]", kf, j+1)))
-				}
-			}
-			tn.Remote = ps
 		case "out":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if s, ok := d.checked(kf, v, nonEmpty("empty SA name (want the name of the tunnel's outbound [[sa]])")); ok {
+				tn.Out = s
+				d.refs = append(d.refs, saRef{tunnel: ti, field: kf, name: s, out: true})
 			}
-			if s == "" {
-				d.errorf(v.Pos, kf, "empty SA name (want the name of the tunnel's outbound [[sa]])")
-				break
-			}
-			tn.Out = s
-			d.refs = append(d.refs, saRef{tunnel: ti, field: kf, name: s, out: true})
 		case "in":
 			elems, ok := d.strList(kf, v, `in = ["b-to-a"]`)
 			if !ok {
@@ -951,7 +800,7 @@ func (d *gwDecoder) tunnel(te tableElem) {
 				break
 			}
 			for i, ev := range elems {
-				ef := fmt.Sprintf("%s[%d]", kf, i+1)
+				ef := elemPath(kf, i)
 				s, _ := ev.Str()
 				switch {
 				case i == MaxInboundSAs:
@@ -999,16 +848,8 @@ func (d *gwDecoder) tunnel(te tableElem) {
 	}
 
 	if peerPortE != nil {
-		kf, v := f+".peer_port", peerPortE.Value
-		i, ok := d.integer(kf, v)
-		switch {
-		case !ok || !encapOK:
-		case tn.Encap != EncapUDP:
-			d.errorf(v.Pos, kf, "peer_port given with encap = %q (a port is only valid with encap = \"udp\")", tn.Encap)
-		case i < 1 || i > 65535:
-			d.errorf(v.Pos, kf, "port %d out of range (want 1..65535)", i)
-		default:
-			tn.PeerPort = uint16(i)
+		if p, ok := d.udpPort(f+".peer_port", peerPortE.Value, tn.Encap, encapOK, "peer_port", "a port is"); ok {
+			tn.PeerPort = p
 		}
 	} else if tn.Encap == EncapUDP {
 		tn.PeerPort = DefaultUDPPort
@@ -1023,6 +864,15 @@ func (d *gwDecoder) tunnel(te tableElem) {
 
 	d.g.Tunnels = append(d.g.Tunnels, tn)
 	d.tunnelFields = append(d.tunnelFields, f)
+}
+
+// parseEndpoint parses a tunnel's local or peer address.
+func parseEndpoint(s string) (netip.Addr, string) {
+	a, msg := parseAddr(s)
+	if msg == "" && (a.IsUnspecified() || a.IsMulticast()) {
+		return netip.Addr{}, fmt.Sprintf("%s cannot be a tunnel endpoint (want a unicast address)", a)
+	}
+	return a, msg
 }
 
 // [[policy]]
@@ -1046,30 +896,11 @@ func (d *gwDecoder) policy(te tableElem) {
 		kf, v := fieldPath(f, e.Key), e.Value
 		switch e.Key {
 		case "name":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if s, ok := d.name(kf, v, "empty name (leave the key out for an unnamed policy)"); ok {
+				p.Name = s
 			}
-			msg := checkName(s)
-			if s == "" {
-				msg = "empty name (leave the key out for an unnamed policy)"
-			}
-			if msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			p.Name = s
 		case "src", "dst":
-			s, ok := d.str(kf, v)
-			var pfx netip.Prefix
-			msg := ""
-			if ok {
-				pfx, msg = parseSelector(s)
-				if msg != "" {
-					d.errorf(v.Pos, kf, "%s", msg)
-				}
-			}
-			ok = ok && msg == ""
+			pfx, ok := parsed(&d.decoder, kf, v, parseSelector)
 			if e.Key == "src" {
 				p.Src, srcOK = pfx, ok
 			} else {
@@ -1090,20 +921,14 @@ func (d *gwDecoder) policy(te tableElem) {
 			}
 		case "action":
 			actionSeen = true
-			if s, ok := d.oneOf(kf, v, "action", actions); ok {
+			if s, ok := d.oneOf(kf, v, "action", actions, ""); ok {
 				p.Action, actionOK = s, true
 			}
 		case "tunnel":
 			tunnelE = e
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if s, ok := d.checked(kf, v, nonEmpty("empty tunnel name (want the name of a [[tunnel]])")); ok {
+				p.Tunnel = s
 			}
-			if s == "" {
-				d.errorf(v.Pos, kf, "empty tunnel name (want the name of a [[tunnel]])")
-				break
-			}
-			p.Tunnel = s
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, policyKeys, ""))
 		}
@@ -1251,33 +1076,26 @@ func (d *gwDecoder) crossCheck() {
 
 // uniqueTunnelNames reports tunnels and policies that share a name.
 func (d *gwDecoder) uniqueTunnelNames() {
+	d.uniqueNames("tunnel", d.tunnelFields, func(i int) string { return d.g.Tunnels[i].Name })
+	d.uniqueNames("policy", d.policyFields, func(i int) string { return d.g.Policies[i].Name })
+}
+
+// uniqueNames reports the tables of one kind (what), whose fields are
+// fields, that share a name; name(i) is the name of fields[i].
+func (d *gwDecoder) uniqueNames(what string, fields []string, name func(i int) string) {
 	seen := make(map[string]int)
-	for i := range d.g.Tunnels {
-		f := d.tunnelFields[i] + ".name"
-		name := d.g.Tunnels[i].Name
-		if name == "" || d.failed(f) {
+	for i, tf := range fields {
+		f := tf + ".name"
+		n := name(i)
+		if n == "" || d.failed(f) {
 			continue
 		}
-		if j, dup := seen[name]; dup {
-			d.errorf(d.at(f), f, "duplicate tunnel name %s: %s (line %d) and %s (line %d)",
-				shortQuote(name), d.tunnelFields[j], d.at(d.tunnelFields[j]+".name").Line, d.tunnelFields[i], d.at(f).Line)
+		if j, dup := seen[n]; dup {
+			d.errorf(d.at(f), f, "duplicate %s name %s: %s (line %d) and %s (line %d)",
+				what, shortQuote(n), fields[j], d.at(fields[j]+".name").Line, tf, d.at(f).Line)
 			continue
 		}
-		seen[name] = i
-	}
-	seen = make(map[string]int)
-	for i := range d.g.Policies {
-		f := d.policyFields[i] + ".name"
-		name := d.g.Policies[i].Name
-		if name == "" || d.failed(f) {
-			continue
-		}
-		if j, dup := seen[name]; dup {
-			d.errorf(d.at(f), f, "duplicate policy name %s: %s (line %d) and %s (line %d)",
-				shortQuote(name), d.policyFields[j], d.at(d.policyFields[j]+".name").Line, d.policyFields[i], d.at(f).Line)
-			continue
-		}
-		seen[name] = i
+		seen[n] = i
 	}
 }
 
@@ -1491,7 +1309,7 @@ func (d *gwDecoder) routes() {
 			continue
 		}
 		for k, p := range g.Tunnels[i].Remote {
-			rs = append(rs, route{i, fmt.Sprintf("%s[%d]", tf, k+1), p})
+			rs = append(rs, route{i, elemPath(tf, k), p})
 		}
 	}
 	for j, r := range rs {
@@ -1510,7 +1328,7 @@ func (d *gwDecoder) routes() {
 		for k, a := range g.TUN.Addresses {
 			if r.p.Contains(a.Addr()) && r.p.Bits() >= a.Bits() {
 				d.errorf(d.at(r.field), r.field, "%s takes in %s, the TUN device's own address (%s): the local network cannot be routed into a tunnel (is this the peer's remote?)",
-					r.p, a, d.line(fmt.Sprintf("tun.addresses[%d]", k+1)))
+					r.p, a, d.line(elemPath("tun.addresses", k)))
 				break
 			}
 		}

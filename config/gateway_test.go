@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -212,17 +211,7 @@ var (
 func parseGWErrors(t *testing.T, doc string) Errors {
 	t.Helper()
 	g, err := ParseGateway("gw.toml", []byte(doc))
-	if err == nil {
-		t.Fatalf("no error; got %+v", g)
-	}
-	if g != nil {
-		t.Errorf("got a Gateway along with errors")
-	}
-	var errs Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("error %T is not Errors: %v", err, err)
-	}
-	return errs
+	return failed(t, err, g != nil, "a Gateway", fmt.Sprintf("%+v", g))
 }
 
 func TestGatewayBaseIsValid(t *testing.T) {
@@ -513,10 +502,7 @@ func TestGatewayIPv6Defaults(t *testing.T) {
 
 func TestGatewayErrorsFile(t *testing.T) {
 	_, err := LoadGateway("testdata/gateway-errors.toml")
-	var errs Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("got %v, want Errors", err)
-	}
+	errs := asErrors(t, err)
 	checkErrors(t, errs, []wantErr{
 		{3, "gateway.workers", "2000 out of range"},
 		{4, "gateway.log_level", `unknown log level "verbose"`},
@@ -539,12 +525,7 @@ func TestGatewayErrorsFile(t *testing.T) {
 	}
 }
 
-func TestLoadGatewayMissing(t *testing.T) {
-	_, err := LoadGateway(filepath.Join(t.TempDir(), "nope.toml"))
-	if !errors.Is(err, fs.ErrNotExist) {
-		t.Fatalf("got %v, want a not-exist error", err)
-	}
-}
+func TestLoadGatewayMissing(t *testing.T) { checkLoadMissing(t, LoadGateway) }
 
 func TestGatewayFieldPos(t *testing.T) {
 	const file = "testdata/gateway-valid.toml"
@@ -595,14 +576,7 @@ func TestGatewayCheckEngines(t *testing.T) {
 func FuzzParseGateway(f *testing.F) {
 	files, _ := filepath.Glob("testdata/gateway*.toml")
 	files = append(files, "../examples/gateway-a.toml", "../examples/gateway-b.toml")
-	for _, name := range files {
-		data, err := os.ReadFile(name)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(data)
-	}
-	for _, s := range []string{
+	addSeeds(f, files, []string{
 		"",
 		tun1 + sas1,
 		tun1 + tun2 + sas1 + sas2,
@@ -610,25 +584,14 @@ func FuzzParseGateway(f *testing.F) {
 		"tunnel = [{name = \"t\", local = \"::1\", peer = \"::2\", encap = \"none\", remote = [\"::/0\"], out = \"o\", in = [\"o\"]}]\n",
 		tun1 + "[[policy]]\nproto = \"tcp\"\nsport = \"0-65535\"\ndport = 7\naction = \"protect\"\ntunnel = \"t\"\n" + sas1,
 		"[tun]\naddresses = [[1], {}, \"\"]\n[[tunnel]]\nin = [[], 1, \"\", \"a\", \"b\", \"c\", \"d\"]\n",
-	} {
-		f.Add([]byte(s))
-	}
+	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g, err := ParseGateway("fuzz.toml", data)
 		if err != nil {
 			if g != nil {
 				t.Fatal("Gateway returned with an error")
 			}
-			var errs Errors
-			if !errors.As(err, &errs) || len(errs) == 0 {
-				t.Fatalf("error is not a non-empty Errors: %v", err)
-			}
-			lines := bytes.Count(data, []byte("\n")) + 1
-			for _, e := range errs {
-				if e.Pos.Line < 1 || e.Pos.Line > lines || e.Pos.Col < 1 || e.Msg == "" {
-					t.Fatalf("bad error %q (document has %d lines)", e.Error(), lines)
-				}
-			}
+			checkFuzzErrors(t, data, err)
 			return
 		}
 		checkGatewayInvariants(t, g)

@@ -32,7 +32,6 @@ import (
 	"strconv"
 	"strings"
 	"unicode"
-	"unicode/utf8"
 
 	"github.com/sluicegw/sluice/cryptodev"
 )
@@ -189,39 +188,6 @@ func (d *decoder) decodeSAs(field string, v *Value) ([]SA, []tableElem) {
 	return sas, tables
 }
 
-// tableElem is one table of an array of tables.
-type tableElem struct {
-	field string // "sa[2]": 1-based index into the array
-	pos   Pos    // where the table starts
-	t     *Table
-}
-
-// arrayOfTables returns the tables of v, the value of an array of tables
-// ([[field]] or field = [{...}, ...]). It reports v if it is not an array
-// and skips, reporting them, the elements that are not tables.
-func (d *decoder) arrayOfTables(field string, v *Value) ([]tableElem, bool) {
-	elems, ok := v.Array()
-	if !ok {
-		hint := ""
-		if v.Kind == KindTable {
-			hint = fmt.Sprintf(" (write [[%s]], not [%s])", field, field)
-		}
-		d.errorf(v.Pos, field, "want an array of tables, got %s%s", v.Kind, hint)
-		return nil, false
-	}
-	tables := make([]tableElem, 0, len(elems))
-	for i, ev := range elems {
-		f := fmt.Sprintf("%s[%d]", field, i+1)
-		t, ok := ev.Table()
-		if !ok {
-			d.errorf(ev.Pos, f, "want a table, got %s", ev.Kind)
-			continue
-		}
-		tables = append(tables, tableElem{field: f, pos: ev.Pos, t: t})
-	}
-	return tables, true
-}
-
 // saMeta remembers, for the checks across SAs, where an SA's fields are and
 // which of them decoded.
 type saMeta struct {
@@ -232,74 +198,22 @@ type saMeta struct {
 	spiSeen         bool
 }
 
-// decoder collects the errors found while decoding a document. Its typed
-// readers are shared by the SA file and the gateway configuration.
-type decoder struct {
-	errs Errors
-}
+var (
+	// the values of mode and encap, in the SA file and the gateway
+	// configuration
+	modes  = []string{string(ModeTunnel), string(ModeTransport)}
+	encaps = []string{string(EncapNone), string(EncapUDP)}
 
-func (d *decoder) errorf(pos Pos, field, format string, args ...any) {
-	d.errs = append(d.errs, &Error{Pos: pos, Field: field, Msg: fmt.Sprintf(format, args...)})
-}
+	spiRange    = fmt.Sprintf("%d..0xffffffff; 1..255 are reserved by IANA, RFC 4303 section 2.1, and 0 is never sent", MinSPI)
+	replayRange = fmt.Sprintf("0..%d packets; 0 turns anti-replay off", MaxReplayWindow)
+)
 
-func unknownKey(e *Entry, field string, valid []string, hint string) *Error {
-	msg := "unknown key"
-	for _, k := range valid {
-		if strings.EqualFold(k, e.Key) {
-			return &Error{Pos: e.KeyPos, Field: field, Msg: fmt.Sprintf("unknown key (keys are case-sensitive: did you mean %s?)", k)}
-		}
-	}
-	if hint != "" {
-		msg += "; " + hint
-	} else {
-		msg += " (valid: " + strings.Join(valid, ", ") + ")"
-	}
-	return &Error{Pos: e.KeyPos, Field: field, Msg: msg}
-}
-
-// Typed accessors: each reports a type mismatch at the value.
-
-func (d *decoder) str(f string, v *Value) (string, bool) {
-	s, ok := v.Str()
-	if !ok {
-		d.errorf(v.Pos, f, "want a string, got %s", v.Kind)
-	}
-	return s, ok
-}
-
-func (d *decoder) integer(f string, v *Value) (int64, bool) {
-	i, ok := v.Int()
-	if !ok {
-		d.errorf(v.Pos, f, "want an integer, got %s", v.Kind)
-	}
-	return i, ok
-}
-
-func (d *decoder) boolean(f string, v *Value) (bool, bool) {
-	b, ok := v.Bool()
-	if !ok {
-		d.errorf(v.Pos, f, "want a boolean (true or false), got %s", v.Kind)
-	}
-	return b, ok
-}
-
-// shortQuote quotes a user-supplied value for a message. A value that looks
-// like hex key material pasted into the wrong field is described, not shown,
-// and long values are cut short.
-func shortQuote(s string) string {
-	digits := strings.TrimPrefix(strings.TrimPrefix(s, "0x"), "0X")
-	if len(digits) >= 16 && strings.Trim(digits, "0123456789abcdefABCDEF") == "" {
-		return fmt.Sprintf("(a %d-character hex string, not shown)", len(s))
-	}
-	const max = 24
-	if len(s) <= max {
-		return strconv.Quote(s)
-	}
-	cut := max
-	for cut > 0 && !utf8.RuneStart(s[cut]) {
-		cut--
-	}
-	return strconv.Quote(s[:cut]) + "..."
+// hexKey is an enc_key or auth_key as read, before the checks that need the
+// algorithm.
+type hexKey struct {
+	e  *Entry // nil when the key is left out
+	b  []byte
+	ok bool // the value is a string of hex
 }
 
 func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
@@ -312,13 +226,13 @@ func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
 	m := saMeta{field: f, dstOK: true}
 	var (
 		// entries of the keys whose checks depend on other keys
-		sportE, dportE, encE, authE, seqE, dstE *Entry
-		algOK, encapBad, encHexOK, authHexOK    bool
-		encKey, authKey                         []byte
-		seq                                     int64
-		seqOK                                   bool
-		haveESP                                 bool
-		srcOK                                   bool
+		sportE, dportE, seqE, dstE *Entry
+		enc, auth                  hexKey
+		algOK, encapBad            bool
+		seq                        int64
+		seqOK                      bool
+		haveESP                    bool
+		srcOK                      bool
 	)
 	for _, e := range t.Entries() {
 		kf := fieldPath(f, e.Key)
@@ -326,38 +240,21 @@ func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
 		switch e.Key {
 		case "name":
 			m.namePos = v.Pos
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
+			if s, ok := d.name(kf, v, "empty name (leave the key out for an unnamed SA)"); ok {
+				sa.Name, m.nameOK = s, true
 			}
-			if msg := checkName(s); msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			sa.Name, m.nameOK = s, true
 		case "spi":
 			m.spiSeen, m.spiPos = true, v.Pos
-			i, ok := d.integer(kf, v)
-			if !ok {
-				break
+			if i, ok := d.intIn(kf, v, "SPI", MinSPI, 0xffffffff, spiRange); ok {
+				sa.SPI, m.spiOK = uint32(i), true
 			}
-			if i < MinSPI || i > 0xffffffff {
-				d.errorf(v.Pos, kf, "SPI %d out of range (want %d..0xffffffff; 1..255 are reserved by IANA, RFC 4303 section 2.1, and 0 is never sent)", i, MinSPI)
-				break
-			}
-			sa.SPI, m.spiOK = uint32(i), true
 		case "src", "dst":
 			if e.Key == "dst" {
 				dstE = e
 				m.dstOK = false
 			}
-			s, ok := d.str(kf, v)
+			a, ok := parsed(d, kf, v, parseAddr)
 			if !ok {
-				break
-			}
-			a, msg := parseAddr(s)
-			if msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
 				break
 			}
 			if e.Key == "src" {
@@ -366,28 +263,14 @@ func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
 				sa.Dst, m.dstOK = a, true
 			}
 		case "mode":
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
-			}
-			switch Mode(s) {
-			case ModeTunnel, ModeTransport:
+			if s, ok := d.oneOf(kf, v, "mode", modes, "tunnel, transport"); ok {
 				sa.Mode = Mode(s)
-			default:
-				d.errorf(v.Pos, kf, "unknown mode %s (valid: tunnel, transport)", shortQuote(s))
 			}
 		case "encap":
-			s, ok := d.str(kf, v)
-			if !ok {
-				encapBad = true
-				break
-			}
-			switch Encap(s) {
-			case EncapNone, EncapUDP:
+			if s, ok := d.oneOf(kf, v, "encapsulation", encaps, "none for IP protocol 50, udp for RFC 3948 UDP encapsulation"); ok {
 				sa.Encap = Encap(s)
-			default:
+			} else {
 				encapBad = true
-				d.errorf(v.Pos, kf, "unknown encapsulation %s (valid: none for IP protocol 50, udp for RFC 3948 UDP encapsulation)", shortQuote(s))
 			}
 		case "sport", "dport":
 			if e.Key == "sport" {
@@ -397,54 +280,19 @@ func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
 			}
 		case "esp":
 			haveESP = true
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
-			}
-			alg, err := cryptodev.ParseAlg(s)
-			if err != nil {
-				d.errorf(v.Pos, kf, "unknown ESP algorithm %s (valid: %s)", shortQuote(s), algList())
-				break
-			}
-			sa.Alg, algOK = alg, true
+			sa.Alg, algOK = parsed(d, kf, v, parseAlg)
 		case "enc_key":
-			encE = e
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
-			}
-			b, msg := parseHexKey(s)
-			if msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			encKey, encHexOK = b, true
+			enc = d.hexKey(kf, e)
 		case "auth_key":
-			authE = e
-			s, ok := d.str(kf, v)
-			if !ok {
-				break
-			}
-			b, msg := parseHexKey(s)
-			if msg != "" {
-				d.errorf(v.Pos, kf, "%s", msg)
-				break
-			}
-			authKey, authHexOK = b, true
+			auth = d.hexKey(kf, e)
 		case "esn":
 			if b, ok := d.boolean(kf, v); ok {
 				sa.ESN = b
 			}
 		case "replay_window":
-			i, ok := d.integer(kf, v)
-			if !ok {
-				break
+			if i, ok := d.intIn(kf, v, "replay window", 0, MaxReplayWindow, replayRange); ok {
+				sa.ReplayWindow = int(i)
 			}
-			if i < 0 || i > MaxReplayWindow {
-				d.errorf(v.Pos, kf, "replay window %d out of range (want 0..%d packets; 0 turns anti-replay off)", i, MaxReplayWindow)
-				break
-			}
-			sa.ReplayWindow = int(i)
 		case "seq":
 			seqE = e
 			i, ok := d.integer(kf, v)
@@ -480,18 +328,12 @@ func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
 		if pe == nil {
 			continue
 		}
-		kf := fieldPath(f, pe.Key)
-		i, ok := d.integer(kf, pe.Value)
+		p, ok := d.udpPort(fieldPath(f, pe.Key), pe.Value, sa.Encap, !encapBad, "UDP port", "ports are")
 		switch {
-		case !ok || encapBad:
-		case sa.Encap != EncapUDP:
-			d.errorf(pe.Value.Pos, kf, "UDP port given with encap = %q (ports are only valid with encap = \"udp\")", sa.Encap)
-		case i < 1 || i > 65535:
-			d.errorf(pe.Value.Pos, kf, "port %d out of range (want 1..65535)", i)
-		case pe == sportE:
-			sa.SPort = uint16(i)
-		default:
-			sa.DPort = uint16(i)
+		case ok && pe == sportE:
+			sa.SPort = p
+		case ok:
+			sa.DPort = p
 		}
 	}
 	if sa.Encap == EncapUDP {
@@ -505,34 +347,9 @@ func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
 
 	// Keys: their lengths depend on the algorithm.
 	if algOK {
-		info := sa.Alg.Info()
-		encLen, encWhat := encKeyShape(sa.Alg)
-		switch {
-		case encLen == 0:
-			if encHexOK && len(encKey) != 0 {
-				d.errorf(encE.Value.Pos, f+".enc_key", "must be empty for %s (NULL encryption takes no key), got %d bytes", sa.Alg, len(encKey))
-			}
-		case encE == nil:
-			d.errorf(pos, f+".enc_key", "missing required key (for %s, want %d bytes as hex: %s)", sa.Alg, encLen, encWhat)
-		case encHexOK && len(encKey) != encLen:
-			d.errorf(encE.Value.Pos, f+".enc_key", "wrong length %d bytes for %s (want %d: %s)", len(encKey), sa.Alg, encLen, encWhat)
-		case encHexOK:
-			sa.EncKey = encKey
-		}
-		authLen, authWhat := authKeyShape(sa.Alg)
-		switch {
-		case info.AEAD:
-			if authHexOK && len(authKey) != 0 {
-				d.errorf(authE.Value.Pos, f+".auth_key", "must be empty for %s (an AEAD suite authenticates with its enc_key), got %d bytes", sa.Alg, len(authKey))
-			}
-		case authE == nil:
-			d.errorf(pos, f+".auth_key", "missing required key (for %s, want %d bytes as hex: %s)", sa.Alg, authLen, authWhat)
-		case authHexOK && len(authKey) != authLen:
-			d.errorf(authE.Value.Pos, f+".auth_key", "wrong length %d bytes for %s (want %d: %s)", len(authKey), sa.Alg, authLen, authWhat)
-		case authHexOK:
-			sa.AuthKey = authKey
-		}
-	} else if !haveESP && encE == nil {
+		sa.EncKey = d.keyFor(f+".enc_key", pos, enc, sa.Alg, encKeyShape(sa.Alg))
+		sa.AuthKey = d.keyFor(f+".auth_key", pos, auth, sa.Alg, authKeyShape(sa.Alg))
+	} else if !haveESP && enc.e == nil {
 		d.errorf(pos, f+".enc_key", "missing required key (hex key material; its length depends on esp)")
 	}
 
@@ -547,10 +364,44 @@ func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
 	return sa, m
 }
 
-// checkName returns what is wrong with an SA name, or "".
-func checkName(s string) string {
+// hexKey reads the hex key material of entry e.
+func (d *decoder) hexKey(f string, e *Entry) hexKey {
+	b, ok := parsed(d, f, e.Value, parseHexKey)
+	return hexKey{e: e, b: b, ok: ok}
+}
+
+// keyShape is what an enc_key or auth_key of a suite must be.
+type keyShape struct {
+	n    int    // bytes
+	what string // what they are, e.g. "HMAC-SHA-256 key"
+	// none, when not "", says why the suite takes no such key: it must
+	// then be left out or empty.
+	none string
+}
+
+// keyFor checks key k (field f of the table at pos) against the shape alg
+// wants, and returns it if it is right.
+func (d *decoder) keyFor(f string, pos Pos, k hexKey, alg cryptodev.Alg, shape keyShape) []byte {
+	switch {
+	case shape.none != "":
+		if k.ok && len(k.b) != 0 {
+			d.errorf(k.e.Value.Pos, f, "must be empty for %s (%s), got %d bytes", alg, shape.none, len(k.b))
+		}
+	case k.e == nil:
+		d.errorf(pos, f, "missing required key (for %s, want %d bytes as hex: %s)", alg, shape.n, shape.what)
+	case k.ok && len(k.b) != shape.n:
+		d.errorf(k.e.Value.Pos, f, "wrong length %d bytes for %s (want %d: %s)", len(k.b), alg, shape.n, shape.what)
+	case k.ok:
+		return k.b
+	}
+	return nil
+}
+
+// checkName returns what is wrong with the name of an SA, a tunnel or a
+// policy, or "". empty is the message for "".
+func checkName(s, empty string) string {
 	if s == "" {
-		return "empty name (leave the key out for an unnamed SA)"
+		return empty
 	}
 	for _, r := range s {
 		if !unicode.IsPrint(r) && r != ' ' {
@@ -585,6 +436,15 @@ func parseAddr(s string) (netip.Addr, string) {
 	return a, ""
 }
 
+// parseAlg parses the esp key of an SA.
+func parseAlg(s string) (cryptodev.Alg, string) {
+	alg, err := cryptodev.ParseAlg(s)
+	if err != nil {
+		return cryptodev.AlgInvalid, fmt.Sprintf("unknown ESP algorithm %s (valid: %s)", shortQuote(s), algList())
+	}
+	return alg, ""
+}
+
 // parseHexKey decodes hex key material with an optional 0x prefix. Messages
 // describe the problem by position and length only, never by content.
 func parseHexKey(s string) ([]byte, string) {
@@ -608,19 +468,24 @@ func parseHexKey(s string) ([]byte, string) {
 	return b, ""
 }
 
-// encKeyShape returns the enc_key length a suite wants and what it is made
-// of.
-func encKeyShape(a cryptodev.Alg) (int, string) {
+// encKeyShape returns the enc_key a suite wants.
+func encKeyShape(a cryptodev.Alg) keyShape {
 	info := a.Info()
-	if info.AEAD {
-		return a.EncKeyLen(), fmt.Sprintf("%d-byte key + %d-byte salt", info.KeyLen, info.SaltLen)
+	switch {
+	case a.EncKeyLen() == 0:
+		return keyShape{none: "NULL encryption takes no key"}
+	case info.AEAD:
+		return keyShape{a.EncKeyLen(), fmt.Sprintf("%d-byte key + %d-byte salt", info.KeyLen, info.SaltLen), ""}
 	}
-	return a.EncKeyLen(), fmt.Sprintf("AES-%d key", info.KeyLen*8)
+	return keyShape{a.EncKeyLen(), fmt.Sprintf("AES-%d key", info.KeyLen*8), ""}
 }
 
-// authKeyShape returns the auth_key length a suite wants and what it is.
-func authKeyShape(a cryptodev.Alg) (int, string) {
+// authKeyShape returns the auth_key a suite wants.
+func authKeyShape(a cryptodev.Alg) keyShape {
 	info := a.Info()
+	if info.AEAD {
+		return keyShape{none: "an AEAD suite authenticates with its enc_key"}
+	}
 	name := "HMAC"
 	switch info.Hash {
 	case cryptodev.HashSHA256:
@@ -630,7 +495,7 @@ func authKeyShape(a cryptodev.Alg) (int, string) {
 	case cryptodev.HashSHA512:
 		name = "HMAC-SHA-512"
 	}
-	return info.AuthKeyLen, name + " key"
+	return keyShape{info.AuthKeyLen, name + " key", ""}
 }
 
 func algList() string {

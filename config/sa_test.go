@@ -60,41 +60,29 @@ func TestParseValidFile(t *testing.T) {
 			Alg: cryptodev.ChaCha20Poly1305, EncKey: seqKey(36, 0x40),
 			ReplayWindow: 64, Pos: pos(43),
 		},
-		{
-			Name: "cbc128", SPI: 0x3001, Mode: ModeTunnel, Encap: EncapNone,
-			Alg: cryptodev.AES128CBCSHA256, EncKey: seqKey(16, 0x60), AuthKey: seqKey(32, 0x70),
-			ReplayWindow: 64, Pos: pos(50),
-		},
-		{
-			Name: "cbc256", SPI: 0x3002, Mode: ModeTunnel, Encap: EncapNone,
-			Alg: cryptodev.AES256CBCSHA256, EncKey: seqKey(32, 0x90), AuthKey: seqKey(32, 0xb0),
-			ReplayWindow: 64, Pos: pos(57),
-		},
-		{
-			Name: "cbc256-384", SPI: 0x3003, Mode: ModeTunnel, Encap: EncapNone,
-			Alg: cryptodev.AES256CBCSHA384, EncKey: seqKey(32, 0xd0), AuthKey: seqKey(48, 0x10),
-			ReplayWindow: 64, Pos: pos(64),
-		},
-		{
-			Name: "cbc256-512", SPI: 0x3004, Mode: ModeTunnel, Encap: EncapNone,
-			Alg: cryptodev.AES256CBCSHA512, EncKey: seqKey(32, 0x50), AuthKey: seqKey(64, 0x80),
-			ReplayWindow: 64, Pos: pos(71),
-		},
-		{
-			Name: "null", SPI: 0xffffffff, Mode: ModeTunnel, Encap: EncapNone,
-			Alg: cryptodev.NullSHA256, AuthKey: seqKey(32, 0xa0),
-			ReplayWindow: 64, Pos: pos(78),
-		},
-		{
-			Name: "cbc128-384", SPI: 0x3005, Mode: ModeTunnel, Encap: EncapNone,
-			Alg: cryptodev.AES128CBCSHA384, EncKey: seqKey(16, 0x11), AuthKey: seqKey(48, 0x22),
-			ReplayWindow: 64, Pos: pos(84),
-		},
-		{
-			Name: "cbc128-512", SPI: 0x3006, Mode: ModeTunnel, Encap: EncapNone,
-			Alg: cryptodev.AES128CBCSHA512, EncKey: seqKey(16, 0x33), AuthKey: seqKey(64, 0x44),
-			ReplayWindow: 64, Pos: pos(91),
-		},
+	}
+	// The CBC and NULL suites, in tunnel mode without encapsulation, with
+	// no addresses and the default replay window.
+	for _, k := range []struct {
+		name      string
+		spi       uint32
+		alg       cryptodev.Alg
+		enc, auth []byte
+		line      int
+	}{
+		{"cbc128", 0x3001, cryptodev.AES128CBCSHA256, seqKey(16, 0x60), seqKey(32, 0x70), 50},
+		{"cbc256", 0x3002, cryptodev.AES256CBCSHA256, seqKey(32, 0x90), seqKey(32, 0xb0), 57},
+		{"cbc256-384", 0x3003, cryptodev.AES256CBCSHA384, seqKey(32, 0xd0), seqKey(48, 0x10), 64},
+		{"cbc256-512", 0x3004, cryptodev.AES256CBCSHA512, seqKey(32, 0x50), seqKey(64, 0x80), 71},
+		{"null", 0xffffffff, cryptodev.NullSHA256, nil, seqKey(32, 0xa0), 78},
+		{"cbc128-384", 0x3005, cryptodev.AES128CBCSHA384, seqKey(16, 0x11), seqKey(48, 0x22), 84},
+		{"cbc128-512", 0x3006, cryptodev.AES128CBCSHA512, seqKey(16, 0x33), seqKey(64, 0x44), 91},
+	} {
+		want = append(want, SA{
+			Name: k.name, SPI: k.spi, Mode: ModeTunnel, Encap: EncapNone,
+			Alg: k.alg, EncKey: k.enc, AuthKey: k.auth,
+			ReplayWindow: 64, Pos: pos(k.line),
+		})
 	}
 	if len(sas) != len(want) {
 		t.Fatalf("got %d SAs, want %d", len(sas), len(want))
@@ -165,8 +153,13 @@ func TestInlineArray(t *testing.T) {
 	}
 }
 
-func TestLoadSAFileMissing(t *testing.T) {
-	_, err := LoadSAFile(filepath.Join(t.TempDir(), "nope.toml"))
+func TestLoadSAFileMissing(t *testing.T) { checkLoadMissing(t, LoadSAFile) }
+
+// checkLoadMissing checks that load, given a file that does not exist,
+// returns the os error.
+func checkLoadMissing[T any](t *testing.T, load func(path string) (T, error)) {
+	t.Helper()
+	_, err := load(filepath.Join(t.TempDir(), "nope.toml"))
 	if !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("got %v, want a not-exist error", err)
 	}
@@ -176,12 +169,26 @@ func TestLoadSAFileMissing(t *testing.T) {
 func parseErrors(t *testing.T, doc string) Errors {
 	t.Helper()
 	sas, err := ParseSAs("t.toml", []byte(doc))
+	return failed(t, err, sas != nil, "SAs", fmt.Sprintf("%d SAs", len(sas)))
+}
+
+// failed checks that a parser that returned err and, if got, a result
+// (what, described by desc) failed as it should: with Errors and no result.
+// It returns the Errors.
+func failed(t *testing.T, err error, got bool, what, desc string) Errors {
+	t.Helper()
 	if err == nil {
-		t.Fatalf("no error; got %d SAs", len(sas))
+		t.Fatalf("no error; got %s", desc)
 	}
-	if sas != nil {
-		t.Errorf("got SAs along with errors")
+	if got {
+		t.Errorf("got %s along with errors", what)
 	}
+	return asErrors(t, err)
+}
+
+// asErrors returns err as Errors, failing if it is not one.
+func asErrors(t *testing.T, err error) Errors {
+	t.Helper()
 	var errs Errors
 	if !errors.As(err, &errs) {
 		t.Fatalf("error %T is not Errors: %v", err, err)
@@ -366,10 +373,7 @@ func TestManySAs(t *testing.T) {
 
 func TestErrorsFromSeveralSAs(t *testing.T) {
 	_, err := LoadSAFile("testdata/errors.toml")
-	var errs Errors
-	if !errors.As(err, &errs) {
-		t.Fatalf("got %v, want Errors", err)
-	}
+	errs := asErrors(t, err)
 	checkErrors(t, errs, []wantErr{
 		{7, "sa[1].enc_key", "wrong length 8 bytes for aes128gcm16"},
 		{9, "sa[2].auth_key", "missing required key"},
@@ -603,8 +607,8 @@ v = 0b11
 	}
 }
 
-func FuzzParseSAs(f *testing.F) {
-	files, _ := filepath.Glob("testdata/*.toml")
+// addSeeds adds the contents of files, and docs, to f's seed corpus.
+func addSeeds(f *testing.F, files, docs []string) {
 	for _, name := range files {
 		data, err := os.ReadFile(name)
 		if err != nil {
@@ -612,7 +616,30 @@ func FuzzParseSAs(f *testing.F) {
 		}
 		f.Add(data)
 	}
-	for _, s := range []string{
+	for _, s := range docs {
+		f.Add([]byte(s))
+	}
+}
+
+// checkFuzzErrors checks the error of a parser given data: a non-empty
+// Errors, each with a message and a position inside data.
+func checkFuzzErrors(t *testing.T, data []byte, err error) {
+	t.Helper()
+	var errs Errors
+	if !errors.As(err, &errs) || len(errs) == 0 {
+		t.Fatalf("error is not a non-empty Errors: %v", err)
+	}
+	lines := bytes.Count(data, []byte("\n")) + 1
+	for _, e := range errs {
+		if e.Pos.Line < 1 || e.Pos.Line > lines || e.Pos.Col < 1 || e.Msg == "" {
+			t.Fatalf("bad error %q (document has %d lines)", e.Error(), lines)
+		}
+	}
+}
+
+func FuzzParseSAs(f *testing.F) {
+	files, _ := filepath.Glob("testdata/*.toml")
+	addSeeds(f, files, []string{
 		"",
 		"[[sa]]\n",
 		"sa = [{spi = 0x1001, esp = \"null-sha256\", auth_key = \"00\"}]\n",
@@ -621,25 +648,14 @@ func FuzzParseSAs(f *testing.F) {
 		"a.b = 1\n[a.c]\n",
 		"sa = [[1], {}, []]\n",
 		"[[sa]]\nspi = 0x1001\nesn = true\nseq = 9223372036854775807\n" + gcm,
-	} {
-		f.Add([]byte(s))
-	}
+	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		sas, err := ParseSAs("fuzz.toml", data)
 		if err != nil {
 			if sas != nil {
 				t.Fatal("SAs returned with an error")
 			}
-			var errs Errors
-			if !errors.As(err, &errs) || len(errs) == 0 {
-				t.Fatalf("error is not a non-empty Errors: %v", err)
-			}
-			lines := bytes.Count(data, []byte("\n")) + 1
-			for _, e := range errs {
-				if e.Pos.Line < 1 || e.Pos.Line > lines || e.Pos.Col < 1 || e.Msg == "" {
-					t.Fatalf("bad error %q (document has %d lines)", e.Error(), lines)
-				}
-			}
+			checkFuzzErrors(t, data, err)
 			return
 		}
 		for i := range sas {
