@@ -42,6 +42,7 @@
 package sched
 
 import (
+	"crypto"
 	"errors"
 	"fmt"
 	"runtime"
@@ -169,6 +170,20 @@ func (e *Engine) NewKey(alg cryptodev.Alg, encKey, authKey []byte) (*cryptodev.K
 	}
 	return cryptodev.NewKeyHandle(alg, Name, sk.State(), sk.Destroy), nil
 }
+
+// NewPrivateKey imports a private key as the soft engine does; its Sign
+// and Agree ops then run on the workers like any other op, so a handshake
+// waits on the engine instead of blocking its submitter. See
+// cryptodev.AsymEngine.
+func (e *Engine) NewPrivateKey(priv crypto.PrivateKey) (*cryptodev.Key, error) {
+	k, err := soft.NewAsymKeyState(priv)
+	if err != nil {
+		return nil, err
+	}
+	return cryptodev.NewKeyHandle(k.Alg(), Name, k, k.Zero), nil
+}
+
+var _ cryptodev.AsymEngine = (*Engine)(nil)
 
 // NewQueue opens a queue for one submitter. See cryptodev.Engine.
 func (e *Engine) NewQueue() (cryptodev.Queue, error) {

@@ -33,6 +33,17 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestConformanceAsym runs the asymmetric suite: Sign and Agree ops on the
+// workers, mixed with symmetric ops in batches.
+func TestConformanceAsym(t *testing.T) {
+	e, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	enginetest.RunAsym(t, e)
+}
+
 func TestOptions(t *testing.T) {
 	for _, bad := range []Options{{Workers: -1}, {QueueDepth: -1}, {QueueDepth: maxQueueDepth + 1}} {
 		if _, err := New(bad); err == nil {

@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"hash"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/crypto/chacha20poly1305"
@@ -33,7 +34,9 @@ func init() {
 
 // Engine is the synchronous software engine. It is safe for concurrent use;
 // each Queue is for one goroutine.
-type Engine struct{}
+type Engine struct {
+	closed atomic.Bool
+}
 
 // New returns the software engine.
 func New() *Engine { return &Engine{} }
@@ -41,7 +44,13 @@ func New() *Engine { return &Engine{} }
 func (*Engine) Name() string                  { return Name }
 func (*Engine) Async() bool                   { return false }
 func (*Engine) Supports(a cryptodev.Alg) bool { return a.Valid() }
-func (*Engine) Close() error                  { return nil }
+
+// Close makes later NewQueue and Submit calls fail with ErrClosed. Nothing is
+// ever in flight in a synchronous engine, so there is nothing to drain.
+func (e *Engine) Close() error {
+	e.closed.Store(true)
+	return nil
+}
 
 // NewKey expands the key. See cryptodev.Engine.
 func (e *Engine) NewKey(alg cryptodev.Alg, encKey, authKey []byte) (*cryptodev.Key, error) {
@@ -158,6 +167,10 @@ func Process(ops []cryptodev.Op, s *Scratch) {
 			op.Status = asymOp(op)
 			continue
 		}
+		if op.Key == nil {
+			op.Status = cryptodev.StatusInvalid
+			continue
+		}
 		ks, ok := op.Key.State().(*KeyState)
 		if !ok || ks == nil {
 			op.Status = cryptodev.StatusInvalid
@@ -262,11 +275,14 @@ func (k *KeyState) mac(c *chainCtx, op *cryptodev.Op, ciphertext []byte) []byte 
 	return m.Sum(c.sum[:0])[:k.icvLen]
 }
 
-// queue is the synchronous engine's queue: a FIFO of completed batches.
+// queue is the synchronous engine's queue: a fixed ring of completed
+// batches, in submission order.
 type queue struct {
+	e      *Engine
 	s      Scratch
-	done   []*cryptodev.Batch
-	head   int
+	ring   [MaxInFlight]*cryptodev.Batch
+	head   int // index of the oldest batch
+	n      int // batches in the ring
 	closed bool
 }
 
@@ -276,35 +292,36 @@ const MaxInFlight = 1024
 
 // NewQueue opens a queue. See cryptodev.Engine.
 func (e *Engine) NewQueue() (cryptodev.Queue, error) {
-	return &queue{done: make([]*cryptodev.Batch, 0, 16)}, nil
+	if e.closed.Load() {
+		return nil, cryptodev.ErrClosed
+	}
+	return &queue{e: e}, nil
 }
 
 func (q *queue) Submit(b *cryptodev.Batch) error {
-	if q.closed {
+	if q.closed || q.e.closed.Load() {
 		return cryptodev.ErrClosed
 	}
-	if len(q.done)-q.head >= MaxInFlight {
+	if q.n == MaxInFlight {
 		return cryptodev.ErrQueueFull
 	}
 	Process(b.Ops, &q.s)
-	if q.head > 0 && q.head == len(q.done) {
-		q.done = q.done[:0]
-		q.head = 0
-	}
-	q.done = append(q.done, b)
+	q.ring[(q.head+q.n)%MaxInFlight] = b
+	q.n++
 	return nil
 }
 
 func (q *queue) Dequeue(bool) *cryptodev.Batch {
-	if q.head == len(q.done) {
+	if q.n == 0 {
 		return nil
 	}
-	b := q.done[q.head]
-	q.done[q.head] = nil
-	q.head++
+	b := q.ring[q.head]
+	q.ring[q.head] = nil
+	q.head = (q.head + 1) % MaxInFlight
+	q.n--
 	return b
 }
 
-func (q *queue) InFlight() int { return len(q.done) - q.head }
+func (q *queue) InFlight() int { return q.n }
 
 func (q *queue) Close() { q.closed = true }
