@@ -33,6 +33,7 @@ const (
 	DefaultControlSocket = "/run/sluice/sluice.sock"
 	DefaultTUNName       = "sluice0"
 	DefaultLogLevel      = "info"
+	DefaultStateDir      = "/var/lib/sluice"
 	DefaultOversize      = OversizeFragment
 	// DefaultUnderlayMTU is the MTU of the outer path that a plaintext MTU
 	// of 0 (TUN.MTU, Tunnel.MTU) is computed from: this less the ESP
@@ -84,6 +85,9 @@ type Gateway struct {
 	Metrics       string // Prometheus listen address "host:port"; "" = off
 	LogLevel      string // "debug", "info" (default), "warn" or "error"
 	Oversize      string // OversizeFragment (default) or OversizeDrop
+	// StateDir holds the outbound sequence-number reservations that keep a
+	// restarted gateway from reusing an AEAD nonce under a configured key.
+	StateDir string
 
 	TUN TUN
 	// UDP is nil when no tunnel uses encap = "udp" and the file has no
@@ -247,6 +251,7 @@ func ParseGateway(filename string, data []byte) (*Gateway, error) {
 			ControlSocket: DefaultControlSocket,
 			LogLevel:      DefaultLogLevel,
 			Oversize:      DefaultOversize,
+			StateDir:      DefaultStateDir,
 			TUN:           TUN{Name: DefaultTUNName},
 		},
 		fields: fieldPositions(doc),
@@ -417,7 +422,7 @@ func (d *decoder) mtu(f string, v *Value) (int, bool) {
 // [gateway]
 
 var (
-	gatewayKeys = []string{"workers", "engine", "control_socket", "metrics", "log_level", "oversize"}
+	gatewayKeys = []string{"workers", "engine", "control_socket", "metrics", "log_level", "oversize", "state_dir"}
 	logLevels   = []string{"debug", "info", "warn", "error"}
 	oversizes   = []string{OversizeFragment, OversizeDrop}
 )
@@ -455,6 +460,10 @@ func (d *gwDecoder) gatewaySection(f string, v *Value) {
 			const help = "fragment, to fragment IPv4 packets without DF before encryption; drop, to drop them; DF-set IPv4 and IPv6 packets always get ICMP \"too big\""
 			if s, ok := d.oneOf(kf, v, "oversize action", oversizes, help); ok {
 				g.Oversize = s
+			}
+		case "state_dir":
+			if s, ok := d.checked(kf, v, nonEmpty("empty state directory (want a path, e.g. \"/var/lib/sluice\")")); ok {
+				g.StateDir = s
 			}
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, gatewayKeys, ""))

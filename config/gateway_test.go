@@ -244,7 +244,7 @@ func TestGatewayErrors(t *testing.T) {
 		{"tunnel table", "[tunnel]\nname = \"t\"\n" + sas1, []wantErr{{1, "tunnel", "write [[tunnel]], not [tunnel]"}}},
 		{"policy table", "[policy]\naction = \"discard\"\n" + tun1 + sas1, []wantErr{{1, "policy", "write [[policy]]"}}},
 		{"inline gateway", "gateway = { workers = -1 }\n" + tun1 + sas1, []wantErr{{1, "gateway.workers", "out of range"}}},
-		{"unknown gateway key", "[gateway]\nthreads = 4\n" + tun1 + sas1, []wantErr{{2, "gateway.threads", "unknown key (valid: workers, engine, control_socket, metrics, log_level, oversize)"}}},
+		{"unknown gateway key", "[gateway]\nthreads = 4\n" + tun1 + sas1, []wantErr{{2, "gateway.threads", "unknown key (valid: workers, engine, control_socket, metrics, log_level, oversize, state_dir)"}}},
 		{"unknown tun key", "[tun]\nnmae = \"x\"\n" + tun1 + sas1, []wantErr{{2, "tun.nmae", "valid: name, mtu, addresses, queues"}}},
 		{"unknown udp key", "[udp]\nport = 4500\n" + tun1 + sas1, []wantErr{{2, "udp.port", "valid: listen, gso, gro"}}},
 		{"unknown rawesp key", "[rawesp]\nlisten = \"0.0.0.0\"\nproto = 50\n" + tun1 + sas1, []wantErr{{3, "rawesp.proto", "valid: listen"}}},

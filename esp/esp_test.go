@@ -519,3 +519,50 @@ func TestIPv6ExtensionHeadersInbound(t *testing.T) {
 		t.Fatalf("got  %x\nwant %x", got, want)
 	}
 }
+
+// TestSeqReserve: an outbound SA reserves sequence numbers before it uses
+// them, a restart that starts from the reservation never repeats a number
+// (so never an AEAD nonce), and a failed reservation stops sealing.
+func TestSeqReserve(t *testing.T) {
+	h := newHarness(t)
+	eng := soft.New()
+	key, _ := eng.NewKey(cryptodev.AES128GCM16, make([]byte, 20), nil)
+	var recorded uint64
+	fail := false
+	cfg := esp.Config{SPI: 0x1001, Alg: cryptodev.AES128GCM16, Key: key, Src: v4a, Dst: v4b,
+		SeqReserve: func(upTo uint64) error {
+			if fail {
+				return fmt.Errorf("disk full")
+			}
+			recorded = upTo
+			return nil
+		}}
+	out, err := esp.NewOutbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if _, r := h.seal(out, ipPacket(false, 10)); r != esp.ReasonNone {
+			t.Fatal(r)
+		}
+	}
+	if recorded != esp.SeqReserveBlock || out.Seq() != 3 {
+		t.Fatalf("reserved %d after 3 packets (seq %d)", recorded, out.Seq())
+	}
+	// "Restart" from the reservation: the first number is above every one
+	// the old SA could have used.
+	cfg.Seq = recorded
+	fail = true
+	again, _ := esp.NewOutbound(cfg)
+	if _, r := h.seal(again, ipPacket(false, 10)); r != esp.ReasonSeqReserve {
+		t.Fatalf("sealing without a reservation: %v", r)
+	}
+	fail = false
+	ct, r := h.seal(again, ipPacket(false, 10))
+	if r != esp.ReasonNone {
+		t.Fatal(r)
+	}
+	if seq := binary.BigEndian.Uint32(ct[24:]); seq != esp.SeqReserveBlock+1 || recorded != 2*esp.SeqReserveBlock {
+		t.Fatalf("restarted SA sent seq %d, reserved %d", seq, recorded)
+	}
+}

@@ -98,6 +98,16 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		return ReasonNoRoom
 	}
 
+	if sa.cfg.SeqReserve != nil && sa.seq >= sa.reserved {
+		upTo := sa.maxSeq
+		if sa.maxSeq-sa.seq > SeqReserveBlock {
+			upTo = sa.seq + SeqReserveBlock
+		}
+		if sa.cfg.SeqReserve(upTo) != nil {
+			return ReasonSeqReserve
+		}
+		sa.reserved = upTo
+	}
 	sa.seq++
 	seq := sa.seq
 

@@ -28,6 +28,7 @@ const (
 	// Outbound.
 	ReasonSeqExhausted // the sequence number reached its limit: the SA needs a rekey (RFC 4303 section 3.3.3)
 	ReasonNoRoom       // the buffer has too little headroom or tailroom for the ESP overhead
+	ReasonSeqReserve   // sequence numbers could not be reserved durably (see Config.SeqReserve)
 	// Both.
 	ReasonLifetime    // the SA's hard lifetime (packets or bytes) is reached
 	ReasonQueueFull   // the crypto engine refused the batch
@@ -52,6 +53,7 @@ var reasonNames = [NumReasons]string{
 	ReasonDummy:        "dummy",
 	ReasonSeqExhausted: "seq_exhausted",
 	ReasonNoRoom:       "no_room",
+	ReasonSeqReserve:   "seq_reserve_failed",
 	ReasonLifetime:     "lifetime_expired",
 	ReasonQueueFull:    "queue_full",
 	ReasonCryptoError:  "crypto_error",

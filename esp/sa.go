@@ -97,7 +97,19 @@ type Config struct {
 	Lifetime     Lifetime
 	// TTL of outer IPv4 headers and hop limit of outer IPv6 headers; 0 means 64.
 	TTL uint8
+	// SeqReserve, if set, is called on the owner's goroutine before an
+	// outbound SA uses a sequence number above its last reservation, with
+	// the new upper bound (SeqReserveBlock numbers ahead). It must record
+	// the bound durably before returning; a restarted SA then starts above
+	// it, so no sequence number — and no AEAD nonce — is used twice under a
+	// configured key (DESIGN.md decision 7). An error stops the SA from
+	// sealing (ReasonSeqReserve) until a later call succeeds.
+	SeqReserve func(upTo uint64) error
 }
+
+// SeqReserveBlock is how many sequence numbers one reservation covers: a
+// restart skips at most this many.
+const SeqReserveBlock = 1 << 20
 
 // Counters are an SA's statistics. The SA's owner writes them; anyone may
 // read them.
@@ -116,13 +128,14 @@ type SA struct {
 	info *cryptodev.AlgInfo
 	out  bool
 
-	seq    uint64 // outbound: last sequence number assigned
-	maxSeq uint64
-	window *replay.Window
-	ipID   uint16
-	ivGen  cipher.Block // CBC IV generator (outbound)
-	ivSalt uint64
-	testIV []byte // tests only: the IV every packet carries (known-answer tests)
+	seq      uint64 // outbound: last sequence number assigned
+	reserved uint64 // outbound: highest sequence number reserved (with SeqReserve)
+	maxSeq   uint64
+	window   *replay.Window
+	ipID     uint16
+	ivGen    cipher.Block // CBC IV generator (outbound)
+	ivSalt   uint64
+	testIV   []byte // tests only: the IV every packet carries (known-answer tests)
 
 	user any // the owner's handle for the SA (the gateway's SAD entry)
 
@@ -141,7 +154,7 @@ func newSA(cfg Config, out bool) (*SA, error) {
 	// Any SPI is accepted here, so that published vectors (which use
 	// reserved values such as 0 and 52) can be reproduced; configuration
 	// refuses the reserved range 0..255 (RFC 4303 section 2.1).
-	sa := &SA{cfg: cfg, info: cfg.Alg.Info(), out: out, seq: cfg.Seq}
+	sa := &SA{cfg: cfg, info: cfg.Alg.Info(), out: out, seq: cfg.Seq, reserved: cfg.Seq}
 	sa.maxSeq = 1<<32 - 1
 	if cfg.ESN {
 		sa.maxSeq = 1<<64 - 1

@@ -151,7 +151,13 @@ func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 		return fmt.Errorf("gateway: SA %q: a tunnel SA must use tunnel mode and the tunnel's encapsulation (%v)", sa.Name, t.Encap)
 	}
 	sac := withTunnelAddrs(*sa, t.Local, t.Peer, d)
-	rt, err := sad.OpenSA(g.engines[engine], &sac, d)
+	var rt *esp.SA
+	var err error
+	if d == esp.Outbound {
+		rt, err = g.openOutbound(g.engines[engine], &sac)
+	} else {
+		rt, err = sad.OpenSA(g.engines[engine], &sac, d)
+	}
 	if err != nil {
 		return err
 	}

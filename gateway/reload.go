@@ -100,13 +100,20 @@ func (g *Gateway) rekey(oldCfg *config.Gateway, ot, nt *config.Tunnel) error {
 	// 1. Inbound SAs that are new (or changed).
 	keep := map[uint32]bool{}
 	for _, name := range nt.In {
-		if slices.Contains(ot.In, name) && sameSA(oldCfg.SA(name), g.cfg.SA(name)) {
+		if slices.Contains(ot.In, name) && sameSA(oldCfg.SA(name), g.cfg.SA(name), true) {
 			keep[g.cfg.SA(name).SPI] = true
 			continue
 		}
 		in, err := g.openSA(g.cfg, nt, name, esp.Inbound)
 		if err != nil {
 			return err
+		}
+		if old := g.store.Load().Inbound(in.SA.SPI()); old != nil && old.Tunnel == t {
+			// The SA changed but kept its SPI: the old one must go first,
+			// and packets still in flight under it are lost.
+			g.store.RemoveInbound(in.SA.SPI())
+			g.log.Warn("inbound SA replaced under the same SPI; packets in flight under the old key are lost",
+				"tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", in.SA.SPI()))
 		}
 		if err := g.store.AddInbound(nt.Name, in); err != nil {
 			in.Key.Destroy()
@@ -116,7 +123,7 @@ func (g *Gateway) rekey(oldCfg *config.Gateway, ot, nt *config.Tunnel) error {
 		g.log.Info("inbound SA added", "tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", in.SA.SPI()))
 	}
 	// 2. The outbound switch.
-	if nt.Out != ot.Out || !sameSA(oldCfg.SA(ot.Out), g.cfg.SA(nt.Out)) {
+	if nt.Out != ot.Out || !sameSA(oldCfg.SA(ot.Out), g.cfg.SA(nt.Out), false) {
 		out, err := g.openSA(g.cfg, nt, nt.Out, esp.Outbound)
 		if err != nil {
 			return err
@@ -182,12 +189,13 @@ func sameEndpoints(a, b *config.Tunnel) bool {
 }
 
 // sameSA reports whether two SA definitions describe the same SA (the
-// starting sequence number aside: a running SA keeps its own).
-func sameSA(a, b *config.SA) bool {
+// starting sequence number aside: a running SA keeps its own). The replay
+// window matters only inbound.
+func sameSA(a, b *config.SA, inbound bool) bool {
 	if a == nil || b == nil {
 		return false
 	}
 	return a.SPI == b.SPI && a.Src == b.Src && a.Dst == b.Dst && a.Mode == b.Mode && a.Encap == b.Encap &&
 		a.SPort == b.SPort && a.DPort == b.DPort && a.Alg == b.Alg && bytes.Equal(a.EncKey, b.EncKey) &&
-		bytes.Equal(a.AuthKey, b.AuthKey) && a.ESN == b.ESN && a.ReplayWindow == b.ReplayWindow
+		bytes.Equal(a.AuthKey, b.AuthKey) && a.ESN == b.ESN && (!inbound || a.ReplayWindow == b.ReplayWindow)
 }

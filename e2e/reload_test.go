@@ -1,0 +1,281 @@
+package e2e_test
+
+import (
+	"fmt"
+	"net/netip"
+	"os"
+	"reflect"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/internal/lab"
+)
+
+// TestReloadRefusesInvalidConfig writes broken configurations over gateway
+// A's file and asks it to reload them, by `sluice reload` and by SIGHUP,
+// while a UDP stream runs A -> B. Each must be refused with the file and
+// line of the mistake (or, for a change that needs a restart, a message
+// that says so), and the running configuration must go on carrying
+// traffic: the daemon stays up, its tunnels and SAs stay as they were, and
+// the stream loses nothing. A valid file afterwards reloads.
+func TestReloadRefusesInvalidConfig(t *testing.T) {
+	requireTool(t, "ping")
+	cfgs := pairConfigs(t, pairOptions{wan: wan4})
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	ctx := tb.ctx
+	valid := cfgs[0].render()
+
+	// lineOf is the 1-based line of the first line of text that contains
+	// s.
+	lineOf := func(text, s string) int {
+		for i, l := range strings.Split(text, "\n") {
+			if strings.Contains(l, s) {
+				return i + 1
+			}
+		}
+		t.Fatalf("%q not in the configuration", s)
+		return 0
+	}
+	type broken struct {
+		name string
+		text string
+		want string // in the error
+	}
+	var cases []broken
+	{
+		text := valid + "this is not TOML\n"
+		cases = append(cases, broken{"syntax error", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "this is not TOML"))})
+	}
+	{
+		text := strings.Replace(valid, `out = "a-to-b"`, `out = "no-such-sa"`, 1)
+		cases = append(cases, broken{"unknown SA", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "no-such-sa"))})
+	}
+	{
+		text := strings.Replace(valid, fmt.Sprintf("spi = 0x%x", spiAB), "spi = 0x10", 1)
+		cases = append(cases, broken{"reserved SPI", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "spi = 0x10"))})
+	}
+	{
+		text := strings.Replace(valid, `esp = "aes128gcm16"`, `esp = "aes128gcm12"`, 1)
+		cases = append(cases, broken{"unknown algorithm", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "aes128gcm12"))})
+	}
+	{
+		text := strings.Replace(valid, inner4[0].String(), "10.1.0.9/24", 1)
+		cases = append(cases, broken{"needs a restart", text, "needs a restart"})
+	}
+
+	tunnelsBefore, sasBefore := a.tunnels(), a.sas()
+
+	// The stream, for the whole time.
+	aTx, err := a.ns.ListenUDP(netip.AddrPortFrom(inner4[0].Addr(), 6001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aTx.Close()
+	bRx, err := b.ns.ListenUDP(netip.AddrPortFrom(inner4[1].Addr(), 6001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bRx.Close()
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+	type result struct {
+		r   lab.FloodResult
+		err error
+	}
+	done := make(chan result, 1)
+	floodStart := time.Now()
+	const floodFor = 4 * time.Second * slowdown
+	go func() {
+		r, err := lab.Flood(ctx, aTx, netip.AddrPortFrom(inner4[1].Addr(), 6001), bRx,
+			lab.FloodOptions{Size: 1000, Duration: floodFor, Window: 32, Stall: 2 * time.Second})
+		done <- result{r, err}
+	}()
+
+	logOffset := 0
+	for _, c := range cases {
+		a.writeConfigText(c.text)
+		// By the control socket.
+		err := a.reload()
+		if err == nil {
+			t.Errorf("%s: sluice reload accepted the broken file", c.name)
+		} else if !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: sluice reload: %v\nwant the error to name %q", c.name, err, c.want)
+		} else {
+			t.Logf("%s: refused: %v", c.name, err)
+		}
+		// By SIGHUP: the daemon stays up and logs the refusal.
+		if err := syscall.Kill(a.proc.Pid(), syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		err = lab.WaitFor(ctx, "gateway A to log the refused SIGHUP reload", 5*time.Second, 20*time.Millisecond, func() (bool, error) {
+			if done, err := a.proc.Exited(); done {
+				return false, fmt.Errorf("%w: gateway A exited after SIGHUP: %v", lab.ErrStop, err)
+			}
+			data, err := os.ReadFile(a.logPath)
+			if err != nil {
+				return false, err
+			}
+			if i := strings.Index(string(data[logOffset:]), "SIGHUP"); i >= 0 {
+				rest := string(data[logOffset+i:])
+				if j := strings.Index(rest, "reload refused"); j >= 0 {
+					line := rest[j:]
+					if k := strings.IndexByte(line, '\n'); k >= 0 {
+						logOffset += i + j + k
+						line = line[:k]
+					}
+					if !strings.Contains(line, c.want) {
+						return false, fmt.Errorf("%w: the log says %q, want it to name %q", lab.ErrStop, line, c.want)
+					}
+					return true, nil
+				}
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Errorf("%s: %v", c.name, err)
+		}
+		if ts := a.tunnels(); !reflect.DeepEqual(ts, tunnelsBefore) {
+			t.Errorf("%s: tunnels changed by a refused reload:\n%+v\nwant\n%+v", c.name, ts, tunnelsBefore)
+		}
+		if sas := a.sas(); len(sas) != len(sasBefore) || findSA(sas, spiAB, "out") == nil || findSA(sas, spiBA, "in") == nil {
+			t.Errorf("%s: SAs changed by a refused reload: %+v", c.name, sas)
+		}
+	}
+	if el := time.Since(floodStart); el > floodFor {
+		t.Errorf("the refused reloads took %v, longer than the %v stream that checks them", el, floodFor)
+	}
+	res := <-done
+	measuref(t, "A -> B across %d refused reloads: %d sent, %d received, %d lost, %.0f pps",
+		2*len(cases), res.r.Sent, res.r.Received, res.r.Lost, res.r.PPS())
+	if res.err != nil {
+		t.Error(res.err)
+	}
+	if res.r.Sent == 0 || res.r.Lost != 0 {
+		t.Errorf("A -> B across the refused reloads: %d of %d lost, want none", res.r.Lost, res.r.Sent)
+	}
+	mustPing(t, ctx, "after refused reloads A->B", a.ns, inner4[1].Addr(), 50, 5*time.Millisecond)
+
+	// A valid file is still taken.
+	a.writeConfigText(valid)
+	a.mustReload()
+	mustPing(t, ctx, "after a valid reload A->B", a.ns, inner4[1].Addr(), 20, 5*time.Millisecond)
+}
+
+// TestReloadNewKeySameSPI changes the key of the A -> B SA in both files,
+// keeping its SPI, and reloads B, then A, then B again. Changing the key
+// of a running SA in place can be taken (the SA is replaced) or refused;
+// either way a reload that sluice reports as applied must leave the tunnel
+// working with the file's keys, and one it refuses must leave B running
+// its old configuration, so that the same file is refused again.
+func TestReloadNewKeySameSPI(t *testing.T) {
+	requireTool(t, "ping")
+	cfgs := pairConfigs(t, pairOptions{wan: wan4})
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	ctx := tb.ctx
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+
+	newKey := randomHex(20)
+	for _, c := range cfgs {
+		c.SAs[0].EncKey = newKey // a-to-b, SPI 0x1001
+	}
+	b.writeConfig(cfgs[1])
+	a.writeConfig(cfgs[0])
+	first := b.reload()
+	t.Logf("B, first reload: %v", first)
+	a.mustReload()
+	second := b.reload()
+	t.Logf("B, second reload of the same file: %v", second)
+
+	if first != nil && second != nil {
+		t.Logf("sluice refuses a new key under a running SA's SPI, consistently: %v", first)
+		return
+	}
+	// B says it runs the file: A -> B works with the new key.
+	r, err := ping(ctx, a.ns, inner4[1].Addr(), 20, 10*time.Millisecond, "-W", "1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("ping A->B after the reloads: %v", r)
+	if r.Received != r.Sent {
+		in := mustSA(t, b.sas(), spiAB, "in")
+		msg := fmt.Sprintf("B reported the file applied, but A -> B lost %d of %d pings (B's inbound SA 0x%x drops %v): "+
+			"B still opens with the old key", r.Sent-r.Received, r.Sent, spiAB, in.Drops)
+		if first != nil {
+			knownBug(t, "a reload refused part-way (%v) still replaced the running configuration's record (Gateway.Reload sets "+
+				"g.cfg = next before applying it): the next reload of the same file compares it with itself, changes nothing "+
+				"and reports \"configuration reloaded\"; %s", first, msg)
+			return
+		}
+		t.Error(msg)
+	}
+}
+
+// TestReloadKeepsSequenceNumbers reloads gateway A with a file in which
+// its outbound SA differs only in replay_window, a setting that matters
+// to the receiver alone, between two UDP streams A -> B. The SA keeps its
+// SPI and key, so its sequence numbers must go on: were they to start
+// again from the file's seq, the same AES-GCM nonces would be used twice
+// under the key, and B's replay window would drop the packets.
+func TestReloadKeepsSequenceNumbers(t *testing.T) {
+	requireTool(t, "ping")
+	cfgs := pairConfigs(t, pairOptions{wan: wan4})
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	ctx := tb.ctx
+	capture, err := captureESP(b.ns, wanIf, wan4[0].Addr(), spiAB)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(capture.close)
+
+	aTx, err := a.ns.ListenUDP(netip.AddrPortFrom(inner4[0].Addr(), 6001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer aTx.Close()
+	bRx, err := b.ns.ListenUDP(netip.AddrPortFrom(inner4[1].Addr(), 6001))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bRx.Close()
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+
+	flood := func() lab.FloodResult {
+		t.Helper()
+		r, err := lab.Flood(ctx, aTx, netip.AddrPortFrom(inner4[1].Addr(), 6001), bRx,
+			lab.FloodOptions{Size: 500, Duration: 500 * time.Millisecond * slowdown, Window: 16, Stall: time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	// Traffic on the SA, the reload, traffic again.
+	r1 := flood()
+	before := capture.take()
+	cfgs[0].SAs[0].ReplayWindow *= 2 // a-to-b
+	a.writeConfig(cfgs[0])
+	a.mustReload()
+	r2 := flood()
+	after := capture.take()
+	if r1.Received == 0 || len(before) == 0 || len(after) == 0 {
+		t.Fatalf("too little traffic to tell: %d and %d datagrams through, %d and %d ESP packets captured", r1.Received, r2.Received, len(before), len(after))
+	}
+	reused := 0
+	for iv := range after {
+		if _, ok := before[iv]; ok {
+			reused++
+		}
+	}
+	in := mustSA(t, b.sas(), spiAB, "in")
+	measuref(t, "A -> B before the reload: %d sent, %d lost; after: %d sent, %d received, %d lost; ESP IVs: %d before, %d after, %d used twice; B's inbound drops %v",
+		r1.Sent, r1.Lost, r2.Sent, r2.Received, r2.Lost, len(before), len(after), reused, in.Drops)
+	if reused > 0 || r2.Lost > 0 || r1.Lost > 0 {
+		knownBug(t, "a reload that changes only replay_window of the outbound SA (same SPI, same key) replaces its runtime "+
+			"and starts its sequence numbers again from the file's seq (gateway.rekey: !sameSA -> openSA + SwitchOutbound): "+
+			"%d ESP packets reused an AES-GCM IV already used under the key, and B dropped %d packets as replays (%d of %d lost)",
+			reused, in.Drops["replay"], r2.Lost, r2.Sent)
+	}
+}
