@@ -74,11 +74,12 @@ type Config struct {
 	Engines map[string]cryptodev.Engine
 	Default string
 	// Plain are the plaintext links (TUN queues); Net the ESP-in-UDP links
-	// (one socket per worker); Raw the raw ESP link, if any. Worker i
-	// transmits on Plain[i%len] and Net[i%len].
-	Plain []Link
-	Net   []Link
-	Raw   Link
+	// (one socket per worker); Raw4 and Raw6 the raw ESP links, if any
+	// (a raw socket carries one family). Worker i transmits on
+	// Plain[i%len] and Net[i%len].
+	Plain      []Link
+	Net        []Link
+	Raw4, Raw6 Link
 	Store *sad.Store
 	// NewClassifier makes a classifier per receive goroutine; nil means
 	// route-based.
@@ -125,7 +126,7 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.Store == nil || cfg.Pool == nil {
 		return nil, errors.New("dataplane: config needs a store and a pool")
 	}
-	if len(cfg.Plain) == 0 || (len(cfg.Net) == 0 && cfg.Raw == nil) {
+	if len(cfg.Plain) == 0 || (len(cfg.Net) == 0 && cfg.Raw4 == nil && cfg.Raw6 == nil) {
 		return nil, errors.New("dataplane: config needs plaintext and ciphertext links")
 	}
 	if cfg.Engines[cfg.Default] == nil {
@@ -183,8 +184,11 @@ func (d *Dataplane) Start(ctx context.Context) {
 	for i, l := range d.cfg.Net {
 		start(l, false, fmt.Sprintf("udp/%d", i))
 	}
-	if d.cfg.Raw != nil {
-		start(d.cfg.Raw, false, "rawesp")
+	if d.cfg.Raw4 != nil {
+		start(d.cfg.Raw4, false, "rawesp4")
+	}
+	if d.cfg.Raw6 != nil {
+		start(d.cfg.Raw6, false, "rawesp6")
 	}
 }
 
@@ -201,8 +205,10 @@ func (d *Dataplane) Close() {
 	for _, l := range d.cfg.Net {
 		l.Close()
 	}
-	if d.cfg.Raw != nil {
-		d.cfg.Raw.Close()
+	for _, l := range []Link{d.cfg.Raw4, d.cfg.Raw6} {
+		if l != nil {
+			l.Close()
+		}
 	}
 	if d.cancel != nil {
 		d.cancel()

@@ -39,16 +39,17 @@ type worker struct {
 	pipes    []*pipe
 	plain    Link
 	net      Link
-	raw      Link
+	raw4     Link
+	raw6     Link
 	counters workerCounters
 
-	txNet, txRaw, txPlain []*packet.Buf
+	txNet, txRaw4, txRaw6, txPlain []*packet.Buf
 	release               []*packet.Buf
 }
 
 func newWorker(d *Dataplane, i int) (*worker, error) {
 	cfg := &d.cfg
-	w := &worker{d: d, index: i, in: make(chan *item, cfg.QueueDepth), raw: cfg.Raw}
+	w := &worker{d: d, index: i, in: make(chan *item, cfg.QueueDepth), raw4: cfg.Raw4, raw6: cfg.Raw6}
 	w.plain = cfg.Plain[i%len(cfg.Plain)]
 	if len(cfg.Net) > 0 {
 		w.net = cfg.Net[i%len(cfg.Net)]
@@ -70,7 +71,8 @@ func newWorker(d *Dataplane, i int) (*worker, error) {
 		w.pipes = append(w.pipes, p)
 	}
 	w.txNet = make([]*packet.Buf, 0, batchSize)
-	w.txRaw = make([]*packet.Buf, 0, batchSize)
+	w.txRaw4 = make([]*packet.Buf, 0, batchSize)
+	w.txRaw6 = make([]*packet.Buf, 0, batchSize)
 	w.txPlain = make([]*packet.Buf, 0, batchSize)
 	w.release = make([]*packet.Buf, 0, batchSize)
 	return w, nil
@@ -261,8 +263,10 @@ func (w *worker) emit(b *esp.Batch) {
 			w.counters.sealed.Store(w.counters.sealed.Load() + 1)
 			if b.SAs[i].Config().Encap == esp.EncapUDP && w.net != nil {
 				w.txNet = append(w.txNet, p)
-			} else if w.raw != nil {
-				w.txRaw = append(w.txRaw, p)
+			} else if packet.IPVersion(p.Bytes()) == 4 && w.raw4 != nil {
+				w.txRaw4 = append(w.txRaw4, p)
+			} else if packet.IPVersion(p.Bytes()) == 6 && w.raw6 != nil {
+				w.txRaw6 = append(w.txRaw6, p)
 			} else {
 				w.counters.drops.inc(ReasonLinkError)
 				w.release = append(w.release, p)
@@ -285,9 +289,10 @@ func (w *worker) emit(b *esp.Batch) {
 // transmit writes the queued packets and releases every buffer.
 func (w *worker) transmit() {
 	w.write(w.net, w.txNet)
-	w.write(w.raw, w.txRaw)
+	w.write(w.raw4, w.txRaw4)
+	w.write(w.raw6, w.txRaw6)
 	w.write(w.plain, w.txPlain)
-	w.txNet, w.txRaw, w.txPlain = w.txNet[:0], w.txRaw[:0], w.txPlain[:0]
+	w.txNet, w.txRaw4, w.txRaw6, w.txPlain = w.txNet[:0], w.txRaw4[:0], w.txRaw6[:0], w.txPlain[:0]
 	if len(w.release) > 0 {
 		w.d.cfg.Pool.PutN(w.release)
 		clear(w.release)

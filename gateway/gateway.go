@@ -108,14 +108,26 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 			closers = append(closers, func() { l.Close() })
 		}
 	}
-	var raw dataplane.Link
+	var raw4, raw6 dataplane.Link
 	if cfg.RawESP != nil {
-		l, err := rawesp.Open(cfg.RawESP.Listen)
-		if err != nil {
-			return nil, fmt.Errorf("gateway: raw ESP %v: %w", cfg.RawESP.Listen, err)
+		// A raw socket carries one family: an unspecified IPv6 address
+		// ("::") serves IPv4 tunnels through a second, IPv4 socket.
+		addrs := []netip.Addr{cfg.RawESP.Listen}
+		if l := cfg.RawESP.Listen; l.Is6() && l.IsUnspecified() && hasIPv4Tunnel(cfg) {
+			addrs = append(addrs, netip.IPv4Unspecified())
 		}
-		raw = l
-		closers = append(closers, func() { l.Close() })
+		for _, a := range addrs {
+			l, err := rawesp.Open(a)
+			if err != nil {
+				return nil, fmt.Errorf("gateway: raw ESP %v: %w", a, err)
+			}
+			closers = append(closers, func() { l.Close() })
+			if a.Is4() {
+				raw4 = l
+			} else {
+				raw6 = l
+			}
+		}
 	}
 	slot := packet.UDPHeader + mtu + esp.MaxHeadroom + esp.MaxTailroom + 64
 	slot = max(slot, 2048)
@@ -137,7 +149,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	}
 	dcfg := dataplane.Config{
 		Workers: workers, Engines: g.engines, Default: cfg.Engine,
-		Plain: plainLinks, Net: netLinks, Raw: raw, Store: g.store, Pool: g.pool,
+		Plain: plainLinks, Net: netLinks, Raw4: raw4, Raw6: raw6, Store: g.store, Pool: g.pool,
 		Logger: log,
 	}
 	if cfg.Oversize == "drop" {
@@ -179,6 +191,15 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	dp.Start(ctx)
 	log.Info("gateway up", "tunnels", len(cfg.Tunnels), "workers", workers, "engine", cfg.Engine, "tun", cfg.TUN.Name, "mtu", mtu)
 	return g, nil
+}
+
+func hasIPv4Tunnel(cfg *config.Gateway) bool {
+	for _, t := range cfg.Tunnels {
+		if t.Local.Is4() {
+			return true
+		}
+	}
+	return false
 }
 
 func engineNames(cfg *config.Gateway) []string {
