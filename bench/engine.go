@@ -1,0 +1,95 @@
+package bench
+
+import (
+	"crypto"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/cryptodev/sched"
+	"github.com/sluicegw/sluice/cryptodev/soft"
+)
+
+// Raw is the pseudo-engine that calls Go's crypto directly: the baseline
+// every engine is measured against in the same run.
+const Raw = "raw"
+
+// DefaultInFlight is how many batches each submitter keeps in flight on an
+// asynchronous engine: submit, go on, collect. A synchronous engine
+// completes each batch in Submit, so it has one.
+const DefaultInFlight = 4
+
+// EngineNames lists what an engine flag may name: raw and every registered
+// engine.
+func EngineNames() []string { return append([]string{Raw}, cryptodev.Engines()...) }
+
+// CheckEngine returns an error naming the valid engines if name is not one.
+func CheckEngine(name string) error {
+	if slices.Contains(EngineNames(), name) {
+		return nil
+	}
+	return fmt.Errorf("bench: unknown engine %q (valid: %s)", name, strings.Join(EngineNames(), ", "))
+}
+
+// openEngine opens a registered engine. schedWorkers > 0 sets the worker
+// count of the sched engine (the registry's sched has one per CPU).
+func openEngine(name string, schedWorkers int) (cryptodev.Engine, error) {
+	if name == sched.Name && schedWorkers > 0 {
+		return sched.New(sched.Options{Workers: schedWorkers})
+	}
+	return cryptodev.Open(name)
+}
+
+// inFlight is the number of batches a submitter keeps in flight on e.
+func inFlight(e cryptodev.Engine, want int) int {
+	if !e.Async() {
+		return 1
+	}
+	if want <= 0 {
+		return DefaultInFlight
+	}
+	return want
+}
+
+// Private keys are slow to make (RSA-4096 takes seconds), so each type is
+// made once per process and shared by every run.
+var (
+	privMu   sync.Mutex
+	privKeys = map[cryptodev.Alg]crypto.PrivateKey{}
+)
+
+func privateKey(alg cryptodev.Alg) (crypto.PrivateKey, error) {
+	privMu.Lock()
+	defer privMu.Unlock()
+	if k, ok := privKeys[alg]; ok {
+		return k, nil
+	}
+	k, err := cryptodev.GenerateKey(alg)
+	if err != nil {
+		return nil, err
+	}
+	privKeys[alg] = k
+	return k, nil
+}
+
+// importPrivateKey imports priv into e. An engine that does not implement
+// cryptodev.AsymEngine but runs soft.Process on its workers (sched, today)
+// gets a key of the soft engine's form under its own name, and note says
+// so; any other engine is unsupported.
+func importPrivateKey(e cryptodev.Engine, priv crypto.PrivateKey) (k *cryptodev.Key, note string, err error) {
+	if ae, ok := e.(cryptodev.AsymEngine); ok {
+		k, err = ae.NewPrivateKey(priv)
+		return k, "", err
+	}
+	if _, ok := e.(*sched.Engine); ok {
+		ks, err := soft.NewAsymKeyState(priv)
+		if err != nil {
+			return nil, "", err
+		}
+		return cryptodev.NewKeyHandle(ks.Alg(), e.Name(), ks, ks.Zero),
+			e.Name() + " has no NewPrivateKey: key imported with soft.NewAsymKeyState, which its workers run", nil
+	}
+	return nil, "", fmt.Errorf("%w: engine %s does not implement cryptodev.AsymEngine", cryptodev.ErrUnsupported, e.Name())
+}
