@@ -71,9 +71,12 @@ func saInfo(s *sad.SA, dir string) SAInfo {
 // SAs lists every SA: each tunnel's outbound SA, then its inbound ones.
 // Sequence numbers are not shown: they belong to the workers that own the
 // SAs and are not read from other goroutines.
-func (g *Gateway) SAs() []SAInfo {
+func (g *Gateway) SAs() []SAInfo { return SAsOf(g.store.Load()) }
+
+// SAsOf lists the SAs of a SAD snapshot, as Gateway.SAs does.
+func SAsOf(db *sad.DB) []SAInfo {
 	var out []SAInfo
-	for _, t := range g.store.Load().Tunnels() {
+	for _, t := range db.Tunnels() {
 		if s := t.Out(); s != nil {
 			out = append(out, saInfo(s, "out"))
 		}
@@ -85,9 +88,12 @@ func (g *Gateway) SAs() []SAInfo {
 }
 
 // Tunnels lists the tunnels.
-func (g *Gateway) Tunnels() []TunnelInfo {
+func (g *Gateway) Tunnels() []TunnelInfo { return TunnelsOf(g.store.Load()) }
+
+// TunnelsOf lists the tunnels of a SAD snapshot, as Gateway.Tunnels does.
+func TunnelsOf(db *sad.DB) []TunnelInfo {
 	var out []TunnelInfo
-	for _, t := range g.store.Load().Tunnels() {
+	for _, t := range db.Tunnels() {
 		ti := TunnelInfo{Name: t.Name, Local: t.Local.String(), Peer: t.Peer.String(), Encap: t.Encap.String(), MTU: t.MTU, Worker: t.Owner}
 		for _, p := range t.Remote {
 			ti.Remote = append(ti.Remote, p.String())

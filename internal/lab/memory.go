@@ -211,49 +211,11 @@ func (s *MemorySite) close() error {
 }
 
 // Tunnels lists the site's tunnels, as gateway.Gateway.Tunnels does.
-func (s *MemorySite) Tunnels() []gateway.TunnelInfo {
-	var out []gateway.TunnelInfo
-	for _, t := range s.store.Load().Tunnels() {
-		ti := gateway.TunnelInfo{Name: t.Name, Local: t.Local.String(), Peer: t.Peer.String(), Encap: t.Encap.String(), MTU: t.MTU, Worker: t.Owner}
-		for _, p := range t.Remote {
-			ti.Remote = append(ti.Remote, p.String())
-		}
-		if x := t.Out(); x != nil {
-			ti.Out = x.Name
-		}
-		for _, x := range t.Inbound() {
-			ti.In = append(ti.In, x.Name)
-		}
-		out = append(out, ti)
-	}
-	return out
-}
+func (s *MemorySite) Tunnels() []gateway.TunnelInfo { return gateway.TunnelsOf(s.store.Load()) }
 
 // SAs lists the site's SAs with their counters, as gateway.Gateway.SAs
 // does: each tunnel's outbound SA, then its inbound ones.
-func (s *MemorySite) SAs() []gateway.SAInfo {
-	var out []gateway.SAInfo
-	add := func(x *sad.SA, dir string) {
-		c := x.SA.Config()
-		info := gateway.SAInfo{Name: x.Name, Direction: dir, SPI: x.SA.SPI(), Alg: c.Alg.String(), Mode: c.Mode.String(),
-			Encap: c.Encap.String(), ESN: c.ESN, Engine: x.Engine,
-			Packets: x.SA.Counters.Packets.Load(), Bytes: x.SA.Counters.Bytes.Load(), Drops: x.SA.Counters.Drops.Map(),
-			NeedsRekey: x.SA.NeedsRekey()}
-		if x.Tunnel != nil {
-			info.Tunnel = x.Tunnel.Name
-		}
-		out = append(out, info)
-	}
-	for _, t := range s.store.Load().Tunnels() {
-		if x := t.Out(); x != nil {
-			add(x, "out")
-		}
-		for _, x := range t.Inbound() {
-			add(x, "in")
-		}
-	}
-	return out
-}
+func (s *MemorySite) SAs() []gateway.SAInfo { return gateway.SAsOf(s.store.Load()) }
 
 // Stats reads the site's counters, as gateway.Gateway.Stats does.
 func (s *MemorySite) Stats() gateway.Stats {
