@@ -20,10 +20,12 @@ type loop interface {
 }
 
 // counter is one loop's progress, written by the loop's goroutine only and
-// read by the coordinator. Each sits on its own cache line.
+// read by the coordinator; the lock keeps ops and bytes of one step
+// together (a torn read skews bytes per op). Each sits on its own cache line.
 type counter struct {
-	ops, bytes atomic.Uint64
-	_          [48]byte
+	mu         sync.Mutex
+	ops, bytes uint64
+	_          [40]byte
 }
 
 // window is what a measurement counted between its two reads: ops and
@@ -82,15 +84,19 @@ func measure(ctx context.Context, loops []loop, warmup, d time.Duration, progres
 				}
 				ops += uint64(o)
 				bytes += uint64(b)
-				c.ops.Store(ops)
-				c.bytes.Store(bytes)
+				c.mu.Lock()
+				c.ops, c.bytes = ops, bytes
+				c.mu.Unlock()
 			}
 		}(l, &counters[i])
 	}
 	read := func() (ops, bytes uint64, t time.Time, cpu time.Duration) {
 		for i := range counters {
-			ops += counters[i].ops.Load()
-			bytes += counters[i].bytes.Load()
+			c := &counters[i]
+			c.mu.Lock()
+			ops += c.ops
+			bytes += c.bytes
+			c.mu.Unlock()
 		}
 		return ops, bytes, time.Now(), processCPU()
 	}
