@@ -73,7 +73,7 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 
 	info := sa.info
 	plen := len(data) - hl
-	padLen := (info.BlockSize - (plen+TrailerLen)%info.BlockSize) % info.BlockSize
+	padLen := -(plen + TrailerLen) & (info.BlockSize - 1) // block sizes are 4 or 16
 	udp := 0
 	if sa.cfg.Encap == EncapUDP {
 		udp = packet.UDPHeader
@@ -172,7 +172,7 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 			}
 		}
 	} else {
-		sa.writeOuter(data, outer, udp > 0, tos)
+		sa.writeOuter(data, outer, tos)
 	}
 	if udp > 0 {
 		packet.UDP(data[off-udp:]).Encode(sa.cfg.SPort, sa.cfg.DPort, uint16(len(data)-off+udp))
@@ -201,27 +201,47 @@ func (sa *SA) fillAAD(w *Work, op *cryptodev.Op, hdr []byte, seq uint64) {
 	op.AuthTrailer = w.seqHi[:]
 }
 
-// writeOuter writes the tunnel's outer IP header into data[:outer]. The
-// DSCP and ECN bits are copied from the inner header (RFC 4301 section
-// 5.1.2.1, RFC 6040 normal mode); the outer IPv4 header never sets DF, so a
-// too-big ESP packet can still be fragmented on its path.
-func (sa *SA) writeOuter(data []byte, outer int, udp bool, tos uint8) {
+// buildOuterTemplate prepares the outer header of a tunnel SA.
+func (sa *SA) buildOuterTemplate() {
 	proto := uint8(packet.ProtoESP)
-	if udp {
+	if sa.cfg.Encap == EncapUDP {
 		proto = packet.ProtoUDP
 	}
-	if outer == packet.IPv4MinHeader {
-		sa.ipID++
-		packet.IPv4(data).Encode(&packet.IPv4Fields{
-			TOS: tos, Length: uint16(len(data)), ID: sa.ipID, TTL: sa.cfg.TTL,
-			Protocol: proto, Src: sa.cfg.Src.As4(), Dst: sa.cfg.Dst.As4(),
-		})
+	if sa.cfg.Dst.Is4() {
+		packet.IPv4(sa.outerTmpl[:20]).Encode(&packet.IPv4Fields{TTL: sa.cfg.TTL, Protocol: proto,
+			Src: sa.cfg.Src.As4(), Dst: sa.cfg.Dst.As4()})
+		sa.outerTmpl[10], sa.outerTmpl[11] = 0, 0
+		sa.outerSum = uint32(packet.Checksum(sa.outerTmpl[:20], 0))
 		return
 	}
-	packet.IPv6(data).Encode(&packet.IPv6Fields{
-		TrafficClass: tos, PayloadLength: uint16(len(data) - packet.IPv6Header),
-		NextHeader: proto, HopLimit: sa.cfg.TTL, Src: sa.cfg.Src.As16(), Dst: sa.cfg.Dst.As16(),
-	})
+	packet.IPv6(sa.outerTmpl[:40]).Encode(&packet.IPv6Fields{NextHeader: proto, HopLimit: sa.cfg.TTL,
+		Src: sa.cfg.Src.As16(), Dst: sa.cfg.Dst.As16()})
+}
+
+// writeOuter writes the tunnel's outer IP header into data[:outer] from the
+// SA's template. The DSCP and ECN bits are copied from the inner header
+// (RFC 4301 section 5.1.2.1, RFC 6040 normal mode); the outer IPv4 header
+// never sets DF, so a too-big ESP packet can still be fragmented on its
+// path.
+func (sa *SA) writeOuter(data []byte, outer int, tos uint8) {
+	if outer == packet.IPv4MinHeader {
+		sa.ipID++
+		h := data[:20]
+		copy(h, sa.outerTmpl[:20])
+		h[1] = tos
+		binary.BigEndian.PutUint16(h[2:], uint16(len(data)))
+		binary.BigEndian.PutUint16(h[4:], sa.ipID)
+		sum := sa.outerSum + uint32(tos) + uint32(len(data)) + uint32(sa.ipID)
+		sum = sum>>16 + sum&0xffff
+		sum += sum >> 16
+		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+		return
+	}
+	h := data[:40]
+	copy(h, sa.outerTmpl[:40])
+	h[0] = 0x60 | tos>>4
+	h[1] = tos << 4
+	binary.BigEndian.PutUint16(h[4:], uint16(len(data)-packet.IPv6Header))
 }
 
 // FinishOutbound completes a packet after its op ran.

@@ -133,9 +133,14 @@ type SA struct {
 	maxSeq   uint64
 	window   *replay.Window
 	ipID     uint16
-	ivGen    cipher.Block // CBC IV generator (outbound)
-	ivSalt   uint64
-	testIV   []byte // tests only: the IV every packet carries (known-answer tests)
+	// Outbound tunnel: the outer header with every per-SA field filled in,
+	// and the one's complement sum of its constant IPv4 words, so a packet
+	// costs a copy and three additions (RFC 1624).
+	outerTmpl [40]byte
+	outerSum  uint32
+	ivGen     cipher.Block // CBC IV generator (outbound)
+	ivSalt    uint64
+	testIV    []byte // tests only: the IV every packet carries (known-answer tests)
 
 	user any // the owner's handle for the SA (the gateway's SAD entry)
 
@@ -201,6 +206,9 @@ func NewOutbound(cfg Config) (*SA, error) {
 	var id [2]byte
 	rand.Read(id[:])
 	sa.ipID = binary.BigEndian.Uint16(id[:])
+	if cfg.Mode == Tunnel {
+		sa.buildOuterTemplate()
+	}
 	return sa, nil
 }
 
