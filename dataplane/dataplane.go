@@ -80,7 +80,7 @@ type Config struct {
 	Plain      []Link
 	Net        []Link
 	Raw4, Raw6 Link
-	Store *sad.Store
+	Store      *sad.Store
 	// NewClassifier makes a classifier per receive goroutine; nil means
 	// route-based.
 	NewClassifier func() Classifier

@@ -44,7 +44,7 @@ type worker struct {
 	counters workerCounters
 
 	txNet, txRaw4, txRaw6, txPlain []*packet.Buf
-	release               []*packet.Buf
+	release                        []*packet.Buf
 }
 
 func newWorker(d *Dataplane, i int) (*worker, error) {
