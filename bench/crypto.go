@@ -113,11 +113,7 @@ func RunCrypto(ctx context.Context, s CryptoSpec, progress func(float64)) (Crypt
 	}
 	defer cleanup()
 	res.Note = note
-	warm := s.Warmup
-	if warm <= 0 {
-		warm = DefaultWarmup(s.Duration)
-	}
-	w, err := measure(ctx, loops, warm, s.Duration, progress)
+	w, err := measure(ctx, loops, s.Warmup, s.Duration, progress)
 	if err != nil {
 		return res, err
 	}

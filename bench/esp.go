@@ -130,11 +130,7 @@ func RunESP(ctx context.Context, s ESPSpec, progress func(float64)) (ESPResult, 
 		return res, err
 	}
 	defer cleanup()
-	warm := s.Warmup
-	if warm <= 0 {
-		warm = DefaultWarmup(s.Duration)
-	}
-	w, err := measure(ctx, loops, warm, s.Duration, progress)
+	w, err := measure(ctx, loops, s.Warmup, s.Duration, progress)
 	if err != nil {
 		return res, err
 	}

@@ -59,6 +59,9 @@ func measure(ctx context.Context, loops []loop, warmup, d time.Duration, progres
 	if progress == nil {
 		progress = func(float64) {}
 	}
+	if warmup <= 0 {
+		warmup = DefaultWarmup(d)
+	}
 	counters := make([]counter, len(loops))
 	var (
 		stop    atomic.Bool
