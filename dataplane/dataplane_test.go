@@ -302,3 +302,85 @@ func TestNoGoroutineLeak(t *testing.T) {
 	})
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= before })
 }
+
+// TestNoAllocations: a batch of packets through two data planes, plaintext
+// in at A to plaintext out at B, allocates nothing in steady state
+// (DESIGN.md decision 10). AllocsPerRun counts every goroutine's
+// allocations, the receive goroutines' and workers' included.
+func TestNoAllocations(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector")
+	}
+	a, b, _, _ := pair(t, soft.New(), 2)
+	const n = 64
+	in := make([]*packet.Buf, n)
+	out := make([]*packet.Buf, 128)
+	a.pool.GetN(in)
+	b.pool.GetN(out)
+	pkt := udpPacket("10.1.0.5", "10.2.0.7", 1, 1000)
+	roundTrip := func() {
+		for _, p := range in {
+			p.Write(128, pkt)
+		}
+		for off := 0; off < n; {
+			k, err := a.user.Write(in[off:])
+			if err != nil {
+				t.Fatal(err)
+			}
+			off += k
+		}
+		for got := 0; got < n; {
+			k, err := b.user.Read(out)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got += k
+		}
+	}
+	// Warm up: pools, rings, handoff items, and every slot of the pipes'
+	// rings (4096 packets each), which grow on first use.
+	for range 4096/n + 8 {
+		roundTrip()
+	}
+	if allocs := testing.AllocsPerRun(100, roundTrip); allocs > 0.5 {
+		t.Fatalf("%.1f allocations per batch of %d packets, want 0", allocs, n)
+	}
+}
+
+// TestOversize: a plaintext packet larger than the tunnel MTU is fragmented
+// before encryption when it may be (IPv4 without DF, RFC 4459) and answered
+// with ICMP "fragmentation needed" carrying the MTU when it may not.
+func TestOversize(t *testing.T) {
+	a, b, _, _ := pair(t, soft.New(), 1)
+	big := udpPacket("10.1.0.5", "10.2.0.7", 42, 1472) // 1500 bytes; tunnel MTU 1400
+	a.send(t, [][]byte{big})
+	frags := b.recv(t, 2)
+	var payload []byte
+	for i, f := range frags {
+		ip := packet.IPv4(f)
+		if int(ip.TotalLength()) > 1400 || ip.MoreFragments() != (i == 0) || int(ip.FragmentOffset())*8 != len(payload) {
+			t.Fatalf("fragment %d: len %d MF %v offset %d", i, ip.TotalLength(), ip.MoreFragments(), ip.FragmentOffset())
+		}
+		if !ip.ChecksumValid() {
+			t.Fatalf("fragment %d: bad header checksum", i)
+		}
+		payload = append(payload, ip.Payload()...)
+	}
+	if !bytes.Equal(payload, big[20:]) {
+		t.Fatal("fragments do not reassemble to the original payload")
+	}
+
+	df := bytes.Clone(big)
+	df[6] |= 0x40
+	packet.IPv4(df).SetChecksum()
+	a.send(t, [][]byte{df})
+	reply := a.recv(t, 1)[0]
+	ip := packet.IPv4(reply)
+	icmp := ip.Payload()
+	if ip.Protocol() != packet.ProtoICMP || icmp[0] != 3 || icmp[1] != 4 || binary.BigEndian.Uint16(icmp[6:]) != 1400 {
+		t.Fatalf("not an ICMP fragmentation-needed with MTU 1400: %x", reply)
+	}
+	if ip.Dst() != netip.MustParseAddr("10.1.0.5") || !bytes.Equal(icmp[8:8+28], df[:28]) || packet.Checksum(icmp, 0) != 0xffff {
+		t.Fatalf("ICMP error malformed: %x", reply)
+	}
+}
