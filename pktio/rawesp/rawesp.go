@@ -42,6 +42,9 @@ type Conn struct {
 	stats pktio.LinkStats
 }
 
+// SocketBuffer is the send and receive buffer size of the raw sockets.
+const SocketBuffer = 4 << 20
+
 // Open opens a raw socket for IP protocol 50 bound to laddr (the
 // unspecified address of a family receives all ESP of that family) and
 // returns it as a Link (a *Conn).
@@ -65,12 +68,20 @@ func Open(laddr netip.Addr) (pktio.Link, error) {
 		ic.Close()
 		return nil, fmt.Errorf("rawesp: %w", err)
 	}
-	if v6 {
-		err = sock.Control(func(fd int) error { return sockio.EnableRecvInfo(fd, true, true) })
-		if err != nil {
-			sock.Close()
-			return nil, fmt.Errorf("rawesp: socket options: %w", err)
+	// A raw socket gets every ESP packet of its family in one queue; the
+	// default receive buffer overflows under a TCP flow through the tunnel.
+	err = sock.Control(func(fd int) error {
+		if err := sockio.SetBuffers(fd, SocketBuffer); err != nil {
+			return err
 		}
+		if v6 {
+			return sockio.EnableRecvInfo(fd, true, true)
+		}
+		return nil
+	})
+	if err != nil {
+		sock.Close()
+		return nil, fmt.Errorf("rawesp: socket options: %w", err)
 	}
 	c := &Conn{sock: sock, local: laddr}
 	room := 0
