@@ -128,12 +128,8 @@ func RunCrypto(ctx context.Context, s CryptoSpec, progress func(float64)) (Crypt
 // cryptoLoops builds s.Threads loops and returns them with the function
 // that releases what they share (keys, the engine).
 func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err error) {
-	var cleanups []func()
-	cleanup = func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}
+	var cleanups cleanupStack
+	cleanup = cleanups.run
 	defer func() {
 		if err != nil {
 			cleanup()
@@ -158,13 +154,13 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 		if err != nil {
 			return nil, cleanup, "", err
 		}
-		cleanups = append(cleanups, func() { e.Close() })
+		cleanups.push(func() { e.Close() })
 		key, n, err := importPrivateKey(e, priv)
 		if err != nil {
 			return nil, cleanup, "", err
 		}
 		note = n
-		cleanups = append(cleanups, key.Destroy)
+		cleanups.push(key.Destroy)
 		for range s.Threads {
 			l, err := newEngineLoop(e, inFlight(e, s.InFlight), s.batch(), 0, func(op *cryptodev.Op, _ []byte) {
 				fillAsymOp(op, key, peer)
@@ -172,7 +168,7 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 			if err != nil {
 				return nil, cleanup, note, err
 			}
-			cleanups = append(cleanups, l.close)
+			cleanups.push(l.close)
 			loops = append(loops, l)
 		}
 		return loops, cleanup, note, nil
@@ -198,7 +194,7 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 	if err != nil {
 		return nil, cleanup, "", err
 	}
-	cleanups = append(cleanups, func() { e.Close() })
+	cleanups.push(func() { e.Close() })
 	if !e.Supports(s.Alg) {
 		return nil, cleanup, "", fmt.Errorf("%w: %s does not support %v", cryptodev.ErrUnsupported, e.Name(), s.Alg)
 	}
@@ -206,7 +202,7 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 	if err != nil {
 		return nil, cleanup, "", err
 	}
-	cleanups = append(cleanups, key.Destroy)
+	cleanups.push(key.Destroy)
 	for range s.Threads {
 		l, err := newEngineLoop(e, inFlight(e, s.InFlight), s.Batch, s.Size, func(op *cryptodev.Op, slot []byte) {
 			fillSymOp(op, key, slot, n, info)
@@ -214,7 +210,7 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 		if err != nil {
 			return nil, cleanup, "", err
 		}
-		cleanups = append(cleanups, l.close)
+		cleanups.push(l.close)
 		loops = append(loops, l)
 	}
 	return loops, cleanup, "", nil

@@ -218,12 +218,8 @@ func maxOf(s []int) int {
 // espLoops builds the workers of s and returns them with the function that
 // releases their queues, keys and engine.
 func espLoops(s *ESPSpec) (loops []loop, cleanup func(), err error) {
-	var cleanups []func()
-	cleanup = func() {
-		for i := len(cleanups) - 1; i >= 0; i-- {
-			cleanups[i]()
-		}
-	}
+	var cleanups cleanupStack
+	cleanup = cleanups.run
 	defer func() {
 		if err != nil {
 			cleanup()
@@ -255,7 +251,7 @@ func espLoops(s *ESPSpec) (loops []loop, cleanup func(), err error) {
 	if err != nil {
 		return nil, cleanup, err
 	}
-	cleanups = append(cleanups, func() { e.Close() })
+	cleanups.push(func() { e.Close() })
 	if !e.Supports(s.Alg) {
 		return nil, cleanup, fmt.Errorf("%w: %s does not support %v", cryptodev.ErrUnsupported, e.Name(), s.Alg)
 	}
@@ -268,7 +264,7 @@ func espLoops(s *ESPSpec) (loops []loop, cleanup func(), err error) {
 			if err != nil {
 				return nil, cleanup, err
 			}
-			cleanups = append(cleanups, k.Destroy)
+			cleanups.push(k.Destroy)
 			cfg := esp.Config{SPI: spi, Mode: esp.Tunnel, Src: outerSrc, Dst: outerDst, Alg: s.Alg, Key: k, ESN: true}
 			if dir == 0 {
 				outs[t], err = esp.NewOutbound(cfg)
@@ -300,7 +296,7 @@ func espLoops(s *ESPSpec) (loops []loop, cleanup func(), err error) {
 		if err != nil {
 			return nil, cleanup, err
 		}
-		cleanups = append(cleanups, l.close)
+		cleanups.push(l.close)
 		loops = append(loops, l)
 	}
 	return loops, cleanup, nil

@@ -153,3 +153,14 @@ func measure(ctx context.Context, loops []loop, warmup, d time.Duration, progres
 	progress(1)
 	return finish(window{ops: ops1 - ops0, bytes: bytes1 - bytes0, elapsed: t1.Sub(t0), cpu: cpu1 - cpu0}, nil)
 }
+
+// cleanupStack releases what a run set up, last first.
+type cleanupStack []func()
+
+func (c *cleanupStack) push(f func()) { *c = append(*c, f) }
+
+func (c *cleanupStack) run() {
+	for i := len(*c) - 1; i >= 0; i-- {
+		(*c)[i]()
+	}
+}

@@ -4,14 +4,11 @@ import (
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/hmac"
-	"crypto/sha256"
-	"crypto/sha512"
 	"crypto/subtle"
 	"hash"
 
-	"golang.org/x/crypto/chacha20poly1305"
-
 	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/cryptodev/soft"
 )
 
 // rawSym is the baseline for a symmetric suite: Go's cipher.AEAD, or
@@ -35,16 +32,8 @@ func newRawSym(alg cryptodev.Alg, encKey, authKey []byte) (*rawSym, error) {
 	r := &rawSym{icvLen: info.ICVLen}
 	var err error
 	if info.AEAD {
-		key := encKey[:info.KeyLen]
 		copy(r.nonce[:4], encKey[info.KeyLen:])
-		if alg == cryptodev.ChaCha20Poly1305 {
-			r.aead, err = chacha20poly1305.New(key)
-		} else {
-			var b cipher.Block
-			if b, err = aes.NewCipher(key); err == nil {
-				r.aead, err = cipher.NewGCM(b)
-			}
-		}
+		r.aead, err = soft.NewAEAD(alg, encKey[:info.KeyLen])
 		return r, err
 	}
 	if info.KeyLen > 0 {
@@ -55,14 +44,7 @@ func newRawSym(alg cryptodev.Alg, encKey, authKey []byte) (*rawSym, error) {
 		var iv [aes.BlockSize]byte
 		r.enc, r.dec = cipher.NewCBCEncrypter(b, iv[:]), cipher.NewCBCDecrypter(b, iv[:])
 	}
-	switch info.Hash {
-	case cryptodev.HashSHA256:
-		r.mac = hmac.New(sha256.New, authKey)
-	case cryptodev.HashSHA384:
-		r.mac = hmac.New(sha512.New384, authKey)
-	default:
-		r.mac = hmac.New(sha512.New, authKey)
-	}
+	r.mac = hmac.New(soft.HashFunc(info.Hash), authKey)
 	return r, nil
 }
 

@@ -101,16 +101,8 @@ func NewKeyState(alg cryptodev.Alg, encKey, authKey []byte) (*KeyState, error) {
 	k := &KeyState{alg: alg, icvLen: info.ICVLen}
 	var err error
 	if info.AEAD {
-		key := encKey[:info.KeyLen]
 		copy(k.salt[:], encKey[info.KeyLen:])
-		if alg == cryptodev.ChaCha20Poly1305 {
-			k.aead, err = chacha20poly1305.New(key)
-		} else {
-			var b cipher.Block
-			if b, err = aes.NewCipher(key); err == nil {
-				k.aead, err = cipher.NewGCM(b)
-			}
-		}
+		k.aead, err = NewAEAD(alg, encKey[:info.KeyLen])
 		return k, err
 	}
 	if info.KeyLen > 0 {
@@ -118,14 +110,7 @@ func NewKeyState(alg cryptodev.Alg, encKey, authKey []byte) (*KeyState, error) {
 			return nil, err
 		}
 	}
-	switch info.Hash {
-	case cryptodev.HashSHA256:
-		k.newHash = sha256.New
-	case cryptodev.HashSHA384:
-		k.newHash = sha512.New384
-	case cryptodev.HashSHA512:
-		k.newHash = sha512.New
-	default:
+	if k.newHash = HashFunc(info.Hash); k.newHash == nil {
 		return nil, errors.New("soft: chained suite without a hash")
 	}
 	k.authKey = append([]byte(nil), authKey...)
@@ -139,6 +124,33 @@ func NewKeyState(alg cryptodev.Alg, encKey, authKey []byte) (*KeyState, error) {
 		return c
 	}
 	return k, nil
+}
+
+// NewAEAD returns Go's AEAD for an AEAD suite's key (without the salt):
+// AES-GCM through crypto/cipher, ChaCha20-Poly1305 through x/crypto.
+func NewAEAD(alg cryptodev.Alg, key []byte) (cipher.AEAD, error) {
+	if alg == cryptodev.ChaCha20Poly1305 {
+		return chacha20poly1305.New(key)
+	}
+	b, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(b)
+}
+
+// HashFunc returns the hash constructor of a chained suite's HMAC, or nil
+// for HashNone.
+func HashFunc(h cryptodev.Hash) func() hash.Hash {
+	switch h {
+	case cryptodev.HashSHA256:
+		return sha256.New
+	case cryptodev.HashSHA384:
+		return sha512.New384
+	case cryptodev.HashSHA512:
+		return sha512.New
+	}
+	return nil
 }
 
 // zero wipes the key material this engine holds. Go's expanded AES and
