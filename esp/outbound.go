@@ -246,10 +246,17 @@ func (sa *SA) writeOuter(data []byte, outer int, tos uint8) {
 
 // FinishOutbound completes a packet after its op ran.
 func (sa *SA) FinishOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	return sa.finishOutbound(p, w, op, true)
+}
+
+// finishOutbound is FinishOutbound; udpSum says whether the IPv6 outer UDP
+// checksum is needed (false when a socket sends the packet and the kernel
+// computes its own).
+func (sa *SA) finishOutbound(p *packet.Buf, w *Work, op *cryptodev.Op, udpSum bool) Reason {
 	if op.Status != cryptodev.StatusOK {
 		return ReasonCryptoError
 	}
-	if sa.cfg.Encap == EncapUDP {
+	if udpSum && sa.cfg.Encap == EncapUDP {
 		data := p.Bytes()
 		if packet.IPVersion(data) == 6 {
 			// RFC 8200 section 8.1: UDP over IPv6 carries a checksum.

@@ -57,11 +57,18 @@ func (b *Batch) Len() int { return len(b.Bufs) }
 
 // Pipeline drives ESP batches through one crypto queue. Prepare runs in
 // Submit and Finish in Complete, both on the caller's goroutine and in
-// submission order, so the SAs' sequence numbers and replay windows have one
-// owner while their crypto runs wherever the engine puts it. It is not safe
-// for concurrent use: one per data-plane worker.
+// submission order, each with the packet's SA locked: the lock is taken once
+// per run of consecutive packets of one SA and released before the crypto,
+// so several pipelines (one per data-plane goroutine) may carry the same SA
+// and its sequence numbers and replay window still have one writer at a
+// time, while the crypto runs wherever the engine puts it. A Pipeline itself
+// is not safe for concurrent use: one per data-plane goroutine.
 type Pipeline struct {
 	q cryptodev.Queue
+	// SocketChecksums says that the packets leave through sockets, whose
+	// kernel computes the outer UDP checksum: Finish then leaves the IPv6
+	// UDP checksum zero instead of summing the whole packet for nothing.
+	SocketChecksums bool
 }
 
 // NewPipeline wraps an engine queue.
@@ -69,6 +76,28 @@ func NewPipeline(q cryptodev.Queue) *Pipeline { return &Pipeline{q: q} }
 
 // Queue returns the underlying crypto queue.
 func (pl *Pipeline) Queue() cryptodev.Queue { return pl.q }
+
+// runLock holds the lock of the SA of the current run of packets.
+type runLock struct{ sa *SA }
+
+// to makes sa the locked SA, releasing the previous one.
+func (l *runLock) to(sa *SA) {
+	if l.sa == sa {
+		return
+	}
+	if l.sa != nil {
+		l.sa.Unlock()
+	}
+	l.sa = sa
+	sa.Lock()
+}
+
+func (l *runLock) release() {
+	if l.sa != nil {
+		l.sa.Unlock()
+		l.sa = nil
+	}
+}
 
 // Submit prepares every packet of b and hands their crypto to the engine.
 // If the engine refuses the batch, every packet that was prepared is dropped
@@ -83,6 +112,7 @@ func (pl *Pipeline) Submit(b *Batch) error {
 	if len(b.work) < len(b.Bufs) {
 		panic("esp: batch larger than its capacity")
 	}
+	var lk runLock
 	nops := 0
 	for i, p := range b.Bufs {
 		sa := b.SAs[i]
@@ -92,6 +122,7 @@ func (pl *Pipeline) Submit(b *Batch) error {
 			}
 			continue
 		}
+		lk.to(sa)
 		op := &cb.Ops[nops]
 		var r Reason
 		if b.Dir == Outbound {
@@ -107,13 +138,16 @@ func (pl *Pipeline) Submit(b *Batch) error {
 		b.opPkt = append(b.opPkt, int32(i))
 		nops++
 	}
+	lk.release()
 	cb.Ops = cb.Ops[:nops]
 	cb.User = b
 	if err := pl.q.Submit(cb); err != nil {
 		for _, i := range b.opPkt {
+			lk.to(b.SAs[i])
 			b.Reasons[i] = ReasonQueueFull
 			b.SAs[i].Counters.Drops.Inc(ReasonQueueFull)
 		}
+		lk.release()
 		return err
 	}
 	return nil
@@ -128,11 +162,13 @@ func (pl *Pipeline) Complete(wait bool) *Batch {
 		return nil
 	}
 	b := cb.User.(*Batch)
+	var lk runLock
 	for k, i := range b.opPkt {
 		sa, op := b.SAs[i], &cb.Ops[k]
+		lk.to(sa)
 		var r Reason
 		if b.Dir == Outbound {
-			r = sa.FinishOutbound(b.Bufs[i], &b.work[i], op)
+			r = sa.finishOutbound(b.Bufs[i], &b.work[i], op, !pl.SocketChecksums)
 		} else {
 			r = sa.FinishInbound(b.Bufs[i], &b.work[i], op)
 		}
@@ -141,6 +177,7 @@ func (pl *Pipeline) Complete(wait bool) *Batch {
 			sa.Counters.Drops.Inc(r)
 		}
 	}
+	lk.release()
 	return b
 }
 

@@ -8,9 +8,12 @@
 // The crypto runs through a cryptodev.Queue, so the same code drives a
 // synchronous engine and an asynchronous one. Work on a packet is split in
 // two: Prepare (before crypto: sequence number, headers, replay pre-check)
-// and Finish (after crypto: status, replay update, trailer). Both run on the
-// goroutine that owns the SA, in packet order; only the crypto in between may
-// run elsewhere (DESIGN.md decisions 3 and 4).
+// and Finish (after crypto: status, replay update, trailer). Both run with
+// the SA's lock held (Pipeline takes it once per run of consecutive packets
+// of one SA), so several data-plane goroutines may carry one SA while its
+// sequence numbers and replay window still have one writer at a time; only
+// the crypto in between runs unlocked, here or elsewhere (DESIGN.md
+// decisions 3 and 4).
 package esp
 
 import (
@@ -21,6 +24,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"sync"
 	"sync/atomic"
 
 	"github.com/sluicegw/sluice/cryptodev"
@@ -120,10 +124,12 @@ type Counters struct {
 }
 
 // SA is the runtime of one security association in one direction. Its
-// mutable state (sequence number, replay window, lifetime) has one owner: the
-// goroutine that calls Prepare and Finish for it. Counters may be read by
-// any goroutine.
+// mutable state (sequence number, replay window, lifetime, counters) is
+// guarded by its lock: Prepare and Finish are called with it held (Lock and
+// Unlock; Pipeline does this), so the goroutine holding it is the state's
+// one writer. Counters may be read by any goroutine.
 type SA struct {
+	mu   sync.Mutex
 	cfg  Config
 	info *cryptodev.AlgInfo
 	out  bool
@@ -238,12 +244,26 @@ func (sa *SA) User() any { return sa.user }
 // SPI returns the SA's SPI.
 func (sa *SA) SPI() uint32 { return sa.cfg.SPI }
 
+// Encap returns the SA's encapsulation, without copying its Config.
+func (sa *SA) Encap() Encap { return sa.cfg.Encap }
+
+// Lock takes the SA's lock, which PrepareOutbound, PrepareInbound,
+// FinishOutbound and FinishInbound must be called with. It is held for a
+// run of packets, never across the crypto of an asynchronous engine.
+func (sa *SA) Lock() { sa.mu.Lock() }
+
+// Unlock releases the SA's lock.
+func (sa *SA) Unlock() { sa.mu.Unlock() }
+
 // Outbound reports the SA's direction.
 func (sa *SA) Outbound() bool { return sa.out }
 
 // Seq returns the last sequence number sent (outbound) or the highest
-// authenticated one received (inbound). Only the owner may call it.
+// authenticated one received (inbound). It takes the SA's lock: any
+// goroutine may call it, but not one that holds the lock.
 func (sa *SA) Seq() uint64 {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
 	if sa.out {
 		return sa.seq
 	}

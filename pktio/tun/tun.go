@@ -30,10 +30,21 @@
 // data offsets); buffers with less are not used. Write needs 10 bytes of
 // headroom in front of each packet, where the virtio-net header goes; a
 // packet with less is dropped and counted (TxInvalid), as is anything that
-// is not a consistent IPv4 or IPv6 packet. GRO coalesces into the tailroom
-// of a flow's first buffer, so it takes effect only with buffers larger
-// than the packets (TestWriteCoalesced: 8 packets, 64 KiB slots, one
-// write to the device).
+// is not a consistent IPv4 or IPv6 packet.
+//
+// # Coalescing on write (GRO)
+//
+// wireguard-go coalesces TCP and UDP segments of one flow into the tailroom
+// of the flow's first buffer and writes the result as one super-packet, so
+// the kernel runs its receive path once per 64 KiB instead of once per
+// segment. Packet buffers are about 2 KiB, with no tailroom to coalesce
+// into, so Write first finds each run of consecutive packets of one flow
+// (same addresses, protocol and ports: the shape a GRO'd UDP receive or a
+// TSO burst has) and copies the run's first packet into a 64 KiB buffer of
+// the queue's own (one copy of one packet per run); the rest are copied
+// behind it by the coalescing, the one copy GRO needs. A batch of single
+// packets of different flows costs nothing extra. The caller's buffers are
+// never written beyond their windows.
 //
 // The device disappears when the last queue is closed.
 package tun
@@ -82,6 +93,7 @@ type Queue struct {
 	sizes []int
 	// Writer's scratch.
 	wbufs [][]byte
+	heads [][]byte // groHeads buffers of headBufSize bytes (see Write)
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -219,6 +231,79 @@ func newQueue(dev *device, t wgtun.Device, index int) *Queue {
 	}
 }
 
+// Coalescing buffers: how many runs one write can coalesce, and their size
+// (the virtio-net header and the largest IP packet).
+const (
+	groHeads    = 8
+	headBufSize = VirtioHeaderRoom + pktio.MaxPacket
+)
+
+// flowKey returns the bytes that tell one TCP or UDP flow of packet p from
+// another (the addresses and, behind them, the ports), or nil if p is not
+// a packet the coalescing can take.
+func flowKey(p []byte) (key []byte, ports []byte) {
+	var hl, proto int
+	switch packet.IPVersion(p) {
+	case 4:
+		ip := packet.IPv4(p)
+		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
+			return nil, nil
+		}
+		hl, proto = ip.HeaderLength(), int(ip.Protocol())
+		key = p[12:20]
+	case 6:
+		hl, proto = packet.IPv6Header, int(p[6])
+		key = p[8:40]
+	default:
+		return nil, nil
+	}
+	if (proto != packet.ProtoTCP && proto != packet.ProtoUDP) || len(p) < hl+4 {
+		return nil, nil
+	}
+	return key, p[hl : hl+4]
+}
+
+// sameFlow reports whether packets a and b belong to one TCP or UDP flow.
+func sameFlow(a, b []byte) bool {
+	ka, pa := flowKey(a)
+	kb, pb := flowKey(b)
+	return ka != nil && kb != nil && a[0]>>4 == b[0]>>4 && string(ka) == string(kb) &&
+		string(pa) == string(pb) && protoOf(a) == protoOf(b)
+}
+
+func protoOf(p []byte) byte {
+	if packet.IPVersion(p) == 4 {
+		return p[9]
+	}
+	return p[6]
+}
+
+// coalesceHeads gives the first packet of every run of consecutive packets
+// of one flow in q.wbufs a buffer with room for the run, so that
+// wireguard-go's GRO can append the others to it.
+func (q *Queue) coalesceHeads() {
+	used := 0
+	for i := 0; i+1 < len(q.wbufs) && used < groHeads; i++ {
+		cur := q.wbufs[i][VirtioHeaderRoom:]
+		if !sameFlow(cur, q.wbufs[i+1][VirtioHeaderRoom:]) {
+			continue
+		}
+		if q.heads == nil {
+			q.heads = make([][]byte, groHeads)
+			for k := range q.heads {
+				q.heads[k] = make([]byte, headBufSize)
+			}
+		}
+		h := q.heads[used][:VirtioHeaderRoom+len(cur)]
+		copy(h[VirtioHeaderRoom:], cur)
+		q.wbufs[i] = h
+		used++
+		for i+1 < len(q.wbufs) && sameFlow(cur, q.wbufs[i+1][VirtioHeaderRoom:]) {
+			i++
+		}
+	}
+}
+
 // Read implements pktio.Link.Read. Give it BatchSize buffers: one TSO
 // super-packet may split into that many, and segments beyond len(bufs) are
 // lost (counted in RxErrors).
@@ -343,6 +428,7 @@ func (q *Queue) writeChunk(bufs []*packet.Buf) error {
 		t.AddTo(&q.stats)
 		return nil
 	}
+	q.coalesceHeads()
 	_, err := q.tun.Write(q.wbufs, VirtioHeaderRoom)
 	t.TxPackets += uint64(len(q.wbufs))
 	if err != nil {

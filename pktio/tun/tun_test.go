@@ -506,3 +506,70 @@ func TestExistingDeviceRefused(t *testing.T) {
 		t.Fatalf("second open of %s: %v", qs[0].Name(), err)
 	}
 }
+
+// TestWriteCoalescedSmallSlots writes runs of one flow from 2 KiB slots, the
+// data plane's size, with no tailroom to coalesce into: Write must still
+// hand the kernel fewer packets than it was given (it moves each run's
+// first packet to a large buffer), and every datagram must arrive whole and
+// in order, also when two flows alternate.
+func TestWriteCoalescedSmallSlots(t *testing.T) {
+	qs := open(t, 1, true)
+	sockA := listen(t, local4.Addr())
+	sockB := listen(t, local4.Addr())
+	toA := sockA.LocalAddr().(*net.UDPAddr).AddrPort()
+	toB := sockB.LocalAddr().(*net.UDPAddr).AddrPort()
+	from := netip.AddrPortFrom(peer4, 4242)
+	// Flow A: a run of 8, then A and B alternating, then a run of 8 of B.
+	var dsts []netip.AddrPort
+	for range 8 {
+		dsts = append(dsts, toA)
+	}
+	for range 4 {
+		dsts = append(dsts, toA, toB)
+	}
+	for range 8 {
+		dsts = append(dsts, toB)
+	}
+	pool := packet.NewPool(len(dsts), 2048, headroom)
+	bufs := make([]*packet.Buf, len(dsts))
+	pool.GetN(bufs)
+	for i, b := range bufs {
+		p := linktest.IPUDP(from, dsts[i], bytes.Repeat([]byte{byte(i)}, 1000))
+		copy(b.Append(len(p)), p)
+	}
+	before := rxPackets(t, qs[0].Name())
+	if w, err := qs[0].Write(bufs); w != len(bufs) || err != nil {
+		t.Fatalf("Write = %d, %v", w, err)
+	}
+	if got := rxPackets(t, qs[0].Name()) - before; got >= uint64(len(bufs)) {
+		t.Errorf("the device received %d packets for %d written: nothing was coalesced", got, len(bufs))
+	}
+	buf := make([]byte, 1<<16)
+	for _, c := range []struct {
+		sock *net.UDPConn
+		to   netip.AddrPort
+	}{{sockA, toA}, {sockB, toB}} {
+		for i, d := range dsts {
+			if d != c.to {
+				continue
+			}
+			c.sock.SetReadDeadline(time.Now().Add(linktest.Timeout))
+			k, _, err := c.sock.ReadFromUDPAddrPort(buf)
+			if err != nil {
+				t.Fatalf("datagram %d to %v: %v", i, d, err)
+			}
+			if !bytes.Equal(buf[:k], bytes.Repeat([]byte{byte(i)}, 1000)) {
+				t.Fatalf("datagram %d to %v: %d bytes of %d", i, d, k, buf[0])
+			}
+		}
+	}
+}
+
+func rxPackets(t *testing.T, name string) uint64 {
+	t.Helper()
+	l, err := netlink.LinkByName(name)
+	if err != nil || l.Attrs().Statistics == nil {
+		t.Fatalf("link %s statistics: %v", name, err)
+	}
+	return l.Attrs().Statistics.RxPackets
+}
