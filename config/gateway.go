@@ -128,7 +128,9 @@ type UDP struct {
 	// encap = "udp" send from it. The unspecified IPv6 address :: takes both
 	// families (a dual-stack socket); 0.0.0.0 takes IPv4 only.
 	Listen netip.AddrPort
-	// GSO and GRO turn on UDP segmentation and receive offload.
+	// GSO and GRO turn on UDP segmentation and receive offload; both are
+	// on unless set to false (the gateway falls back, and says so once,
+	// where the kernel lacks them).
 	GSO, GRO bool
 }
 
@@ -664,7 +666,7 @@ func (d *gwDecoder) udpSection(f string, v *Value) {
 	if !ok {
 		return
 	}
-	u := &UDP{} // a Listen left out is chosen by sockets
+	u := &UDP{GSO: true, GRO: true} // a Listen left out is chosen by sockets
 	for _, e := range t.Entries() {
 		kf, v := fieldPath(f, e.Key), e.Value
 		switch e.Key {
@@ -1132,7 +1134,7 @@ func (d *gwDecoder) sockets() {
 		return netip.IPv4Unspecified()
 	}
 	if need[EncapUDP] && g.UDP == nil && !d.failed("udp") {
-		g.UDP = &UDP{}
+		g.UDP = &UDP{GSO: true, GRO: true}
 	}
 	if g.UDP != nil && !g.UDP.Listen.IsValid() {
 		g.UDP.Listen = netip.AddrPortFrom(unspecified(need6[EncapUDP]), DefaultUDPPort)

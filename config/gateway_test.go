@@ -165,7 +165,7 @@ func TestGatewayDefaults(t *testing.T) {
 		t.Errorf("[tun] defaults: %+v", g.TUN)
 	}
 	// A tunnel uses encap = "udp" (the default), so [udp] is supplied.
-	if g.UDP == nil || *g.UDP != (UDP{Listen: netip.MustParseAddrPort("0.0.0.0:4500")}) {
+	if g.UDP == nil || *g.UDP != (UDP{Listen: netip.MustParseAddrPort("0.0.0.0:4500"), GSO: true, GRO: true}) {
 		t.Errorf("[udp] default: %+v", g.UDP)
 	}
 	if g.RawESP != nil {

@@ -2,22 +2,57 @@
 // and the ciphertext side (ESP-in-UDP sockets, raw ESP) through ESP and the
 // crypto framework, on every core.
 //
-// Stages:
+// # Lanes: run to completion, no handoff
 //
-//  1. Receive (one goroutine per link queue): read a batch into pooled
-//     buffers; classify each packet — outbound by route (or policy) to a
-//     tunnel, inbound by SPI to an SA — and check the tunnel MTU.
-//  2. Handoff: group the batch by the worker that owns each tunnel's SA state
-//     and pass each group to that worker's bounded queue (full: drop and
-//     count). An SA's sequence numbers and replay window have exactly one
-//     writer, the owning worker (DESIGN.md decision 4).
-//  3. Crypto (worker): esp.Pipeline.Submit, which prepares every packet and
-//     hands the crypto to the engine; a synchronous engine finishes at once,
-//     an asynchronous one (sched) spreads one SA's batches over all cores
-//     while the worker goes on with its next batch.
-//  4. Transmit (worker): completed batches come back in submission order;
-//     each packet goes out on the worker's own ciphertext socket or TUN
-//     queue, so packets of one SA leave in order.
+// Every link the data plane reads (each TUN queue, each ESP-in-UDP socket
+// of the SO_REUSEPORT group, each raw ESP socket) has one goroutine, a
+// lane, that reads a batch and carries each packet to the end: classify,
+// ESP, transmit. outbound.go (TUN to wire) and inbound.go (wire to TUN)
+// draw the stages of each direction; lane.go holds what they share.
+//
+//	TUN queue i --read--> lane --classify, seal--> UDP socket i (GSO) / raw ESP
+//	UDP socket i --read--> lane --parse, open, check--> TUN queue i (GRO)
+//
+// The kernel spreads flows over the TUN queues and the sockets by a hash,
+// so the lanes of a gateway share its cores without talking to each other.
+// A packet is never handed to another goroutine, so moving it costs no
+// wake-up; with a synchronous engine (soft) the whole read is processed in
+// the goroutine that read it and the only system calls are the read and one
+// write per link per read. Lanes are not locked to OS threads: a locked
+// goroutine woken by the netpoller must have its own thread woken too,
+// which is the futex and context switch this design removes.
+//
+// # SA state: a lock per SA, taken once per run of packets
+//
+// An SA's sequence numbers, replay window and lifetime have one writer at a
+// time: its lock, taken by esp.Pipeline for each run of consecutive packets
+// of the SA in a batch, around the work before and after the crypto, not
+// during it (DESIGN.md decisions 4 and 5). Two lanes rarely contend for one
+// SA: a TCP or UDP flow hashes to one TUN queue, and a peer's ESP-in-UDP
+// flow to one socket, so one tunnel's traffic in one direction usually
+// meets one lane. When it meets two (several flows of one tunnel on two
+// TUN queues), the ESP packets of one SA may leave the two lanes' sockets
+// interleaved by up to a batch, well inside a replay window of 64 or more.
+//
+// # Asynchronous engines
+//
+// With an asynchronous engine (sched) a lane submits every batch of a read
+// before it waits for the first, so one read's batches spread over all
+// cores, and it takes them back in submission order (DESIGN.md decision
+// 3). It waits for all of them before it blocks in its next read: a packet
+// that arrives alone is never held back for the next one to arrive.
+//
+// # Why this design
+//
+// The data plane before this one had a receive goroutine per link that
+// handed each batch through a channel to the worker goroutine owning the
+// tunnel (locked to its OS thread), which sealed and sent it. Measured with
+// iperf3 through a tunnel between two namespaces (BENCHMARKS.md), the
+// sending gateway spent 31% of its samples in the kernel scheduler
+// (finish_task_switch) and made 22,000 futex calls a second, while its
+// cipher took a few percent; the receiving gateway wrote to its TUN once
+// per packet. The lanes remove the handoff; the TUN queue coalesces on
+// write (pktio/tun) and the UDP offloads are on by default.
 //
 // Counters, not logs, record every drop (DESIGN.md decision 9).
 package dataplane
@@ -29,6 +64,7 @@ import (
 	"log/slog"
 	"net/netip"
 	"runtime"
+	"sort"
 	"sync"
 	"sync/atomic"
 
@@ -68,15 +104,14 @@ const (
 
 // Config is what a Dataplane runs on.
 type Config struct {
-	// Workers is the number of crypto workers; 0 means one per core.
-	Workers int
 	// Engines by name; Default names the one used when an SA names none.
 	Engines map[string]cryptodev.Engine
 	Default string
 	// Plain are the plaintext links (TUN queues); Net the ESP-in-UDP links
-	// (one socket per worker); Raw4 and Raw6 the raw ESP links, if any
-	// (a raw socket carries one family). Worker i transmits on
-	// Plain[i%len] and Net[i%len].
+	// (a SO_REUSEPORT group); Raw4 and Raw6 the raw ESP links, if any (a
+	// raw socket carries one family). Each gets a lane. The lane of
+	// Plain[i] sends ESP on Net[i%len(Net)]; the lane of Net[j] writes
+	// plaintext to Plain[j%len(Plain)].
 	Plain      []Link
 	Net        []Link
 	Raw4, Raw6 Link
@@ -96,17 +131,14 @@ type Config struct {
 	// addresses); zero means the packet's destination.
 	ICMPSource4, ICMPSource6 netip.Addr
 	Logger                   *slog.Logger
-	// QueueDepth bounds each worker's handoff queue, in batches.
-	QueueDepth int
 }
 
 // Dataplane is a running data plane.
 type Dataplane struct {
 	cfg     Config
 	log     *slog.Logger
-	workers []*worker
-	items   chan *item // free handoff items
-	rx      []*receiver
+	engines []string // engine names, sorted: a lane's pipes in this order
+	lanes   []*lane
 	wg      sync.WaitGroup
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -115,14 +147,12 @@ type Dataplane struct {
 	retireMu sync.Mutex
 }
 
-// batchSize is the most packets a link read or a handoff item carries.
+// batchSize is the least number of packets a lane reads at once and an ESP
+// batch holds (a lane uses its link's batch size when that is larger).
 const batchSize = 64
 
 // New builds a data plane; Start runs it.
 func New(cfg Config) (*Dataplane, error) {
-	if cfg.Workers <= 0 {
-		cfg.Workers = runtime.NumCPU()
-	}
 	if cfg.Store == nil || cfg.Pool == nil {
 		return nil, errors.New("dataplane: config needs a store and a pool")
 	}
@@ -132,11 +162,6 @@ func New(cfg Config) (*Dataplane, error) {
 	if cfg.Engines[cfg.Default] == nil {
 		return nil, fmt.Errorf("dataplane: default engine %q not configured", cfg.Default)
 	}
-	if cfg.QueueDepth <= 0 {
-		// Items are batches of up to 64 packets, but at low load a read
-		// returns one packet: the queue must absorb bursts of small items.
-		cfg.QueueDepth = 512
-	}
 	if len(cfg.NATTPorts) == 0 {
 		cfg.NATTPorts = []uint16{esp.NATTPort}
 	}
@@ -145,55 +170,75 @@ func New(cfg Config) (*Dataplane, error) {
 		log = slog.New(slog.DiscardHandler)
 	}
 	d := &Dataplane{cfg: cfg, log: log}
-	nitems := cfg.Workers*cfg.QueueDepth + 4*(len(cfg.Plain)+len(cfg.Net)+1)*cfg.Workers
-	d.items = make(chan *item, nitems)
-	for range nitems {
-		d.items <- new(item)
+	for n := range cfg.Engines {
+		d.engines = append(d.engines, n)
 	}
-	for i := range cfg.Workers {
-		w, err := newWorker(d, i)
-		if err != nil {
-			return nil, err
+	sort.Strings(d.engines)
+
+	wrap := func(ls []Link) []*txLink {
+		out := make([]*txLink, len(ls))
+		for i, l := range ls {
+			out[i] = &txLink{l: l}
 		}
-		d.workers = append(d.workers, w)
+		return out
+	}
+	tuns, nets := wrap(cfg.Plain), wrap(cfg.Net)
+	var raw4, raw6 *txLink
+	if cfg.Raw4 != nil {
+		raw4 = &txLink{l: cfg.Raw4}
+	}
+	if cfg.Raw6 != nil {
+		raw6 = &txLink{l: cfg.Raw6}
+	}
+	add := func(l Link, plain bool, name string, tun *txLink) error {
+		ln, err := newLane(d, len(d.lanes), name, l, plain)
+		if err != nil {
+			return fmt.Errorf("dataplane: lane %s: %w", name, err)
+		}
+		ln.tun, ln.raw4, ln.raw6 = tun, raw4, raw6
+		if plain && len(nets) > 0 {
+			ln.net = nets[len(d.lanes)%len(nets)]
+		}
+		d.lanes = append(d.lanes, ln)
+		return nil
+	}
+	var err error
+	for i, l := range cfg.Plain {
+		if err == nil {
+			err = add(l, true, fmt.Sprintf("plain/%d", i), tuns[i])
+		}
+	}
+	for i, l := range cfg.Net {
+		if err == nil {
+			err = add(l, false, fmt.Sprintf("udp/%d", i), tuns[i%len(tuns)])
+		}
+	}
+	if cfg.Raw4 != nil && err == nil {
+		err = add(cfg.Raw4, false, "rawesp4", tuns[0])
+	}
+	if cfg.Raw6 != nil && err == nil {
+		err = add(cfg.Raw6, false, "rawesp6", tuns[len(tuns)-1])
+	}
+	if err != nil {
+		for _, ln := range d.lanes {
+			ln.close()
+		}
+		return nil, err
 	}
 	return d, nil
 }
 
-// Start runs the receive goroutines and workers until ctx ends or Close.
+// Start runs the lanes until ctx ends or Close.
 func (d *Dataplane) Start(ctx context.Context) {
 	d.ctx, d.cancel = context.WithCancel(ctx)
-	for _, w := range d.workers {
+	for _, ln := range d.lanes {
 		d.wg.Add(1)
-		go func() { defer d.wg.Done(); w.run(d.ctx) }()
-	}
-	start := func(l Link, plain bool, name string) {
-		r := &receiver{d: d, name: name, link: l, plain: plain, bufs: make([]*packet.Buf, max(batchSize, l.BatchSize()))}
-		r.counters.init()
-		if plain && d.cfg.NewClassifier != nil {
-			r.classify = d.cfg.NewClassifier()
-		}
-		r.seen.Store(idle)
-		d.rx = append(d.rx, r)
-		d.wg.Add(1)
-		go func() { defer d.wg.Done(); r.run(d.ctx) }()
-	}
-	for i, l := range d.cfg.Plain {
-		start(l, true, fmt.Sprintf("plain/%d", i))
-	}
-	for i, l := range d.cfg.Net {
-		start(l, false, fmt.Sprintf("udp/%d", i))
-	}
-	if d.cfg.Raw4 != nil {
-		start(d.cfg.Raw4, false, "rawesp4")
-	}
-	if d.cfg.Raw6 != nil {
-		start(d.cfg.Raw6, false, "rawesp6")
+		go func() { defer d.wg.Done(); ln.run(d.ctx) }()
 	}
 }
 
-// Close stops the data plane: it closes the links (which ends the receive
-// goroutines), lets the workers finish what they hold, and waits. The links
+// Close stops the data plane: it closes the links (which ends the lanes'
+// reads), lets each lane finish the read it holds, and waits. The links
 // are closed by Close; the store's SAs are not touched.
 func (d *Dataplane) Close() {
 	if !d.closed.CompareAndSwap(false, true) {
@@ -214,15 +259,16 @@ func (d *Dataplane) Close() {
 		d.cancel()
 	}
 	d.wg.Wait()
-	for _, w := range d.workers {
-		w.close()
+	for _, ln := range d.lanes {
+		ln.close()
 	}
 }
 
 // Retire is the sad.Store retire function for stores the data plane runs
-// on: it destroys the SAs' keys once no goroutine can hold them. Receive
-// goroutines must have moved past generation gen (or be idle), and every
-// worker must have finished what was handed to it before that.
+// on: it destroys the SAs' keys once no lane can hold them. A lane holds an
+// SA only while it processes a read made after loading a SAD generation,
+// and has nothing in flight when it blocks in its next read (idle), so
+// once every lane is idle or past generation gen the SAs are unreachable.
 func (d *Dataplane) Retire(gen uint64, sas []*sad.SA) {
 	if d.closed.Load() || d.ctx == nil {
 		destroy(sas) // nothing runs any more (or yet)
@@ -240,31 +286,17 @@ func destroy(sas []*sad.SA) {
 func (d *Dataplane) retire(gen uint64, sas []*sad.SA) {
 	d.retireMu.Lock()
 	defer d.retireMu.Unlock()
-	// 1. Receive goroutines: wait for each to be idle or past gen.
-	for _, r := range d.rx {
+	for _, ln := range d.lanes {
 		for {
-			s := r.seen.Load()
+			s := ln.seen.Load()
 			if s == idle || s >= gen || d.closed.Load() {
 				break
 			}
 			runtime.Gosched()
 		}
 	}
-	// 2. Workers: a marker behind everything already handed off.
-	if !d.closed.Load() && d.ctx != nil {
-		var wg sync.WaitGroup
-		for _, w := range d.workers {
-			wg.Add(1)
-			it := <-d.items
-			it.kind = kindMarker
-			it.marker = wg.Done
-			select {
-			case w.in <- it:
-			case <-d.ctx.Done():
-				wg.Done()
-			}
-		}
-		wg.Wait()
+	if d.closed.Load() {
+		d.wg.Wait() // the lanes have finished what they held
 	}
 	destroy(sas)
 }
@@ -275,7 +307,7 @@ type Stats struct {
 	Receivers []RxStats     `json:"receivers"`
 }
 
-// WorkerStats are one worker's counters.
+// WorkerStats are the ESP and transmit counters of one lane.
 type WorkerStats struct {
 	Index     int               `json:"index"`
 	Sealed    uint64            `json:"sealed"`
@@ -285,7 +317,7 @@ type WorkerStats struct {
 	Drops     map[string]uint64 `json:"drops"`
 }
 
-// RxStats are one receive goroutine's counters.
+// RxStats are the read counters of one lane.
 type RxStats struct {
 	Name    string            `json:"name"` // "plain/N", "udp/N" or "rawesp"
 	Plain   bool              `json:"plain"`
@@ -294,15 +326,16 @@ type RxStats struct {
 	Drops   map[string]uint64 `json:"drops"`
 }
 
-// Stats reads the counters. It is safe to call at any time.
+// Stats reads the counters. It is safe to call at any time. Each lane
+// reports its read side as a receiver and its ESP and transmit side as a
+// worker, both under the lane's index.
 func (d *Dataplane) Stats() Stats {
 	var s Stats
-	for _, w := range d.workers {
-		s.Workers = append(s.Workers, WorkerStats{Index: w.index, Sealed: w.counters.sealed.Load(), Opened: w.counters.opened.Load(),
-			TxPackets: w.counters.txPackets.Load(), TxErrors: w.counters.txErrors.Load(), Drops: w.counters.drops.Map()})
-	}
-	for _, r := range d.rx {
-		s.Receivers = append(s.Receivers, RxStats{Name: r.name, Plain: r.plain, Packets: r.counters.packets.Load(), Bytes: r.counters.bytes.Load(), Drops: r.counters.drops.Map()})
+	for i, ln := range d.lanes {
+		c := &ln.counters
+		s.Workers = append(s.Workers, WorkerStats{Index: i, Sealed: c.sealed.load(), Opened: c.opened.load(),
+			TxPackets: c.txPackets.load(), TxErrors: c.txErrors.load(), Drops: c.drops.Map()})
+		s.Receivers = append(s.Receivers, RxStats{Name: ln.name, Plain: ln.plain, Packets: c.packets.load(), Bytes: c.bytes.load(), Drops: c.rxDrops.Map()})
 	}
 	return s
 }

@@ -69,7 +69,7 @@ var (
 
 // pair builds two data planes joined by a pipe, A (10.1.0.0/24) and B
 // (10.2.0.0/24), with one tunnel each way keyed alike.
-func pair(t *testing.T, eng cryptodev.Engine, workers int) (a, b *site, ab, ba keys) {
+func pair(t *testing.T, eng cryptodev.Engine) (a, b *site, ab, ba keys) {
 	t.Helper()
 	netA, netB := pipe.New(4096)
 	ab, ba = newKeys(), newKeys()
@@ -79,7 +79,7 @@ func pair(t *testing.T, eng cryptodev.Engine, workers int) (a, b *site, ab, ba k
 		var dp *dataplane.Dataplane
 		s.store = sad.NewStore(func(gen uint64, sas []*sad.SA) { dp.Retire(gen, sas) })
 		var err error
-		dp, err = dataplane.New(dataplane.Config{Workers: workers, Engines: map[string]cryptodev.Engine{eng.Name(): eng},
+		dp, err = dataplane.New(dataplane.Config{Engines: map[string]cryptodev.Engine{eng.Name(): eng},
 			Default: eng.Name(), Plain: []dataplane.Link{plain}, Net: []dataplane.Link{net}, Store: s.store, Pool: s.pool})
 		if err != nil {
 			t.Fatal(err)
@@ -186,12 +186,12 @@ func engines(t *testing.T) []cryptodev.Engine {
 }
 
 // TestBackToBack: two data planes on in-memory links carry traffic both ways,
-// in order, with one worker and with two, on the soft and the sched engine.
+// in order, on the soft and the sched engine.
 func TestBackToBack(t *testing.T) {
 	for _, eng := range engines(t) {
-		for _, workers := range []int{1, 2} {
-			t.Run(fmt.Sprintf("%s/workers=%d", eng.Name(), workers), func(t *testing.T) {
-				a, b, _, _ := pair(t, eng, workers)
+		{
+			t.Run(eng.Name(), func(t *testing.T) {
+				a, b, _, _ := pair(t, eng)
 				const batches, per = 20, 100
 				for i := range batches {
 					var pkts [][]byte
@@ -226,7 +226,7 @@ func TestBackToBack(t *testing.T) {
 // TestDropsCounted: packets with no route, and ESP with an unknown SPI, are
 // dropped and counted, not forwarded.
 func TestDropsCounted(t *testing.T) {
-	a, b, _, _ := pair(t, soft.New(), 1)
+	a, b, _, _ := pair(t, soft.New())
 	a.send(t, [][]byte{udpPacket("10.1.0.5", "10.9.0.1", 1, 10), {0x45, 0}})
 	waitFor(t, func() bool {
 		d := a.dp.Stats().Receivers[0].Drops
@@ -254,7 +254,7 @@ func waitFor(t *testing.T, cond func() bool) {
 func TestRekeyWithoutLoss(t *testing.T) {
 	for _, eng := range engines(t) {
 		t.Run(eng.Name(), func(t *testing.T) {
-			a, b, _, _ := pair(t, eng, 2)
+			a, b, _, _ := pair(t, eng)
 			newKeys := newKeys()
 			const rounds, per = 30, 64
 			seq := uint32(0)
@@ -296,7 +296,7 @@ func TestRekeyWithoutLoss(t *testing.T) {
 func TestNoGoroutineLeak(t *testing.T) {
 	before := runtime.NumGoroutine()
 	t.Run("run", func(t *testing.T) {
-		a, b, _, _ := pair(t, soft.New(), 2)
+		a, b, _, _ := pair(t, soft.New())
 		a.send(t, [][]byte{udpPacket("10.1.0.5", "10.2.0.7", 1, 10)})
 		b.recv(t, 1)
 	})
@@ -311,7 +311,7 @@ func TestNoAllocations(t *testing.T) {
 	if raceEnabled {
 		t.Skip("allocation counts are meaningless under the race detector")
 	}
-	a, b, _, _ := pair(t, soft.New(), 2)
+	a, b, _, _ := pair(t, soft.New())
 	const n = 64
 	in := make([]*packet.Buf, n)
 	out := make([]*packet.Buf, 128)
@@ -351,7 +351,7 @@ func TestNoAllocations(t *testing.T) {
 // before encryption when it may be (IPv4 without DF, RFC 4459) and answered
 // with ICMP "fragmentation needed" carrying the MTU when it may not.
 func TestOversize(t *testing.T) {
-	a, b, _, _ := pair(t, soft.New(), 1)
+	a, b, _, _ := pair(t, soft.New())
 	big := udpPacket("10.1.0.5", "10.2.0.7", 42, 1472) // 1500 bytes; tunnel MTU 1400
 	a.send(t, [][]byte{big})
 	frags := b.recv(t, 2)

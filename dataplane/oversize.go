@@ -16,49 +16,49 @@ import (
 	"github.com/sluicegw/sluice/sad"
 )
 
-func (r *receiver) oversize(t *sad.Tunnel, sa *sad.SA, p *packet.Buf) {
+func (ln *lane) oversize(t *sad.Tunnel, sa *sad.SA, p *packet.Buf) {
 	data := p.Bytes()
 	if packet.IPVersion(data) == 4 {
 		ip := packet.IPv4(data)
 		if !ip.IsValid() {
-			r.drop(p, Reason(esp.ReasonMalformed))
+			ln.drop(p, Reason(esp.ReasonMalformed))
 			return
 		}
-		if !ip.DontFragment() && r.d.cfg.Oversize == OversizeFragment {
-			r.fragment(t, sa, p)
+		if !ip.DontFragment() && ln.d.cfg.Oversize == OversizeFragment {
+			ln.fragment(t, sa, p)
 			return
 		}
 	}
-	r.counters.drops.inc(ReasonTooBig)
-	if !r.tooBig(p, t.MTU) {
-		p.Release()
+	if !ln.tooBig(p, t.MTU) {
+		ln.drop(p, ReasonTooBig)
 		return
 	}
-	r.enqueue(t.Owner, kindLocal, p, nil, nil)
+	ln.counters.rxDrops.inc(ReasonTooBig)
+	ln.txTun = append(ln.txTun, p)
 }
 
 // fragment splits an IPv4 packet into fragments of at most the tunnel MTU
 // and hands each to ESP; the original buffer carries the first.
-func (r *receiver) fragment(t *sad.Tunnel, sa *sad.SA, p *packet.Buf) {
+func (ln *lane) fragment(t *sad.Tunnel, sa *sad.SA, p *packet.Buf) {
 	data := p.Bytes()
 	ip := packet.IPv4(data)
 	hl := ip.HeaderLength()
 	chunk := (t.MTU - hl) &^ 7
 	payload := len(data) - hl
 	if chunk <= 0 {
-		r.drop(p, ReasonTooBig)
+		ln.drop(p, ReasonTooBig)
 		return
 	}
 	nfrag := (payload + chunk - 1) / chunk
-	if nfrag > len(r.frags) {
-		r.drop(p, ReasonTooBig)
+	if nfrag > len(ln.frags) {
+		ln.drop(p, ReasonTooBig)
 		return
 	}
-	pool := r.d.cfg.Pool
-	extra := r.frags[:nfrag-1]
+	pool := ln.d.cfg.Pool
+	extra := ln.frags[:nfrag-1]
 	if got := pool.GetN(extra); got < len(extra) {
 		pool.PutN(extra[:got])
-		r.drop(p, ReasonNoBuffer)
+		ln.drop(p, ReasonNoBuffer)
 		return
 	}
 	baseOff := ip.FragmentOffset()
@@ -87,9 +87,9 @@ func (r *receiver) fragment(t *sad.Tunnel, sa *sad.SA, p *packet.Buf) {
 		binary.BigEndian.PutUint16(f[6:], flags)
 		fi.SetChecksum()
 	}
-	r.enqueue(t.Owner, kindOut, p, sa, nil)
+	ln.add(sa, p, esp.Outbound, nil)
 	for _, b := range extra {
-		r.enqueue(t.Owner, kindOut, b, sa, nil)
+		ln.add(sa, b, esp.Outbound, nil)
 	}
 	clear(extra)
 }
@@ -97,7 +97,7 @@ func (r *receiver) fragment(t *sad.Tunnel, sa *sad.SA, p *packet.Buf) {
 // tooBig rewrites p in place into the ICMP error that tells its sender the
 // tunnel MTU. It returns false when no error may be sent (the packet is
 // itself an ICMP error, or malformed).
-func (r *receiver) tooBig(p *packet.Buf, mtu int) bool {
+func (ln *lane) tooBig(p *packet.Buf, mtu int) bool {
 	data := p.Bytes()
 	switch packet.IPVersion(data) {
 	case 4:
@@ -106,7 +106,7 @@ func (r *receiver) tooBig(p *packet.Buf, mtu int) bool {
 		if !ip.IsValid() || ip.FragmentOffset() != 0 || isICMPError(ip.Protocol(), data[hl:]) || p.Headroom() < 28 {
 			return false
 		}
-		src := r.d.cfg.ICMPSource4
+		src := ln.d.cfg.ICMPSource4
 		if !src.IsValid() {
 			src = ip.Dst()
 		}
@@ -128,7 +128,7 @@ func (r *receiver) tooBig(p *packet.Buf, mtu int) bool {
 		if len(data) < packet.IPv6Header || isICMPError6(ip.NextHeader(), data[packet.IPv6Header:]) || p.Headroom() < 48 {
 			return false
 		}
-		src := r.d.cfg.ICMPSource6
+		src := ln.d.cfg.ICMPSource6
 		if !src.IsValid() {
 			src = ip.Dst()
 		}

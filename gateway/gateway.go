@@ -107,6 +107,11 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 			netLinks = append(netLinks, l)
 			closers = append(closers, func() { l.Close() })
 		}
+		// The offloads are probed per socket; they are the same for all.
+		if gso, gro := ls[0].(*udp.Conn).Offloads(); (cfg.UDP.GSO && !gso) || (cfg.UDP.GRO && !gro) {
+			log.Warn("UDP offloads unavailable in this kernel, sending and receiving datagram by datagram",
+				"gso", gso, "gro", gro)
+		}
 	}
 	var raw4, raw6 dataplane.Link
 	if cfg.RawESP != nil {
@@ -148,7 +153,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 		plainLinks[i] = l
 	}
 	dcfg := dataplane.Config{
-		Workers: workers, Engines: g.engines, Default: cfg.Engine,
+		Engines: g.engines, Default: cfg.Engine,
 		Plain: plainLinks, Net: netLinks, Raw4: raw4, Raw6: raw6, Store: g.store, Pool: g.pool,
 		Logger: log,
 	}

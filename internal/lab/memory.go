@@ -111,7 +111,7 @@ func (l *Lab) memorySite(ctx context.Context, cfg *config.Gateway, wire pktio.Li
 		}
 	})
 	s.dp, err = dataplane.New(dataplane.Config{
-		Workers: workers, Engines: s.engines, Default: cfg.Engine,
+		Engines: s.engines, Default: cfg.Engine,
 		Plain: []dataplane.Link{plain}, Net: []dataplane.Link{wire}, Store: s.store, Pool: pool,
 		Logger: l.log.With("gateway", cfg.File),
 	})

@@ -231,61 +231,108 @@ func newQueue(dev *device, t wgtun.Device, index int) *Queue {
 	}
 }
 
-// Coalescing buffers: how many runs one write can coalesce, and their size
-// (the virtio-net header and the largest IP packet).
+// Coalescing buffers: how many super-packets one write can build, and
+// their size (the virtio-net header and the largest IP packet).
 const (
-	groHeads    = 8
+	groHeads    = 16
 	headBufSize = VirtioHeaderRoom + pktio.MaxPacket
 )
 
-// flowKey returns the bytes that tell one TCP or UDP flow of packet p from
-// another (the addresses and, behind them, the ports), or nil if p is not
-// a packet the coalescing can take.
-func flowKey(p []byte) (key []byte, ports []byte) {
-	var hl, proto int
+// segment is what the coalescing needs to know of a TCP or UDP packet.
+type segment struct {
+	key     []byte // addresses (and, for flowOf, the ports behind them)
+	ports   []byte
+	proto   byte
+	payload int    // bytes after the transport header
+	seq     uint32 // TCP
+	push    bool   // TCP: PSH, FIN, or anything but a plain data segment
+}
+
+// segmentOf parses p as far as the coalescing needs; ok is false for a
+// packet it cannot take (not TCP or UDP, a fragment, IP options, too
+// short).
+func segmentOf(p []byte) (s segment, ok bool) {
+	var hl int
 	switch packet.IPVersion(p) {
 	case 4:
 		ip := packet.IPv4(p)
-		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
-			return nil, nil
+		if len(p) < packet.IPv4MinHeader || ip.HeaderLength() != packet.IPv4MinHeader ||
+			ip.MoreFragments() || ip.FragmentOffset() != 0 {
+			return s, false
 		}
-		hl, proto = ip.HeaderLength(), int(ip.Protocol())
-		key = p[12:20]
+		hl, s.proto, s.key = packet.IPv4MinHeader, ip.Protocol(), p[12:20]
 	case 6:
-		hl, proto = packet.IPv6Header, int(p[6])
-		key = p[8:40]
+		if len(p) < packet.IPv6Header {
+			return s, false
+		}
+		hl, s.proto, s.key = packet.IPv6Header, p[6], p[8:40]
 	default:
-		return nil, nil
+		return s, false
 	}
-	if (proto != packet.ProtoTCP && proto != packet.ProtoUDP) || len(p) < hl+4 {
-		return nil, nil
+	switch s.proto {
+	case packet.ProtoTCP:
+		if len(p) < hl+20 {
+			return s, false
+		}
+		th := int(p[hl+12]>>4) * 4
+		if th < 20 || len(p) < hl+th {
+			return s, false
+		}
+		s.seq = uint32(p[hl+4])<<24 | uint32(p[hl+5])<<16 | uint32(p[hl+6])<<8 | uint32(p[hl+7])
+		s.push = p[hl+13] != 0x10 // anything but a bare ACK flag ends a super-packet
+		s.payload = len(p) - hl - th
+	case packet.ProtoUDP:
+		if len(p) < hl+packet.UDPHeader {
+			return s, false
+		}
+		s.payload = len(p) - hl - packet.UDPHeader
+	default:
+		return s, false
 	}
-	return key, p[hl : hl+4]
+	s.ports = p[hl : hl+4]
+	return s, true
 }
 
-// sameFlow reports whether packets a and b belong to one TCP or UDP flow.
-func sameFlow(a, b []byte) bool {
-	ka, pa := flowKey(a)
-	kb, pb := flowKey(b)
-	return ka != nil && kb != nil && a[0]>>4 == b[0]>>4 && string(ka) == string(kb) &&
-		string(pa) == string(pb) && protoOf(a) == protoOf(b)
+func (a *segment) sameFlow(b *segment) bool {
+	return a.proto == b.proto && len(a.key) == len(b.key) && string(a.key) == string(b.key) && string(a.ports) == string(b.ports)
 }
 
-func protoOf(p []byte) byte {
-	if packet.IPVersion(p) == 4 {
-		return p[9]
-	}
-	return p[6]
-}
-
-// coalesceHeads gives the first packet of every run of consecutive packets
-// of one flow in q.wbufs a buffer with room for the run, so that
-// wireguard-go's GRO can append the others to it.
+// coalesceHeads gives a buffer with room for a whole super-packet to every
+// packet in q.wbufs at which wireguard-go's GRO will start one: the first
+// of a run of consecutive packets of one flow, and each packet that
+// follows the end of a super-packet within the run (after a segment with
+// PSH or FIN, or a shorter one; at a gap in the TCP sequence; when 64 KiB
+// are full). Each such packet is copied once; the others are appended to
+// it by the coalescing, the one copy GRO needs.
 func (q *Queue) coalesceHeads() {
 	used := 0
-	for i := 0; i+1 < len(q.wbufs) && used < groHeads; i++ {
-		cur := q.wbufs[i][VirtioHeaderRoom:]
-		if !sameFlow(cur, q.wbufs[i+1][VirtioHeaderRoom:]) {
+	var head, prev segment
+	size, gso := 0, 0 // the super-packet being built: bytes, segment size
+	open := false
+	for i := range q.wbufs {
+		cur, ok := segmentOf(q.wbufs[i][VirtioHeaderRoom:])
+		if !ok {
+			open = false
+			continue
+		}
+		n := len(q.wbufs[i]) - VirtioHeaderRoom
+		cont := open && cur.sameFlow(&head) && cur.payload > 0 && cur.payload <= gso &&
+			prev.payload == gso && size+cur.payload <= pktio.MaxPacket
+		if cont && cur.proto == packet.ProtoTCP {
+			cont = !prev.push && cur.seq == prev.seq+uint32(prev.payload)
+		}
+		if cont {
+			size += cur.payload
+			prev = cur
+			continue
+		}
+		// cur starts a super-packet if the next packet may join it.
+		open = false
+		if used == groHeads || cur.payload == 0 || i+1 == len(q.wbufs) {
+			continue
+		}
+		next, ok := segmentOf(q.wbufs[i+1][VirtioHeaderRoom:])
+		if !ok || !next.sameFlow(&cur) {
 			continue
 		}
 		if q.heads == nil {
@@ -294,13 +341,12 @@ func (q *Queue) coalesceHeads() {
 				q.heads[k] = make([]byte, headBufSize)
 			}
 		}
-		h := q.heads[used][:VirtioHeaderRoom+len(cur)]
-		copy(h[VirtioHeaderRoom:], cur)
+		h := q.heads[used][:VirtioHeaderRoom+n]
+		copy(h[VirtioHeaderRoom:], q.wbufs[i][VirtioHeaderRoom:])
 		q.wbufs[i] = h
 		used++
-		for i+1 < len(q.wbufs) && sameFlow(cur, q.wbufs[i+1][VirtioHeaderRoom:]) {
-			i++
-		}
+		head, prev, size, gso, open = cur, cur, n, cur.payload, true
+		// The parsed slices pointed into the old buffer; same bytes.
 	}
 }
 
