@@ -130,9 +130,10 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	iv := eh[HeaderLen:]
 	switch {
 	case info.AEAD:
-		// RFC 4106 section 3.1 / RFC 7634 section 2: the 64-bit sequence
-		// number is a unique IV under the key, and the counter never wraps.
-		binary.BigEndian.PutUint64(iv, seq)
+		// RFC 4106 section 3.1 / RFC 7634 section 2 ask only that the IV
+		// be unique under the key: a random epoch and a counter, not the
+		// sequence number, whose persistence may fail (package doc).
+		binary.BigEndian.PutUint64(iv, sa.nextAEADIV())
 	case len(iv) == 16:
 		binary.BigEndian.PutUint64(iv[0:], sa.ivSalt)
 		binary.BigEndian.PutUint64(iv[8:], seq)

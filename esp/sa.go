@@ -11,6 +11,31 @@
 // and Finish (after crypto: status, replay update, trailer). Both run on the
 // goroutine that owns the SA, in packet order; only the crypto in between may
 // run elsewhere (DESIGN.md decisions 3 and 4).
+//
+// # AEAD nonces
+//
+// AES-GCM (RFC 4106) and ChaCha20-Poly1305 (RFC 7634) fail catastrophically
+// if one (key, nonce) pair seals two packets, and sluice's keys come from a
+// configuration file, so a restarted gateway meets the same key again. The
+// nonce is the SA's salt and an 8-byte explicit IV, which RFC 4106 section
+// 3.1 requires only to be unique under the key. An outbound AEAD SA
+// therefore does not use its sequence number as the IV (that would make
+// uniqueness depend on the sequence number surviving a restart, and a lost
+// or unwritable state directory would repeat it); it uses
+//
+//	IV = epoch (32 random bits, drawn when the SA is made) || counter (32 bits)
+//
+// where the counter counts the packets this SA instance sealed and a fresh
+// epoch is drawn (different from the current one) every 2^32 packets. Within
+// one instance the IVs are distinct by construction; they repeat under a key
+// only if two epoch draws under that key coincide, whatever happened to the
+// state on disk. With n draws under one key over its whole life (one per
+// start, restart, reload or control-socket install of an SA with that key,
+// plus one per 2^32 packets), the probability of any repeat is at most the
+// birthday bound n(n-1)/2^33 < n^2/2^33: about 1.2e-4 after 10,000
+// restarts, 1.2e-8 after 100. The receiver takes the IV from the packet, so
+// this is invisible on the wire. The sequence number keeps its own job
+// (anti-replay) and its own durable reservation (Config.SeqReserve).
 package esp
 
 import (
@@ -20,6 +45,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"sync/atomic"
 
@@ -140,6 +166,8 @@ type SA struct {
 	outerSum  uint32
 	ivGen     cipher.Block // CBC IV generator (outbound)
 	ivSalt    uint64
+	ivEpoch   uint32 // AEAD (outbound): random high half of the explicit IV (package doc)
+	ivCount   uint64 // AEAD (outbound): packets sealed under ivEpoch, < 1<<32
 	testIV    []byte // tests only: the IV every packet carries (known-answer tests)
 
 	user any // the owner's handle for the SA (the gateway's SAD entry)
@@ -203,6 +231,9 @@ func NewOutbound(cfg Config) (*SA, error) {
 		sa.ivSalt = binary.BigEndian.Uint64(k[16:])
 		clear(k[:])
 	}
+	if sa.info.AEAD {
+		sa.newEpoch()
+	}
 	var id [2]byte
 	rand.Read(id[:])
 	sa.ipID = binary.BigEndian.Uint16(id[:])
@@ -210,6 +241,39 @@ func NewOutbound(cfg Config) (*SA, error) {
 		sa.buildOuterTemplate()
 	}
 	return sa, nil
+}
+
+// randReader is where AEAD IV epochs come from; tests replace it
+// (export_test.go) to make them deterministic.
+var randReader io.Reader = rand.Reader
+
+// newEpoch draws the SA's next AEAD IV epoch, different from the current
+// one, and restarts the counter below it. crypto/rand does not fail (it
+// ends the program instead), so neither does this.
+func (sa *SA) newEpoch() {
+	old := sa.ivEpoch
+	for {
+		var b [4]byte
+		if _, err := io.ReadFull(randReader, b[:]); err != nil {
+			panic("esp: no randomness for an IV epoch: " + err.Error())
+		}
+		sa.ivEpoch = binary.BigEndian.Uint32(b[:])
+		if sa.ivEpoch != old || sa.ivCount == 0 {
+			break
+		}
+	}
+	sa.ivCount = 0
+}
+
+// nextAEADIV returns the explicit IV of the next AEAD packet: epoch ||
+// counter (package doc). Only the owner calls it; it does not allocate.
+func (sa *SA) nextAEADIV() uint64 {
+	if sa.ivCount == 1<<32 {
+		sa.newEpoch()
+	}
+	iv := uint64(sa.ivEpoch)<<32 | sa.ivCount
+	sa.ivCount++
+	return iv
 }
 
 // NewInbound makes an inbound SA with its anti-replay window.
