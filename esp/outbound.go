@@ -98,15 +98,8 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		return ReasonNoRoom
 	}
 
-	if sa.cfg.SeqReserve != nil && sa.seq >= sa.reserved {
-		upTo := sa.maxSeq
-		if sa.maxSeq-sa.seq > SeqReserveBlock {
-			upTo = sa.seq + SeqReserveBlock
-		}
-		if sa.cfg.SeqReserve(upTo) != nil {
-			return ReasonSeqReserve
-		}
-		sa.reserved = upTo
+	if sa.seq >= sa.reserved.upTo && !sa.reserved.cover(sa.seq+1, sa.maxSeq) {
+		return ReasonSeqReserve
 	}
 	sa.seq++
 	seq := sa.seq

@@ -127,9 +127,18 @@ type Config struct {
 	// outbound SA uses a sequence number above its last reservation, with
 	// the new upper bound (SeqReserveBlock numbers ahead). It must record
 	// the bound durably before returning; a restarted SA then starts above
-	// it, so no sequence number — and no AEAD nonce — is used twice under a
-	// configured key (DESIGN.md decision 7). An error stops the SA from
-	// sealing (ReasonSeqReserve) until a later call succeeds.
+	// it (Seq), so no sequence number is used twice under a configured key
+	// (DESIGN.md decision 7; AEAD IVs do not depend on it, see the package
+	// doc). An error stops the SA from sealing (ReasonSeqReserve) until a
+	// later call succeeds.
+	//
+	// Inbound, with anti-replay on, it is called on the owner's goroutine
+	// after a packet authenticated and before the replay window moves above
+	// the last reservation, with the new upper bound (a step ahead, see
+	// ReplayReserveMin). A restarted inbound SA given the recorded bound as
+	// Seq treats every number up to it as received (replay.Window.ResetSeen),
+	// so no packet is accepted twice across restarts of the receiver. An
+	// error drops the packet (ReasonSeqReserve) without moving the window.
 	SeqReserve func(upTo uint64) error
 }
 
@@ -154,8 +163,8 @@ type SA struct {
 	info *cryptodev.AlgInfo
 	out  bool
 
-	seq      uint64 // outbound: last sequence number assigned
-	reserved uint64 // outbound: highest sequence number reserved (with SeqReserve)
+	seq      uint64      // outbound: last sequence number assigned
+	reserved reservation // sequence numbers recorded ahead of use (SeqReserve)
 	maxSeq   uint64
 	window   *replay.Window
 	ipID     uint16
@@ -187,13 +196,18 @@ func newSA(cfg Config, out bool) (*SA, error) {
 	// Any SPI is accepted here, so that published vectors (which use
 	// reserved values such as 0 and 52) can be reproduced; configuration
 	// refuses the reserved range 0..255 (RFC 4303 section 2.1).
-	sa := &SA{cfg: cfg, info: cfg.Alg.Info(), out: out, seq: cfg.Seq, reserved: cfg.Seq}
+	sa := &SA{cfg: cfg, info: cfg.Alg.Info(), out: out, seq: cfg.Seq}
 	sa.maxSeq = 1<<32 - 1
 	if cfg.ESN {
 		sa.maxSeq = 1<<64 - 1
 	}
 	if cfg.Seq > sa.maxSeq {
 		return nil, fmt.Errorf("esp: sequence number %d does not fit in 32 bits without ESN", cfg.Seq)
+	}
+	if out {
+		sa.reserved = newReservation(cfg.SeqReserve, cfg.Seq, SeqReserveBlock, SeqReserveBlock)
+	} else if cfg.ReplayWindow > 0 {
+		sa.reserved = newReservation(cfg.SeqReserve, cfg.Seq, ReplayReserveMin, ReplayReserveMax)
 	}
 	if sa.cfg.SPort == 0 {
 		sa.cfg.SPort = NATTPort
@@ -285,7 +299,11 @@ func NewInbound(cfg Config) (*SA, error) {
 	if sa.window, err = replay.New(cfg.ReplayWindow); err != nil {
 		return nil, fmt.Errorf("esp: %w", err)
 	}
-	sa.window.Reset(cfg.Seq)
+	if cfg.SeqReserve != nil {
+		sa.window.ResetSeen(cfg.Seq) // a restart: anything up to the bound may have been accepted
+	} else {
+		sa.window.Reset(cfg.Seq)
+	}
 	return sa, nil
 }
 
