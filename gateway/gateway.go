@@ -276,7 +276,7 @@ func (g *Gateway) openSA(cfg *config.Gateway, t *config.Tunnel, name string, dir
 	}
 	var rt *esp.SA
 	if dir == esp.Inbound {
-		if rt, err = sad.OpenSA(g.engines[engine], &sa, dir); err != nil {
+		if rt, err = OpenSA(g.engines[engine], &sa, dir); err != nil {
 			return nil, err
 		}
 	} else if rt, err = g.openOutbound(g.engines[engine], &sa); err != nil {
@@ -290,7 +290,7 @@ func (g *Gateway) openSA(cfg *config.Gateway, t *config.Tunnel, name string, dir
 // openOutbound opens an outbound SA that starts above its recorded
 // sequence-number reservation and records new ones as it goes (state.go).
 func (g *Gateway) openOutbound(eng cryptodev.Engine, sa *config.SA) (*esp.SA, error) {
-	cfg, err := sad.ESPConfig(eng, sa)
+	cfg, err := ESPConfig(eng, sa)
 	if err != nil {
 		return nil, err
 	}

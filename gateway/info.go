@@ -162,7 +162,7 @@ func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	if d == esp.Outbound {
 		rt, err = g.openOutbound(g.engines[engine], &sac)
 	} else {
-		rt, err = sad.OpenSA(g.engines[engine], &sac, d)
+		rt, err = OpenSA(g.engines[engine], &sac, d)
 	}
 	if err != nil {
 		return err
