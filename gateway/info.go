@@ -26,6 +26,11 @@ type SAInfo struct {
 	Bytes      uint64            `json:"bytes"`
 	Drops      map[string]uint64 `json:"drops"`
 	NeedsRekey bool              `json:"needs_rekey"`
+	// StateFailing is true while the SA's sequence-number reservations
+	// cannot be recorded in the state directory: it drops its packets.
+	StateFailing  bool   `json:"state_failing,omitempty"`
+	StateFailures uint64 `json:"state_failures,omitempty"` // reservations that could not be recorded
+	StateError    string `json:"state_error,omitempty"`    // the last such error
 }
 
 // TunnelInfo describes one tunnel.
@@ -64,6 +69,12 @@ func saInfo(s *sad.SA, dir string) SAInfo {
 		NeedsRekey: rt.NeedsRekey()}
 	if s.Tunnel != nil {
 		info.Tunnel = s.Tunnel.Name
+	}
+	if h := s.State; h != nil {
+		info.StateFailing, info.StateFailures = h.Failing.Load(), h.Failures.Load()
+		if e := h.LastError.Load(); e != nil {
+			info.StateError = *e
+		}
 	}
 	return info
 }
@@ -157,18 +168,10 @@ func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 		return fmt.Errorf("gateway: SA %q: a tunnel SA must use tunnel mode and the tunnel's encapsulation (%v)", sa.Name, t.Encap)
 	}
 	sac := withTunnelAddrs(*sa, t.Local, t.Peer, d)
-	var rt *esp.SA
-	var err error
-	if d == esp.Outbound {
-		rt, err = g.openOutbound(g.engines[engine], &sac)
-	} else {
-		rt, err = OpenSA(g.engines[engine], &sac, d)
-	}
+	s, err := g.openEntry(engine, &sac, sa.Name, d)
 	if err != nil {
 		return err
 	}
-	s := &sad.SA{Name: sa.Name, SA: rt, Key: rt.Config().Key, Engine: engine}
-	rt.SetUser(s)
 	if d == esp.Outbound {
 		err = g.store.SwitchOutbound(tunnel, s)
 	} else {
