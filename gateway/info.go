@@ -142,7 +142,9 @@ func (g *Gateway) Stats() Stats {
 }
 
 // AddSA installs sa on a running tunnel: dir "in" adds an inbound SA, "out"
-// switches the outbound SA (the old one is reclaimed once drained). The SA
+// switches the outbound SA (the old one is reclaimed once drained). sa is
+// checked against the tunnel as the configuration file's SAs are, and its
+// sequence numbers are kept in the state directory like theirs. The SA
 // lives until the next reload that does not mention it.
 func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	g.mu.Lock()
@@ -164,8 +166,10 @@ func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	} else if dir != "in" {
 		return fmt.Errorf("gateway: direction must be \"in\" or \"out\", not %q", dir)
 	}
-	if (sa.Encap == config.EncapUDP) != (t.Encap == esp.EncapUDP) || sa.Mode == config.ModeTransport {
-		return fmt.Errorf("gateway: SA %q: a tunnel SA must use tunnel mode and the tunnel's encapsulation (%v)", sa.Name, t.Encap)
+	// The checks the file's SAs get (config.Gateway.CheckTunnelSA): an SA
+	// the file would refuse is refused here too.
+	if err := g.cfg.CheckTunnelSA(tunnel, sa, d == esp.Outbound); err != nil {
+		return err
 	}
 	sac := withTunnelAddrs(*sa, t.Local, t.Peer, d)
 	s, err := g.openEntry(engine, &sac, sa.Name, d)
