@@ -85,8 +85,11 @@ type Gateway struct {
 	Metrics       string // Prometheus listen address "host:port"; "" = off
 	LogLevel      string // "debug", "info" (default), "warn" or "error"
 	Oversize      string // OversizeFragment (default) or OversizeDrop
-	// StateDir holds the outbound sequence-number reservations that keep a
-	// restarted gateway from reusing an AEAD nonce under a configured key.
+	// StateDir holds the durable sequence-number bounds of the SAs: outbound
+	// reservations, so a restarted gateway never reuses a sequence number
+	// under a configured key, and inbound replay bounds, so it never accepts
+	// a packet twice. The gateway refuses to start when it cannot write
+	// there. (AEAD nonces do not depend on it: see package esp.)
 	StateDir string
 
 	TUN TUN
