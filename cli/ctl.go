@@ -525,10 +525,25 @@ func printStats(w io.Writer, st gateway.Stats) error {
 		return err
 	}
 	t = newCtlTable(w, "TUNNEL", "DIR", "SA", "SPI", "PACKETS", "BYTES", "DROPS")
+	var failing []gateway.SAInfo
 	for _, s := range st.SAs {
 		t.row(ctlOrDash(s.Tunnel), s.Direction, ctlOrDash(s.Name), ctlSPI(s.SPI), ctlU64(s.Packets), ctlU64(s.Bytes), ctlDrops(s.Drops))
+		if s.StateFailing {
+			failing = append(failing, s)
+		}
 	}
-	return t.flush()
+	if err := t.flush(); err != nil {
+		return err
+	}
+	// A state directory that cannot be written stops SAs: say so below
+	// the table, where it cannot be missed.
+	for _, s := range failing {
+		if _, err := fmt.Fprintf(w, "\nSTATE FAILING: SA %s (%s, spi %s) cannot record its sequence-number reservation and drops its packets: %s (%d failures)\n",
+			ctlOrDash(s.Name), s.Direction, ctlSPI(s.SPI), s.StateError, s.StateFailures); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // workerSum adds up the workers' counters.

@@ -415,3 +415,18 @@ func mustOpen(t *testing.T, path string) *os.File {
 	t.Cleanup(func() { f.Close() })
 	return f
 }
+
+// TestStatsStateFailing: sluice stats says, below the SA table, which SAs
+// cannot record their sequence-number reservations and why.
+func TestStatsStateFailing(t *testing.T) {
+	var b strings.Builder
+	st := gateway.Stats{SAs: []gateway.SAInfo{{Name: "o", Tunnel: "t", Direction: "out", SPI: 0x1001,
+		StateFailing: true, StateFailures: 3, StateError: "read-only file system"}}}
+	if err := printStats(&b, st); err != nil {
+		t.Fatal(err)
+	}
+	want := "STATE FAILING: SA o (out, spi 0x00001001) cannot record its sequence-number reservation and drops its packets: read-only file system (3 failures)"
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("stats:\n%s\nlacks %q", b.String(), want)
+	}
+}

@@ -32,9 +32,9 @@ import (
 	"github.com/sluicegw/sluice/cryptodev"
 	_ "github.com/sluicegw/sluice/cryptodev/soft" // the engines --engine can name
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/pktio/pcap"
-	"github.com/sluicegw/sluice/sad"
 )
 
 // Shape of the pcap commands' packet memory.
@@ -333,7 +333,7 @@ type pcapJob struct {
 func (j *pcapJob) openSAs(eng cryptodev.Engine, cfgs []config.SA) error {
 	ports := map[uint16]bool{esp.NATTPort: true}
 	for i := range cfgs {
-		sa, err := sad.OpenSA(eng, &cfgs[i], j.dir)
+		sa, err := gateway.OpenSA(eng, &cfgs[i], j.dir)
 		if err != nil {
 			return err
 		}

@@ -85,8 +85,11 @@ type Gateway struct {
 	Metrics       string // Prometheus listen address "host:port"; "" = off
 	LogLevel      string // "debug", "info" (default), "warn" or "error"
 	Oversize      string // OversizeFragment (default) or OversizeDrop
-	// StateDir holds the outbound sequence-number reservations that keep a
-	// restarted gateway from reusing an AEAD nonce under a configured key.
+	// StateDir holds the durable sequence-number bounds of the SAs: outbound
+	// reservations, so a restarted gateway never reuses a sequence number
+	// under a configured key, and inbound replay bounds, so it never accepts
+	// a packet twice. The gateway refuses to start when it cannot write
+	// there. (AEAD nonces do not depend on it: see package esp.)
 	StateDir string
 
 	TUN TUN
@@ -1260,46 +1263,122 @@ func (d *gwDecoder) saNames() string {
 // Errors go on the SA's field, naming the tunnel.
 func (d *gwDecoder) checkSA(ref saRef, tn *Tunnel, sa *SA, sf string) {
 	tf := d.tunnelFields[ref.tunnel]
-	who := fmt.Sprintf("tunnel %s (%s)", shortQuote(tn.Name), d.line(ref.field))
-	dir := direction(ref.out)
-	if sa.Mode != ModeTunnel {
-		d.errorf(d.at(sf+".mode"), sf+".mode", "mode %q, but %s uses this SA: a tunnel's SAs need mode = \"tunnel\"", sa.Mode, who)
+	c := tunnelSACheck{tn: tn, sa: sa, out: ref.out, udp: d.g.UDP,
+		who:      fmt.Sprintf("tunnel %s (%s)", shortQuote(tn.Name), d.line(ref.field)),
+		udpWhere: d.where("udp.listen"),
+		failed: func(key string) bool {
+			if key == "udp.listen" {
+				return d.failed(key)
+			}
+			return d.failed(tf + "." + key)
+		},
+		defaultEncap: !d.has(sf + ".encap"),
 	}
-	if tn.Local.IsValid() && tn.Peer.IsValid() && !d.failed(tf+".local") && !d.failed(tf+".peer") {
+	for _, f := range c.run() {
+		d.errorf(d.at(sf+"."+f.key), sf+"."+f.key, "%s", f.msg)
+	}
+}
+
+// tunnelSACheck checks an SA against the tunnel that uses it in one
+// direction. It is the one check for SAs of the file, of a reload (both
+// decoded here) and of the control socket (Gateway.CheckTunnelSA).
+type tunnelSACheck struct {
+	tn           *Tunnel
+	sa           *SA
+	out          bool
+	udp          *UDP                  // the gateway's [udp], or nil
+	who          string                // the tunnel in messages: `tunnel "t" (tunnel[1].out, line 12)`
+	udpWhere     string                // where udp.listen comes from, in messages
+	failed       func(key string) bool // a tunnel key ("local", ...) or "udp.listen" whose value failed: skip its checks
+	defaultEncap bool                  // the SA's encap is the SA file's default
+}
+
+// saFinding is one problem: the SA key it is about and the message.
+type saFinding struct{ key, msg string }
+
+func (c *tunnelSACheck) run() []saFinding {
+	tn, sa := c.tn, c.sa
+	var out []saFinding
+	add := func(key, format string, args ...any) {
+		out = append(out, saFinding{key, fmt.Sprintf(format, args...)})
+	}
+	dir := direction(c.out)
+	if sa.Mode != ModeTunnel {
+		add("mode", "mode %q, but %s uses this SA: a tunnel's SAs need mode = \"tunnel\"", sa.Mode, c.who)
+	}
+	if tn.Local.IsValid() && tn.Peer.IsValid() && !c.failed("local") && !c.failed("peer") {
 		src, dst, srcKey, dstKey := tn.Local, tn.Peer, "local", "peer"
-		if !ref.out {
+		if !c.out {
 			src, dst, srcKey, dstKey = dst, src, dstKey, srcKey
 		}
 		if sa.Src.IsValid() && sa.Src != src {
-			d.errorf(d.at(sf+".src"), sf+".src", "src %s is not the %s address %s of %s, whose %s SA this is", sa.Src, srcKey, src, who, dir)
+			add("src", "src %s is not the %s address %s of %s, whose %s SA this is", sa.Src, srcKey, src, c.who, dir)
 		}
 		if sa.Dst.IsValid() && sa.Dst != dst {
-			d.errorf(d.at(sf+".dst"), sf+".dst", "dst %s is not the %s address %s of %s, whose %s SA this is", sa.Dst, dstKey, dst, who, dir)
+			add("dst", "dst %s is not the %s address %s of %s, whose %s SA this is", sa.Dst, dstKey, dst, c.who, dir)
 		}
 	}
-	if d.failed(tf + ".encap") {
-		return
+	if c.failed("encap") {
+		return out
 	}
 	if sa.Encap != tn.Encap {
 		dflt := ""
-		if !d.has(sf + ".encap") {
+		if c.defaultEncap {
 			dflt = " (the SA file's default)"
 		}
-		d.errorf(d.at(sf+".encap"), sf+".encap", "encap %q%s, but %s has encap = %q: a tunnel's SAs use its encapsulation", sa.Encap, dflt, who, tn.Encap)
-		return
+		add("encap", "encap %q%s, but %s has encap = %q: a tunnel's SAs use its encapsulation", sa.Encap, dflt, c.who, tn.Encap)
+		return out
 	}
-	if !ref.out || tn.Encap != EncapUDP {
+	if !c.out || tn.Encap != EncapUDP {
 		// Inbound ports are whatever the peer's packets carry after any
 		// NAT on the way; only the outbound ones are ours to choose.
-		return
+		return out
 	}
-	if !d.failed(tf+".peer_port") && sa.DPort != tn.PeerPort {
-		d.errorf(d.at(sf+".dport"), sf+".dport", "dport %d is not the peer_port %d of %s, whose outbound SA this is", sa.DPort, tn.PeerPort, who)
+	if !c.failed("peer_port") && sa.DPort != tn.PeerPort {
+		add("dport", "dport %d is not the peer_port %d of %s, whose outbound SA this is", sa.DPort, tn.PeerPort, c.who)
 	}
-	if d.g.UDP != nil && !d.failed("udp.listen") && sa.SPort != d.g.UDP.Listen.Port() {
-		d.errorf(d.at(sf+".sport"), sf+".sport", "sport %d is not the port of udp.listen %s (%s), which the outbound SA of %s sends from",
-			sa.SPort, d.g.UDP.Listen, d.where("udp.listen"), who)
+	if c.udp != nil && !c.failed("udp.listen") && sa.SPort != c.udp.Listen.Port() {
+		add("sport", "sport %d is not the port of udp.listen %s (%s), which the outbound SA of %s sends from",
+			sa.SPort, c.udp.Listen, c.udpWhere, c.who)
 	}
+	return out
+}
+
+// CheckTunnelSA checks sa, one [[sa]] decoded on its own (ParseSAs), as the
+// outbound (out) or inbound SA of the tunnel named tunnel, with the same
+// checks, and the same messages, as a tunnel's SAs in the file get. The
+// control socket's sa.add uses it, so an SA the file would refuse is
+// refused there too. Errors are at sa's table (sa.Pos), with fields
+// "sa.KEY"; the tunnel is named with its place in g's file.
+func (g *Gateway) CheckTunnelSA(tunnel string, sa *SA, out bool) error {
+	ti := -1
+	for i := range g.Tunnels {
+		if g.Tunnels[i].Name == tunnel {
+			ti = i
+		}
+	}
+	if ti < 0 {
+		return &Error{Pos: sa.Pos, Field: "sa", Msg: fmt.Sprintf("no tunnel %s in %s", shortQuote(tunnel), g.File)}
+	}
+	tn := &g.Tunnels[ti]
+	field := elemPath("tunnel", ti) + ".out"
+	if !out {
+		field = elemPath("tunnel", ti) + ".in"
+	}
+	where := "the default"
+	if p := g.FieldPos("udp.listen"); p.Line > 0 {
+		where = fmt.Sprintf("udp.listen, %s line %d", g.File, p.Line)
+	}
+	c := tunnelSACheck{tn: tn, sa: sa, out: out, udp: g.UDP,
+		who:      fmt.Sprintf("tunnel %s (%s, %s line %d)", shortQuote(tn.Name), field, g.File, g.FieldPos(field).Line),
+		udpWhere: where,
+		failed:   func(string) bool { return false },
+	}
+	var errs Errors
+	for _, f := range c.run() {
+		errs = append(errs, &Error{Pos: sa.Pos, Field: "sa." + f.key, Msg: f.msg})
+	}
+	return errs.Err()
 }
 
 // routes reports remote prefixes of different tunnels that overlap (a

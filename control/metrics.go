@@ -8,6 +8,8 @@ package control
 //	sluice_sa_bytes_total{tunnel,sa,spi,direction}
 //	sluice_sa_drops_total{tunnel,sa,spi,direction,reason}
 //	sluice_sa_needs_rekey{tunnel,sa,spi,direction}
+//	sluice_sa_state_failing{tunnel,sa,spi,direction}
+//	sluice_sa_state_failures_total{tunnel,sa,spi,direction}
 //	sluice_worker_sealed_total{worker}
 //	sluice_worker_opened_total{worker}
 //	sluice_worker_tx_packets_total{worker}
@@ -50,6 +52,10 @@ var (
 		"Packets of the SA dropped, by reason.", append(saLabels[:len(saLabels):len(saLabels)], "reason"), nil)
 	saNeedsRekey = prometheus.NewDesc("sluice_sa_needs_rekey",
 		"1 when the SA is near or at its sequence number or lifetime limit and needs a rekey.", saLabels, nil)
+	saStateFailing = prometheus.NewDesc("sluice_sa_state_failing",
+		"1 while the SA cannot record its sequence-number reservation in the state directory (it drops its packets).", saLabels, nil)
+	saStateFailures = prometheus.NewDesc("sluice_sa_state_failures_total",
+		"Sequence-number reservations of the SA that could not be recorded in the state directory.", saLabels, nil)
 
 	workerSealed = prometheus.NewDesc("sluice_worker_sealed_total",
 		"Packets the data-plane worker encrypted.", workerLabels, nil)
@@ -81,7 +87,7 @@ func NewCollector(stats func() gateway.Stats) *Collector { return &Collector{sta
 
 // Describe sends the descriptors of every series the collector makes.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{saPackets, saBytes, saDrops, saNeedsRekey,
+	for _, d := range []*prometheus.Desc{saPackets, saBytes, saDrops, saNeedsRekey, saStateFailing, saStateFailures,
 		workerSealed, workerOpened, workerTx, workerTxErrors, workerDrops, rxPackets, rxBytes, rxDrops} {
 		ch <- d
 	}
@@ -113,6 +119,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 			rekey = 1
 		}
 		ch <- prometheus.MustNewConstMetric(saNeedsRekey, prometheus.GaugeValue, rekey, l...)
+		failing := 0.0
+		if sa.StateFailing {
+			failing = 1
+		}
+		ch <- prometheus.MustNewConstMetric(saStateFailing, prometheus.GaugeValue, failing, l...)
+		counter(saStateFailures, sa.StateFailures, l...)
 	}
 	for _, w := range st.Dataplane.Workers {
 		i := strconv.Itoa(w.Index)

@@ -33,6 +33,14 @@ sluice_sa_drops_total{direction="in",reason="replay",sa="b-to-a",spi="0x00002001
 # TYPE sluice_sa_needs_rekey gauge
 sluice_sa_needs_rekey{direction="in",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 0
 sluice_sa_needs_rekey{direction="out",sa="a-to-b",spi="0x00001001",tunnel="to-b"} 0
+# HELP sluice_sa_state_failing 1 while the SA cannot record its sequence-number reservation in the state directory (it drops its packets).
+# TYPE sluice_sa_state_failing gauge
+sluice_sa_state_failing{direction="in",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 0
+sluice_sa_state_failing{direction="out",sa="a-to-b",spi="0x00001001",tunnel="to-b"} 0
+# HELP sluice_sa_state_failures_total Sequence-number reservations of the SA that could not be recorded in the state directory.
+# TYPE sluice_sa_state_failures_total counter
+sluice_sa_state_failures_total{direction="in",sa="b-to-a",spi="0x00002001",tunnel="to-b"} 0
+sluice_sa_state_failures_total{direction="out",sa="a-to-b",spi="0x00001001",tunnel="to-b"} 0
 # HELP sluice_worker_sealed_total Packets the data-plane worker encrypted.
 # TYPE sluice_worker_sealed_total counter
 sluice_worker_sealed_total{worker="0"} 10
@@ -137,5 +145,24 @@ func TestMetricsServer(t *testing.T) {
 	}
 	if _, err := ServeMetrics("127.0.0.1:99999", b.Stats, nil); err == nil || !strings.HasPrefix(err.Error(), "control: metrics: ") {
 		t.Fatalf("bad address: %v", err)
+	}
+}
+
+// TestCollectorStateFailing: an SA whose reservations cannot be recorded
+// shows it in sluice_sa_state_failing and sluice_sa_state_failures_total.
+func TestCollectorStateFailing(t *testing.T) {
+	st := gateway.Stats{SAs: []gateway.SAInfo{{Name: "o", Tunnel: "t", Direction: "out", SPI: 0x1001,
+		StateFailing: true, StateFailures: 3, StateError: "read-only file system"}}}
+	c := NewCollector(func() gateway.Stats { return st })
+	const want = `
+# HELP sluice_sa_state_failing 1 while the SA cannot record its sequence-number reservation in the state directory (it drops its packets).
+# TYPE sluice_sa_state_failing gauge
+sluice_sa_state_failing{direction="out",sa="o",spi="0x00001001",tunnel="t"} 1
+# HELP sluice_sa_state_failures_total Sequence-number reservations of the SA that could not be recorded in the state directory.
+# TYPE sluice_sa_state_failures_total counter
+sluice_sa_state_failures_total{direction="out",sa="o",spi="0x00001001",tunnel="t"} 3
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "sluice_sa_state_failing", "sluice_sa_state_failures_total"); err != nil {
+		t.Fatal(err)
 	}
 }

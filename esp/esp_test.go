@@ -566,3 +566,81 @@ func TestSeqReserve(t *testing.T) {
 		t.Fatalf("restarted SA sent seq %d, reserved %d", seq, recorded)
 	}
 }
+
+// TestReplayReserve: an inbound SA records a bound above a sequence number
+// before its window moves there; an SA restarted from the bound refuses
+// every packet the first one accepted and accepts the ones after the bound;
+// a failed reservation drops the packet without moving the window.
+func TestReplayReserve(t *testing.T) {
+	h := newHarness(t)
+	out, in1 := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, window: 128})
+	var recorded uint64
+	fail := false
+	record := func(upTo uint64) error {
+		if fail {
+			return fmt.Errorf("read-only file system")
+		}
+		recorded = upTo
+		return nil
+	}
+	cfg := in1.Config()
+	cfg.SeqReserve = record
+	in, err := esp.NewInbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkts [][]byte
+	for range 50 {
+		pkt, r := h.seal(out, ipPacket(false, 10))
+		if r != esp.ReasonNone {
+			t.Fatal(r)
+		}
+		pkts = append(pkts, pkt)
+		if _, r := h.open(in, pkt); r != esp.ReasonNone {
+			t.Fatal(r)
+		}
+	}
+	if recorded < 50 || recorded > 50+esp.ReplayReserveMax {
+		t.Fatalf("recorded bound %d after accepting 1..50", recorded)
+	}
+	// The restart: a new SA from the same configuration and the bound.
+	cfg.Seq = recorded
+	again, err := esp.NewInbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, pkt := range pkts {
+		if _, r := h.open(again, pkt); r != esp.ReasonReplay {
+			t.Fatalf("packet %d replayed after the restart: %v, want replay", i+1, r)
+		}
+	}
+	// The sender goes on past the bound (a restart costs at most a step of
+	// its packets): the ones above it are accepted.
+	fail = true
+	bound := recorded
+	lost, accepted := 0, 0
+	for out.Seq() < bound+10 {
+		pkt, r := h.seal(out, ipPacket(false, 10))
+		if r != esp.ReasonNone {
+			t.Fatal(r)
+		}
+		switch _, r := h.open(again, pkt); {
+		case out.Seq() <= bound && r == esp.ReasonReplay:
+			lost++
+		case out.Seq() > bound && r == esp.ReasonSeqReserve:
+			// The bound cannot be recorded: dropped, window unmoved.
+			fail = false
+			if _, r := h.open(again, pkt); r != esp.ReasonNone {
+				t.Fatalf("seq %d after the reservation recovered: %v", out.Seq(), r)
+			}
+			accepted++
+		case out.Seq() > bound && r == esp.ReasonNone && !fail:
+			accepted++
+		default:
+			t.Fatalf("seq %d (bound %d): %v", out.Seq(), bound, r)
+		}
+	}
+	if lost != int(bound-50) || accepted != 10 || recorded <= bound {
+		t.Fatalf("after the restart: %d lost (want %d), %d accepted (want 10), bound %d then %d", lost, bound-50, accepted, bound, recorded)
+	}
+}

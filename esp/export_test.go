@@ -1,6 +1,20 @@
 package esp
 
+import "io"
+
 // SetTestIV makes every packet sa seals carry iv, so that known-answer tests
-// can reproduce published packets. Never for production use: it breaks IV
-// uniqueness.
+// can reproduce published packets (their IVs are fixed, often equal to the
+// sequence number). It is the only way to pin an IV, and it exists only in
+// the package's tests: it breaks IV uniqueness.
 func SetTestIV(sa *SA, iv []byte) { sa.testIV = append([]byte(nil), iv...) }
+
+// SetRandom makes r the source of AEAD IV epochs until restore is called.
+func SetRandom(r io.Reader) (restore func()) {
+	old := randReader
+	randReader = r
+	return func() { randReader = old }
+}
+
+// SetIVCount sets how many packets sa has sealed under its current IV
+// epoch, so a test can reach the 2^32 rollover.
+func SetIVCount(sa *SA, n uint64) { sa.ivCount = n }

@@ -173,6 +173,14 @@ func (sa *SA) FinishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	default:
 		return ReasonCryptoError
 	}
+	if w.seq > sa.reserved.upTo && sa.window.Size() > 0 {
+		// Record a bound above w.seq before the window moves there; only
+		// authenticated packets get here, so a forger cannot make us
+		// write. w.seq is above the window's top, so Update accepts it.
+		if !sa.reserved.cover(w.seq, sa.maxSeq) {
+			return ReasonSeqReserve
+		}
+	}
 	if !sa.window.Update(w.seq) {
 		return ReasonReplay
 	}

@@ -98,15 +98,8 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		return ReasonNoRoom
 	}
 
-	if sa.cfg.SeqReserve != nil && sa.seq >= sa.reserved {
-		upTo := sa.maxSeq
-		if sa.maxSeq-sa.seq > SeqReserveBlock {
-			upTo = sa.seq + SeqReserveBlock
-		}
-		if sa.cfg.SeqReserve(upTo) != nil {
-			return ReasonSeqReserve
-		}
-		sa.reserved = upTo
+	if sa.seq >= sa.reserved.upTo && !sa.reserved.cover(sa.seq+1, sa.maxSeq) {
+		return ReasonSeqReserve
 	}
 	sa.seq++
 	seq := sa.seq
@@ -130,9 +123,10 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	iv := eh[HeaderLen:]
 	switch {
 	case info.AEAD:
-		// RFC 4106 section 3.1 / RFC 7634 section 2: the 64-bit sequence
-		// number is a unique IV under the key, and the counter never wraps.
-		binary.BigEndian.PutUint64(iv, seq)
+		// RFC 4106 section 3.1 / RFC 7634 section 2 ask only that the IV
+		// be unique under the key: a random epoch and a counter, not the
+		// sequence number, whose persistence may fail (package doc).
+		binary.BigEndian.PutUint64(iv, sa.nextAEADIV())
 	case len(iv) == 16:
 		binary.BigEndian.PutUint64(iv[0:], sa.ivSalt)
 		binary.BigEndian.PutUint64(iv[8:], seq)

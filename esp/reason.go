@@ -28,8 +28,8 @@ const (
 	// Outbound.
 	ReasonSeqExhausted // the sequence number reached its limit: the SA needs a rekey (RFC 4303 section 3.3.3)
 	ReasonNoRoom       // the buffer has too little headroom or tailroom for the ESP overhead
-	ReasonSeqReserve   // sequence numbers could not be reserved durably (see Config.SeqReserve)
 	// Both.
+	ReasonSeqReserve  // sequence numbers could not be reserved durably (see Config.SeqReserve)
 	ReasonLifetime    // the SA's hard lifetime (packets or bytes) is reached
 	ReasonQueueFull   // the crypto engine refused the batch
 	ReasonCryptoError // the engine could not run the op (invalid or unsupported)

@@ -14,6 +14,31 @@
 // sequence numbers and replay window still have one writer at a time; only
 // the crypto in between runs unlocked, here or elsewhere (DESIGN.md
 // decisions 3 and 4).
+//
+// # AEAD nonces
+//
+// AES-GCM (RFC 4106) and ChaCha20-Poly1305 (RFC 7634) fail catastrophically
+// if one (key, nonce) pair seals two packets, and sluice's keys come from a
+// configuration file, so a restarted gateway meets the same key again. The
+// nonce is the SA's salt and an 8-byte explicit IV, which RFC 4106 section
+// 3.1 requires only to be unique under the key. An outbound AEAD SA
+// therefore does not use its sequence number as the IV (that would make
+// uniqueness depend on the sequence number surviving a restart, and a lost
+// or unwritable state directory would repeat it); it uses
+//
+//	IV = epoch (32 random bits, drawn when the SA is made) || counter (32 bits)
+//
+// where the counter counts the packets this SA instance sealed and a fresh
+// epoch is drawn (different from the current one) every 2^32 packets. Within
+// one instance the IVs are distinct by construction; they repeat under a key
+// only if two epoch draws under that key coincide, whatever happened to the
+// state on disk. With n draws under one key over its whole life (one per
+// start, restart, reload or control-socket install of an SA with that key,
+// plus one per 2^32 packets), the probability of any repeat is at most the
+// birthday bound n(n-1)/2^33 < n^2/2^33: about 1.2e-4 after 10,000
+// restarts, 1.2e-8 after 100. The receiver takes the IV from the packet, so
+// this is invisible on the wire. The sequence number keeps its own job
+// (anti-replay) and its own durable reservation (Config.SeqReserve).
 package esp
 
 import (
@@ -23,6 +48,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"io"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -105,9 +131,18 @@ type Config struct {
 	// outbound SA uses a sequence number above its last reservation, with
 	// the new upper bound (SeqReserveBlock numbers ahead). It must record
 	// the bound durably before returning; a restarted SA then starts above
-	// it, so no sequence number — and no AEAD nonce — is used twice under a
-	// configured key (DESIGN.md decision 7). An error stops the SA from
-	// sealing (ReasonSeqReserve) until a later call succeeds.
+	// it (Seq), so no sequence number is used twice under a configured key
+	// (DESIGN.md decision 7; AEAD IVs do not depend on it, see the package
+	// doc). An error stops the SA from sealing (ReasonSeqReserve) until a
+	// later call succeeds.
+	//
+	// Inbound, with anti-replay on, it is called on the owner's goroutine
+	// after a packet authenticated and before the replay window moves above
+	// the last reservation, with the new upper bound (a step ahead, see
+	// ReplayReserveMin). A restarted inbound SA given the recorded bound as
+	// Seq treats every number up to it as received (replay.Window.ResetSeen),
+	// so no packet is accepted twice across restarts of the receiver. An
+	// error drops the packet (ReasonSeqReserve) without moving the window.
 	SeqReserve func(upTo uint64) error
 }
 
@@ -134,8 +169,8 @@ type SA struct {
 	info *cryptodev.AlgInfo
 	out  bool
 
-	seq      uint64 // outbound: last sequence number assigned
-	reserved uint64 // outbound: highest sequence number reserved (with SeqReserve)
+	seq      uint64      // outbound: last sequence number assigned
+	reserved reservation // sequence numbers recorded ahead of use (SeqReserve)
 	maxSeq   uint64
 	window   *replay.Window
 	ipID     uint16
@@ -146,6 +181,8 @@ type SA struct {
 	outerSum  uint32
 	ivGen     cipher.Block // CBC IV generator (outbound)
 	ivSalt    uint64
+	ivEpoch   uint32 // AEAD (outbound): random high half of the explicit IV (package doc)
+	ivCount   uint64 // AEAD (outbound): packets sealed under ivEpoch, < 1<<32
 	testIV    []byte // tests only: the IV every packet carries (known-answer tests)
 
 	user any // the owner's handle for the SA (the gateway's SAD entry)
@@ -165,13 +202,18 @@ func newSA(cfg Config, out bool) (*SA, error) {
 	// Any SPI is accepted here, so that published vectors (which use
 	// reserved values such as 0 and 52) can be reproduced; configuration
 	// refuses the reserved range 0..255 (RFC 4303 section 2.1).
-	sa := &SA{cfg: cfg, info: cfg.Alg.Info(), out: out, seq: cfg.Seq, reserved: cfg.Seq}
+	sa := &SA{cfg: cfg, info: cfg.Alg.Info(), out: out, seq: cfg.Seq}
 	sa.maxSeq = 1<<32 - 1
 	if cfg.ESN {
 		sa.maxSeq = 1<<64 - 1
 	}
 	if cfg.Seq > sa.maxSeq {
 		return nil, fmt.Errorf("esp: sequence number %d does not fit in 32 bits without ESN", cfg.Seq)
+	}
+	if out {
+		sa.reserved = newReservation(cfg.SeqReserve, cfg.Seq, SeqReserveBlock, SeqReserveBlock)
+	} else if cfg.ReplayWindow > 0 {
+		sa.reserved = newReservation(cfg.SeqReserve, cfg.Seq, ReplayReserveMin, ReplayReserveMax)
 	}
 	if sa.cfg.SPort == 0 {
 		sa.cfg.SPort = NATTPort
@@ -209,6 +251,9 @@ func NewOutbound(cfg Config) (*SA, error) {
 		sa.ivSalt = binary.BigEndian.Uint64(k[16:])
 		clear(k[:])
 	}
+	if sa.info.AEAD {
+		sa.newEpoch()
+	}
 	var id [2]byte
 	rand.Read(id[:])
 	sa.ipID = binary.BigEndian.Uint16(id[:])
@@ -216,6 +261,39 @@ func NewOutbound(cfg Config) (*SA, error) {
 		sa.buildOuterTemplate()
 	}
 	return sa, nil
+}
+
+// randReader is where AEAD IV epochs come from; tests replace it
+// (export_test.go) to make them deterministic.
+var randReader io.Reader = rand.Reader
+
+// newEpoch draws the SA's next AEAD IV epoch, different from the current
+// one, and restarts the counter below it. crypto/rand does not fail (it
+// ends the program instead), so neither does this.
+func (sa *SA) newEpoch() {
+	old := sa.ivEpoch
+	for {
+		var b [4]byte
+		if _, err := io.ReadFull(randReader, b[:]); err != nil {
+			panic("esp: no randomness for an IV epoch: " + err.Error())
+		}
+		sa.ivEpoch = binary.BigEndian.Uint32(b[:])
+		if sa.ivEpoch != old || sa.ivCount == 0 {
+			break
+		}
+	}
+	sa.ivCount = 0
+}
+
+// nextAEADIV returns the explicit IV of the next AEAD packet: epoch ||
+// counter (package doc). Only the owner calls it; it does not allocate.
+func (sa *SA) nextAEADIV() uint64 {
+	if sa.ivCount == 1<<32 {
+		sa.newEpoch()
+	}
+	iv := uint64(sa.ivEpoch)<<32 | sa.ivCount
+	sa.ivCount++
+	return iv
 }
 
 // NewInbound makes an inbound SA with its anti-replay window.
@@ -227,7 +305,11 @@ func NewInbound(cfg Config) (*SA, error) {
 	if sa.window, err = replay.New(cfg.ReplayWindow); err != nil {
 		return nil, fmt.Errorf("esp: %w", err)
 	}
-	sa.window.Reset(cfg.Seq)
+	if cfg.SeqReserve != nil {
+		sa.window.ResetSeen(cfg.Seq) // a restart: anything up to the bound may have been accepted
+	} else {
+		sa.window.Reset(cfg.Seq)
+	}
 	return sa, nil
 }
 

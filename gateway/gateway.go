@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
-	"os"
 	"runtime"
 	"sort"
 	"sync"
@@ -65,8 +64,8 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 		}
 	}()
 	if cfg.StateDir != "" {
-		if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
-			return nil, fmt.Errorf("gateway: state directory: %w", err)
+		if err := checkStateDir(cfg.StateDir); err != nil {
+			return nil, fmt.Errorf("%s: gateway.state_dir: %w", cfg.FieldPos("gateway.state_dir"), err)
 		}
 	}
 	workers := cfg.Workers
@@ -269,7 +268,6 @@ func tunnelMTU(cfg *config.Gateway) int {
 // openSA builds the SAD entry for the named SA of tunnel t in one
 // direction. An SA that leaves out its addresses takes the tunnel's.
 func (g *Gateway) openSA(cfg *config.Gateway, t *config.Tunnel, name string, dir esp.Direction) (*sad.SA, error) {
-	var err error
 	def := cfg.SA(name)
 	if def == nil {
 		return nil, fmt.Errorf("gateway: no SA %q", name)
@@ -279,42 +277,35 @@ func (g *Gateway) openSA(cfg *config.Gateway, t *config.Tunnel, name string, dir
 	if engine == "" {
 		engine = cfg.Engine
 	}
-	var rt *esp.SA
-	if dir == esp.Inbound {
-		if rt, err = sad.OpenSA(g.engines[engine], &sa, dir); err != nil {
-			return nil, err
-		}
-	} else if rt, err = g.openOutbound(g.engines[engine], &sa); err != nil {
-		return nil, err
-	}
-	s := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine}
-	rt.SetUser(s)
-	return s, nil
+	return g.openEntry(engine, &sa, name, dir)
 }
 
-// openOutbound opens an outbound SA that starts above its recorded
-// sequence-number reservation and records new ones as it goes (state.go).
-func (g *Gateway) openOutbound(eng cryptodev.Engine, sa *config.SA) (*esp.SA, error) {
-	cfg, err := sad.ESPConfig(eng, sa)
+// openEntry makes the runtime of sa in one direction on the named engine,
+// keeping its sequence numbers in the state directory (state.go), and the
+// SAD entry that holds it.
+func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.Direction) (*sad.SA, error) {
+	cfg, err := ESPConfig(g.engines[engine], sa)
 	if err != nil {
 		return nil, err
 	}
-	if dir := g.cfg.StateDir; dir != "" {
-		path := seqStatePath(dir, sa)
-		w, err := loadReserved(path)
-		if err != nil {
-			cfg.Key.Destroy()
-			return nil, err
-		}
-		cfg.Seq = max(cfg.Seq, w)
-		cfg.SeqReserve = reserver(path)
-	}
-	rt, err := esp.NewOutbound(cfg)
+	health, err := g.withState(&cfg, sa, name, dir)
 	if err != nil {
 		cfg.Key.Destroy()
 		return nil, err
 	}
-	return rt, nil
+	var rt *esp.SA
+	if dir == esp.Outbound {
+		rt, err = esp.NewOutbound(cfg)
+	} else {
+		rt, err = esp.NewInbound(cfg)
+	}
+	if err != nil {
+		cfg.Key.Destroy()
+		return nil, saError(sa, err)
+	}
+	s := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine, State: health}
+	rt.SetUser(s)
+	return s, nil
 }
 
 // withTunnelAddrs gives a tunnel SA that leaves out its addresses the

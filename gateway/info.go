@@ -26,6 +26,11 @@ type SAInfo struct {
 	Bytes      uint64            `json:"bytes"`
 	Drops      map[string]uint64 `json:"drops"`
 	NeedsRekey bool              `json:"needs_rekey"`
+	// StateFailing is true while the SA's sequence-number reservations
+	// cannot be recorded in the state directory: it drops its packets.
+	StateFailing  bool   `json:"state_failing,omitempty"`
+	StateFailures uint64 `json:"state_failures,omitempty"` // reservations that could not be recorded
+	StateError    string `json:"state_error,omitempty"`    // the last such error
 }
 
 // TunnelInfo describes one tunnel.
@@ -64,6 +69,12 @@ func saInfo(s *sad.SA, dir string) SAInfo {
 		NeedsRekey: rt.NeedsRekey()}
 	if s.Tunnel != nil {
 		info.Tunnel = s.Tunnel.Name
+	}
+	if h := s.State; h != nil {
+		info.StateFailing, info.StateFailures = h.Failing.Load(), h.Failures.Load()
+		if e := h.LastError.Load(); e != nil {
+			info.StateError = *e
+		}
 	}
 	return info
 }
@@ -131,7 +142,9 @@ func (g *Gateway) Stats() Stats {
 }
 
 // AddSA installs sa on a running tunnel: dir "in" adds an inbound SA, "out"
-// switches the outbound SA (the old one is reclaimed once drained). The SA
+// switches the outbound SA (the old one is reclaimed once drained). sa is
+// checked against the tunnel as the configuration file's SAs are, and its
+// sequence numbers are kept in the state directory like theirs. The SA
 // lives until the next reload that does not mention it.
 func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	g.mu.Lock()
@@ -153,22 +166,16 @@ func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	} else if dir != "in" {
 		return fmt.Errorf("gateway: direction must be \"in\" or \"out\", not %q", dir)
 	}
-	if (sa.Encap == config.EncapUDP) != (t.Encap == esp.EncapUDP) || sa.Mode == config.ModeTransport {
-		return fmt.Errorf("gateway: SA %q: a tunnel SA must use tunnel mode and the tunnel's encapsulation (%v)", sa.Name, t.Encap)
+	// The checks the file's SAs get (config.Gateway.CheckTunnelSA): an SA
+	// the file would refuse is refused here too.
+	if err := g.cfg.CheckTunnelSA(tunnel, sa, d == esp.Outbound); err != nil {
+		return err
 	}
 	sac := withTunnelAddrs(*sa, t.Local, t.Peer, d)
-	var rt *esp.SA
-	var err error
-	if d == esp.Outbound {
-		rt, err = g.openOutbound(g.engines[engine], &sac)
-	} else {
-		rt, err = sad.OpenSA(g.engines[engine], &sac, d)
-	}
+	s, err := g.openEntry(engine, &sac, sa.Name, d)
 	if err != nil {
 		return err
 	}
-	s := &sad.SA{Name: sa.Name, SA: rt, Key: rt.Config().Key, Engine: engine}
-	rt.SetUser(s)
 	if d == esp.Outbound {
 		err = g.store.SwitchOutbound(tunnel, s)
 	} else {

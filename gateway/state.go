@@ -1,12 +1,24 @@
 package gateway
 
-// Outbound sequence-number reservations. sluice's SAs are keyed by
-// configuration, so a restarted gateway meets the same keys again; were it
-// to start counting from the file's seq, it would reuse AES-GCM and
-// ChaCha20-Poly1305 nonces (the IV is the sequence number). Before an
-// outbound SA uses numbers past its reservation it records a new upper bound
-// here, durably; at start the SA begins above the recorded bound
-// (DESIGN.md decision 7).
+// Durable sequence-number state (DESIGN.md decision 7). sluice's SAs are
+// keyed by configuration, so a restarted gateway meets the same keys again.
+// One mechanism serves both directions: before an SA goes past its last
+// reservation it records a new upper bound here, durably (esp.Config
+// SeqReserve), and at start the SA begins at the recorded bound:
+//   - outbound, its sequence numbers start above every one used before;
+//   - inbound, its replay window starts with everything up to the bound
+//     treated as received, so no packet is accepted twice across restarts
+//     (a restart costs at most one reservation step of the peer's
+//     legitimate packets; see esp.ReplayReserveMin).
+//
+// AEAD nonces do not depend on this state (package esp's doc): losing it
+// costs replay protection and sequence-number continuity, never a nonce.
+//
+// A state directory that cannot be written is an error at start (the first
+// reservation is written before the SA is installed) and, at run time, a
+// dropped packet counted as seq_reserve_failed, an error logged once per SA
+// and then at most every StateLogInterval while it lasts, and the SA's
+// StateHealth, shown by `sluice stats` and in metrics.
 
 import (
 	"crypto/sha256"
@@ -14,17 +26,26 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/sad"
 )
 
-// seqStatePath names the reservation file of an outbound SA: its SPI and a
-// digest of its key material, so a new key starts afresh.
-func seqStatePath(dir string, sa *config.SA) string {
+// StateLogInterval is the least time between two log lines about the same
+// SA's failing reservations.
+var StateLogInterval = time.Minute
+
+// seqStatePath names the reservation file of an SA in one direction: its
+// SPI and a digest of its key material, so a new key starts afresh.
+// Outbound files keep the name they had before inbound ones existed.
+func seqStatePath(dir string, sa *config.SA, d esp.Direction) string {
 	h := sha256.New()
 	var b [5]byte
 	binary.BigEndian.PutUint32(b[:], sa.SPI)
@@ -32,7 +53,27 @@ func seqStatePath(dir string, sa *config.SA) string {
 	h.Write(b[:])
 	h.Write(sa.EncKey)
 	h.Write(sa.AuthKey)
-	return filepath.Join(dir, fmt.Sprintf("out-%08x-%x.seq", sa.SPI, h.Sum(nil)[:8]))
+	prefix := "out"
+	if d == esp.Inbound {
+		prefix = "in"
+	}
+	return filepath.Join(dir, fmt.Sprintf("%s-%08x-%x.seq", prefix, sa.SPI, h.Sum(nil)[:8]))
+}
+
+// checkStateDir makes the state directory if it is missing and checks that
+// a file can be written and synced in it, before anything else starts.
+func checkStateDir(dir string) error {
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return fmt.Errorf("state directory %s cannot be made: %w; sluice records sequence-number reservations there", dir, err)
+	}
+	probe := filepath.Join(dir, ".sluice-probe")
+	err := writeReserved(probe, 0)
+	os.Remove(probe)
+	if err != nil {
+		return fmt.Errorf("state directory %s is not writable: %w; sluice records sequence-number reservations there "+
+			"and would drop every packet without them (make it writable, or name another)", dir, err)
+	}
+	return nil
 }
 
 // loadReserved reads the recorded bound; a missing file is 0.
@@ -51,31 +92,88 @@ func loadReserved(path string) (uint64, error) {
 	return v, nil
 }
 
-// reserver returns the SeqReserve function of an SA: it writes the bound to
-// a temporary file, syncs it and renames it into place.
-func reserver(path string) func(uint64) error {
+// writeReserved records upTo: it writes a temporary file, syncs it, renames
+// it into place and syncs the directory.
+func writeReserved(path string, upTo uint64) error {
+	tmp := path + ".tmp"
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(strconv.FormatUint(upTo, 10) + "\n")
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		var d *os.File
+		if d, err = os.Open(filepath.Dir(path)); err == nil {
+			err = d.Sync()
+			d.Close()
+		}
+	}
+	return err
+}
+
+// reserver returns the SeqReserve function of an SA: it records the bound
+// and keeps h up to date. It runs on the SA owner's goroutine only, so its
+// own state (when it last logged) needs no lock.
+func reserver(path string, h *sad.StateHealth, log *slog.Logger, what []any) func(uint64) error {
+	var lastLog time.Time
 	return func(upTo uint64) error {
-		tmp := path + ".tmp"
-		f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-		if err != nil {
-			return err
-		}
-		_, err = f.WriteString(strconv.FormatUint(upTo, 10) + "\n")
+		err := writeReserved(path, upTo)
 		if err == nil {
-			err = f.Sync()
-		}
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err == nil {
-			err = os.Rename(tmp, path)
-		}
-		if err == nil {
-			if d, derr := os.Open(filepath.Dir(path)); derr == nil {
-				err = d.Sync()
-				d.Close()
+			if h.Failing.Swap(false) {
+				log.Info("sequence-number reservation recorded again; the SA carries traffic", what...)
 			}
+			return nil
+		}
+		h.Failures.Add(1)
+		msg := err.Error()
+		h.LastError.Store(&msg)
+		first := !h.Failing.Swap(true)
+		if now := time.Now(); first || now.Sub(lastLog) >= StateLogInterval {
+			lastLog = now
+			log.Error("cannot record the sequence-number reservation in the state directory; "+
+				"the SA drops its packets (seq_reserve_failed) until it can",
+				append(what, "file", path, "failures", h.Failures.Load(), "err", err)...)
 		}
 		return err
 	}
+}
+
+// withState makes cfg, the esp configuration of SA sa (named name) in
+// direction d, start at its recorded bound and record new ones in the state
+// directory; it returns the health to attach to the SAD entry. The bound
+// is written once here, so a directory that cannot be written is refused
+// before the SA carries traffic. Without a state directory, or inbound
+// without anti-replay, it changes nothing and returns nil.
+func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.Direction) (*sad.StateHealth, error) {
+	dir := g.cfg.StateDir
+	if dir == "" || (d == esp.Inbound && cfg.ReplayWindow == 0) {
+		return nil, nil
+	}
+	path := seqStatePath(dir, sa, d)
+	w, err := loadReserved(path)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: state_dir: SA %q: %w", name, err)
+	}
+	cfg.Seq = max(cfg.Seq, w)
+	if err := writeReserved(path, cfg.Seq); err != nil {
+		return nil, fmt.Errorf("gateway: state_dir %s: SA %q (spi 0x%08x): cannot record its sequence-number reservation, "+
+			"without which it would drop every packet: %w (make the directory writable, or set gateway.state_dir to one that is)",
+			dir, name, sa.SPI, err)
+	}
+	dirName := "out"
+	if d == esp.Inbound {
+		dirName = "in"
+	}
+	h := new(sad.StateHealth)
+	cfg.SeqReserve = reserver(path, h, g.log, []any{"sa", name, "spi", fmt.Sprintf("%#x", sa.SPI), "direction", dirName})
+	return h, nil
 }

@@ -1,27 +1,40 @@
 package gateway
 
 import (
+	"bytes"
+	"log/slog"
+	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/cryptodev/soft"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/packet"
+	"github.com/sluicegw/sluice/sad"
 )
 
 func TestSeqState(t *testing.T) {
 	dir := t.TempDir()
 	sa := &config.SA{SPI: 0x1001, Alg: cryptodev.AES128GCM16, EncKey: make([]byte, 20)}
-	p := seqStatePath(dir, sa)
+	p := seqStatePath(dir, sa, esp.Outbound)
 	other := *sa
 	other.EncKey = append([]byte{1}, sa.EncKey[1:]...)
-	if seqStatePath(dir, &other) == p {
+	if seqStatePath(dir, &other, esp.Outbound) == p {
 		t.Fatal("a new key must get a new reservation file")
+	}
+	if seqStatePath(dir, sa, esp.Inbound) == p {
+		t.Fatal("the directions must have reservation files of their own")
 	}
 	if w, err := loadReserved(p); err != nil || w != 0 {
 		t.Fatalf("missing file: %d, %v", w, err)
 	}
-	if err := reserver(p)(1 << 20); err != nil {
+	if err := writeReserved(p, 1<<20); err != nil {
 		t.Fatal(err)
 	}
 	if w, err := loadReserved(p); err != nil || w != 1<<20 {
@@ -34,7 +47,289 @@ func TestSeqState(t *testing.T) {
 	if _, err := loadReserved(p); err == nil {
 		t.Fatal("a corrupt reservation must be an error, not 0")
 	}
-	if err := reserver(filepath.Join(dir, "missing", "x.seq"))(5); err == nil {
+	if err := writeReserved(filepath.Join(dir, "missing", "x.seq"), 5); err == nil {
 		t.Fatal("an unwritable reservation must fail")
 	}
+}
+
+const stateTestConfig = `[gateway]
+state_dir = "STATE"
+
+[tun]
+addresses = ["10.1.0.1/24"]
+
+[[tunnel]]
+name = "t"
+local = "192.0.2.1"
+peer = "192.0.2.2"
+remote = ["10.2.0.0/24"]
+out = "o"
+in = ["i"]
+
+[[sa]]
+name = "o"
+spi = 0x1001
+encap = "udp"
+esp = "aes128gcm16"
+enc_key = "000102030405060708090a0b0c0d0e0f10111213"
+
+[[sa]]
+name = "i"
+spi = 0x1002
+encap = "udp"
+esp = "aes128gcm16"
+enc_key = "101112131415161718191a1b1c1d1e1f20212223"
+`
+
+// logBuffer collects log lines; safe for concurrent use.
+type logBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *logBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// testGateway is a Gateway with what openSA needs (no devices, no data
+// plane): the configuration with state_dir = stateDir and a soft engine.
+func testGateway(t *testing.T, stateDir string) (*Gateway, *logBuffer) {
+	t.Helper()
+	cfg, err := config.ParseGateway("gw.toml", []byte(strings.Replace(stateTestConfig, "STATE", stateDir, 1)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	logs := new(logBuffer)
+	return &Gateway{cfg: cfg, log: slog.New(slog.NewTextHandler(logs, nil)),
+		engines: map[string]cryptodev.Engine{"": soft.New()}}, logs
+}
+
+func openTest(t *testing.T, g *Gateway, name string, d esp.Direction) *sad.SA {
+	t.Helper()
+	s, err := g.openSA(g.cfg, &g.cfg.Tunnels[0], name, d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Key.Destroy() })
+	return s
+}
+
+// TestStateDirUnwritableRefused: a state directory that cannot be made, or
+// exists but cannot be written, is refused before the gateway starts, and
+// an SA whose reservation cannot be written is refused before it is
+// installed (start, reload, the control socket), not left to drop every
+// packet. The checks hold as root too: they do not rely on permission bits.
+func TestStateDirUnwritableRefused(t *testing.T) {
+	tmp := t.TempDir()
+	file := filepath.Join(tmp, "file")
+	os.WriteFile(file, nil, 0o600)
+	if err := checkStateDir(filepath.Join(file, "state")); err == nil || !strings.Contains(err.Error(), "cannot be made") {
+		t.Errorf("state_dir under a regular file: %v", err)
+	}
+	// An existing directory where the probe cannot be written.
+	ro := filepath.Join(tmp, "ro")
+	os.MkdirAll(filepath.Join(ro, ".sluice-probe.tmp", "x"), 0o700)
+	if err := checkStateDir(ro); err == nil || !strings.Contains(err.Error(), "is not writable") {
+		t.Errorf("unwritable state_dir: %v", err)
+	}
+	if os.Geteuid() != 0 {
+		ro2 := t.TempDir()
+		os.Chmod(ro2, 0o500)
+		defer os.Chmod(ro2, 0o700)
+		if err := checkStateDir(ro2); err == nil {
+			t.Error("read-only state_dir accepted")
+		}
+	}
+
+	// An SA whose own reservation file cannot be written.
+	dir := t.TempDir()
+	g, _ := testGateway(t, dir)
+	for _, d := range []esp.Direction{esp.Outbound, esp.Inbound} {
+		name := map[esp.Direction]string{esp.Outbound: "o", esp.Inbound: "i"}[d]
+		sa := withTunnelAddrs(*g.cfg.SA(name), g.cfg.Tunnels[0].Local, g.cfg.Tunnels[0].Peer, d)
+		os.MkdirAll(filepath.Join(seqStatePath(dir, &sa, d)+".tmp", "x"), 0o700)
+		s, err := g.openSA(g.cfg, &g.cfg.Tunnels[0], name, d)
+		if err == nil {
+			s.Key.Destroy()
+			t.Fatalf("SA %q opened without a reservation", name)
+		}
+		if !strings.Contains(err.Error(), "cannot record its sequence-number reservation") {
+			t.Errorf("SA %q: %v", name, err)
+		}
+	}
+}
+
+// TestStateFailsAtRunTime: when the state directory goes away under a
+// running SA, each failed reservation counts, the SA's health shows it
+// (sluice stats, metrics), and the error is logged once, then at most every
+// StateLogInterval; a later success clears it and says so.
+func TestStateFailsAtRunTime(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "state")
+	g, logs := testGateway(t, dir)
+	if err := checkStateDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	s := openTest(t, g, "o", esp.Outbound)
+	reserve := s.SA.Config().SeqReserve
+	if reserve == nil || s.State == nil {
+		t.Fatal("outbound SA keeps no state")
+	}
+	if err := reserve(100); err != nil {
+		t.Fatal(err)
+	}
+	// The directory is replaced by a regular file.
+	os.RemoveAll(dir)
+	os.WriteFile(dir, nil, 0o600)
+	defer func(old time.Duration) { StateLogInterval = old }(StateLogInterval)
+	StateLogInterval = time.Hour
+	for range 5 {
+		if reserve(200) == nil {
+			t.Fatal("reservation in a vanished directory succeeded")
+		}
+	}
+	info := saInfo(s, "out")
+	if !info.StateFailing || info.StateFailures != 5 || !strings.Contains(info.StateError, "not a directory") {
+		t.Fatalf("SA info after 5 failures: failing %v, failures %d, error %q", info.StateFailing, info.StateFailures, info.StateError)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
+		t.Fatalf("%d error lines for 5 failures, want 1:\n%s", n, logs)
+	}
+	StateLogInterval = 0
+	reserve(200)
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 2 {
+		t.Fatalf("%d error lines after the interval, want 2", n)
+	}
+	os.Remove(dir)
+	os.MkdirAll(dir, 0o700)
+	if err := reserve(300); err != nil {
+		t.Fatal(err)
+	}
+	if info := saInfo(s, "out"); info.StateFailing || info.StateFailures != 6 {
+		t.Fatalf("after recovery: failing %v, failures %d", info.StateFailing, info.StateFailures)
+	}
+	if !strings.Contains(logs.String(), "recorded again") {
+		t.Fatalf("no recovery line:\n%s", logs)
+	}
+}
+
+// espRunner seals and opens single packets on the soft engine.
+type espRunner struct {
+	t    *testing.T
+	pool *packet.Pool
+	q    cryptodev.Queue
+}
+
+func newESPRunner(t *testing.T) *espRunner {
+	q, err := soft.New().NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &espRunner{t: t, pool: packet.NewPool(8, 4096, 256), q: q}
+}
+
+func (r *espRunner) seal(sa *esp.SA, inner []byte) []byte {
+	p := r.pool.Get()
+	defer p.Release()
+	p.Write(r.pool.Headroom(), inner)
+	var w esp.Work
+	b := &cryptodev.Batch{Ops: make([]cryptodev.Op, 1)}
+	if reason := sa.PrepareOutbound(p, &w, &b.Ops[0]); reason != esp.ReasonNone {
+		r.t.Fatal(reason)
+	}
+	if err := cryptodev.Run(r.q, b); err != nil {
+		r.t.Fatal(err)
+	}
+	if reason := sa.FinishOutbound(p, &w, &b.Ops[0]); reason != esp.ReasonNone {
+		r.t.Fatal(reason)
+	}
+	return bytes.Clone(p.Bytes())
+}
+
+func (r *espRunner) open(sa *esp.SA, pkt []byte) esp.Reason {
+	p := r.pool.Get()
+	defer p.Release()
+	p.Write(r.pool.Headroom(), pkt)
+	b := esp.NewBatch(1)
+	b.Reset(esp.Inbound, 1)
+	b.Bufs[0] = p
+	if reason := esp.Parse(p.Bytes(), []uint16{esp.NATTPort}, &b.Parsed[0]); reason != esp.ReasonNone {
+		return reason
+	}
+	b.SAs[0] = sa
+	if err := esp.NewPipeline(r.q).Run(b); err != nil {
+		r.t.Fatal(err)
+	}
+	return b.Reasons[0]
+}
+
+func innerPacket(i int) []byte {
+	b := make([]byte, 20+8+16)
+	packet.IPv4(b).Encode(&packet.IPv4Fields{Length: uint16(len(b)), TTL: 64, Protocol: packet.ProtoUDP,
+		Src: netip.MustParseAddr("10.2.0.2").As4(), Dst: netip.MustParseAddr("10.1.0.1").As4()})
+	packet.UDP(b[20:]).Encode(1000, 2000, 24)
+	b[30] = byte(i)
+	return b
+}
+
+// TestReplayAcrossRestart: the receiver accepts packets 1..50, restarts
+// (new SA from the same configuration and state directory), and refuses all
+// 50 replayed; the peer's packets after the recorded bound are accepted,
+// and the ones between (at most one reservation step) are the restart's
+// cost. Before inbound reservations, the restarted SA accepted all 50.
+func TestReplayAcrossRestart(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	// The peer's outbound SA: the same definition as our inbound "i".
+	g0, _ := testGateway(t, dir)
+	peerCfg := *g0.cfg.SA("i")
+	peerCfg.Src, peerCfg.Dst = g0.cfg.Tunnels[0].Peer, g0.cfg.Tunnels[0].Local
+	peer, err := OpenSA(soft.New(), &peerCfg, esp.Outbound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Config().Key.Destroy()
+
+	g1, _ := testGateway(t, dir)
+	in1 := openTest(t, g1, "i", esp.Inbound)
+	var sent [][]byte
+	for i := range 50 {
+		pkt := r.seal(peer, innerPacket(i))
+		sent = append(sent, pkt)
+		if reason := r.open(in1.SA, pkt); reason != esp.ReasonNone {
+			t.Fatalf("packet %d: %v", i+1, reason)
+		}
+	}
+	// Restart: the first runtime is gone; a new one from the same file.
+	g2, _ := testGateway(t, dir)
+	in2 := openTest(t, g2, "i", esp.Inbound)
+	for i, pkt := range sent {
+		if reason := r.open(in2.SA, pkt); reason != esp.ReasonReplay {
+			t.Fatalf("packet %d replayed to the restarted receiver: %v, want replay", i+1, reason)
+		}
+	}
+	bound := in2.SA.Seq()
+	if bound < 50 || bound > 50+esp.ReplayReserveMax {
+		t.Fatalf("restarted window starts at %d", bound)
+	}
+	lost := 0
+	for peer.Seq() < bound+20 {
+		pkt := r.seal(peer, innerPacket(0))
+		reason := r.open(in2.SA, pkt)
+		switch {
+		case peer.Seq() <= bound && reason == esp.ReasonReplay:
+			lost++
+		case peer.Seq() > bound && reason == esp.ReasonNone:
+		default:
+			t.Fatalf("seq %d (bound %d): %v", peer.Seq(), bound, reason)
+		}
+	}
+	t.Logf("the restart cost %d legitimate packets (bound %d, step at most %d)", lost, bound, esp.ReplayReserveMax)
 }

@@ -36,6 +36,18 @@ type SA struct {
 	// Engine is the name of the engine whose queues must carry the SA's
 	// crypto.
 	Engine string
+	// State is the health of the SA's durable sequence-number state, or
+	// nil when it keeps none.
+	State *StateHealth
+}
+
+// StateHealth says whether an SA's durable sequence-number reservations
+// (esp.Config.SeqReserve) are being recorded. The goroutine that records
+// them writes it; anyone may read it.
+type StateHealth struct {
+	Failing   atomic.Bool            // the last reservation could not be recorded: the SA drops its packets
+	Failures  atomic.Uint64          // reservations that could not be recorded
+	LastError atomic.Pointer[string] // the error of the last failure, or nil
 }
 
 // Tunnel is a route-based tunnel. Its fields other than the SAs are fixed;

@@ -83,6 +83,24 @@ func (w *Window) Reset(highest uint64) {
 	}
 }
 
+// ResetSeen is Reset for a receiver that knows only a bound: it starts the
+// window with highest as the highest sequence number received and treats
+// every number at or below it as received too, so the window accepts
+// nothing up to highest. A restarted SA uses it with the bound it recorded
+// before the restart (no packet above it was accepted then). ResetSeen is
+// not safe for concurrent use.
+func (w *Window) ResetSeen(highest uint64) {
+	w.highest = highest
+	if w.size == 0 {
+		return
+	}
+	for i := range w.ring {
+		w.ring[i] = ^uint64(0)
+	}
+	// Bits above highest in its word stand for numbers not yet received.
+	w.ring[(highest>>6)&w.mask] = ^uint64(0) >> (63 - highest&63)
+}
+
 // Size returns the requested window size in packets; 0 means anti-replay is
 // off. Size is not safe for concurrent use with Reset or Update.
 func (w *Window) Size() int { return int(w.size) }

@@ -654,3 +654,28 @@ func BenchmarkCheckUpdateReordered(b *testing.B) {
 		})
 	}
 }
+
+// TestResetSeen: after ResetSeen(h) nothing at or below h is acceptable,
+// whatever h's position in its word, and everything above it is.
+func TestResetSeen(t *testing.T) {
+	for _, size := range []int{1, 64, 100, 1024} {
+		for _, h := range []uint64{0, 1, 63, 64, 65, 1000, 1<<32 - 1, 1<<40 + 17} {
+			w := mustNew(t, size)
+			w.Update(5) // state from before the reset must not matter
+			w.ResetSeen(h)
+			if w.Highest() != h {
+				t.Fatalf("size %d: highest %d after ResetSeen(%d)", size, w.Highest(), h)
+			}
+			for d := uint64(0); d < 2*uint64(size)+130 && d <= h; d++ {
+				if w.acceptable(h - d) {
+					t.Fatalf("size %d: %d acceptable after ResetSeen(%d)", size, h-d, h)
+				}
+			}
+			for d := uint64(1); d < 130; d++ {
+				if !w.Update(h + d) {
+					t.Fatalf("size %d: %d refused after ResetSeen(%d)", size, h+d, h)
+				}
+			}
+		}
+	}
+}

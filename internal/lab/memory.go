@@ -140,7 +140,7 @@ func (s *MemorySite) addTunnel(t *config.Tunnel, owner int) error {
 		if c == nil {
 			return nil, fmt.Errorf("no SA %q", name)
 		}
-		rt, err := sad.OpenSA(s.engines[engine], c, dir)
+		rt, err := gateway.OpenSA(s.engines[engine], c, dir)
 		if err != nil {
 			return nil, err
 		}

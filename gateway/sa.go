@@ -1,4 +1,8 @@
-package sad
+package gateway
+
+// Building runtime SAs (esp.SA) from the configuration's SA definitions.
+// It lives here, above sad, so the SA database does not depend on the
+// configuration file's types.
 
 import (
 	"fmt"

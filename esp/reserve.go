@@ -1,0 +1,68 @@
+package esp
+
+// Durable reservations of sequence numbers (DESIGN.md decision 7). An
+// outbound SA records, before it uses a number, a bound above it, so a
+// restarted SA starts above every number used before. An inbound SA
+// records, before its replay window moves past a number, a bound above it,
+// so a restarted SA's window starts at the bound and accepts nothing it may
+// have accepted before. Both go through one reservation.
+
+import "time"
+
+// ReplayReserveMin and ReplayReserveMax bound the step of an inbound
+// reservation. The step adapts to the traffic: it doubles when the last
+// one was used up in less than 100 ms and halves when it lasted more than
+// a second, so in steady traffic an SA records a bound one to ten times a
+// second. Numbers between the last one accepted and the bound are refused
+// after a restart: a restart of the receiver costs at most one step of
+// legitimate packets from the peer, at most ReplayReserveMax and in steady
+// traffic about a second's worth, ReplayReserveMin at low rates.
+const (
+	ReplayReserveMin = 64
+	ReplayReserveMax = SeqReserveBlock
+)
+
+// reservation is a durable upper bound on the sequence numbers an SA has
+// used (outbound) or may have accepted (inbound). The SA's owner calls it.
+type reservation struct {
+	record   func(upTo uint64) error // nil: no reservations
+	upTo     uint64                  // the bound last recorded (or the start)
+	step     uint64
+	min, max uint64    // bounds of the step; equal for a fixed step
+	at       time.Time // when upTo was last recorded
+}
+
+func newReservation(record func(uint64) error, start, min, max uint64) reservation {
+	if record == nil {
+		return reservation{upTo: 1<<64 - 1} // nothing to record: always covered
+	}
+	return reservation{record: record, upTo: start, step: min, min: min, max: max}
+}
+
+// cover records a bound that covers seq, step numbers from seq on (or up
+// to limit), if seq is above the current one. It reports whether seq is
+// covered; when recording fails it is not, and the caller must not use or
+// accept seq. It does not allocate (record aside).
+func (r *reservation) cover(seq, limit uint64) bool {
+	if r.record == nil || seq <= r.upTo {
+		return true
+	}
+	now := time.Now()
+	if r.min != r.max && !r.at.IsZero() {
+		switch d := now.Sub(r.at); {
+		case d < 100*time.Millisecond && r.step < r.max:
+			r.step *= 2
+		case d > time.Second && r.step > r.min:
+			r.step /= 2
+		}
+	}
+	upTo := limit
+	if limit-seq >= r.step {
+		upTo = seq - 1 + r.step
+	}
+	if r.record(upTo) != nil {
+		return false
+	}
+	r.upTo, r.at = upTo, now
+	return true
+}
