@@ -158,6 +158,7 @@ type Key struct {
 	state   any
 	destroy func()
 	once    sync.Once
+	dead    atomic.Bool
 }
 
 // NewKeyHandle is for engine implementations: it wraps the engine's
@@ -184,8 +185,12 @@ func (k *Key) Destroy() {
 			k.destroy()
 		}
 		k.state = nil
+		k.dead.Store(true)
 	})
 }
+
+// Destroyed reports whether Destroy has run. Any goroutine may call it.
+func (k *Key) Destroyed() bool { return k.dead.Load() }
 
 // Engine is a crypto engine: software, another core, or an accelerator.
 type Engine interface {

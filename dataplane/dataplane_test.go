@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"net/netip"
 	"runtime"
+	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -383,4 +385,52 @@ func TestOversize(t *testing.T) {
 	if ip.Dst() != netip.MustParseAddr("10.1.0.5") || !bytes.Equal(icmp[8:8+28], df[:28]) || packet.Checksum(icmp, 0) != 0xffff {
 		t.Fatalf("ICMP error malformed: %x", reply)
 	}
+}
+
+// TestRetireDuringSnapshot (issue 8, defect 8): an SA removed between a
+// lane's load of the SAD and the publication of the generation it holds
+// has its key destroyed at once (the lane still shows idle), so the lane
+// must not go on with the snapshot it loaded. With the fix the packet is
+// dropped as for an unknown SPI; without it, it is opened with a destroyed
+// key (crypto_error here, a use-after-free with an engine in C).
+func TestRetireDuringSnapshot(t *testing.T) {
+	a, b, _, _ := pair(t, soft.New())
+	in := b.store.Load().Inbound(0x1001)
+	var fired atomic.Bool
+	restore := dataplane.SetTestHookSnapshot(func(d *dataplane.Dataplane, lane string) {
+		if d != b.dp || !strings.HasPrefix(lane, "udp/") || !fired.CompareAndSwap(false, true) {
+			return
+		}
+		if err := b.store.RemoveInbound(0x1001); err != nil {
+			t.Error(err)
+		}
+		deadline := time.Now().Add(10 * time.Second)
+		for !in.Key.Destroyed() && time.Now().Before(deadline) {
+			time.Sleep(time.Millisecond)
+		}
+		if !in.Key.Destroyed() {
+			t.Error("the removed SA's key was not destroyed in 10s")
+		}
+	})
+	t.Cleanup(restore)
+	a.send(t, [][]byte{udpPacket("10.1.0.5", "10.2.0.7", 1, 10)})
+	waitFor(t, func() bool {
+		st := b.dp.Stats()
+		return sum(st, "unknown_spi")+sum(st, "crypto_error") > 0
+	})
+	if st := b.dp.Stats(); sum(st, "crypto_error") != 0 || sum(st, "unknown_spi") != 1 {
+		t.Fatalf("drops at B: %v %v, want one unknown_spi and no crypto_error", st.Receivers, st.Workers)
+	}
+}
+
+// sum adds up one drop reason over every lane.
+func sum(st dataplane.Stats, reason string) uint64 {
+	var n uint64
+	for _, r := range st.Receivers {
+		n += r.Drops[reason]
+	}
+	for _, w := range st.Workers {
+		n += w.Drops[reason]
+	}
+	return n
 }

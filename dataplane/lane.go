@@ -167,8 +167,7 @@ func (ln *lane) run(ctx context.Context) {
 				continue
 			}
 		}
-		db := ln.d.cfg.Store.Load()
-		ln.seen.Store(db.Generation())
+		db := ln.snapshot()
 		if ln.plain {
 			ln.outbound(db, ln.bufs[:n])
 		} else {
@@ -180,6 +179,32 @@ func (ln *lane) run(ctx context.Context) {
 		copy(ln.bufs, ln.bufs[n:ln.have])
 		clear(ln.bufs[ln.have-n : ln.have])
 		ln.have -= n
+	}
+}
+
+// testHookSnapshot, if set (by tests), runs between a lane's load of the
+// SAD and the publication of the generation it holds.
+var testHookSnapshot atomic.Pointer[func(d *Dataplane, lane string)]
+
+// snapshot loads the SAD and publishes the generation the lane holds. The
+// generation is published before the snapshot is used and the store is
+// read again after publishing: a retire that started while the lane still
+// showed idle (and so may destroy the keys of an older snapshot) was
+// started by a newer generation, which the second read sees and the lane
+// then uses instead. Only a snapshot that was current after its generation
+// was published is ever used.
+func (ln *lane) snapshot() *sad.DB {
+	db := ln.d.cfg.Store.Load()
+	if h := testHookSnapshot.Load(); h != nil {
+		(*h)(ln.d, ln.name)
+	}
+	for {
+		ln.seen.Store(db.Generation())
+		again := ln.d.cfg.Store.Load()
+		if again == db {
+			return db
+		}
+		db = again
 	}
 }
 
