@@ -120,6 +120,10 @@ func (o *tunnelOptions) options() (tunnel.Options, error) {
 	return to, nil
 }
 
+// labAvailable says whether namespaces can be built here; tests replace
+// it.
+var labAvailable = lab.Available
+
 // tunnelObserver prints a run: rows as cells finish, notes, the bar.
 type tunnelObserver struct {
 	r     *benchRun
@@ -141,7 +145,7 @@ func runBenchTunnel(ctx context.Context, e *env, o *tunnelOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := lab.Available(); err != nil {
+	if err := labAvailable(); err != nil {
 		return withCode(ExitUsage, fmt.Errorf("bench tunnel: %w (run it as root)", err))
 	}
 	steps := len(to.Cells()) * to.StepsPerCell()

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicegw/sluice/internal/lab"
@@ -24,20 +25,35 @@ import (
 const iperfPort = 5201
 
 // startIperfServer starts a one-off `iperf3 -s -1` in site B and waits
-// until it listens. It exits with status 0 after one test (a server
-// stopped with SIGTERM exits with status 1, which Lab.Close would report).
-func startIperfServer(ctx context.Context, l *lab.Lab, b *lab.Netns) (*lab.Process, error) {
-	p, err := l.Start(b, "iperf3 server", []string{"iperf3", "-s", "-1", "-p", strconv.Itoa(iperfPort)}, nil)
+// until it listens. The server ends after one test, or when ctx ends (it
+// is killed), or with this process (SIGKILL as its parent-death signal);
+// wait returns once it has ended. It is not a lab process because a
+// server stopped with SIGTERM exits with status 1, which Lab.Close would
+// report as a failure. done is closed once the server has ended.
+func startIperfServer(ctx context.Context, b *lab.Netns) (done <-chan struct{}, err error) {
+	cmd := b.Command(ctx, "iperf3", "-s", "-1", "-p", strconv.Itoa(iperfPort))
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("bench: iperf3 -s: %w", err)
+	}
+	ended := make(chan struct{})
+	go func() { cmd.Wait(); close(ended) }()
+	err = lab.WaitFor(ctx, "iperf3 -s to listen", 10*time.Second, 0, func() (bool, error) {
+		select {
+		case <-ended:
+			return false, fmt.Errorf("%w: iperf3 -s exited: %s", lab.ErrStop, strings.TrimSpace(out.String()))
+		default:
+		}
+		return listening(cmd.Process.Pid, iperfPort)
+	})
 	if err != nil {
+		cmd.Process.Kill()
+		<-ended
 		return nil, err
 	}
-	err = lab.WaitFor(ctx, "iperf3 -s to listen", 10*time.Second, 0, func() (bool, error) {
-		if done, err := p.Exited(); done {
-			return false, fmt.Errorf("%w: iperf3 -s exited (%v): %s", lab.ErrStop, err, p.Output())
-		}
-		return listening(p.Pid(), iperfPort)
-	})
-	return p, err
+	return ended, nil
 }
 
 // listening reports whether the network namespace of process pid has a TCP
@@ -64,18 +80,24 @@ func iperfSeconds(d time.Duration) int { return max(1, int(math.Round(d.Seconds(
 
 // iperfTCP runs an iperf3 server in site B and a client in site A to dst
 // for d with streams parallel streams, and returns the received Gbit/s.
-func iperfTCP(ctx context.Context, l *lab.Lab, a, b *lab.Netns, dst string, streams int, d time.Duration) (float64, error) {
-	srv, err := startIperfServer(ctx, l, b)
+func iperfTCP(ctx context.Context, a, b *lab.Netns, dst string, streams int, d time.Duration) (gbps float64, err error) {
+	// The server ends after its one test, and is killed when the client
+	// failed; either way the next one finds the port free.
+	srvCtx, stopServer := context.WithCancel(ctx)
+	defer stopServer()
+	srvDone, err := startIperfServer(srvCtx, b)
 	if err != nil {
 		return 0, err
 	}
 	defer func() {
-		// The server ends after its one test; the next one takes the port.
-		select {
-		case <-srv.Done():
-		case <-time.After(5 * time.Second):
-			srv.Stop()
+		if err == nil {
+			select {
+			case <-srvDone:
+			case <-time.After(2 * time.Second): // far more than a finished test's teardown takes
+			}
 		}
+		stopServer()
+		<-srvDone
 	}()
 	out, err := a.Exec(ctx, "iperf3", "-c", dst, "-p", strconv.Itoa(iperfPort), "-J",
 		"-t", strconv.Itoa(iperfSeconds(d)), "-P", strconv.Itoa(streams), "--connect-timeout", "5000")
