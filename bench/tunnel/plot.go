@@ -125,6 +125,8 @@ func linesByTunnels(rs []Result, title, ylabel string, size int, metrics ...stri
 			return nil, err
 		}
 	}
+	p.Y.Max *= 1.3 // room for the legend above the lines
+	p.X.Min, p.X.Max = min(p.X.Min, 0), p.X.Max+1
 	return p, nil
 }
 
