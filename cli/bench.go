@@ -46,14 +46,16 @@ func init() {
 func newBenchCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "bench",
-		Short: "Measure the crypto engines and ESP throughput",
+		Short: "Measure the crypto engines, ESP throughput and tunnels end to end",
 		Long: `Measure sluice's crypto engines (bench crypto) and its ESP data path
-(bench esp) in process, each against a raw baseline measured in the same run.`,
+(bench esp) in process, each against a raw baseline measured in the same run,
+and tunnels between network namespaces against wireguard-go and the bare
+link (bench tunnel, as root).`,
 	}
-	cmd.AddCommand(newBenchCryptoCommand(e), newBenchESPCommand(e))
+	cmd.AddCommand(newBenchCryptoCommand(e), newBenchESPCommand(e), newBenchTunnelCommand(e))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return usageErr("unknown command %q for %q (want crypto or esp)", args[0], cmd.CommandPath())
+			return usageErr("unknown command %q for %q (want crypto, esp or tunnel)", args[0], cmd.CommandPath())
 		}
 		return cmd.Help()
 	}
