@@ -293,15 +293,9 @@ func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.D
 		cfg.Key.Destroy()
 		return nil, err
 	}
-	var rt *esp.SA
-	if dir == esp.Outbound {
-		rt, err = esp.NewOutbound(cfg)
-	} else {
-		rt, err = esp.NewInbound(cfg)
-	}
+	rt, err := newRuntime(cfg, sa, dir)
 	if err != nil {
-		cfg.Key.Destroy()
-		return nil, saError(sa, err)
+		return nil, err
 	}
 	s := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine, State: health}
 	rt.SetUser(s)

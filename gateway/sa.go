@@ -60,7 +60,14 @@ func OpenSA(eng cryptodev.Engine, sa *config.SA, dir esp.Direction) (*esp.SA, er
 	if err != nil {
 		return nil, err
 	}
+	return newRuntime(cfg, sa, dir)
+}
+
+// newRuntime makes the runtime of sa for one direction from its ESP
+// configuration; on error it destroys the configuration's key.
+func newRuntime(cfg esp.Config, sa *config.SA, dir esp.Direction) (*esp.SA, error) {
 	var rt *esp.SA
+	var err error
 	if dir == esp.Outbound {
 		rt, err = esp.NewOutbound(cfg)
 	} else {
