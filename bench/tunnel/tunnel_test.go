@@ -120,7 +120,7 @@ func TestSluiceConfigs(t *testing.T) {
 			if len(g.Tunnels) != c.Tunnels || len(g.SAs) != 2*c.Tunnels || len(g.TUN.Addresses) != c.Tunnels {
 				t.Errorf("%v: %s: %d tunnels, %d SAs, %d addresses", c, name, len(g.Tunnels), len(g.SAs), len(g.TUN.Addresses))
 			}
-			if g.Workers != c.Workers || g.Engine != c.Engine || g.UDP == nil || g.UDP.GSO || g.UDP.GRO {
+			if g.Workers != c.Workers || g.Engine != c.Engine || g.UDP == nil || !g.UDP.GSO || !g.UDP.GRO { // the defaults: both on
 				t.Errorf("%v: %s: workers %d engine %q udp %+v: want the cell's and the defaults", c, name, g.Workers, g.Engine, g.UDP)
 			}
 			last := g.Tunnels[len(g.Tunnels)-1]
