@@ -309,8 +309,14 @@ func (q *Queue) coalesceHeads() {
 	var head, prev segment
 	size, gso := 0, 0 // the super-packet being built: bytes, segment size
 	open := false
+	var next segment // the look-ahead's parse of packet i+1, reused as cur
+	nextOK, haveNext := false, false
 	for i := range q.wbufs {
-		cur, ok := segmentOf(q.wbufs[i][VirtioHeaderRoom:])
+		cur, ok := next, nextOK
+		if !haveNext {
+			cur, ok = segmentOf(q.wbufs[i][VirtioHeaderRoom:])
+		}
+		haveNext = false
 		if !ok {
 			open = false
 			continue
@@ -331,8 +337,9 @@ func (q *Queue) coalesceHeads() {
 		if used == groHeads || cur.payload == 0 || i+1 == len(q.wbufs) {
 			continue
 		}
-		next, ok := segmentOf(q.wbufs[i+1][VirtioHeaderRoom:])
-		if !ok || !next.sameFlow(&cur) {
+		next, nextOK = segmentOf(q.wbufs[i+1][VirtioHeaderRoom:])
+		haveNext = true
+		if !nextOK || !next.sameFlow(&cur) {
 			continue
 		}
 		if q.heads == nil {
