@@ -71,6 +71,7 @@ import (
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/esp"
 	"github.com/sluicegw/sluice/packet"
+	"github.com/sluicegw/sluice/pktio"
 	"github.com/sluicegw/sluice/sad"
 )
 
@@ -335,7 +336,32 @@ func (d *Dataplane) Stats() Stats {
 		c := &ln.counters
 		s.Workers = append(s.Workers, WorkerStats{Index: i, Sealed: c.sealed.load(), Opened: c.opened.load(),
 			TxPackets: c.txPackets.load(), TxErrors: c.txErrors.load(), Drops: c.drops.Map()})
-		s.Receivers = append(s.Receivers, RxStats{Name: ln.name, Plain: ln.plain, Packets: c.packets.load(), Bytes: c.bytes.load(), Drops: c.rxDrops.Map()})
+		rx := RxStats{Name: ln.name, Plain: ln.plain, Packets: c.packets.load(), Bytes: c.bytes.load(), Drops: c.rxDrops.Map()}
+		if sl, ok := ln.link.(statsLink); ok {
+			addLinkDrops(rx.Drops, sl.Stats().Snapshot())
+		}
+		s.Receivers = append(s.Receivers, rx)
 	}
 	return s
+}
+
+// statsLink is a Link with pktio's counters, as every pktio backend has.
+type statsLink interface{ Stats() *pktio.LinkStats }
+
+// addLinkDrops adds what the link itself took out of the stream before
+// the lane saw it: datagrams with the non-ESP marker (IKE) and
+// NAT-keepalives when nothing handles them, packets too long for a buffer,
+// malformed ones and failed reads. They are drops as much as the lane's own
+// and are shown beside them, under the same names where one exists.
+func addLinkDrops(m map[string]uint64, c pktio.Counters) {
+	add := func(name string, v uint64) {
+		if v != 0 {
+			m[name] += v
+		}
+	}
+	add(esp.ReasonIKE.String(), c.RxIKE)
+	add(esp.ReasonKeepalive.String(), c.RxKeepalive)
+	add(esp.ReasonMalformed.String(), c.RxInvalid)
+	add("too_long", c.RxShort)
+	add("read_error", c.RxErrors)
 }
