@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/sluicegw/sluice/control/controltest"
@@ -29,5 +30,29 @@ func TestRunStateDirUnwritable(t *testing.T) {
 			strings.Contains(errOut, "gateway up") {
 			t.Errorf("state_dir %s: exit %d, %q, %q; want exit %d and the state_dir error", state, code, out, errOut, ExitUsage)
 		}
+	}
+}
+
+// TestRunStateDirInUse: run refuses, with exit status 2 and the field, a
+// state_dir that another gateway holds (its flock is taken here, as a
+// running gateway takes it), before the gateway comes up.
+func TestRunStateDirInUse(t *testing.T) {
+	dir := t.TempDir()
+	state := filepath.Join(dir, "state")
+	os.MkdirAll(state, 0o700)
+	lock, err := os.OpenFile(filepath.Join(state, ".sluice.lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lock.Close()
+	if err := syscall.Flock(int(lock.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		t.Fatal(err)
+	}
+	lock.WriteString("4242\n")
+	cfg := ctlWriteFile(t, filepath.Join(dir, "gw.toml"), runTestConfig(`state_dir = "`+state+`"`))
+	code, _, errOut := ctlRun("run", "-c", cfg, "--socket", controltest.SocketPath(t))
+	want := cfg + ":4:13: gateway.state_dir: state directory " + state + " is in use by another gateway (pid 4242)"
+	if code != ExitUsage || !strings.Contains(errOut, want) || strings.Contains(errOut, "gateway up") {
+		t.Errorf("exit %d, %q; want exit %d and %q", code, errOut, ExitUsage, want)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"os"
 	"runtime"
 	"sort"
 	"sync"
@@ -45,6 +46,8 @@ type Gateway struct {
 	policy  *policySet
 	closed  bool
 	cancel  context.CancelFunc
+
+	stateLock *os.File // holds the state directory's flock; nil without one
 }
 
 // Start brings a gateway up from cfg: it creates the TUN device and the
@@ -67,6 +70,12 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 		if err := checkStateDir(cfg.StateDir); err != nil {
 			return nil, fmt.Errorf("%s: gateway.state_dir: %w", cfg.FieldPos("gateway.state_dir"), err)
 		}
+		lock, err := lockStateDir(cfg.StateDir)
+		if err != nil {
+			return nil, fmt.Errorf("%s: gateway.state_dir: %w", cfg.FieldPos("gateway.state_dir"), err)
+		}
+		g.stateLock = lock
+		closers = append(closers, func() { lock.Close() })
 	}
 	workers := cfg.Workers
 	if workers <= 0 {
@@ -383,6 +392,9 @@ func (g *Gateway) Close() error {
 	var errs []error
 	for _, e := range g.engines {
 		errs = append(errs, e.Close())
+	}
+	if g.stateLock != nil {
+		g.stateLock.Close()
 	}
 	g.log.Info("gateway down")
 	return errors.Join(errs...)

@@ -31,6 +31,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicegw/sluice/config"
@@ -74,6 +75,41 @@ func checkStateDir(dir string) error {
 			"and would drop every packet without them (make it writable, or name another)", dir, err)
 	}
 	return nil
+}
+
+// stateLockName is the file in the state directory that the running
+// gateway holds an exclusive flock(2) on, with its pid inside.
+const stateLockName = ".sluice.lock"
+
+// lockStateDir takes the state directory for this process: two gateways
+// with the same directory (and so the same SAs' files) would each reserve
+// the same sequence numbers and undo each other's replay reservations. The
+// lock lasts until the returned file is closed or the process ends, however
+// it ends (the kernel releases flock locks with the last descriptor).
+func lockStateDir(dir string) (*os.File, error) {
+	path := filepath.Join(dir, stateLockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("state directory %s cannot be locked: %w", dir, err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder := "another process"
+		if b, rerr := os.ReadFile(path); rerr == nil {
+			if pid := strings.TrimSpace(string(b)); pid != "" {
+				holder = "another gateway (pid " + pid + ")"
+			}
+		}
+		f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("state directory %s is in use by %s: two gateways must not share one, "+
+				"or both would send the same sequence numbers and accept each other's replays (give each its own state_dir)", dir, holder)
+		}
+		return nil, fmt.Errorf("state directory %s cannot be locked: %w", dir, err)
+	}
+	if err := f.Truncate(0); err == nil {
+		f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }
 
 // loadReserved reads the recorded bound; a missing file is 0.

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"fmt"
 	"log/slog"
 	"net/netip"
 	"os"
@@ -332,4 +333,26 @@ func TestReplayAcrossRestart(t *testing.T) {
 		}
 	}
 	t.Logf("the restart cost %d legitimate packets (bound %d, step at most %d)", lost, bound, esp.ReplayReserveMax)
+}
+
+// TestStateDirLocked: a second gateway with the same state directory is
+// refused with an error naming the holder; the directory is free again
+// once the first lets go (Close, or its process ending).
+func TestStateDirLocked(t *testing.T) {
+	dir := t.TempDir()
+	first, err := lockStateDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lockStateDir(dir)
+	want := fmt.Sprintf("state directory %s is in use by another gateway (pid %d)", dir, os.Getpid())
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("second lock: %v; want %q", err, want)
+	}
+	first.Close()
+	again, err := lockStateDir(dir)
+	if err != nil {
+		t.Fatalf("lock after release: %v", err)
+	}
+	again.Close()
 }
