@@ -263,10 +263,18 @@ stays; so does a change that needs a restart (workers, engines, [tun],
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
-				if err := c.Reload(cmd.Context()); err != nil {
+				r, err := c.Reload(cmd.Context())
+				if err != nil {
 					return err
 				}
-				fmt.Fprintln(e.stdout, "configuration reloaded")
+				if len(r.Changes) == 0 {
+					fmt.Fprintln(e.stdout, "configuration reloaded: nothing changed")
+					return nil
+				}
+				fmt.Fprintf(e.stdout, "configuration reloaded: %d changes\n", len(r.Changes))
+				for _, c := range r.Changes {
+					fmt.Fprintln(e.stdout, "  "+c)
+				}
 				return nil
 			})
 		},

@@ -307,9 +307,16 @@ func TestStatsWatchGatewayGone(t *testing.T) {
 func TestReload(t *testing.T) {
 	sock, b := fakeGateway(t)
 	code, out, errOut := ctlRun("reload", "--socket", sock)
-	if code != 0 || out != "configuration reloaded\n" || b.Calls("Reload") != 1 {
+	if code != 0 || out != "configuration reloaded: nothing changed\n" || b.Calls("Reload") != 1 {
 		t.Fatalf("reload: exit %d, %q, %q", code, out, errOut)
 	}
+	b.SetReloadChanges([]string{"tunnel added tunnel=t2", "inbound SA installed tunnel=t sa=i spi=0x2001"})
+	code, out, errOut = ctlRun("reload", "--socket", sock)
+	want := "configuration reloaded: 2 changes\n  tunnel added tunnel=t2\n  inbound SA installed tunnel=t sa=i spi=0x2001\n"
+	if code != 0 || out != want {
+		t.Fatalf("reload with changes: exit %d, %q, %q; want %q", code, out, errOut, want)
+	}
+	b.SetReloadChanges(nil)
 	b.SetReloadErr(errors.New("gw.toml:3:11: gateway.workers: want an integer 0..1024\ngw.toml:9:1: tunnel[1].peer: required"))
 	code, out, errOut = ctlRun("reload", "--socket", sock)
 	if code != ExitUsage || out != "" || errOut != "sluice: gw.toml:3:11: gateway.workers: want an integer 0..1024\ngw.toml:9:1: tunnel[1].peer: required\n" {

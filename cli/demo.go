@@ -189,7 +189,11 @@ func runDemo(ctx context.Context, e *env, cmd *cobra.Command, o *demoOptions) (e
 		}
 	}()
 
-	texts := demoConfigs(alg, o.engine)
+	dir, err := r.lab.Dir()
+	if err != nil {
+		return withCode(exitNoTraffic, fmt.Errorf("demo: %w", err))
+	}
+	texts := demoConfigs(alg, o.engine, dir)
 	switch {
 	case o.inMemory:
 		err = r.setupMemory(ctx, texts)
@@ -255,7 +259,7 @@ func algNames() string {
 
 // demoConfigs writes the two gateways' configuration files: one tunnel,
 // its SAs keyed from crypto/rand, mirror images of each other.
-func demoConfigs(alg cryptodev.Alg, engine string) [2][]byte {
+func demoConfigs(alg cryptodev.Alg, engine, dir string) [2][]byte {
 	info := alg.Info()
 	key := func(n int) string {
 		b := make([]byte, n)
@@ -291,7 +295,9 @@ func demoConfigs(alg cryptodev.Alg, engine string) [2][]byte {
 		j := 1 - i
 		var b strings.Builder
 		fmt.Fprintf(&b, "# sluice demo, site %s: written by `sluice demo` with fresh keys\n", strings.ToUpper(names[i]))
-		fmt.Fprintf(&b, "\n[gateway]\nengine = %q\nlog_level = \"warn\"\n", engine)
+		// Each gateway has its state directory (it locks it), in the
+		// demo's own directory: the keys are new each run, so is the state.
+		fmt.Fprintf(&b, "\n[gateway]\nengine = %q\nlog_level = \"warn\"\nstate_dir = %q\n", engine, filepath.Join(dir, "state-"+names[i]))
 		fmt.Fprintf(&b, "\n[tun]\nname = %q\naddresses = [%q]\n", demoTUN, demoInner[i])
 		fmt.Fprintf(&b, "\n[udp]\nlisten = \"%s:4500\"\n", demoWAN[i].Addr())
 		fmt.Fprintf(&b, "\n[[tunnel]]\nname = \"to-%s\"\nlocal = %q\npeer = %q\nencap = \"udp\"\npeer_port = 4500\nremote = [%q]\nout = \"%s-to-%s\"\nin = [\"%s-to-%s\"]\n",

@@ -191,7 +191,8 @@ func TestRunGateway(t *testing.T) {
 	dir := t.TempDir()
 	sock := controltest.SocketPath(t)
 	const metricsAddr = "127.0.0.1:9109"
-	cfgPath := ctlWriteFile(t, filepath.Join(dir, "gw.toml"), runTestConfig(`metrics = "`+metricsAddr+`"`))
+	extra := `metrics = "` + metricsAddr + `"` + "\n" + `state_dir = "` + filepath.Join(dir, "state") + `"`
+	cfgPath := ctlWriteFile(t, filepath.Join(dir, "gw.toml"), runTestConfig(extra))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -290,7 +291,7 @@ enc_key = "202122232425262728292a2b2c2d2e2f30313233"
 	}
 
 	// SIGHUP applies a changed file: a rekey of the inbound SA.
-	rekeyed := strings.Replace(runTestConfig(`metrics = "`+metricsAddr+`"`), "spi = 0x1002", "spi = 0x1004", 1)
+	rekeyed := strings.Replace(runTestConfig(extra), "spi = 0x1002", "spi = 0x1004", 1)
 	// It also lowers the log level, and that applies at once.
 	ctlWriteFile(t, cfgPath, strings.Replace(rekeyed, `log_level = "debug"`, `log_level = "warn"`, 1))
 	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
@@ -325,7 +326,7 @@ enc_key = "202122232425262728292a2b2c2d2e2f30313233"
 	}
 	// The same file again, through the socket: nothing to change.
 	ctlWriteFile(t, cfgPath, rekeyed)
-	if out := must("reload"); out != "configuration reloaded\n" {
+	if out := must("reload"); out != "configuration reloaded: nothing changed\n" {
 		t.Errorf("reload: %q", out)
 	}
 

@@ -179,7 +179,9 @@ func (c *Client) DelSA(ctx context.Context, spi uint32) error {
 	return c.Call(ctx, OpSADel, SADelArgs{SPI: spi}, nil)
 }
 
-// Reload makes the gateway re-read its configuration file.
-func (c *Client) Reload(ctx context.Context) error {
-	return c.Call(ctx, OpReload, nil, nil)
+// Reload makes the gateway re-read its configuration file and returns what
+// it changed.
+func (c *Client) Reload(ctx context.Context) (ReloadResult, error) {
+	var r ReloadResult
+	return r, c.Call(ctx, OpReload, nil, &r)
 }

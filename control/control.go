@@ -20,7 +20,7 @@
 //	tunnel.list  -                                []gateway.TunnelInfo
 //	policy.list  -                                []gateway.PolicyInfo
 //	stats        -                                gateway.Stats
-//	reload       -                                null
+//	reload       -                                ReloadResult
 //
 // Lists are never null: an empty list is []. Unknown fields, in the request
 // or its args, are errors, so that a misspelt argument is not ignored. A
@@ -96,6 +96,12 @@ type SADelResult struct {
 	SPI uint32 `json:"spi"`
 }
 
+// ReloadResult says what a reload changed, one line per change, in the
+// order it made them (empty when the running state already was the file's).
+type ReloadResult struct {
+	Changes []string `json:"changes"`
+}
+
 // Backend is what the server needs from a gateway. *gateway.Gateway serves
 // it through GatewayBackend; tests use controltest.Backend. Every method
 // may be called from several goroutines at once.
@@ -110,6 +116,6 @@ type Backend interface {
 	DelSA(spi uint32) error
 	// Reload re-reads the configuration file the gateway was started from
 	// and applies it. An invalid file is refused with its errors and the
-	// running configuration stays.
-	Reload() error
+	// running configuration stays. It returns what it changed.
+	Reload() ([]string, error)
 }

@@ -59,32 +59,32 @@ func (b *GatewayBackend) DelSA(spi uint32) error { return b.g.DelSA(spi) }
 // not load, or names an engine that is not registered, is refused with its
 // file:line:col errors and the running configuration stays; so does a
 // change the gateway refuses (one that needs a restart).
-func (b *GatewayBackend) Reload() error {
+func (b *GatewayBackend) Reload() ([]string, error) {
 	b.reloadMu.Lock()
 	defer b.reloadMu.Unlock()
 	file := b.g.Config().File
-	err := reloadFile(b.g, file)
+	changes, err := reloadFile(b.g, file)
 	if err != nil {
 		b.log.Error("reload refused; the running configuration stays", "file", file, "err", err)
-		return err
+		return changes, err
 	}
 	// The gateway logs what it changed.
 	if b.OnReload != nil {
 		b.OnReload(b.g.Config())
 	}
-	return nil
+	return changes, nil
 }
 
-func reloadFile(g *gateway.Gateway, file string) error {
+func reloadFile(g *gateway.Gateway, file string) ([]string, error) {
 	if file == "" {
-		return fmt.Errorf("control: reload: the running configuration did not come from a file")
+		return nil, fmt.Errorf("control: reload: the running configuration did not come from a file")
 	}
 	next, err := config.LoadGateway(file)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if err := next.CheckEngines(cryptodev.Engines()); err != nil {
-		return err
+		return nil, err
 	}
 	return g.Reload(next)
 }

@@ -27,7 +27,7 @@ func TestReloadFileRefusesBadFiles(t *testing.T) {
 		{engine, engine + ":2:10: gateway.engine: engine \"quantum\" is not registered"},
 	}
 	for _, tt := range tests {
-		err := reloadFile(nil, tt.file)
+		_, err := reloadFile(nil, tt.file)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("reload %q: %v, want %q", tt.file, err, tt.want)
 		}

@@ -317,7 +317,11 @@ func (s *Server) dispatch(req Request) (any, error) {
 		return st, nil
 	case OpReload:
 		// The backend logs the outcome.
-		return nil, s.b.Reload()
+		changes, err := s.b.Reload()
+		if err != nil {
+			return nil, err
+		}
+		return ReloadResult{Changes: nonNil(changes)}, nil
 	case OpSAAdd:
 		var a SAAddArgs
 		if err := decodeArgs(req, &a); err != nil {

@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -158,11 +159,16 @@ func TestOps(t *testing.T) {
 		t.Fatalf("sa.del of a gone SA: %v", err)
 	}
 
-	if err := c.Reload(ctx); err != nil || b.Calls("Reload") != 1 {
-		t.Fatalf("reload: %v, calls %d", err, b.Calls("Reload"))
+	if r, err := c.Reload(ctx); err != nil || b.Calls("Reload") != 1 || r.Changes == nil || len(r.Changes) != 0 {
+		t.Fatalf("reload: %+v, %v, calls %d", r, err, b.Calls("Reload"))
+	}
+	changes := []string{"inbound SA installed tunnel=t sa=i spi=0x2001"}
+	b.SetReloadChanges(changes)
+	if r, err := c.Reload(ctx); err != nil || !slices.Equal(r.Changes, changes) {
+		t.Fatalf("reload with changes: %+v, %v", r, err)
 	}
 	b.SetReloadErr(errors.New("gw.toml:3:11: gateway.workers: want 1..1024"))
-	if err := c.Reload(ctx); err == nil || err.Error() != "gw.toml:3:11: gateway.workers: want 1..1024" {
+	if _, err := c.Reload(ctx); err == nil || err.Error() != "gw.toml:3:11: gateway.workers: want 1..1024" {
 		t.Fatalf("refused reload: %v", err)
 	}
 }
@@ -588,13 +594,13 @@ func TestClientErrors(t *testing.T) {
 	if d := time.Since(t0); d > 2*time.Second {
 		t.Fatalf("cancelled call took %v", d)
 	}
-	if err := c.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "connection unusable after an earlier error: context deadline exceeded") {
+	if _, err := c.Reload(context.Background()); err == nil || !strings.Contains(err.Error(), "connection unusable after an earlier error: context deadline exceeded") {
 		t.Fatalf("call after a timed-out call: %v", err)
 	}
 	c = dial(t, s.Path())
 	ctx, cancel = context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
-	if err := c.Reload(ctx); !errors.Is(err, context.Canceled) {
+	if _, err := c.Reload(ctx); !errors.Is(err, context.Canceled) {
 		t.Fatalf("cancelled call: %v", err)
 	}
 }

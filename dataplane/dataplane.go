@@ -278,9 +278,14 @@ func (d *Dataplane) Retire(gen uint64, sas []*sad.SA) {
 	go d.retire(gen, sas)
 }
 
+// destroy ends retired SAs: their keys are destroyed and their owners told
+// (sad.SA.Retired).
 func destroy(sas []*sad.SA) {
 	for _, s := range sas {
 		s.Key.Destroy()
+		if s.Retired != nil {
+			s.Retired()
+		}
 	}
 }
 

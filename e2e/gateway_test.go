@@ -167,6 +167,11 @@ func (s *site) writeConfigText(text string) {
 // until its TUN device exists and its control socket answers.
 func (s *site) start(cfg *gwConfig) {
 	s.tb.t.Helper()
+	if cfg.StateDir == "" {
+		// Each gateway locks its state directory: give each its own, kept
+		// for the test bed's life so that a restarted daemon finds it.
+		cfg.StateDir = filepath.Join(s.tb.dir, "state-"+s.name)
+	}
 	s.writeConfig(cfg)
 	s.run()
 }
@@ -347,6 +352,7 @@ func dropsSince(now, before map[string]uint64) map[string]uint64 {
 type gwConfig struct {
 	LogLevel string
 	Workers  int
+	StateDir string
 	TUN      []netip.Prefix
 	UDP      netip.AddrPort // [udp] listen, if valid
 	RawESP   netip.Addr     // [rawesp] listen, if valid
@@ -395,6 +401,9 @@ func (c *gwConfig) render() string {
 	fmt.Fprintf(&b, "[gateway]\nlog_level = %q\n", level)
 	if c.Workers > 0 {
 		fmt.Fprintf(&b, "workers = %d\n", c.Workers)
+	}
+	if c.StateDir != "" {
+		fmt.Fprintf(&b, "state_dir = %q\n", c.StateDir)
 	}
 	fmt.Fprintf(&b, "\n[tun]\nname = %q\naddresses = [%s]\n", tunName, quoteList(c.TUN))
 	if c.UDP.IsValid() {

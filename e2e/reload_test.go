@@ -4,12 +4,14 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -277,5 +279,76 @@ func TestReloadKeepsSequenceNumbers(t *testing.T) {
 			"and starts its sequence numbers again from the file's seq (gateway.rekey: !sameSA -> openSA + SwitchOutbound): "+
 			"%d ESP packets reused an AES-GCM IV already used under the key, and B dropped %d packets as replays (%d of %d lost)",
 			reused, in.Drops["replay"], r2.Lost, r2.Sent)
+	}
+}
+
+// TestReloadRestoresFileState: a reload makes the running SAs what the
+// file says, whatever the control socket changed before, and says what it
+// changed. On A the inbound SA is deleted (B -> A is lost), the outbound
+// SA is switched to one B does not know (A -> B is lost) and an extra
+// inbound SA is added; `sluice reload` puts the file's SAs back, drains
+// the extra one, lists each change, and the tunnel carries traffic both
+// ways again. A second reload changes nothing and says so.
+func TestReloadRestoresFileState(t *testing.T) {
+	requireTool(t, "ping")
+	cfgs := pairConfigs(t, pairOptions{wan: wan4})
+	tb := startPair(t, wan4, cfgs)
+	a := tb.sites[0]
+	ctx := tb.ctx
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+
+	saFile := func(name string, spi uint32, src, dst netip.Addr) string {
+		sa := newSA(t, name, spi, src, dst, "udp", "aes128gcm16")
+		text := (&gwConfig{SAs: []saConfig{sa}}).render()
+		text = text[strings.Index(text, "[[sa]]"):]
+		path := filepath.Join(tb.dir, name+".sa.toml")
+		if err := os.WriteFile(path, []byte(text), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	if _, err := a.cli("sa", "del", "--spi", fmt.Sprint(spiBA)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cli("sa", "add", "--tunnel", "to-b", "--dir", "out", saFile("stray-out", 0x1009, wan4[0].Addr(), wan4[1].Addr())); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cli("sa", "add", "--tunnel", "to-b", "--dir", "in", saFile("stray-in", 0x2009, wan4[1].Addr(), wan4[0].Addr())); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := ping(ctx, a.ns, inner4[1].Addr(), 5, 20*time.Millisecond, "-W", "1"); err != nil || r.Received != 0 {
+		t.Fatalf("ping after the control socket broke the tunnel: %+v, %v; want all lost", r, err)
+	}
+
+	out, err := a.cli("reload")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("sluice reload:\n%s", out)
+	for _, want := range []string{
+		"configuration reloaded: 3 changes",
+		fmt.Sprintf("inbound SA installed tunnel=to-b sa=b-to-a spi=%#x", spiBA),
+		fmt.Sprintf("outbound SA switched tunnel=to-b sa=a-to-b spi=%#x", spiAB),
+		"inbound SA draining tunnel=to-b sa=stray-in spi=0x2009",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("reload output lacks %q", want)
+		}
+	}
+	mustPing(t, ctx, "A -> B after the reload", a.ns, inner4[1].Addr(), 20, 10*time.Millisecond)
+	if s := findSA(a.sas(), spiBA, "in"); s == nil || s.Packets == 0 {
+		t.Errorf("A's inbound SA after the reload: %+v", s)
+	}
+	if s := findSA(a.sas(), spiAB, "out"); s == nil || s.Packets == 0 {
+		t.Errorf("A's outbound SA after the reload: %+v", s)
+	}
+	err = lab.WaitFor(ctx, "the stray inbound SA to drain", gateway.DrainTime+5*time.Second, 50*time.Millisecond, func() (bool, error) {
+		return findSA(a.sas(), 0x2009, "in") == nil, nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+	if out, err := a.cli("reload"); err != nil || !strings.Contains(out, "configuration reloaded: nothing changed") {
+		t.Errorf("second reload: %q, %v", out, err)
 	}
 }

@@ -48,6 +48,10 @@ type Gateway struct {
 	cancel  context.CancelFunc
 
 	stateLock *os.File // holds the state directory's flock; nil without one
+	draining  map[*sad.SA]*drain
+
+	stateMu     sync.Mutex
+	stateOwners map[string]*sad.SA // state file -> the SA that writes it now
 }
 
 // Start brings a gateway up from cfg: it creates the TUN device and the
@@ -154,6 +158,9 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 		}
 		for _, s := range sas {
 			s.Key.Destroy()
+			if s.Retired != nil {
+				s.Retired()
+			}
 		}
 	})
 	plainLinks := make([]dataplane.Link, len(plain))
@@ -297,7 +304,7 @@ func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.D
 	if err != nil {
 		return nil, err
 	}
-	health, err := g.withState(&cfg, sa, name, dir)
+	health, path, err := g.withState(&cfg, sa, name, dir)
 	if err != nil {
 		cfg.Key.Destroy()
 		return nil, err
@@ -306,8 +313,11 @@ func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.D
 	if err != nil {
 		return nil, err
 	}
-	s := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine, State: health}
+	s := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine, State: health, Def: saDef(sa, dir)}
 	rt.SetUser(s)
+	if path != "" {
+		g.ownState(s, path)
+	}
 	return s, nil
 }
 

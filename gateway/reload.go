@@ -1,44 +1,62 @@
 package gateway
 
-// Reload applies a changed configuration to a running gateway without
+// Reload makes a running gateway what a configuration file says, without
 // dropping traffic. The rules:
 //   - links, workers and engines are fixed for the process: a change to
 //     them is refused (it needs a restart);
 //   - a new tunnel is added, a removed one removed;
-//   - a tunnel whose SAs changed is rekeyed in the order that loses nothing
-//     (RFC 4301 section 4.5, as IKE does it): new inbound SAs first, then
-//     the outbound switch, and old inbound SAs are removed only after
-//     DrainTime, so packets the peer sent with them still arrive;
+//   - a tunnel whose running SAs differ from the file's (changed in the
+//     file, or through the control socket since) is rekeyed in the order
+//     that loses nothing (RFC 4301 section 4.5, as IKE does it): new
+//     inbound SAs first, then the outbound switch, and old inbound SAs are
+//     removed only after DrainTime, so packets the peer sent with them
+//     still arrive;
 //   - a tunnel whose endpoints or prefixes changed is replaced.
 // An SA whose settings are unchanged keeps its runtime: sequence numbers
 // and replay windows carry on.
 
 import (
-	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"time"
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/sad"
 )
 
 // DrainTime is how long an inbound SA that left the configuration keeps
 // accepting packets.
 var DrainTime = 2 * time.Second
 
-// Reload applies next. On error the running configuration stays in force.
-func (g *Gateway) Reload(next *config.Gateway) error {
+// Reload applies next and returns what it changed, one line per change.
+// The running state it compares next with is the SAD itself, not the file
+// it last applied, so whatever the control socket changed since (an SA
+// added or deleted, an outbound SA switched) is put back to what next
+// says. On error the running configuration stays in force, except that
+// changes made before the failing one remain (the error says so).
+func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
-		return fmt.Errorf("gateway: closed")
+		return nil, fmt.Errorf("gateway: closed")
 	}
 	old := g.cfg
 	if err := fixedPartsEqual(old, next); err != nil {
-		return err
+		return nil, err
 	}
 	g.cfg = next
+	var changes []string
+	note := func(msg string, args ...any) {
+		g.log.Info(msg, args...)
+		line := msg
+		for i := 0; i+1 < len(args); i += 2 {
+			line += fmt.Sprintf(" %v=%v", args[i], args[i+1])
+		}
+		changes = append(changes, line)
+	}
 	workers := len(g.dp.Stats().Workers)
 	db := g.store.Load()
 	added := 0
@@ -51,29 +69,29 @@ func (g *Gateway) Reload(next *config.Gateway) error {
 	for i := range next.Tunnels {
 		nt := &next.Tunnels[i]
 		newByName[nt.Name] = true
-		ot := oldByName[nt.Name]
+		t := db.Tunnel(nt.Name)
 		owner := (len(db.Tunnels()) + added) % workers
-		if t := db.Tunnel(nt.Name); t != nil {
+		if t != nil {
 			owner = t.Owner
 		} else {
 			added++
 		}
-		switch {
-		case ot == nil:
+		switch ot := oldByName[nt.Name]; {
+		case t == nil:
 			errs = append(errs, g.addTunnel(nt, owner))
-			g.log.Info("tunnel added", "tunnel", nt.Name)
-		case !sameEndpoints(ot, nt):
+			note("tunnel added", "tunnel", nt.Name)
+		case ot == nil || !sameEndpoints(ot, nt):
 			g.store.RemoveTunnel(nt.Name)
 			errs = append(errs, g.addTunnel(nt, owner))
-			g.log.Info("tunnel replaced", "tunnel", nt.Name)
+			note("tunnel replaced", "tunnel", nt.Name)
 		default:
-			errs = append(errs, g.rekey(old, ot, nt))
+			errs = append(errs, g.reconcile(t, nt, note))
 		}
 	}
-	for name := range oldByName {
-		if !newByName[name] {
-			errs = append(errs, g.store.RemoveTunnel(name))
-			g.log.Info("tunnel removed", "tunnel", name)
+	for _, t := range db.Tunnels() {
+		if !newByName[t.Name] {
+			errs = append(errs, g.store.RemoveTunnel(t.Name))
+			note("tunnel removed", "tunnel", t.Name)
 		}
 	}
 	if g.policy != nil || len(next.Policies) > 0 {
@@ -84,46 +102,50 @@ func (g *Gateway) Reload(next *config.Gateway) error {
 	for _, err := range errs {
 		if err != nil {
 			g.log.Error("reload", "err", err)
-			return fmt.Errorf("gateway: reload partly applied: %w", err)
+			return changes, fmt.Errorf("gateway: reload partly applied: %w", err)
 		}
 	}
-	g.log.Info("configuration reloaded", "file", next.File, "tunnels", len(next.Tunnels))
-	return nil
+	g.log.Info("configuration reloaded", "file", next.File, "tunnels", len(next.Tunnels), "changes", len(changes))
+	return changes, nil
 }
 
-// rekey moves a tunnel from its old SAs to its new ones.
-func (g *Gateway) rekey(oldCfg *config.Gateway, ot, nt *config.Tunnel) error {
-	t := g.store.Load().Tunnel(nt.Name)
-	if t == nil {
-		return fmt.Errorf("gateway: tunnel %q vanished", nt.Name)
-	}
-	// 1. Inbound SAs that are new (or changed).
-	keep := map[uint32]bool{}
+// reconcile makes tunnel t's running SAs those nt names, in the order that
+// loses nothing: new inbound SAs first, then the outbound switch, and
+// running inbound SAs nt does not name are removed only after DrainTime.
+// A running SA is kept, with its sequence numbers and replay window, when
+// it was built from the definition nt gives it (sad.SA.Def).
+func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, ...any)) error {
+	// 1. Inbound SAs that are missing or differ.
+	keep := map[*sad.SA]bool{}
 	for _, name := range nt.In {
-		if slices.Contains(ot.In, name) && sameSA(oldCfg.SA(name), g.cfg.SA(name), true) {
-			keep[g.cfg.SA(name).SPI] = true
+		def := withTunnelAddrs(*g.cfg.SA(name), nt.Local, nt.Peer, esp.Inbound)
+		cur := g.store.Load().Inbound(def.SPI)
+		if cur != nil && cur.Tunnel == t && cur.Def == saDef(&def, esp.Inbound) {
+			keep[cur] = true
+			g.undrain(cur, note)
 			continue
 		}
 		in, err := g.openSA(g.cfg, nt, name, esp.Inbound)
 		if err != nil {
 			return err
 		}
-		if old := g.store.Load().Inbound(in.SA.SPI()); old != nil && old.Tunnel == t {
+		if cur != nil && cur.Tunnel == t {
 			// The SA changed but kept its SPI: the old one must go first,
 			// and packets still in flight under it are lost.
-			g.store.RemoveInbound(in.SA.SPI())
+			g.store.RemoveInbound(def.SPI)
 			g.log.Warn("inbound SA replaced under the same SPI; packets in flight under the old key are lost",
-				"tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", in.SA.SPI()))
+				"tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", def.SPI))
 		}
 		if err := g.store.AddInbound(nt.Name, in); err != nil {
 			in.Key.Destroy()
 			return err
 		}
-		keep[in.SA.SPI()] = true
-		g.log.Info("inbound SA added", "tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", in.SA.SPI()))
+		keep[in] = true
+		note("inbound SA installed", "tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", def.SPI))
 	}
 	// 2. The outbound switch.
-	if nt.Out != ot.Out || !sameSA(oldCfg.SA(ot.Out), g.cfg.SA(nt.Out), false) {
+	def := withTunnelAddrs(*g.cfg.SA(nt.Out), nt.Local, nt.Peer, esp.Outbound)
+	if cur := t.Out(); cur == nil || cur.Def != saDef(&def, esp.Outbound) {
 		out, err := g.openSA(g.cfg, nt, nt.Out, esp.Outbound)
 		if err != nil {
 			return err
@@ -132,22 +154,73 @@ func (g *Gateway) rekey(oldCfg *config.Gateway, ot, nt *config.Tunnel) error {
 			out.Key.Destroy()
 			return err
 		}
-		g.log.Info("outbound SA switched", "tunnel", nt.Name, "sa", nt.Out, "spi", fmt.Sprintf("%#x", out.SA.SPI()))
+		note("outbound SA switched", "tunnel", nt.Name, "sa", nt.Out, "spi", fmt.Sprintf("%#x", def.SPI))
 	}
-	// 3. Old inbound SAs drain, then go.
+	// 3. Running inbound SAs the file does not name drain, then go.
 	for _, in := range t.Inbound() {
-		if keep[in.SA.SPI()] {
+		if keep[in] || g.draining[in] != nil {
 			continue
 		}
-		victim := in
-		time.AfterFunc(DrainTime, func() {
+		victim, d := in, new(drain)
+		if g.draining == nil {
+			g.draining = map[*sad.SA]*drain{}
+		}
+		g.draining[victim] = d
+		d.timer = time.AfterFunc(DrainTime, func() {
+			g.mu.Lock()
+			defer g.mu.Unlock()
+			if d.kept || g.closed {
+				return
+			}
+			delete(g.draining, victim)
 			if cur := g.store.Load().Inbound(victim.SA.SPI()); cur == victim {
 				g.store.RemoveInbound(victim.SA.SPI())
 				g.log.Info("inbound SA removed after draining", "tunnel", nt.Name, "sa", victim.Name)
 			}
 		})
+		note("inbound SA draining", "tunnel", nt.Name, "sa", victim.Name, "spi", fmt.Sprintf("%#x", victim.SA.SPI()),
+			"removed_after", DrainTime)
 	}
 	return nil
+}
+
+// drain is an inbound SA on its way out. kept, set under Gateway.mu, calls
+// the removal off even when its timer has already fired.
+type drain struct {
+	timer *time.Timer
+	kept  bool
+}
+
+// undrain keeps an inbound SA that an earlier reload set draining and the
+// file names again.
+func (g *Gateway) undrain(s *sad.SA, note func(string, ...any)) {
+	if d := g.draining[s]; d != nil {
+		d.kept = true
+		d.timer.Stop()
+		delete(g.draining, s)
+		note("inbound SA kept", "tunnel", s.Tunnel.Name, "sa", s.Name, "spi", fmt.Sprintf("%#x", s.SA.SPI()))
+	}
+}
+
+// saDef is the digest that identifies the definition an SA is built from
+// in one direction (sad.SA.Def): everything that makes it a different SA.
+// The starting sequence number is left out (a running SA keeps its own),
+// and the replay window matters only inbound.
+func saDef(sa *config.SA, dir esp.Direction) [32]byte {
+	h := sha256.New()
+	fmt.Fprintf(h, "%d|%d|%v|%v|%s|%s|%d|%d|%d|%t|", dir, sa.SPI, sa.Src, sa.Dst, sa.Mode, sa.Encap, sa.SPort, sa.DPort, sa.Alg, sa.ESN)
+	if dir == esp.Inbound {
+		fmt.Fprintf(h, "%d|", sa.ReplayWindow)
+	}
+	var n [8]byte
+	for _, k := range [][]byte{sa.EncKey, sa.AuthKey} {
+		binary.BigEndian.PutUint64(n[:], uint64(len(k)))
+		h.Write(n[:])
+		h.Write(k)
+	}
+	var d [32]byte
+	h.Sum(d[:0])
+	return d
 }
 
 // fixedPartsEqual refuses changes that need a restart.
@@ -186,16 +259,4 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 func sameEndpoints(a, b *config.Tunnel) bool {
 	return a.Local == b.Local && a.Peer == b.Peer && a.Encap == b.Encap && a.PeerPort == b.PeerPort &&
 		slices.Equal(a.Remote, b.Remote) && a.MTU == b.MTU && a.Engine == b.Engine
-}
-
-// sameSA reports whether two SA definitions describe the same SA (the
-// starting sequence number aside: a running SA keeps its own). The replay
-// window matters only inbound.
-func sameSA(a, b *config.SA, inbound bool) bool {
-	if a == nil || b == nil {
-		return false
-	}
-	return a.SPI == b.SPI && a.Src == b.Src && a.Dst == b.Dst && a.Mode == b.Mode && a.Encap == b.Encap &&
-		a.SPort == b.SPort && a.DPort == b.DPort && a.Alg == b.Alg && bytes.Equal(a.EncKey, b.EncKey) &&
-		bytes.Equal(a.AuthKey, b.AuthKey) && a.ESN == b.ESN && (!inbound || a.ReplayWindow == b.ReplayWindow)
 }

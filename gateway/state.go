@@ -189,19 +189,19 @@ func reserver(path string, h *sad.StateHealth, log *slog.Logger, what []any) fun
 // is written once here, so a directory that cannot be written is refused
 // before the SA carries traffic. Without a state directory, or inbound
 // without anti-replay, it changes nothing and returns nil.
-func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.Direction) (*sad.StateHealth, error) {
+func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.Direction) (*sad.StateHealth, string, error) {
 	dir := g.cfg.StateDir
 	if dir == "" || (d == esp.Inbound && cfg.ReplayWindow == 0) {
-		return nil, nil
+		return nil, "", nil
 	}
 	path := seqStatePath(dir, sa, d)
 	w, err := loadReserved(path)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: state_dir: SA %q: %w", name, err)
+		return nil, "", fmt.Errorf("gateway: state_dir: SA %q: %w", name, err)
 	}
 	cfg.Seq = max(cfg.Seq, w)
 	if err := writeReserved(path, cfg.Seq); err != nil {
-		return nil, fmt.Errorf("gateway: state_dir %s: SA %q (spi 0x%08x): cannot record its sequence-number reservation, "+
+		return nil, "", fmt.Errorf("gateway: state_dir %s: SA %q (spi 0x%08x): cannot record its sequence-number reservation, "+
 			"without which it would drop every packet: %w (make the directory writable, or set gateway.state_dir to one that is)",
 			dir, name, sa.SPI, err)
 	}
@@ -211,5 +211,38 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 	}
 	h := new(sad.StateHealth)
 	cfg.SeqReserve = reserver(path, h, g.log, []any{"sa", name, "spi", fmt.Sprintf("%#x", sa.SPI), "direction", dirName})
-	return h, nil
+	return h, path, nil
+}
+
+// ownState makes s the SA that writes the state file at path, and has it
+// record, once retired, its final sequence state in place of the bound it
+// reserved: the last number sent, or the highest one accepted. Until then
+// the file holds a bound ahead of use (a crash costs up to one reservation
+// step of the peer's packets after the restart); after a clean shutdown, a
+// deletion or a reload that takes an SA out, the file holds the exact
+// state, so the same SA installed again (a restart, a reload that restores
+// what the control socket removed) refuses none of the peer's new packets.
+// The final record is written only while no newer SA of the same file has
+// taken over: that one's reservations must not be undone.
+func (g *Gateway) ownState(s *sad.SA, path string) {
+	g.stateMu.Lock()
+	if g.stateOwners == nil {
+		g.stateOwners = map[string]*sad.SA{}
+	}
+	g.stateOwners[path] = s
+	g.stateMu.Unlock()
+	s.Retired = func() {
+		g.stateMu.Lock()
+		defer g.stateMu.Unlock()
+		if g.stateOwners[path] != s {
+			return
+		}
+		delete(g.stateOwners, path)
+		final := s.SA.Seq()
+		if err := writeReserved(path, final); err != nil {
+			g.log.Warn("cannot record the final sequence state of a retired SA; the reserved bound stays (up to one "+
+				"reservation step of the peer's packets may be refused if the SA is installed again)",
+				"sa", s.Name, "spi", fmt.Sprintf("%#x", s.SA.SPI()), "file", path, "err", err)
+		}
+	}
 }

@@ -356,3 +356,67 @@ func TestStateDirLocked(t *testing.T) {
 	}
 	again.Close()
 }
+
+// TestRetiredSARecordsFinalState: an SA that is retired (clean shutdown,
+// deleted, or taken out by a reload) records its exact state in place of
+// the bound it reserved, so the same SA installed again refuses every
+// packet it accepted and none of the peer's new ones; an outbound one goes
+// on from the last number it sent. A retired SA whose file a newer SA has
+// taken over leaves that one's reservation alone.
+func TestRetiredSARecordsFinalState(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	g0, _ := testGateway(t, dir)
+	peerCfg := *g0.cfg.SA("i")
+	peerCfg.Src, peerCfg.Dst = g0.cfg.Tunnels[0].Peer, g0.cfg.Tunnels[0].Local
+	peer, err := OpenSA(soft.New(), &peerCfg, esp.Outbound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer peer.Config().Key.Destroy()
+
+	g, _ := testGateway(t, dir)
+	in1 := openTest(t, g, "i", esp.Inbound)
+	out1 := openTest(t, g, "o", esp.Outbound)
+	var sent [][]byte
+	for i := range 30 {
+		pkt := r.seal(peer, innerPacket(i))
+		sent = append(sent, pkt)
+		if reason := r.open(in1.SA, pkt); reason != esp.ReasonNone {
+			t.Fatalf("packet %d: %v", i+1, reason)
+		}
+		r.seal(out1.SA, innerPacket(i))
+	}
+	in1.Retired()
+	out1.Retired()
+
+	in2 := openTest(t, g, "i", esp.Inbound)
+	for i, pkt := range sent {
+		if reason := r.open(in2.SA, pkt); reason != esp.ReasonReplay {
+			t.Fatalf("packet %d replayed after the SA came back: %v, want replay", i+1, reason)
+		}
+	}
+	if reason := r.open(in2.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
+		t.Fatalf("the peer's next packet after the SA came back: %v, want accepted", reason)
+	}
+	if out2 := openTest(t, g, "o", esp.Outbound); out2.SA.Seq() != 30 {
+		t.Errorf("outbound SA installed again starts after %d, want 30", out2.SA.Seq())
+	}
+
+	// A newer SA of the same file (in3) has taken it over when in2 retires:
+	// in2 must not undo in3's reservation.
+	for range 100 {
+		r.open(in2.SA, r.seal(peer, innerPacket(0)))
+	}
+	in3 := openTest(t, g, "i", esp.Inbound)
+	sa := withTunnelAddrs(*g.cfg.SA("i"), g.cfg.Tunnels[0].Local, g.cfg.Tunnels[0].Peer, esp.Inbound)
+	path := seqStatePath(dir, &sa, esp.Inbound)
+	before, err := loadReserved(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in2.Retired()
+	if after, _ := loadReserved(path); after != before || after < in3.SA.Seq() {
+		t.Errorf("a retired SA rewrote the file a newer one owns: %d, then %d (the newer SA's window at %d)", before, after, in3.SA.Seq())
+	}
+}

@@ -39,6 +39,15 @@ type SA struct {
 	// State is the health of the SA's durable sequence-number state, or
 	// nil when it keeps none.
 	State *StateHealth
+	// Def identifies the definition the SA was built from (its builder
+	// chooses it; the gateway uses a digest of the configuration's SA), so
+	// that a reload can tell a running SA that is what the file says from
+	// one that is not. sad only carries it.
+	Def [32]byte
+	// Retired, if set, is called once, after the data plane has let go of
+	// the SA for good (no packet can use it any more) and destroyed its
+	// key. The gateway records the SA's final sequence state there.
+	Retired func()
 }
 
 // StateHealth says whether an SA's durable sequence-number reservations

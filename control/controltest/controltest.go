@@ -28,8 +28,10 @@ type Backend struct {
 	data     dataplane.Stats
 	calls    map[string]int
 
-	// ReloadErr is what Reload returns.
-	ReloadErr error
+	// ReloadErr is what Reload returns, and ReloadChanges the changes it
+	// reports when ReloadErr is nil.
+	ReloadErr     error
+	ReloadChanges []string
 	// Panic, when set, makes the method of that name ("SAs", "Stats", ...)
 	// panic, to test that a failing backend does not take the server down.
 	Panic string
@@ -179,12 +181,22 @@ func (b *Backend) SetReloadErr(err error) {
 	b.ReloadErr = err
 }
 
-// Reload counts the reload and returns ReloadErr.
-func (b *Backend) Reload() error {
+// SetReloadChanges sets the changes Reload reports from now on.
+func (b *Backend) SetReloadChanges(changes []string) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ReloadChanges = changes
+}
+
+// Reload counts the reload and returns ReloadChanges and ReloadErr.
+func (b *Backend) Reload() ([]string, error) {
 	b.enter("Reload")
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.ReloadErr
+	if b.ReloadErr != nil {
+		return nil, b.ReloadErr
+	}
+	return b.ReloadChanges, nil
 }
 
 // SocketPath returns a path for a control socket in a new directory that
