@@ -8,8 +8,12 @@ package gateway
 //   - outbound, its sequence numbers start above every one used before;
 //   - inbound, its replay window starts with everything up to the bound
 //     treated as received, so no packet is accepted twice across restarts
-//     (a restart costs at most one reservation step of the peer's
+//     (a crash costs at most one reservation step of the peer's
 //     legitimate packets; see esp.ReplayReserveMin).
+// When an SA is retired (clean shutdown, deletion, a reload that takes it
+// out) it records its exact state in place of the reserved bound
+// (ownState), so a clean restart, or the same SA installed again, costs
+// nothing.
 //
 // AEAD nonces do not depend on this state (package esp's doc): losing it
 // costs replay protection and sequence-number continuity, never a nonce.
