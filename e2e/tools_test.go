@@ -287,9 +287,10 @@ func (k kernelCounters) since(before kernelCounters) kernelCounters {
 // address on an interface: their IV (the 8 bytes after the ESP header,
 // hex) and the start of their ciphertext.
 type espCapture struct {
-	fd   int
-	mu   sync.Mutex
-	seen map[string]string
+	fd      int
+	mu      sync.Mutex
+	seen    map[string]string
+	repeats int // packets whose IV was seen before in the same take
 	stop chan struct{}
 	done chan struct{}
 }
@@ -353,19 +354,36 @@ func (c *espCapture) loop(src [4]byte, spi uint32) {
 		if binary.BigEndian.Uint32(esp) != spi {
 			continue
 		}
+		iv := hex.EncodeToString(esp[8:16])
 		c.mu.Lock()
-		c.seen[hex.EncodeToString(esp[8:16])] = hex.EncodeToString(esp[16:24])
+		if _, ok := c.seen[iv]; ok {
+			c.repeats++
+		}
+		c.seen[iv] = hex.EncodeToString(esp[16:24])
 		c.mu.Unlock()
 	}
 }
 
-// take returns what was captured since the last take.
+// take returns what was captured since the last take, and how many of
+// those packets repeated an IV seen earlier in it.
 func (c *espCapture) take() map[string]string {
+	m, _ := c.takeRepeats()
+	return m
+}
+
+// count is how many packets were captured since the last take.
+func (c *espCapture) count() int {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	m := c.seen
-	c.seen = map[string]string{}
-	return m
+	return len(c.seen) + c.repeats
+}
+
+func (c *espCapture) takeRepeats() (map[string]string, int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	m, r := c.seen, c.repeats
+	c.seen, c.repeats = map[string]string{}, 0
+	return m, r
 }
 
 func (c *espCapture) close() {

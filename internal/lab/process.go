@@ -141,6 +141,16 @@ func (p *Process) Stop() error {
 	return p.stopErr
 }
 
+// Kill ends the process (its whole process group) with SIGKILL at once,
+// as a crash would, and waits until it has exited. An end by Kill is not
+// an error: Stop returns nil after it.
+func (p *Process) Kill() {
+	p.stopOnce.Do(func() {
+		syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
+		<-p.done
+	})
+}
+
 func (p *Process) stop() error {
 	pgid := -p.cmd.Process.Pid
 	select {
