@@ -291,8 +291,8 @@ type espCapture struct {
 	mu      sync.Mutex
 	seen    map[string]string
 	repeats int // packets whose IV was seen before in the same take
-	stop chan struct{}
-	done chan struct{}
+	stop    chan struct{}
+	done    chan struct{}
 }
 
 // captureESP starts capturing, on ifname in ns, the ESP in UDP from src
