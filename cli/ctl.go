@@ -256,10 +256,13 @@ func newReloadCommand(e *env) *cobra.Command {
 		Use:   "reload",
 		Short: "Make the running gateway re-read its configuration file",
 		Long: `Make the running gateway re-read its configuration file and apply the
-changes without dropping traffic, as SIGHUP does. A file with errors is
-refused, with each error's file:line:col, and the running configuration
-stays; so does a change that needs a restart (workers, engines, [tun],
-[udp], [rawesp], control_socket, metrics).`,
+changes without dropping traffic, as SIGHUP does, and print each change.
+The running SAs become the file's, whatever sa add and sa del changed
+since: an SA the file names and the gateway lacks is installed, one it
+does not name is removed (inbound SAs after a drain time). A file with
+errors is refused, with each error's file:line:col, and the running
+configuration stays; so does a change that needs a restart (workers,
+engines, [tun], [udp], [rawesp], control_socket, metrics).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
