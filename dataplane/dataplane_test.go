@@ -44,12 +44,18 @@ func newKeys() keys {
 
 func mkSA(t *testing.T, eng cryptodev.Engine, k keys, spi uint32, src, dst netip.Addr, out bool) *sad.SA {
 	t.Helper()
+	return mkSAWith(t, eng, k, spi, src, dst, out, pairOptions{})
+}
+
+// mkSAWith is mkSA with the ESN and starting sequence number of o.
+func mkSAWith(t *testing.T, eng cryptodev.Engine, k keys, spi uint32, src, dst netip.Addr, out bool, o pairOptions) *sad.SA {
+	t.Helper()
 	key, err := eng.NewKey(cryptodev.AES128GCM16, k.enc, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := esp.Config{SPI: spi, Mode: esp.Tunnel, Encap: esp.EncapUDP, Src: src, Dst: dst, Alg: cryptodev.AES128GCM16,
-		Key: key, ReplayWindow: 1024}
+		Key: key, ReplayWindow: 1024, ESN: o.esn, Seq: o.seq}
 	var rt *esp.SA
 	if out {
 		rt, err = esp.NewOutbound(cfg)
@@ -73,7 +79,29 @@ var (
 // (10.2.0.0/24), with one tunnel each way keyed alike.
 func pair(t *testing.T, eng cryptodev.Engine) (a, b *site, ab, ba keys) {
 	t.Helper()
-	netA, netB := pipe.New(4096)
+	return pairWith(t, eng, pairOptions{})
+}
+
+// pairOptions vary a pair.
+type pairOptions struct {
+	// wire, if set, wraps the ends of the pipe between the data planes:
+	// A's ESP goes out on wa, B's on wb.
+	wire func(a, b pktio.Link) (wa, wb pktio.Link)
+	// esn and seq are every SA's: extended sequence numbers, and the
+	// number the SAs start from (the last one sent, the highest one
+	// received).
+	esn bool
+	seq uint64
+}
+
+// pairWith is pair with options.
+func pairWith(t *testing.T, eng cryptodev.Engine, o pairOptions) (a, b *site, ab, ba keys) {
+	t.Helper()
+	var netA, netB pktio.Link
+	netA, netB = pipe.New(4096)
+	if o.wire != nil {
+		netA, netB = o.wire(netA, netB)
+	}
 	ab, ba = newKeys(), newKeys()
 	mk := func(local, peer netip.Addr, remote string, net pktio.Link, outKeys, inKeys keys, outSPI, inSPI uint32) *site {
 		user, plain := pipe.New(4096)
@@ -89,7 +117,7 @@ func pair(t *testing.T, eng cryptodev.Engine) (a, b *site, ab, ba keys) {
 		s.dp = dp
 		_, err = s.store.AddTunnel(sad.TunnelSpec{Name: "t", Local: local, Peer: peer, Encap: esp.EncapUDP,
 			Remote: []netip.Prefix{netip.MustParsePrefix(remote)}, MTU: 1400,
-			Out: mkSA(t, eng, outKeys, outSPI, local, peer, true), In: []*sad.SA{mkSA(t, eng, inKeys, inSPI, peer, local, false)}})
+			Out: mkSAWith(t, eng, outKeys, outSPI, local, peer, true, o), In: []*sad.SA{mkSAWith(t, eng, inKeys, inSPI, peer, local, false, o)}})
 		if err != nil {
 			t.Fatal(err)
 		}

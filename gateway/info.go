@@ -149,7 +149,20 @@ func (g *Gateway) Stats() Stats {
 func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	t := g.store.Load().Tunnel(tunnel)
+	return InstallSA(g.store, g.cfg, tunnel, dir, sa, g.openEntry)
+}
+
+// InstallSA is AddSA on any store: it checks sa against the tunnel of cfg
+// as the file's SAs are checked, gives it the tunnel's addresses where it
+// leaves them out, opens it with open (on the engine of the tunnel's
+// outbound SA, else cfg's default) and adds it to store: next to the
+// tunnel's inbound SAs (dir "in") or in place of its outbound SA ("out").
+// If the store refuses it, its key is destroyed. In-memory gateways
+// (internal/lab) rekey through it, so that they take the control socket's
+// path.
+func InstallSA(store *sad.Store, cfg *config.Gateway, tunnel, dir string, sa *config.SA,
+	open func(engine string, sa *config.SA, name string, d esp.Direction) (*sad.SA, error)) error {
+	t := store.Load().Tunnel(tunnel)
 	if t == nil {
 		return fmt.Errorf("gateway: no tunnel %q", tunnel)
 	}
@@ -158,7 +171,7 @@ func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 		engine = s.Engine
 	}
 	if engine == "" {
-		engine = g.cfg.Engine
+		engine = cfg.Engine
 	}
 	d := esp.Inbound
 	if dir == "out" {
@@ -168,18 +181,18 @@ func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	}
 	// The checks the file's SAs get (config.Gateway.CheckTunnelSA): an SA
 	// the file would refuse is refused here too.
-	if err := g.cfg.CheckTunnelSA(tunnel, sa, d == esp.Outbound); err != nil {
+	if err := cfg.CheckTunnelSA(tunnel, sa, d == esp.Outbound); err != nil {
 		return err
 	}
 	sac := withTunnelAddrs(*sa, t.Local, t.Peer, d)
-	s, err := g.openEntry(engine, &sac, sa.Name, d)
+	s, err := open(engine, &sac, sa.Name, d)
 	if err != nil {
 		return err
 	}
 	if d == esp.Outbound {
-		err = g.store.SwitchOutbound(tunnel, s)
+		err = store.SwitchOutbound(tunnel, s)
 	} else {
-		err = g.store.AddInbound(tunnel, s)
+		err = store.AddInbound(tunnel, s)
 	}
 	if err != nil {
 		s.Key.Destroy()

@@ -9,6 +9,8 @@
 //	              GSO/GRO, SO_REUSEPORT groups (one socket per worker)
 //	pktio/rawesp  ESP as IP protocol 50 on raw IPv4 and IPv6 sockets
 //	pktio/pipe    an in-memory pair of Links for tests and benchmarks
+//	pktio/fault   a Link wrapper for tests that loses, corrupts, duplicates,
+//	              reorders and delays what is written through it (seeded)
 //	pktio/netutil netlink helpers: bring a link up, add addresses and routes
 //
 // # Packets are whole IP packets

@@ -57,7 +57,25 @@ type MemorySite struct {
 // only: configurations with policies are refused. [tun], [udp] and
 // [rawesp] are ignored but for the TUN MTU.
 func (l *Lab) MemoryPair(ctx context.Context, a, b *config.Gateway) (sa, sb *MemorySite, err error) {
-	netA, netB := pipe.New(memQueue)
+	return l.MemoryPairWith(ctx, a, b, MemoryOptions{})
+}
+
+// MemoryOptions vary a MemoryPair.
+type MemoryOptions struct {
+	// Wire, if set, wraps the two ends of the in-memory wire, a's and b's
+	// (a sends its ESP on wa and reads the peer's from it), for example in
+	// pktio/fault links. The wrappers own the ends: closing a wrapper
+	// closes its end.
+	Wire func(a, b pktio.Link) (wa, wb pktio.Link)
+}
+
+// MemoryPairWith is MemoryPair with options.
+func (l *Lab) MemoryPairWith(ctx context.Context, a, b *config.Gateway, o MemoryOptions) (sa, sb *MemorySite, err error) {
+	var netA, netB pktio.Link
+	netA, netB = pipe.New(memQueue)
+	if o.Wire != nil {
+		netA, netB = o.Wire(netA, netB)
+	}
 	if err := l.register("close in-memory wire", func() error { netA.Close(); return netB.Close() }); err != nil {
 		return nil, nil, err
 	}
@@ -140,12 +158,10 @@ func (s *MemorySite) addTunnel(t *config.Tunnel, owner int) error {
 		if c == nil {
 			return nil, fmt.Errorf("no SA %q", name)
 		}
-		rt, err := gateway.OpenSA(s.engines[engine], c, dir)
+		x, err := s.openEntry(engine, c, name, dir)
 		if err != nil {
 			return nil, err
 		}
-		x := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine}
-		rt.SetUser(x)
 		opened = append(opened, x)
 		return x, nil
 	}
@@ -190,6 +206,30 @@ func (s *MemorySite) addTunnel(t *config.Tunnel, owner int) error {
 	}
 	return nil
 }
+
+// openEntry makes the runtime of sa in one direction on the named engine
+// and the SAD entry that holds it. In-memory gateways keep no state
+// directory.
+func (s *MemorySite) openEntry(engine string, c *config.SA, name string, dir esp.Direction) (*sad.SA, error) {
+	rt, err := gateway.OpenSA(s.engines[engine], c, dir)
+	if err != nil {
+		return nil, err
+	}
+	x := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine}
+	rt.SetUser(x)
+	return x, nil
+}
+
+// AddSA installs sa on a running tunnel as the control socket's `sa add`
+// does (gateway.InstallSA): dir "in" adds an inbound SA, "out" switches
+// the outbound SA. Calls are serialised by the store.
+func (s *MemorySite) AddSA(tunnel, dir string, sa *config.SA) error {
+	return gateway.InstallSA(s.store, s.Config, tunnel, dir, sa, s.openEntry)
+}
+
+// DelSA removes the inbound SA with the given SPI, as `sa del` does; its
+// key is destroyed once no lane can hold it.
+func (s *MemorySite) DelSA(spi uint32) error { return s.store.RemoveInbound(spi) }
 
 // close stops the data plane and its host and releases the SAs and
 // engines.
