@@ -361,3 +361,10 @@ int sl_derive(struct sl_pkey *k, const uint8_t *peer, size_t peerlen,
 		ERR_clear_error();
 	return ok;
 }
+
+// sl_symkey_hold marks every slot of k taken (busy 1) or free (busy 0), so
+// that a test can drive ops onto the temporary contexts.
+void sl_symkey_hold(struct sl_symkey *k, int busy) {
+	for (int i = 0; i < SL_SLOTS; i++)
+		atomic_store(&k->slots[i].busy, busy);
+}

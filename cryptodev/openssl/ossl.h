@@ -50,6 +50,9 @@ struct sl_symkey *sl_symkey_new(int suite, const uint8_t *enc, size_t enclen,
                                 size_t icvlen);
 void sl_symkey_free(struct sl_symkey *k);
 
+// sl_symkey_hold takes (busy 1) or frees every slot of k, for tests.
+void sl_symkey_hold(struct sl_symkey *k, int busy);
+
 // sl_sym_run runs n ops and sets each status.
 void sl_sym_run(sl_op *ops, int n);
 

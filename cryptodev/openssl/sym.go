@@ -171,3 +171,15 @@ func (q *queue) runSym(ops []cryptodev.Op) {
 	// Drop the addresses: the descriptors must not outlive the batch.
 	clear(q.descs)
 }
+
+// holdSlots marks every context slot of a symmetric key taken (or free
+// again), so that a test sees ops run on temporary contexts, as they do
+// when more goroutines than a key has slots use it at once.
+func holdSlots(k *cryptodev.Key, hold bool) {
+	s := k.State().(*symKey)
+	busy := C.int(0)
+	if hold {
+		busy = 1
+	}
+	C.sl_symkey_hold((*C.struct_sl_symkey)(atomic.LoadPointer(&s.c)), busy)
+}
