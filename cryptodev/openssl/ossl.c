@@ -256,9 +256,20 @@ void sl_sym_run(sl_op *ops, int n) {
 
 // ---- asymmetric ----
 
+// A signing key keeps, like a symmetric key, a few slots of contexts
+// initialised for signing, so that a signature costs libcrypto's
+// EVP_PKEY_sign alone; a slot remembers the hash and padding it was last
+// set to.
+struct sl_signslot {
+	atomic_int busy;
+	EVP_PKEY_CTX *ctx;
+	int hash, pss;
+};
+
 struct sl_pkey {
 	int kind;
 	EVP_PKEY *pkey;
+	struct sl_signslot slots[SL_SLOTS];
 };
 
 struct sl_pkey *sl_pkey_new(int kind, const uint8_t *der, size_t derlen) {
@@ -281,6 +292,8 @@ struct sl_pkey *sl_pkey_new(int kind, const uint8_t *der, size_t derlen) {
 void sl_pkey_free(struct sl_pkey *k) {
 	if (k == NULL)
 		return;
+	for (int i = 0; i < SL_SLOTS; i++)
+		EVP_PKEY_CTX_free(k->slots[i].ctx);
 	EVP_PKEY_free(k->pkey); // libcrypto clears the private parts it frees
 	free(k);
 }
@@ -312,22 +325,45 @@ int sl_sign(struct sl_pkey *k, int hash, int pss, const uint8_t *in, size_t inle
 	const EVP_MD *md = sl_md(hash);
 	if (md == NULL)
 		return 0;
-	EVP_PKEY_CTX *c = EVP_PKEY_CTX_new_from_pkey(NULL, k->pkey, NULL);
-	if (c == NULL || EVP_PKEY_sign_init(c) != 1)
-		goto done;
-	if (k->kind == SL_RSA) {
-		if (EVP_PKEY_CTX_set_rsa_padding(c, pss ? RSA_PKCS1_PSS_PADDING : RSA_PKCS1_PADDING) != 1)
+	struct sl_signslot tmp = {0}, *s = &tmp;
+	static _Thread_local unsigned hint;
+	for (unsigned i = 0; i < SL_SLOTS; i++) {
+		struct sl_signslot *t = &k->slots[(hint + i) % SL_SLOTS];
+		if (atomic_load_explicit(&t->busy, memory_order_relaxed) == 0 &&
+		    atomic_exchange_explicit(&t->busy, 1, memory_order_acquire) == 0) {
+			hint = (hint + i) % SL_SLOTS;
+			s = t;
+			break;
+		}
+	}
+	if (s->ctx == NULL) {
+		s->ctx = EVP_PKEY_CTX_new_from_pkey(NULL, k->pkey, NULL);
+		s->hash = s->pss = 0;
+		if (s->ctx == NULL || EVP_PKEY_sign_init(s->ctx) != 1)
 			goto done;
 	}
-	if (EVP_PKEY_CTX_set_signature_md(c, md) != 1)
-		goto done;
-	if (pss && EVP_PKEY_CTX_set_rsa_pss_saltlen(c, RSA_PSS_SALTLEN_DIGEST) != 1)
-		goto done;
-	ok = EVP_PKEY_sign(c, out, outlen, in, inlen) == 1;
+	if (s->hash != hash || s->pss != pss) {
+		s->hash = 0; // unknown until every setting below took
+		if (k->kind == SL_RSA &&
+		    EVP_PKEY_CTX_set_rsa_padding(s->ctx, pss ? RSA_PKCS1_PSS_PADDING : RSA_PKCS1_PADDING) != 1)
+			goto done;
+		if (EVP_PKEY_CTX_set_signature_md(s->ctx, md) != 1)
+			goto done;
+		if (pss && EVP_PKEY_CTX_set_rsa_pss_saltlen(s->ctx, RSA_PSS_SALTLEN_DIGEST) != 1)
+			goto done;
+		s->hash = hash;
+		s->pss = pss;
+	}
+	ok = EVP_PKEY_sign(s->ctx, out, outlen, in, inlen) == 1;
 done:
-	EVP_PKEY_CTX_free(c);
-	if (!ok)
+	if (!ok || s == &tmp) {
+		// A context that failed is not trusted again.
+		EVP_PKEY_CTX_free(s->ctx);
+		s->ctx = NULL;
 		ERR_clear_error();
+	}
+	if (s != &tmp)
+		atomic_store_explicit(&s->busy, 0, memory_order_release);
 	return ok;
 }
 
