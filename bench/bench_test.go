@@ -229,18 +229,18 @@ func TestParseOpenSSL(t *testing.T) {
 }
 
 func TestOpenSSLArgs(t *testing.T) {
-	args, err := OpenSSLSpec{Engine: OpenSSLAEAD, Alg: cryptodev.AES128GCM16, Size: 1420, Threads: 2, Duration: 1500 * time.Millisecond}.Args()
+	args, err := OpenSSLSpec{Engine: OpenSSLSpeedAEAD, Alg: cryptodev.AES128GCM16, Size: 1420, Threads: 2, Duration: 1500 * time.Millisecond}.Args()
 	if want := "speed -mr -elapsed -seconds 2 -multi 2 -aead -evp aes-128-gcm -bytes 1420"; err != nil || strings.Join(args, " ") != want {
 		t.Errorf("%q %v, want %q", args, err, want)
 	}
-	args, err = OpenSSLSpec{Engine: OpenSSL, Alg: cryptodev.X25519, Threads: 1, Duration: time.Second}.Args()
+	args, err = OpenSSLSpec{Engine: OpenSSLSpeed, Alg: cryptodev.X25519, Threads: 1, Duration: time.Second}.Args()
 	if want := "speed -mr -elapsed -seconds 1 ecdhx25519"; err != nil || strings.Join(args, " ") != want {
 		t.Errorf("%q %v, want %q", args, err, want)
 	}
-	if _, err := (OpenSSLSpec{Engine: OpenSSL, Alg: cryptodev.AES256CBCSHA512, Size: 64, Threads: 1}).Args(); err == nil {
+	if _, err := (OpenSSLSpec{Engine: OpenSSLSpeed, Alg: cryptodev.AES256CBCSHA512, Size: 64, Threads: 1}).Args(); err == nil {
 		t.Error("aes256-sha512 has no openssl counterpart")
 	}
-	if _, err := (OpenSSLSpec{Engine: OpenSSLAEAD, Alg: cryptodev.AES128CBCSHA256, Size: 64, Threads: 1}).Args(); err == nil {
+	if _, err := (OpenSSLSpec{Engine: OpenSSLSpeedAEAD, Alg: cryptodev.AES128CBCSHA256, Size: 64, Threads: 1}).Args(); err == nil {
 		t.Error("-aead for a CBC suite")
 	}
 	if e := OpenSSLEngines(cryptodev.NullSHA256); len(e) != 0 {
@@ -256,7 +256,7 @@ func TestRunOpenSSL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("runs openssl for a second")
 	}
-	r, err := RunOpenSSL(context.Background(), path, OpenSSLSpec{Engine: OpenSSLAEAD, Alg: cryptodev.AES128GCM16, Size: 64, Threads: 1, Duration: time.Second})
+	r, err := RunOpenSSL(context.Background(), path, OpenSSLSpec{Engine: OpenSSLSpeedAEAD, Alg: cryptodev.AES128GCM16, Size: 64, Threads: 1, Duration: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}

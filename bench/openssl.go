@@ -5,12 +5,16 @@ package bench
 //
 // Two rows per symmetric AEAD run:
 //
-//	openssl       openssl speed -evp ALG -bytes N: one EVP_EncryptUpdate
-//	              per buffer on one context (a stream: no per-packet nonce,
-//	              AAD or tag)
-//	openssl-aead  the same with -aead: init, AAD, update and final per
-//	              buffer, the TLS-like sequence that matches a per-packet
-//	              seal
+//	openssl-speed       openssl speed -evp ALG -bytes N: one
+//	                    EVP_EncryptUpdate per buffer on one context (a
+//	                    stream: no per-packet nonce, AAD or tag)
+//	openssl-speed-aead  the same with -aead: init, AAD, update and final per
+//	                    buffer, the TLS-like sequence that matches a
+//	                    per-packet seal
+//
+// The rows are named apart from the engine "openssl" (package
+// cryptodev/openssl, build tag openssl), which is libcrypto driven through
+// sluice's engine API; these are the openssl binary on its own.
 //
 // Both run with -elapsed (wall-clock time, as sluice measures, not user CPU
 // time) and -mr (machine-readable output, parsed here), and with -multi N
@@ -30,10 +34,10 @@ import (
 	"github.com/sluicegw/sluice/cryptodev"
 )
 
-// Engine names of openssl rows.
+// Engine names of openssl speed rows.
 const (
-	OpenSSL     = "openssl"
-	OpenSSLAEAD = "openssl-aead"
+	OpenSSLSpeed     = "openssl-speed"
+	OpenSSLSpeedAEAD = "openssl-speed-aead"
 )
 
 // openSSLCipher is the EVP name of a symmetric suite.
@@ -61,7 +65,7 @@ var openSSLAsym = map[cryptodev.Alg][2]string{
 
 // OpenSSLSpec is one openssl speed run.
 type OpenSSLSpec struct {
-	// Engine is OpenSSL or OpenSSLAEAD (symmetric AEAD suites only).
+	// Engine is OpenSSLSpeed or OpenSSLSpeedAEAD (symmetric AEAD suites only).
 	Engine  string
 	Alg     cryptodev.Alg
 	Size    int // symmetric only
@@ -71,18 +75,18 @@ type OpenSSLSpec struct {
 }
 
 // OpenSSLEngines lists the openssl rows that exist for alg: none, or
-// OpenSSL, or OpenSSL and OpenSSLAEAD.
+// OpenSSLSpeed, or OpenSSLSpeed and OpenSSLSpeedAEAD.
 func OpenSSLEngines(alg cryptodev.Alg) []string {
 	if _, ok := openSSLAsym[alg]; ok {
-		return []string{OpenSSL}
+		return []string{OpenSSLSpeed}
 	}
 	if _, ok := openSSLCipher[alg]; !ok {
 		return nil
 	}
 	if alg.Info().AEAD {
-		return []string{OpenSSL, OpenSSLAEAD}
+		return []string{OpenSSLSpeed, OpenSSLSpeedAEAD}
 	}
-	return []string{OpenSSL}
+	return []string{OpenSSLSpeed}
 }
 
 // Args returns openssl's arguments for s, or an error if openssl speed has
@@ -94,7 +98,7 @@ func (s OpenSSLSpec) Args() ([]string, error) {
 		args = append(args, "-multi", strconv.Itoa(s.Threads))
 	}
 	if a, ok := openSSLAsym[s.Alg]; ok {
-		if s.Engine != OpenSSL {
+		if s.Engine != OpenSSLSpeed {
 			return nil, fmt.Errorf("bench: %s has no %s row", s.Alg, s.Engine)
 		}
 		return append(args, a[0]), nil
@@ -107,8 +111,8 @@ func (s OpenSSLSpec) Args() ([]string, error) {
 		return nil, fmt.Errorf("bench: size %d: want > 0", s.Size)
 	}
 	switch s.Engine {
-	case OpenSSL:
-	case OpenSSLAEAD:
+	case OpenSSLSpeed:
+	case OpenSSLSpeedAEAD:
 		if !s.Alg.Info().AEAD {
 			return nil, fmt.Errorf("bench: %v is not an AEAD: no -aead run", s.Alg)
 		}

@@ -205,7 +205,7 @@ func NewCryptoTable() *CryptoTable { return &CryptoTable{raw: map[[3]string]floa
 
 // Header is the table's header line.
 func (t *CryptoTable) Header() string {
-	return fmt.Sprintf("%-12s %-16s %-7s %6s %7s %5s %12s %10s %7s %5s",
+	return fmt.Sprintf("%-18s %-16s %-7s %6s %7s %5s %12s %10s %7s %5s",
 		"engine", "alg", "op", "size", "threads", "batch", "ops/s", "MB/s", "vs raw", "cpu")
 }
 
@@ -223,7 +223,7 @@ func (t *CryptoTable) Row(r CryptoResult) string {
 	} else if base := t.raw[k]; base > 0 {
 		vs = fmt.Sprintf("%.1f%%", 100*r.OpsPerSec/base)
 	}
-	return fmt.Sprintf("%-12s %-16s %-7s %6s %7d %5d %12.0f %10s %7s %5s",
+	return fmt.Sprintf("%-18s %-16s %-7s %6s %7d %5d %12.0f %10s %7s %5s",
 		r.Engine, r.Alg, r.Op, size, r.Threads, r.Batch, r.OpsPerSec, mbs, vs, cores(r.CPUSeconds, r.Seconds))
 }
 

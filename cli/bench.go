@@ -219,9 +219,11 @@ most ` + strconv.Itoa(bench.MaxAsymBatch) + ` ops.
 
 --openssl also runs openssl speed (with -mr -elapsed, and -multi for several
 threads) for the same algorithms, sizes and threads, when openssl is
-installed: "openssl" rows are -evp ALG -bytes N (a stream of updates on one
-context), "openssl-aead" rows add -aead (init, AAD, update, final per buffer,
-as a per-packet seal does).
+installed: "openssl-speed" rows are -evp ALG -bytes N (a stream of updates on
+one context), "openssl-speed-aead" rows add -aead (init, AAD, update, final
+per buffer, as a per-packet seal does). They are the openssl binary on its
+own; the engine "openssl" (a build with -tags openssl) is libcrypto through
+sluice's engine API, and is named in --engines like any other.
 
 MB is 10^6 bytes. Exit status: 0; 1 if a run failed; 2 for bad flags.`,
 		Args: cobra.NoArgs,
@@ -352,7 +354,7 @@ func runBenchCrypto(ctx context.Context, e *env, o *cryptoOptions) error {
 				label := fmt.Sprintf("%s %v %s x%d", eng, g.alg, sizeLabel, g.threads)
 				r.bar.Start(label)
 				var res bench.CryptoResult
-				if eng == bench.OpenSSL || eng == bench.OpenSSLAEAD {
+				if eng == bench.OpenSSLSpeed || eng == bench.OpenSSLSpeedAEAD {
 					res, err = bench.RunOpenSSL(ctx, opensslPath, bench.OpenSSLSpec{Engine: eng, Alg: g.alg, Size: g.size,
 						Threads: g.threads, Duration: o.duration})
 					if err != nil && ctx.Err() == nil {

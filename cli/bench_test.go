@@ -188,12 +188,12 @@ func TestBenchOpenSSL(t *testing.T) {
 	engines := map[any]bool{}
 	for _, r := range d.Results {
 		engines[r["engine"]] = true
-		if strings.HasPrefix(r["engine"].(string), "openssl") && (!strings.HasPrefix(r["command"].(string), "openssl speed") || r["ops_per_sec"].(float64) <= 0) {
+		if strings.HasPrefix(r["engine"].(string), "openssl-speed") && (!strings.HasPrefix(r["command"].(string), "openssl speed") || r["ops_per_sec"].(float64) <= 0) {
 			t.Errorf("openssl row %v", r)
 		}
 	}
-	if !engines["openssl"] || !engines["openssl-aead"] {
-		t.Errorf("engines %v: want openssl and openssl-aead rows", engines)
+	if !engines["openssl-speed"] || !engines["openssl-speed-aead"] {
+		t.Errorf("engines %v: want openssl-speed and openssl-speed-aead rows", engines)
 	}
 	if len(d.Notes) != 1 || !strings.Contains(d.Notes[0], "null-sha256") {
 		t.Errorf("notes %q: want one about null-sha256", d.Notes)

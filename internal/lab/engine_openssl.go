@@ -1,0 +1,7 @@
+//go:build openssl
+
+package lab
+
+// The libcrypto engine, in builds with the openssl tag (go build -tags
+// openssl): it registers itself as "openssl".
+import _ "github.com/sluicegw/sluice/cryptodev/openssl"
