@@ -10,9 +10,9 @@
 //     decryption by its first op.
 //  2. Claim (any worker): a worker looks through every submitter's ring for
 //     an unclaimed part (a chunk) of a batch of the direction it serves
-//     next, and claims it with a CAS on Batch.EngineState. A big batch is
-//     split into up to Workers chunks, so two workers share one submitter's
-//     single stream.
+//     next, and claims it with a CAS on the batch's Private().State. A big
+//     batch is split into up to Workers chunks, so two workers share one
+//     submitter's single stream.
 //  3. Crypto (in parallel): the worker runs soft.Process on its chunk and
 //     counts the chunk done in the same state word; whoever finishes the
 //     last chunk wakes the submitter if it sleeps on that batch.
