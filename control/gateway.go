@@ -83,7 +83,7 @@ func reloadFile(g *gateway.Gateway, file string) error {
 	if err != nil {
 		return err
 	}
-	if err := next.CheckEngines(cryptodev.Engines()); err != nil {
+	if err := next.CheckEngines(cryptodev.CheckEngine); err != nil {
 		return err
 	}
 	return g.Reload(next)

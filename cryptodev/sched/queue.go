@@ -1,11 +1,11 @@
 package sched
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 
 	"github.com/sluicegw/sluice/cryptodev"
-	"github.com/sluicegw/sluice/cryptodev/soft"
 )
 
 // A submitted batch's state lives in its Batch.Private().State word:
@@ -90,7 +90,7 @@ type queue struct {
 	head, tail uint64 // private copies of pubHead, pubTail
 	closed     bool
 	removed    bool
-	scratch    soft.Scratch // for help
+	proc       cryptodev.Processor // for help; closed by unregister
 
 	_       [padUint64]byte
 	pubTail atomic.Uint64 // written by the submitter on Submit
@@ -106,7 +106,7 @@ type queue struct {
 	wake    chan struct{}
 }
 
-func newQueue(e *Engine) *queue {
+func newQueue(e *Engine) (*queue, error) {
 	size := 1
 	for size < e.depth {
 		size <<= 1
@@ -118,7 +118,12 @@ func newQueue(e *Engine) *queue {
 		depth: uint64(e.depth),
 		wake:  make(chan struct{}, 1),
 	}
-	return q
+	p, err := e.inner.NewProcessor()
+	if err != nil {
+		return nil, fmt.Errorf("sched: %s: %w", e.inner.Name(), err)
+	}
+	q.proc = p
+	return q, nil
 }
 
 // Submit queues b. It never blocks: on a full ring it returns
@@ -303,7 +308,7 @@ func (q *queue) help() bool {
 				break
 			}
 			if st.CompareAndSwap(s, s+claimOne) {
-				q.e.run(b, claimedOf(s), totalOf(s), &q.scratch)
+				q.e.run(b, claimedOf(s), totalOf(s), q.proc)
 				return true
 			}
 		}
@@ -365,5 +370,6 @@ func (q *queue) unregister() {
 	if !q.removed {
 		q.removed = true
 		q.e.unregister(q)
+		q.proc.Close()
 	}
 }

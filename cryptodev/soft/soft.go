@@ -287,6 +287,18 @@ func (k *KeyState) mac(c *chainCtx, op *cryptodev.Op, ciphertext []byte) []byte 
 	return m.Sum(c.sum[:0])[:k.icvLen]
 }
 
+// processor is a Processor: Process with a Scratch of its own.
+type processor struct{ s Scratch }
+
+func (p *processor) Process(ops []cryptodev.Op) { Process(ops, &p.s) }
+func (p *processor) Close()                     {}
+
+// NewProcessor returns a Processor for one goroutine (package sched runs
+// one per worker). See cryptodev.ProcessorEngine.
+func (e *Engine) NewProcessor() (cryptodev.Processor, error) { return new(processor), nil }
+
+var _ cryptodev.ProcessorEngine = (*Engine)(nil)
+
 // queue is the synchronous engine's queue: a fixed ring of completed
 // batches, in submission order.
 type queue struct {
