@@ -23,3 +23,13 @@ type ProcessorEngine interface {
 	// name keys this engine made.
 	NewProcessor() (Processor, error)
 }
+
+// Describe says what runs behind e, for logs and benchmark tables: the
+// engine's Describe method if it has one (a library's version and the code
+// path it chose for this CPU), else its name.
+func Describe(e Engine) string {
+	if d, ok := e.(interface{ Describe() string }); ok {
+		return d.Describe()
+	}
+	return e.Name()
+}

@@ -109,15 +109,15 @@ static void fill(IMB_JOB *job, smb_op *op)
 
 	job->cipher_direction = enc ? IMB_DIR_ENCRYPT : IMB_DIR_DECRYPT;
 	job->chain_order = enc ? IMB_ORDER_CIPHER_HASH : IMB_ORDER_HASH_CIPHER;
-	job->dst = op->dst;
+	job->dst = (uint8_t *)op->dst;
 	job->msg_len_to_cipher_in_bytes = op->len;
-	job->auth_tag_output = enc ? op->tag : op->tag_out;
+	job->auth_tag_output = enc ? (uint8_t *)op->tag : op->tag_out;
 	job->auth_tag_output_len_in_bytes = k->tag_len;
 	job->user_data = op;
 	switch (k->kind) {
 	case SMB_GCM:
 	case SMB_CHACHA:
-		job->src = op->src;
+		job->src = (const uint8_t *)op->src;
 		job->cipher_start_src_offset_in_bytes = 0;
 		job->hash_start_src_offset_in_bytes = 0;
 		job->msg_len_to_hash_in_bytes = op->len;
@@ -141,7 +141,7 @@ static void fill(IMB_JOB *job, smb_op *op)
 	default:
 		/* AAD || IV || data, hashed from packet memory; the cipher
 		 * starts after the AAD and the IV. */
-		job->src = op->hash;
+		job->src = (const uint8_t *)op->hash;
 		job->cipher_start_src_offset_in_bytes = op->hash_len - op->len;
 		job->hash_start_src_offset_in_bytes = 0;
 		job->msg_len_to_hash_in_bytes = op->hash_len;
@@ -158,7 +158,7 @@ static void fill(IMB_JOB *job, smb_op *op)
 		} else {
 			/* NULL encryption (and CBC of nothing): copy. */
 			if (op->dst != op->src && op->len > 0)
-				memmove(op->dst, op->src, op->len);
+				memmove((void *)op->dst, (const void *)op->src, op->len);
 			job->cipher_mode = IMB_CIPHER_NULL;
 			job->key_len_in_bytes = 0;
 			job->iv_len_in_bytes = 0;

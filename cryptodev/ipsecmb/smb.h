@@ -24,15 +24,18 @@ typedef struct smb_key {
 	uint32_t kind, key_len, tag_len, hash_alg;
 } __attribute__((aligned(64))) smb_key;
 
-/* One op. The pointers are into pinned Go memory; aad, iv and tag_in are
- * copies. For the chained suites hash points to the AAD in packet memory,
- * followed there by the IV and src (len bytes): hash_len covers them all. */
+/* One op. src, dst, tag and hash are addresses in pinned Go memory, held
+ * as integers: Go writes them, and a pointer-typed field would make Go's
+ * write barrier look at the stale address a reused descriptor still holds.
+ * aad, iv and tag_in are copies. For the chained suites hash is the
+ * address of the AAD in packet memory, followed there by the IV and src
+ * (len bytes): hash_len covers them all. */
 typedef struct smb_op {
 	const smb_key *key;
-	const uint8_t *src;
-	uint8_t *dst;
-	uint8_t *tag;        /* encrypt: where the ICV goes */
-	const uint8_t *hash; /* chained suites: start of AAD || IV || data */
+	uintptr_t src;
+	uintptr_t dst;
+	uintptr_t tag;       /* encrypt: where the ICV goes */
+	uintptr_t hash;      /* chained suites: start of AAD || IV || data */
 	uint32_t len, hash_len;
 	uint8_t dir;         /* 0 encrypt, 1 decrypt */
 	uint8_t aad_len;

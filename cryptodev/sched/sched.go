@@ -201,6 +201,11 @@ func (e *Engine) Name() string                  { return e.name }
 func (*Engine) Async() bool                     { return true }
 func (e *Engine) Supports(a cryptodev.Alg) bool { return e.inner.Supports(a) }
 
+// Describe says how many workers run which inner engine's code.
+func (e *Engine) Describe() string {
+	return fmt.Sprintf("%d workers over %s", e.workers, cryptodev.Describe(e.inner))
+}
+
 // Inner returns the synchronous engine whose code the workers run.
 func (e *Engine) Inner() cryptodev.ProcessorEngine { return e.inner }
 
