@@ -137,6 +137,9 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 		}
 	}()
 	if s.Alg.IsAsymmetric() {
+		if findBaseline(s.Engine) != nil {
+			return nil, cleanup, "", fmt.Errorf("%w: %s measures symmetric suites only", cryptodev.ErrUnsupported, s.Engine)
+		}
 		priv, err := privateKey(s.Alg)
 		if err != nil {
 			return nil, cleanup, "", err
@@ -181,6 +184,17 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 	rand.Read(encKey)
 	rand.Read(authKey)
 	n := dataLen(s.Alg, s.Size)
+	if b := findBaseline(s.Engine); b != nil {
+		for range s.Threads {
+			l, free, err := b.symLoop(s.Alg, encKey, n, s.Size, s.Batch, opSlotLen(s.Size))
+			if err != nil {
+				return nil, cleanup, "", err
+			}
+			cleanups.push(free)
+			loops = append(loops, l)
+		}
+		return loops, cleanup, "", nil
+	}
 	if s.Engine == Raw {
 		for range s.Threads {
 			l, err := newRawSymLoop(s.Alg, encKey, authKey, n, s.Size, s.Batch)

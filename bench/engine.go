@@ -21,14 +21,42 @@ const Raw = "raw"
 // completes each batch in Submit, so it has one.
 const DefaultInFlight = 4
 
-// EngineNames lists what an engine flag may name: raw and every registered
-// engine.
-func EngineNames() []string { return append([]string{Raw}, cryptodev.Engines()...) }
+// EngineNames lists what an engine flag may name: raw, the baselines
+// linked in (see baselines) and every registered engine.
+func EngineNames() []string {
+	names := []string{Raw}
+	for _, b := range baselines {
+		names = append(names, b.name)
+	}
+	return append(names, cryptodev.Engines()...)
+}
+
+// A baseline is a pseudo-engine like Raw: a library's own loop, run beside
+// the engines on the same algorithm, size and batch. Build-tagged files
+// add them (engine_ipsecmb.go: the intel-ipsec-mb C loop).
+type baseline struct {
+	name string
+	// symLoop returns one thread's loop sealing batch ops of size bytes
+	// (the data of each is n bytes) with the key material encKey, laid out
+	// in slots of slotLen bytes as the engine loops lay theirs out.
+	symLoop func(alg cryptodev.Alg, encKey []byte, n, size, batch, slotLen int) (loop, func(), error)
+}
+
+var baselines []baseline
+
+func findBaseline(name string) *baseline {
+	for i := range baselines {
+		if baselines[i].name == name {
+			return &baselines[i]
+		}
+	}
+	return nil
+}
 
 // CheckEngine returns an error naming the valid engines if name is not one:
 // raw, a registered engine, or sched over one ("sched:ipsecmb").
 func CheckEngine(name string) error {
-	if name == Raw || strings.Contains(name, ":") && cryptodev.CheckEngine(name) == nil || slices.Contains(EngineNames(), name) {
+	if name == Raw || findBaseline(name) != nil || strings.Contains(name, ":") && cryptodev.CheckEngine(name) == nil || slices.Contains(EngineNames(), name) {
 		return nil
 	}
 	return fmt.Errorf("bench: unknown engine %q (valid: %s, or sched:ENGINE)", name, strings.Join(EngineNames(), ", "))
