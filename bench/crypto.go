@@ -26,6 +26,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/packet"
 )
 
 // CryptoSpec is one crypto measurement.
@@ -136,6 +137,9 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 		}
 	}()
 	if s.Alg.IsAsymmetric() {
+		if findBaseline(s.Engine) != nil {
+			return nil, cleanup, "", fmt.Errorf("%w: %s measures symmetric suites only", cryptodev.ErrUnsupported, s.Engine)
+		}
 		priv, err := privateKey(s.Alg)
 		if err != nil {
 			return nil, cleanup, "", err
@@ -180,6 +184,17 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 	rand.Read(encKey)
 	rand.Read(authKey)
 	n := dataLen(s.Alg, s.Size)
+	if b := findBaseline(s.Engine); b != nil {
+		for range s.Threads {
+			l, free, err := b.symLoop(s.Alg, encKey, n, s.Size, s.Batch, opSlotLen(s.Size))
+			if err != nil {
+				return nil, cleanup, "", err
+			}
+			cleanups.push(free)
+			loops = append(loops, l)
+		}
+		return loops, cleanup, "", nil
+	}
 	if s.Engine == Raw {
 		for range s.Threads {
 			l, err := newRawSymLoop(s.Alg, encKey, authKey, n, s.Size, s.Batch)
@@ -203,17 +218,20 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 		return nil, cleanup, "", err
 	}
 	cleanups.push(key.Destroy)
+	if d := cryptodev.Describe(e); d != e.Name() {
+		note = d
+	}
 	for range s.Threads {
 		l, err := newEngineLoop(e, inFlight(e, s.InFlight), s.Batch, s.Size, func(op *cryptodev.Op, slot []byte) {
 			fillSymOp(op, key, slot, n, info)
 		})
 		if err != nil {
-			return nil, cleanup, "", err
+			return nil, cleanup, note, err
 		}
 		cleanups.push(l.close)
 		loops = append(loops, l)
 	}
-	return loops, cleanup, "", nil
+	return loops, cleanup, note, nil
 }
 
 // opSlotLen is the per-op memory of a symmetric run of size-byte ops: the
@@ -242,6 +260,7 @@ type engineLoop struct {
 	free  []*cryptodev.Batch
 	size  int    // bytes counted per op
 	ivCtr uint64 // next IV
+	unpin func()
 }
 
 // newEngineLoop makes depth batches of n ops; fill sets up each op over its
@@ -257,6 +276,9 @@ func newEngineLoop(e cryptodev.Engine, depth, n, size int, fill func(op *cryptod
 		slotLen = opSlotLen(size)
 	}
 	arena := make([]byte, depth*n*slotLen)
+	// Pinned, as a packet pool's arenas are: engines written in C take
+	// addresses in it without pinning per batch.
+	l.unpin = packet.PinArena(arena)
 	for range depth {
 		b := cryptodev.NewBatch(n)
 		b.Ops = b.Ops[:n]
@@ -310,7 +332,10 @@ func (l *engineLoop) drain() {
 	}
 }
 
-func (l *engineLoop) close() { l.q.Close() }
+func (l *engineLoop) close() {
+	l.q.Close()
+	l.unpin()
+}
 
 // rawSymLoop is one raw thread: the same arena layout, Go's crypto called
 // directly on each slot.

@@ -21,25 +21,72 @@ const Raw = "raw"
 // completes each batch in Submit, so it has one.
 const DefaultInFlight = 4
 
-// EngineNames lists what an engine flag may name: raw and every registered
-// engine.
-func EngineNames() []string { return append([]string{Raw}, cryptodev.Engines()...) }
+// EngineNames lists what an engine flag may name: raw, the baselines
+// linked in (see baselines) and every registered engine.
+func EngineNames() []string {
+	names := []string{Raw}
+	for _, b := range baselines {
+		names = append(names, b.name)
+	}
+	return append(names, cryptodev.Engines()...)
+}
 
-// CheckEngine returns an error naming the valid engines if name is not one.
+// A baseline is a pseudo-engine like Raw: a library's own loop, run beside
+// the engines on the same algorithm, size and batch. Build-tagged files
+// add them (engine_ipsecmb.go: the intel-ipsec-mb C loop).
+type baseline struct {
+	name string
+	// symLoop returns one thread's loop sealing batch ops of size bytes
+	// (the data of each is n bytes) with the key material encKey, laid out
+	// in slots of slotLen bytes as the engine loops lay theirs out.
+	symLoop func(alg cryptodev.Alg, encKey []byte, n, size, batch, slotLen int) (loop, func(), error)
+}
+
+var baselines []baseline
+
+func findBaseline(name string) *baseline {
+	for i := range baselines {
+		if baselines[i].name == name {
+			return &baselines[i]
+		}
+	}
+	return nil
+}
+
+// CheckEngine returns an error naming the valid engines if name is not one:
+// raw, a registered engine, or sched over one ("sched:ipsecmb").
 func CheckEngine(name string) error {
-	if slices.Contains(EngineNames(), name) {
+	if name == Raw || findBaseline(name) != nil || strings.Contains(name, ":") && cryptodev.CheckEngine(name) == nil || slices.Contains(EngineNames(), name) {
 		return nil
 	}
-	return fmt.Errorf("bench: unknown engine %q (valid: %s)", name, strings.Join(EngineNames(), ", "))
+	return fmt.Errorf("bench: unknown engine %q (valid: %s, or sched:ENGINE)", name, strings.Join(EngineNames(), ", "))
 }
 
 // openEngine opens a registered engine. schedWorkers > 0 sets the worker
-// count of the sched engine (the registry's sched has one per CPU).
+// count of the sched engine, over soft or over the engine "sched:ENGINE"
+// names (the registry's sched has one per CPU).
 func openEngine(name string, schedWorkers int) (cryptodev.Engine, error) {
-	if name == sched.Name && schedWorkers > 0 {
+	outer, inner, composite := strings.Cut(name, ":")
+	if outer != sched.Name || schedWorkers <= 0 {
+		return cryptodev.Open(name)
+	}
+	if !composite {
 		return sched.New(sched.Options{Workers: schedWorkers})
 	}
-	return cryptodev.Open(name)
+	ie, err := cryptodev.Open(inner)
+	if err != nil {
+		return nil, err
+	}
+	pe, ok := ie.(cryptodev.ProcessorEngine)
+	if !ok {
+		ie.Close()
+		return nil, fmt.Errorf("bench: engine %s cannot run under sched", inner)
+	}
+	e, err := sched.New(sched.Options{Workers: schedWorkers, Inner: pe})
+	if err != nil {
+		ie.Close()
+	}
+	return e, err
 }
 
 // inFlight is the number of batches a submitter keeps in flight on e.

@@ -110,6 +110,9 @@ func (s *ESPSpec) check() error {
 	case s.Duration <= 0:
 		return fmt.Errorf("bench: duration %v: want > 0", s.Duration)
 	}
+	if findBaseline(s.Engine) != nil {
+		return fmt.Errorf("bench: %s is a bench crypto baseline, not an engine ESP can run on", s.Engine)
+	}
 	return CheckEngine(s.Engine)
 }
 

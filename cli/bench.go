@@ -78,7 +78,7 @@ type benchCommon struct {
 func (c *benchCommon) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringSliceVar(&c.engines, "engines", []string{bench.Raw, "soft", "sched"},
-		"engines to measure: raw (Go's crypto called directly, the baseline) and registered engines ("+strings.Join(cryptodev.Engines(), ", ")+")")
+		"engines to measure: raw (Go's crypto called directly, the baseline), a library's own loop where linked in (ipsecmb-c, bench crypto only), registered engines ("+strings.Join(cryptodev.Engines(), ", ")+") and sched over one (sched:ENGINE)")
 	f.IntVar(&c.batch, "batch", 64, "ops (packets) per batch")
 	f.IntVar(&c.inFlight, "inflight", bench.DefaultInFlight, "batches each submitter keeps in flight on an asynchronous engine")
 	f.DurationVar(&c.duration, "duration", 2*time.Second, "measured time of each run (after a short warm-up)")

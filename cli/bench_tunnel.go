@@ -11,7 +11,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -105,8 +104,8 @@ func (o *tunnelOptions) options() (tunnel.Options, error) {
 		return to, withCode(ExitUsage, err)
 	}
 	for _, n := range o.engines {
-		if !slices.Contains(cryptodev.Engines(), n) {
-			return to, usageErr("--engines: %q is not registered (registered: %s)", n, strings.Join(cryptodev.Engines(), ", "))
+		if err := cryptodev.CheckEngine(n); err != nil {
+			return to, usageErr("--engines: %s", strings.TrimPrefix(err.Error(), "cryptodev: "))
 		}
 	}
 	for _, a := range o.algs {

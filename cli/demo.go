@@ -37,7 +37,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"text/tabwriter"
 	"time"
@@ -166,8 +165,8 @@ func runDemo(ctx context.Context, e *env, cmd *cobra.Command, o *demoOptions) (e
 	if aerr != nil || alg.IsAsymmetric() {
 		return usageErr("--alg %q: not an ESP algorithm (%s)", o.alg, algNames())
 	}
-	if !slices.Contains(cryptodev.Engines(), o.engine) {
-		return usageErr("--engine %q is not registered (registered: %s)", o.engine, strings.Join(cryptodev.Engines(), ", "))
+	if err := cryptodev.CheckEngine(o.engine); err != nil {
+		return usageErr("--engine: %s", strings.TrimPrefix(err.Error(), "cryptodev: "))
 	}
 	if o.duration < 100*time.Millisecond {
 		return usageErr("--duration %v: at least 100ms", o.duration)

@@ -74,7 +74,7 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
-	if err := cfg.CheckEngines(cryptodev.Engines()); err != nil {
+	if err := cfg.CheckEngines(cryptodev.CheckEngine); err != nil {
 		return withCode(ExitUsage, err)
 	}
 	level := new(slog.LevelVar)

@@ -216,13 +216,19 @@ func (g *Gateway) FieldPos(field string) Pos {
 }
 
 // CheckEngines reports, with their positions, the engines the configuration
-// names that are not among registered (cryptodev.Engines() at start-up).
-func (g *Gateway) CheckEngines(registered []string) error {
+// names that valid rejects. At start-up valid is cryptodev.CheckEngine: an
+// engine that is not registered, or a composition such as "sched:ipsecmb"
+// whose outer engine does not run over others or whose inner engine is
+// unknown. An error's "cryptodev: " prefix is dropped.
+func (g *Gateway) CheckEngines(valid func(name string) error) error {
 	var errs Errors
 	check := func(field, name string) {
-		if name != "" && !slices.Contains(registered, name) {
+		if name == "" {
+			return
+		}
+		if err := valid(name); err != nil {
 			errs = append(errs, &Error{Pos: g.FieldPos(field), Field: field,
-				Msg: fmt.Sprintf("engine %s is not registered (registered: %s)", shortQuote(name), strings.Join(registered, ", "))})
+				Msg: strings.TrimPrefix(err.Error(), "cryptodev: ")})
 		}
 	}
 	check("gateway.engine", g.Engine)
@@ -476,22 +482,29 @@ func (d *gwDecoder) gatewaySection(f string, v *Value) {
 	}
 }
 
-// engine reads a crypto engine name; empty says what "" means.
+// engine reads a crypto engine name, or two joined by a colon (an engine
+// that runs over another: "sched:ipsecmb"); empty says what "" means.
 func (d *decoder) engine(f string, v *Value, empty string) (string, bool) {
 	s, ok := d.str(f, v)
 	if !ok || s == "" {
 		return s, ok
 	}
-	valid := len(s) <= 32 && s[0] >= 'a' && s[0] <= 'z'
+	outer, inner, composite := strings.Cut(s, ":")
+	if len(s) > 65 || !engineName(outer) || composite && !engineName(inner) {
+		d.errorf(v.Pos, f, "invalid engine name %s (want a registered engine's lowercase name, such as soft or sched, or sched:ENGINE to schedule another engine's work over all cores; %s)", shortQuote(s), empty)
+		return "", false
+	}
+	return s, true
+}
+
+// engineName reports whether s has the shape of a registered engine's name.
+func engineName(s string) bool {
+	valid := len(s) > 0 && len(s) <= 32 && s[0] >= 'a' && s[0] <= 'z'
 	for i := 0; valid && i < len(s); i++ {
 		c := s[i]
 		valid = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-' || c == '_'
 	}
-	if !valid {
-		d.errorf(v.Pos, f, "invalid engine name %s (want a registered engine's lowercase name, such as soft or sched; %s)", shortQuote(s), empty)
-		return "", false
-	}
-	return s, true
+	return valid
 }
 
 // checkSocketPath returns what is wrong with a Unix socket path, or "".

@@ -222,6 +222,19 @@ func TestGatewayBaseIsValid(t *testing.T) {
 	}
 }
 
+// TestGatewayEngineComposite: an engine scheduled over another parses as
+// one name, for the gateway and for a tunnel.
+func TestGatewayEngineComposite(t *testing.T) {
+	doc := "[gateway]\nengine = \"sched:ipsecmb\"\n" + tun1 + "engine = \"sched:soft\"\n" + sas1
+	g, err := ParseGateway("gw.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.Engine != "sched:ipsecmb" || g.Tunnels[0].Engine != "sched:soft" {
+		t.Errorf("engines %q, %q", g.Engine, g.Tunnels[0].Engine)
+	}
+}
+
 func TestGatewayErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -269,7 +282,9 @@ func TestGatewayErrors(t *testing.T) {
 		// [gateway] values.
 		{"workers too many", "[gateway]\nworkers = 1025\n" + tun1 + sas1, []wantErr{{2, "gateway.workers", "1025 out of range (want 0..1024; 0 = one per core)"}}},
 		{"workers negative", "[gateway]\nworkers = -1\n" + tun1 + sas1, []wantErr{{2, "gateway.workers", "out of range"}}},
-		{"engine case", "[gateway]\nengine = \"Soft\"\n" + tun1 + sas1, []wantErr{{2, "gateway.engine", `invalid engine name "Soft" (want a registered engine's lowercase name, such as soft or sched; "" lets the registry choose)`}}},
+		{"engine case", "[gateway]\nengine = \"Soft\"\n" + tun1 + sas1, []wantErr{{2, "gateway.engine", `invalid engine name "Soft" (want a registered engine's lowercase name, such as soft or sched, or sched:ENGINE to schedule another engine's work over all cores; "" lets the registry choose)`}}},
+		{"engine composite empty inner", "[gateway]\nengine = \"sched:\"\n" + tun1 + sas1, []wantErr{{2, "gateway.engine", `invalid engine name "sched:"`}}},
+		{"engine composite twice", "[gateway]\nengine = \"sched:sched:soft\"\n" + tun1 + sas1, []wantErr{{2, "gateway.engine", `invalid engine name "sched:sched:soft"`}}},
 		{"engine spaces", tun1 + "engine = \"soft engine\"\n" + sas1, []wantErr{{8, "tunnel[1].engine", `"" uses the [gateway] engine`}}},
 		{"log level", "[gateway]\nlog_level = \"verbose\"\n" + tun1 + sas1, []wantErr{{2, "gateway.log_level", `unknown log level "verbose" (valid: debug, info, warn, error)`}}},
 		{"log level case", "[gateway]\nlog_level = \"INFO\"\n" + tun1 + sas1, []wantErr{{2, "gateway.log_level", "did you mean info?"}}},
@@ -558,15 +573,35 @@ func TestGatewayCheckEngines(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := g.CheckEngines([]string{"sched", "soft"}); err != nil {
+	// registered is a stand-in for cryptodev.CheckEngine.
+	registered := func(names ...string) func(string) error {
+		return func(name string) error {
+			outer, inner, composite := strings.Cut(name, ":")
+			if !slices.Contains(names, outer) {
+				return fmt.Errorf("cryptodev: engine %q is not registered (registered: %s)", outer, strings.Join(names, ", "))
+			}
+			if composite && !slices.Contains(names, inner) {
+				return fmt.Errorf("cryptodev: inner engine %q in %q is not registered (registered: %s)", inner, name, strings.Join(names, ", "))
+			}
+			return nil
+		}
+	}
+	if err := g.CheckEngines(registered("sched", "soft")); err != nil {
 		t.Errorf("both registered: %v", err)
 	}
-	err = g.CheckEngines([]string{"soft"})
+	err = g.CheckEngines(registered("soft"))
 	want := `testdata/gateway-valid.toml:4:10: gateway.engine: engine "sched" is not registered (registered: soft)`
 	if err == nil || err.Error() != want {
 		t.Errorf("got %v, want %s", err, want)
 	}
-	err = g.CheckEngines(nil)
+	g.Engine = "sched:ipsecmb"
+	err = g.CheckEngines(registered("sched", "soft"))
+	want = `testdata/gateway-valid.toml:4:10: gateway.engine: inner engine "ipsecmb" in "sched:ipsecmb" is not registered (registered: sched, soft)`
+	if err == nil || err.Error() != want {
+		t.Errorf("got %v, want %s", err, want)
+	}
+	g.Engine = "sched"
+	err = g.CheckEngines(registered())
 	var errs Errors
 	if !errors.As(err, &errs) || len(errs) != 2 || errs[1].Field != "tunnel[1].engine" || errs[1].Pos.Line != 33 {
 		t.Errorf("got %v", err)

@@ -83,7 +83,7 @@ func reloadFile(g *gateway.Gateway, file string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := next.CheckEngines(cryptodev.Engines()); err != nil {
+	if err := next.CheckEngines(cryptodev.CheckEngine); err != nil {
 		return nil, err
 	}
 	return g.Reload(next)

@@ -123,15 +123,32 @@ type Batch struct {
 	// packets the ops belong to). Engines never touch it.
 	User any
 
-	// Engine-private state. An engine may use it only between Submit and
-	// Dequeue.
-	state atomic.Uint32
-	Next  *Batch // engine-private link
+	priv Private
 }
 
-// EngineState gives engines an atomic word of per-batch state (for example
-// "queued", "claimed", "done"). Callers must not use it.
-func (b *Batch) EngineState() *atomic.Uint32 { return &b.state }
+// Private is the engine-private slot of a Batch: the state an engine keeps
+// per batch between Submit and the Dequeue that returns it. Only the engine
+// the batch is submitted to may use it, and only in that time; Reset clears
+// it. Submitters never read or write it.
+type Private struct {
+	// State is an atomic word of per-batch state (for example "queued",
+	// "claimed", "done"), for engines whose workers claim work with a CAS.
+	State atomic.Uint32
+	// Owner is the engine's queue the batch was submitted to, as the
+	// engine records it at Submit, so that whoever completes the batch (a
+	// worker, a poller) can tell the queue without a lookup.
+	Owner Completer
+}
+
+// Completer is implemented by an engine's queue that wants to hear when one
+// of its batches is complete (set as Private.Owner at Submit). Complete
+// reports whether it woke the submitter.
+type Completer interface {
+	Complete(b *Batch) bool
+}
+
+// Private returns the batch's engine-private slot. See Private.
+func (b *Batch) Private() *Private { return &b.priv }
 
 // Reset prepares the batch for reuse with n ops, clearing their statuses.
 // It keeps the Ops backing array; n must not exceed cap(b.Ops).
@@ -141,8 +158,8 @@ func (b *Batch) Reset(n int) {
 		b.Ops[i] = Op{}
 	}
 	b.User = nil
-	b.Next = nil
-	b.state.Store(0)
+	b.priv.Owner = nil
+	b.priv.State.Store(0)
 }
 
 // NewBatch returns a batch with room for n ops.

@@ -91,6 +91,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 			return nil, fmt.Errorf("gateway: %w", err)
 		}
 		g.engines[name] = eng
+		log.Info("crypto engine", "name", eng.Name(), "runs", cryptodev.Describe(eng))
 		closers = append(closers, func() { eng.Close() })
 	}
 

@@ -7,6 +7,7 @@ package packet
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"unsafe"
 )
@@ -115,7 +116,8 @@ func (b *Buf) ArenaOffset() (arena int, off int, n int) {
 	return b.pool.arenaOf(b), int(b.index)*b.pool.slotSize + b.off, b.Len()
 }
 
-// Pool hands out Bufs from arenas allocated once. It never grows past the
+// Pool hands out Bufs from arenas allocated once, pinned for the pool's
+// life so that engines written in C can take their addresses (PinArena). It never grows past the
 // count it was made with: Get returns nil when every buffer is out, and the
 // caller drops and counts (DESIGN.md decision 8). It is safe for concurrent
 // use.
@@ -140,10 +142,20 @@ func NewPool(count, slotSize, headroom int) *Pool {
 	}
 	p := &Pool{slotSize: slotSize, headroom: headroom, bufs: make([]Buf, count), free: make([]*Buf, 0, count)}
 	p.perArena = max(1, arenaBytes/slotSize)
+	var unpins []func()
 	for i := 0; i < count; i += p.perArena {
 		n := min(p.perArena, count-i)
-		p.arenas = append(p.arenas, make([]byte, n*slotSize))
+		a := make([]byte, n*slotSize)
+		p.arenas = append(p.arenas, a)
+		unpins = append(unpins, PinArena(a))
 	}
+	// The arenas are pinned for engines written in C (see PinArena) until
+	// the pool is garbage.
+	runtime.AddCleanup(p, func(unpins []func()) {
+		for _, u := range unpins {
+			u()
+		}
+	}, unpins)
 	for i := range p.bufs {
 		a := p.arenas[i/p.perArena]
 		o := (i % p.perArena) * slotSize

@@ -1,14 +1,14 @@
 package sched
 
 import (
+	"fmt"
 	"runtime"
 	"sync/atomic"
 
 	"github.com/sluicegw/sluice/cryptodev"
-	"github.com/sluicegw/sluice/cryptodev/soft"
 )
 
-// A submitted batch's state lives in its Batch.EngineState word:
+// A submitted batch's state lives in its Batch.Private().State word:
 //
 //	bits  0-5   chunks claimed by workers (or by an abort)
 //	bits  6-11  chunks done
@@ -26,8 +26,8 @@ import (
 // pointer to a batch that its submitter has dequeued meanwhile and submitted
 // again, even on another queue. Such a claim is still a real one (the CAS
 // only succeeds on a submitted batch with work left), and the worker finds
-// the queue to notify through the batch itself: Submit sets b.Next to the
-// queue's token batch, whose User is the queue.
+// the queue to notify through the batch itself: Submit records the queue as
+// the batch's Private().Owner.
 const (
 	chunkBits   = 6
 	maxChunks   = 1<<chunkBits - 1
@@ -64,11 +64,12 @@ func claimable(s, dir uint32) bool {
 // finish counts one chunk of b done and, if it was the last, notifies b's
 // submitter. It reports whether it woke the submitter. It reads the owner
 // before the count: once b is done its submitter may dequeue it and clear
-// b.Next.
+// the owner.
 func finish(b *cryptodev.Batch) bool {
-	q := b.Next.User.(*queue)
-	if s := b.EngineState().Add(doneOne); isDone(s) {
-		return q.completed(b)
+	p := b.Private()
+	q := p.Owner
+	if s := p.State.Add(doneOne); isDone(s) {
+		return q.Complete(b)
 	}
 	return false
 }
@@ -84,13 +85,12 @@ type queue struct {
 	ring  []atomic.Pointer[cryptodev.Batch]
 	mask  uint64
 	depth uint64
-	token *cryptodev.Batch // set as b.Next on Submit; token.User is the queue
 
 	// Submitter-only state.
 	head, tail uint64 // private copies of pubHead, pubTail
 	closed     bool
 	removed    bool
-	scratch    soft.Scratch // for help
+	proc       cryptodev.Processor // for help; closed by unregister
 
 	_       [padUint64]byte
 	pubTail atomic.Uint64 // written by the submitter on Submit
@@ -106,7 +106,7 @@ type queue struct {
 	wake    chan struct{}
 }
 
-func newQueue(e *Engine) *queue {
+func newQueue(e *Engine) (*queue, error) {
 	size := 1
 	for size < e.depth {
 		size <<= 1
@@ -118,8 +118,12 @@ func newQueue(e *Engine) *queue {
 		depth: uint64(e.depth),
 		wake:  make(chan struct{}, 1),
 	}
-	q.token = &cryptodev.Batch{User: q}
-	return q
+	p, err := e.inner.NewProcessor()
+	if err != nil {
+		return nil, fmt.Errorf("sched: %s: %w", e.inner.Name(), err)
+	}
+	q.proc = p
+	return q, nil
 }
 
 // Submit queues b. It never blocks: on a full ring it returns
@@ -137,10 +141,11 @@ func (q *queue) Submit(b *cryptodev.Batch) error {
 	if n > 0 && b.Ops[0].Dir != cryptodev.Encrypt {
 		s |= dirDec << dirShift
 	}
-	b.Next = q.token
-	// The Store publishes b (ops, Next) to any worker whose claim CAS
+	p := b.Private()
+	p.Owner = q
+	// The Store publishes b (ops, owner) to any worker whose claim CAS
 	// reads this word; the tail Store publishes the slot.
-	b.EngineState().Store(s)
+	p.State.Store(s)
 	q.ring[q.tail&q.mask].Store(b)
 	q.tail++
 	q.pubTail.Store(q.tail)
@@ -161,7 +166,7 @@ func (q *queue) Dequeue(wait bool) *cryptodev.Batch {
 	}
 	slot := &q.ring[q.head&q.mask]
 	b := slot.Load()
-	st := b.EngineState()
+	st := &b.Private().State
 	if !isDone(st.Load()) {
 		if q.e.closed.Load() {
 			q.abort()
@@ -175,7 +180,7 @@ func (q *queue) Dequeue(wait bool) *cryptodev.Batch {
 	slot.Store(nil)
 	q.head++
 	q.pubHead.Store(q.head)
-	b.Next = nil
+	b.Private().Owner = nil
 	if q.closed && q.head == q.tail {
 		q.unregister()
 	}
@@ -219,9 +224,9 @@ func (q *queue) waitDone(st *atomic.Uint32) {
 	}
 }
 
-// completed is called once b is done. If the submitter is parked waiting
-// for b (its head), it wakes it and reports true.
-func (q *queue) completed(b *cryptodev.Batch) bool {
+// Complete is called once b is done. If the submitter is parked waiting
+// for b (its head), it wakes it and reports true. See cryptodev.Completer.
+func (q *queue) Complete(b *cryptodev.Batch) bool {
 	if !q.waiting.Load() {
 		return false
 	}
@@ -268,7 +273,7 @@ func (q *queue) claim(dir uint32) (b *cryptodev.Batch, k, total uint32, ok bool)
 			}
 			continue
 		}
-		st := b.EngineState()
+		st := &b.Private().State
 		for {
 			s := st.Load()
 			if !claimable(s, dir) {
@@ -296,14 +301,14 @@ func (q *queue) claim(dir uint32) (b *cryptodev.Batch, k, total uint32, ok bool)
 func (q *queue) help() bool {
 	for p := q.head; p < q.tail; p++ {
 		b := q.ring[p&q.mask].Load()
-		st := b.EngineState()
+		st := &b.Private().State
 		for {
 			s := st.Load()
 			if !claimable(s, dirOf(s)) {
 				break
 			}
 			if st.CompareAndSwap(s, s+claimOne) {
-				q.e.run(b, claimedOf(s), totalOf(s), &q.scratch)
+				q.e.run(b, claimedOf(s), totalOf(s), q.proc)
 				return true
 			}
 		}
@@ -327,7 +332,7 @@ func advance(cur *atomic.Uint64, v uint64) {
 func (q *queue) abort() {
 	for p := q.head; p < q.tail; p++ {
 		b := q.ring[p&q.mask].Load()
-		st := b.EngineState()
+		st := &b.Private().State
 		for {
 			s := st.Load()
 			if claimedOf(s) >= totalOf(s) {
@@ -365,5 +370,6 @@ func (q *queue) unregister() {
 	if !q.removed {
 		q.removed = true
 		q.e.unregister(q)
+		q.proc.Close()
 	}
 }

@@ -3,6 +3,12 @@
 // so that one SA's crypto is no longer limited to one core, and hands each
 // submitter its batches back in the order it submitted them.
 //
+// It runs over a synchronous engine that does the crypto (one that
+// implements cryptodev.ProcessorEngine): soft by default, any other by
+// name, "sched:ipsecmb" in a configuration or cryptodev.Open, or
+// Options.Inner. Each worker and each submitter that helps has a
+// cryptodev.Processor of the inner engine of its own.
+//
 // It is the Go counterpart of VPP's crypto_sw_scheduler. The stages are:
 //
 //  1. Submit (submitter): the batch goes into the submitter's ring, which
@@ -10,10 +16,10 @@
 //     decryption by its first op.
 //  2. Claim (any worker): a worker looks through every submitter's ring for
 //     an unclaimed part (a chunk) of a batch of the direction it serves
-//     next, and claims it with a CAS on Batch.EngineState. A big batch is
-//     split into up to Workers chunks, so two workers share one submitter's
-//     single stream.
-//  3. Crypto (in parallel): the worker runs soft.Process on its chunk and
+//     next, and claims it with a CAS on the batch's Private().State. A big
+//     batch is split into up to Workers chunks, so two workers share one
+//     submitter's single stream.
+//  3. Crypto (in parallel): the worker runs its Processor on its chunk and
 //     counts the chunk done in the same state word; whoever finishes the
 //     last chunk wakes the submitter if it sleeps on that batch.
 //  4. Dequeue (submitter, sequential): only the head of the ring is ever
@@ -53,13 +59,26 @@ import (
 	"github.com/sluicegw/sluice/cryptodev/soft"
 )
 
-// Name is the engine's registry name.
+// Name is the engine's registry name. Over an inner engine other than
+// soft it is named Name + ":" + the inner engine's name.
 const Name = "sched"
 
 func init() {
 	// Below soft (10): the synchronous engine stays the default, sched is
 	// chosen by configuration.
-	cryptodev.Register(Name, 5, func() (cryptodev.Engine, error) { return New(Options{}) })
+	cryptodev.RegisterWrapper(Name, 5, func() (cryptodev.Engine, error) { return New(Options{}) },
+		func(inner cryptodev.Engine) (cryptodev.Engine, error) {
+			pe, ok := inner.(cryptodev.ProcessorEngine)
+			if !ok || inner.Async() {
+				inner.Close()
+				return nil, fmt.Errorf("sched: engine %q cannot run under sched: it is not a synchronous engine with Processors (cryptodev.ProcessorEngine)", inner.Name())
+			}
+			e, err := New(Options{Inner: pe})
+			if err != nil {
+				inner.Close()
+			}
+			return e, err
+		})
 }
 
 // Options configures an Engine. The zero value gives the defaults.
@@ -69,6 +88,9 @@ type Options struct {
 	// QueueDepth bounds each submitter's queue, in batches submitted and not
 	// yet dequeued; 0 means 64.
 	QueueDepth int
+	// Inner is the synchronous engine whose Processors run the ops; nil
+	// means soft.New(). The sched engine owns it and closes it on Close.
+	Inner cryptodev.ProcessorEngine
 }
 
 // DefaultQueueDepth is the per-submitter bound when Options.QueueDepth is 0.
@@ -87,6 +109,9 @@ const minChunkOps = 16
 type Engine struct {
 	workers int
 	depth   int
+	inner   cryptodev.ProcessorEngine
+	name    string
+	procs   []cryptodev.Processor // one per worker
 
 	// queues is the copy-on-write list of open submitter queues that
 	// workers scan. mu serialises its writers (NewQueue, unregister,
@@ -134,11 +159,31 @@ func newEngine(opts Options) (*Engine, error) {
 	if opts.QueueDepth == 0 {
 		opts.QueueDepth = DefaultQueueDepth
 	}
+	name := Name
+	if opts.Inner == nil {
+		opts.Inner = soft.New()
+	} else if opts.Inner.Async() {
+		return nil, fmt.Errorf("sched: inner engine %s is asynchronous; sched runs over a synchronous one", opts.Inner.Name())
+	} else if n := opts.Inner.Name(); n != soft.Name {
+		name += ":" + n
+	}
 	e := &Engine{
 		workers: opts.Workers,
 		depth:   opts.QueueDepth,
+		inner:   opts.Inner,
+		name:    name,
 		quit:    make(chan struct{}),
 		wake:    make(chan struct{}, opts.Workers),
+	}
+	for range e.workers {
+		p, err := e.inner.NewProcessor()
+		if err != nil {
+			for _, p := range e.procs {
+				p.Close()
+			}
+			return nil, fmt.Errorf("sched: %s: %w", e.inner.Name(), err)
+		}
+		e.procs = append(e.procs, p)
 	}
 	e.queues.Store(new([]*queue))
 	return e, nil
@@ -151,46 +196,66 @@ func (e *Engine) start() {
 	}
 }
 
-func (*Engine) Name() string                  { return Name }
-func (*Engine) Async() bool                   { return true }
-func (*Engine) Supports(a cryptodev.Alg) bool { return a.Valid() }
+// Name is "sched", or "sched:INNER" over an inner engine other than soft.
+func (e *Engine) Name() string                  { return e.name }
+func (*Engine) Async() bool                     { return true }
+func (e *Engine) Supports(a cryptodev.Alg) bool { return e.inner.Supports(a) }
+
+// Describe says how many workers run which inner engine's code.
+func (e *Engine) Describe() string {
+	return fmt.Sprintf("%d workers over %s", e.workers, cryptodev.Describe(e.inner))
+}
+
+// Inner returns the synchronous engine whose code the workers run.
+func (e *Engine) Inner() cryptodev.ProcessorEngine { return e.inner }
 
 // Workers returns the number of worker goroutines.
 func (e *Engine) Workers() int { return e.workers }
 
-// NewKey expands a key as the soft engine does; the handle names this
-// engine. Destroying it zeroes the material through the soft key.
+// NewKey expands a key as the inner engine does; the handle names this
+// engine. Destroying it zeroes the material through the inner key.
 func (e *Engine) NewKey(alg cryptodev.Alg, encKey, authKey []byte) (*cryptodev.Key, error) {
-	sk, err := soft.New().NewKey(alg, encKey, authKey)
+	ik, err := e.inner.NewKey(alg, encKey, authKey)
 	if err != nil {
 		if errors.Is(err, cryptodev.ErrUnsupported) {
 			return nil, err
 		}
 		return nil, fmt.Errorf("sched: %w", err)
 	}
-	return cryptodev.NewKeyHandle(alg, Name, sk.State(), sk.Destroy), nil
+	return cryptodev.NewKeyHandle(alg, e.name, ik.State(), ik.Destroy), nil
 }
 
-// NewPrivateKey imports a private key as the soft engine does; its Sign
-// and Agree ops then run on the workers like any other op, so a handshake
-// waits on the engine instead of blocking its submitter. See
-// cryptodev.AsymEngine.
+// NewPrivateKey imports a private key as the inner engine does, if it holds
+// private keys (soft does); its Sign and Agree ops then run on the workers
+// like any other op, so a handshake waits on the engine instead of
+// blocking its submitter. See cryptodev.AsymEngine.
 func (e *Engine) NewPrivateKey(priv crypto.PrivateKey) (*cryptodev.Key, error) {
-	k, err := soft.NewAsymKeyState(priv)
+	ae, ok := e.inner.(cryptodev.AsymEngine)
+	if !ok {
+		return nil, fmt.Errorf("%w: %s holds no private keys", cryptodev.ErrUnsupported, e.inner.Name())
+	}
+	ik, err := ae.NewPrivateKey(priv)
 	if err != nil {
 		return nil, err
 	}
-	return cryptodev.NewKeyHandle(k.Alg(), Name, k, k.Zero), nil
+	return cryptodev.NewKeyHandle(ik.Alg(), e.name, ik.State(), ik.Destroy), nil
 }
 
 var _ cryptodev.AsymEngine = (*Engine)(nil)
 
 // NewQueue opens a queue for one submitter. See cryptodev.Engine.
 func (e *Engine) NewQueue() (cryptodev.Queue, error) {
-	q := newQueue(e)
+	if e.closed.Load() {
+		return nil, cryptodev.ErrClosed
+	}
+	q, err := newQueue(e)
+	if err != nil {
+		return nil, err
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if e.closed.Load() {
+		q.proc.Close()
 		return nil, cryptodev.ErrClosed
 	}
 	old := *e.queues.Load()
@@ -229,6 +294,10 @@ func (e *Engine) Close() error {
 		e.mu.Unlock()
 		close(e.quit)
 		e.wg.Wait()
+		for _, p := range e.procs {
+			p.Close()
+		}
+		e.inner.Close()
 		// Wake submitters parked in Dequeue(true): with the workers gone
 		// they abort what is left themselves.
 		for _, q := range *e.queues.Load() {
@@ -269,7 +338,7 @@ const (
 // work is a worker goroutine's loop.
 func (e *Engine) work(id int) {
 	defer e.wg.Done()
-	w := worker{e: e, dir: uint32(id & 1), next: id}
+	w := worker{e: e, p: e.procs[id], dir: uint32(id & 1), next: id}
 	spins := 0
 	for !e.closed.Load() {
 		if w.step() {
@@ -301,7 +370,7 @@ func (e *Engine) work(id int) {
 // worker is one worker goroutine's private state.
 type worker struct {
 	e    *Engine
-	s    soft.Scratch
+	p    cryptodev.Processor
 	dir  uint32 // direction list to serve first: dirEnc or dirDec
 	next int    // submitter to look at first (round robin)
 }
@@ -329,7 +398,7 @@ func (w *worker) step() bool {
 			}
 			w.next = qi + 1
 			w.dir = dir ^ 1 // serve the other direction next
-			w.e.run(b, k, total, &w.s)
+			w.e.run(b, k, total, w.p)
 			return true
 		}
 	}
@@ -338,11 +407,11 @@ func (w *worker) step() bool {
 
 // run processes chunk k of the total chunks of b, which the caller has
 // claimed, and counts it done.
-func (e *Engine) run(b *cryptodev.Batch, k, total uint32, s *soft.Scratch) {
+func (e *Engine) run(b *cryptodev.Batch, k, total uint32, p cryptodev.Processor) {
 	n := len(b.Ops)
 	lo := int(k) * n / int(total)
 	hi := int(k+1) * n / int(total)
-	soft.Process(b.Ops[lo:hi], s)
+	p.Process(b.Ops[lo:hi])
 	if e.onChunk != nil {
 		e.onChunk(b, lo, hi)
 	}

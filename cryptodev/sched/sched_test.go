@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -279,9 +281,9 @@ func TestParkedSubmitter(t *testing.T) {
 	parked("early")
 	e.Close()
 	parked("after Close")
-	var s soft.Scratch
+	p, _ := soft.New().NewProcessor()
 	for _, c := range claims {
-		e.run(b, c[0], c[1], &s)
+		e.run(b, c[0], c[1], p)
 	}
 	select {
 	case d := <-got:
@@ -541,5 +543,84 @@ func TestQueueCloseUnregisters(t *testing.T) {
 	drain(t, q2, b)
 	if n := len(*e.queues.Load()); n != 0 {
 		t.Fatalf("%d queues registered after the last batch of a closed queue, want 0", n)
+	}
+}
+
+// counting is a synchronous engine for TestInner: soft's code behind
+// Processors that count the ops they run.
+type counting struct {
+	*soft.Engine
+	ops atomic.Int64
+}
+
+func (c *counting) Name() string { return "counting" }
+
+func (c *counting) NewProcessor() (cryptodev.Processor, error) {
+	p, err := c.Engine.NewProcessor()
+	return &countingProc{p, c}, err
+}
+
+type countingProc struct {
+	cryptodev.Processor
+	c *counting
+}
+
+func (p *countingProc) Process(ops []cryptodev.Op) {
+	p.c.ops.Add(int64(len(ops)))
+	p.Processor.Process(ops)
+}
+
+// TestInner: sched runs the inner engine's Processors, on its workers and
+// in its submitters, names itself after it, and passes the suite over it.
+func TestInner(t *testing.T) {
+	var inners []*counting
+	enginetest.Run(t, func(t *testing.T) cryptodev.Engine {
+		c := &counting{Engine: soft.New()}
+		inners = append(inners, c)
+		e, err := New(Options{Inner: c, Workers: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() != "sched:counting" {
+			t.Errorf("Name() = %q, want sched:counting", e.Name())
+		}
+		return e
+	})
+	var n int64
+	for _, c := range inners {
+		n += c.ops.Load()
+	}
+	if n == 0 {
+		t.Error("no op ran through the inner engine's Processors")
+	}
+}
+
+// TestOpenComposite: the registry opens sched over a named engine and
+// explains what it cannot open.
+func TestOpenComposite(t *testing.T) {
+	e, err := cryptodev.Open("sched:soft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	if e.Name() != Name || !e.Async() {
+		t.Errorf("sched:soft is %q (async %v), want %q, async", e.Name(), e.Async(), Name)
+	}
+	if err := cryptodev.CheckEngine("sched:soft"); err != nil {
+		t.Errorf("CheckEngine(sched:soft): %v", err)
+	}
+	for name, want := range map[string]string{
+		"sched:nope":  `inner engine "nope" in "sched:nope" is not registered`,
+		"sched:sched": `inner engine "sched" in "sched:sched" runs over another engine itself`,
+		"soft:soft":   `engine "soft" in "soft:soft" does not run over another engine (engines that do: sched)`,
+		"nope:soft":   `engine "nope" in "nope:soft" is not registered`,
+		"sched:":      `inner engine "" in "sched:" is not registered`,
+	} {
+		if _, err := cryptodev.Open(name); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Open(%q): %v, want an error containing %q", name, err, want)
+		}
+		if err := cryptodev.CheckEngine(name); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("CheckEngine(%q): %v, want an error containing %q", name, err, want)
+		}
 	}
 }

@@ -287,53 +287,26 @@ func (k *KeyState) mac(c *chainCtx, op *cryptodev.Op, ciphertext []byte) []byte 
 	return m.Sum(c.sum[:0])[:k.icvLen]
 }
 
-// queue is the synchronous engine's queue: a fixed ring of completed
-// batches, in submission order.
-type queue struct {
-	e      *Engine
-	s      Scratch
-	ring   [MaxInFlight]*cryptodev.Batch
-	head   int // index of the oldest batch
-	n      int // batches in the ring
-	closed bool
-}
+// processor is a Processor: Process with a Scratch of its own.
+type processor struct{ s Scratch }
+
+func (p *processor) Process(ops []cryptodev.Op) { Process(ops, &p.s) }
+func (p *processor) Close()                     {}
+
+// NewProcessor returns a Processor for one goroutine (package sched runs
+// one per worker). See cryptodev.ProcessorEngine.
+func (e *Engine) NewProcessor() (cryptodev.Processor, error) { return new(processor), nil }
+
+var _ cryptodev.ProcessorEngine = (*Engine)(nil)
 
 // MaxInFlight bounds the batches a soft queue holds before they are
 // dequeued.
-const MaxInFlight = 1024
+const MaxInFlight = cryptodev.MaxSyncInFlight
 
 // NewQueue opens a queue. See cryptodev.Engine.
 func (e *Engine) NewQueue() (cryptodev.Queue, error) {
 	if e.closed.Load() {
 		return nil, cryptodev.ErrClosed
 	}
-	return &queue{e: e}, nil
+	return cryptodev.NewSyncQueue(new(processor), &e.closed), nil
 }
-
-func (q *queue) Submit(b *cryptodev.Batch) error {
-	if q.closed || q.e.closed.Load() {
-		return cryptodev.ErrClosed
-	}
-	if q.n == MaxInFlight {
-		return cryptodev.ErrQueueFull
-	}
-	Process(b.Ops, &q.s)
-	q.ring[(q.head+q.n)%MaxInFlight] = b
-	q.n++
-	return nil
-}
-
-func (q *queue) Dequeue(bool) *cryptodev.Batch {
-	if q.n == 0 {
-		return nil
-	}
-	b := q.ring[q.head]
-	q.ring[q.head] = nil
-	q.head = (q.head + 1) % MaxInFlight
-	q.n--
-	return b
-}
-
-func (q *queue) InFlight() int { return q.n }
-
-func (q *queue) Close() { q.closed = true }

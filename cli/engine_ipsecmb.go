@@ -1,0 +1,6 @@
+//go:build ipsecmb
+
+package cli
+
+// The intel-ipsec-mb engine, linked in by the build tag ipsecmb (cgo).
+import _ "github.com/sluicegw/sluice/cryptodev/ipsecmb"

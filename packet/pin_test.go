@@ -1,0 +1,55 @@
+package packet
+
+import (
+	"runtime"
+	"testing"
+	"time"
+	"unsafe"
+)
+
+// TestPinnedRange: slices inside a pinned arena are found with the arena's
+// bounds, slices that cross its end or lie elsewhere are not, unpinning
+// forgets it, and the lookup does not allocate.
+func TestPinnedRange(t *testing.T) {
+	a := make([]byte, 4096)
+	other := make([]byte, 64)
+	unpin := PinArena(a)
+	lo, hi, ok := PinnedRange(unsafe.Pointer(&a[100]), 200)
+	if !ok || lo != uintptr(unsafe.Pointer(&a[0])) || hi != lo+4096 {
+		t.Fatalf("inside: %x %x %v", lo, hi, ok)
+	}
+	if _, _, ok := PinnedRange(unsafe.Pointer(&a[4000]), 200); ok {
+		t.Error("a range crossing the arena's end is pinned")
+	}
+	if _, _, ok := PinnedRange(unsafe.Pointer(&other[0]), 1); ok {
+		t.Error("another allocation is pinned")
+	}
+	if n := testing.AllocsPerRun(100, func() { PinnedRange(unsafe.Pointer(&a[1]), 1) }); n != 0 {
+		t.Errorf("PinnedRange allocates %v times", n)
+	}
+	unpin()
+	unpin()
+	if _, _, ok := PinnedRange(unsafe.Pointer(&a[100]), 1); ok {
+		t.Error("still pinned after unpin")
+	}
+}
+
+// TestPoolArenasPinned: a pool's buffers are in pinned memory until the
+// pool is garbage.
+func TestPoolArenasPinned(t *testing.T) {
+	p := NewPool(8, 2048, 128)
+	b := p.Get()
+	if _, _, ok := PinnedRange(unsafe.Pointer(&b.Slot()[0]), b.Cap()); !ok {
+		t.Fatal("a pool buffer is not in pinned memory")
+	}
+	addr := unsafe.Pointer(&b.Slot()[0])
+	p, b = nil, nil
+	for range 50 {
+		runtime.GC()
+		if _, _, ok := PinnedRange(addr, 1); !ok {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+	t.Error("a dropped pool's arena stayed pinned")
+}
