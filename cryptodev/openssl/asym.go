@@ -139,7 +139,7 @@ func sizeOf(h crypto.Hash) int {
 // asymOp runs one Sign or Agree op in one cgo call. The result goes to
 // the queue's scratch first and to Dst only on success, so that a failed
 // op leaves Dst as it was; a shared secret is wiped from the scratch.
-func (q *queue) asymOp(op *cryptodev.Op) cryptodev.Status {
+func (q *processor) asymOp(op *cryptodev.Op) cryptodev.Status {
 	op.N = 0
 	if op.Key == nil {
 		return cryptodev.StatusInvalid

@@ -46,8 +46,9 @@ type Engine struct {
 }
 
 var (
-	_ cryptodev.Engine     = (*Engine)(nil)
-	_ cryptodev.AsymEngine = (*Engine)(nil)
+	_ cryptodev.Engine          = (*Engine)(nil)
+	_ cryptodev.AsymEngine      = (*Engine)(nil)
+	_ cryptodev.ProcessorEngine = (*Engine)(nil)
 )
 
 // New returns the engine, or an error if libcrypto lacks an algorithm.
@@ -73,20 +74,10 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// MaxInFlight bounds the completed batches a queue holds before they are
-// dequeued.
-const MaxInFlight = 1024
-
-// queue completes each batch in Submit and keeps it until Dequeue, oldest
-// first, in a ring that grows (by doubling) up to MaxInFlight. It is not
-// safe for concurrent use.
-type queue struct {
-	e      *Engine
-	ring   []*cryptodev.Batch // len is a power of two
-	head   int                // index of the oldest batch
-	n      int                // batches in the ring
-	closed bool
-
+// processor runs ops in the calling goroutine: the engine's queues
+// (cryptodev.NewSyncQueue) and sched's workers (sched:openssl) each have
+// their own. It is not safe for concurrent use.
+type processor struct {
 	// Per-batch working memory, reused: the symmetric descriptors passed
 	// to C, the op index each one came from, and the output of an
 	// asymmetric op before it is known to have succeeded.
@@ -100,51 +91,28 @@ func (e *Engine) NewQueue() (cryptodev.Queue, error) {
 	if e.closed.Load() {
 		return nil, cryptodev.ErrClosed
 	}
-	return &queue{e: e, ring: make([]*cryptodev.Batch, 8)}, nil
+	return cryptodev.NewSyncQueue(new(processor), &e.closed), nil
 }
 
-// Submit runs every op of b and keeps b for Dequeue.
-func (q *queue) Submit(b *cryptodev.Batch) error {
-	if q.closed || q.e.closed.Load() {
-		return cryptodev.ErrClosed
+// NewProcessor returns a processor for one goroutine, for a scheduling
+// engine over this one (cryptodev.ProcessorEngine).
+func (e *Engine) NewProcessor() (cryptodev.Processor, error) {
+	if e.closed.Load() {
+		return nil, cryptodev.ErrClosed
 	}
-	if q.n == MaxInFlight {
-		return cryptodev.ErrQueueFull
-	}
-	if q.n == len(q.ring) {
-		grown := make([]*cryptodev.Batch, 2*len(q.ring))
-		for i := range q.n {
-			grown[i] = q.ring[(q.head+i)&(len(q.ring)-1)]
-		}
-		q.ring, q.head = grown, 0
-	}
-	q.process(b.Ops)
-	q.ring[(q.head+q.n)&(len(q.ring)-1)] = b
-	q.n++
-	return nil
+	return new(processor), nil
 }
 
-// Dequeue returns the oldest batch, which is always complete, or nil.
-func (q *queue) Dequeue(bool) *cryptodev.Batch {
-	if q.n == 0 {
-		return nil
-	}
-	b := q.ring[q.head]
-	q.ring[q.head] = nil
-	q.head = (q.head + 1) & (len(q.ring) - 1)
-	q.n--
-	return b
-}
+// Process runs every op; see cryptodev.Processor.
+func (q *processor) Process(ops []cryptodev.Op) { q.process(ops) }
 
-func (q *queue) InFlight() int { return q.n }
-
-// Close refuses later batches; completed ones can still be dequeued.
-func (q *queue) Close() { q.closed = true }
+// Close has nothing to release: the working memory is Go's.
+func (q *processor) Close() {}
 
 // process runs ops: asymmetric ones one cgo call each, as they come, and
 // the symmetric ones together in one call after the loop. Each op's Status
 // is its own.
-func (q *queue) process(ops []cryptodev.Op) {
+func (q *processor) process(ops []cryptodev.Op) {
 	q.descs, q.idx = q.descs[:0], q.idx[:0]
 	for i := range ops {
 		op := &ops[i]

@@ -14,6 +14,7 @@ import (
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/cryptodev/enginetest"
 	"github.com/sluicegw/sluice/cryptodev/openssl"
+	_ "github.com/sluicegw/sluice/cryptodev/sched"
 	"github.com/sluicegw/sluice/cryptodev/soft"
 )
 
@@ -30,6 +31,23 @@ func TestConformance(t *testing.T) { enginetest.Run(t, open) }
 
 // TestAsym runs the asymmetric conformance suite.
 func TestAsym(t *testing.T) { enginetest.RunAsym(t, open(t)) }
+
+// TestSched runs both suites under sched, as "sched:openssl" opens it:
+// sched's workers run the ops through openssl processors of their own.
+func TestSched(t *testing.T) {
+	openSched := func(t *testing.T) cryptodev.Engine {
+		e, err := cryptodev.Open("sched:" + openssl.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Name() != "sched:openssl" {
+			t.Errorf("Name() = %q", e.Name())
+		}
+		return e
+	}
+	enginetest.Run(t, openSched)
+	enginetest.RunAsym(t, openSched(t))
+}
 
 // sealOps fills b with n in-place AES-GCM encryptions of 64 bytes over one
 // buffer, each with its tag behind its data, as ESP lays them out.

@@ -113,7 +113,7 @@ func addr(b []byte) C.uintptr_t {
 // StatusPending; or returns the status that ends the op without running it.
 // The lengths checked are those of soft's, so both engines refuse the same
 // ops.
-func (q *queue) addSym(op *cryptodev.Op) cryptodev.Status {
+func (q *processor) addSym(op *cryptodev.Op) cryptodev.Status {
 	if op.Key == nil || op.Dir > cryptodev.Decrypt {
 		return cryptodev.StatusInvalid
 	}
@@ -159,7 +159,7 @@ func (q *queue) addSym(op *cryptodev.Op) cryptodev.Status {
 // keeps no address after the call returns. Pinning each buffer instead
 // (runtime.Pinner) costs 70-90 ns per buffer on the machines we measure,
 // more than the AES-GCM seal of a 64-byte packet.
-func (q *queue) runSym(ops []cryptodev.Op) {
+func (q *processor) runSym(ops []cryptodev.Op) {
 	if len(q.descs) == 0 {
 		return
 	}
