@@ -97,3 +97,51 @@ func PinnedRange(p unsafe.Pointer, n int) (lo, hi uintptr, ok bool) {
 	}
 	return r.lo, r.hi, true
 }
+
+// Pins hands the addresses of byte slices to C for the length of one call,
+// within cgo's rules: memory in a pinned arena as it is, any other memory
+// pinned (runtime.Pinner) until Unpin. Engines written in C fill their
+// descriptors through it. A Pins is used by one goroutine; the zero value
+// is ready.
+type Pins struct {
+	pin     runtime.Pinner
+	pinning bool
+	lo, hi  uintptr // the pinned arena found last, valid until Unpin
+}
+
+// Addr returns the address of b's first byte for C, pinning b's memory
+// first unless it lies in a pinned arena; 0 for an empty b. A slice in the
+// arena found last costs two comparisons.
+func (p *Pins) Addr(b []byte) uintptr {
+	if len(b) == 0 {
+		return 0
+	}
+	ptr := unsafe.Pointer(unsafe.SliceData(b))
+	if u := uintptr(ptr); u < p.lo || u+uintptr(len(b)) > p.hi {
+		if !p.InArena(ptr, len(b)) {
+			p.pin.Pin(ptr)
+			p.pinning = true
+		}
+	}
+	return uintptr(ptr)
+}
+
+// InArena reports whether the n bytes at ptr lie in one pinned arena, and
+// remembers the arena if they do.
+func (p *Pins) InArena(ptr unsafe.Pointer, n int) bool {
+	lo, hi, ok := PinnedRange(ptr, n)
+	if ok {
+		p.lo, p.hi = lo, hi
+	}
+	return ok
+}
+
+// Unpin ends what Addr pinned and forgets the arena; call it when C has
+// returned and holds no address any more.
+func (p *Pins) Unpin() {
+	if p.pinning {
+		p.pin.Unpin()
+		p.pinning = false
+	}
+	p.lo, p.hi = 0, 0
+}

@@ -53,3 +53,31 @@ func TestPoolArenasPinned(t *testing.T) {
 	}
 	t.Error("a dropped pool's arena stayed pinned")
 }
+
+// TestPins: Addr gives a slice's address (0 for an empty one), pins only
+// memory outside pinned arenas (so a batch over pool memory allocates
+// nothing), and Unpin forgets the arena it found.
+func TestPins(t *testing.T) {
+	p := NewPool(8, 2048, 128)
+	b := p.Get()
+	defer p.PutN([]*Buf{b})
+	var pins Pins
+	slot := b.Slot()
+	if got := pins.Addr(slot[10:20]); got != uintptr(unsafe.Pointer(&slot[10])) || pins.pinning {
+		t.Fatalf("pool memory: %x, pinning %v", got, pins.pinning)
+	}
+	if pins.Addr(nil) != 0 {
+		t.Error("empty slice has an address")
+	}
+	if n := testing.AllocsPerRun(100, func() { pins.Addr(slot[100:200]); pins.Unpin() }); n != 0 {
+		t.Errorf("Addr over pool memory allocates %v times", n)
+	}
+	other := make([]byte, 64)
+	if got := pins.Addr(other); got != uintptr(unsafe.Pointer(&other[0])) || !pins.pinning {
+		t.Fatalf("other memory: %x, pinning %v", got, pins.pinning)
+	}
+	pins.Unpin()
+	if pins.pinning || pins.lo != 0 || pins.hi != 0 {
+		t.Errorf("after Unpin: %+v", pins)
+	}
+}

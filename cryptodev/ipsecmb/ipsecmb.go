@@ -225,8 +225,7 @@ func (c *cState) free() {
 type processor struct {
 	c       *cState
 	idx     []int32 // op index of each descriptor
-	pin     runtime.Pinner
-	pinning bool
+	pins    packet.Pins
 	scratch soft.Scratch
 	ran     int // ops the library ran, for tests
 }
@@ -261,24 +260,9 @@ func (p *processor) grow(n int) {
 // Close frees the manager. It is idempotent.
 func (p *processor) Close() { p.c.free() }
 
-// arena is the pinned address range last found, so that an op's slices
-// usually cost two comparisons each.
-type arena struct{ lo, hi uintptr }
-
-// addr returns b's address as C takes it, pinning the memory first if it
-// is not in a pinned arena. b must not be empty.
-func (p *processor) addr(b []byte, a *arena) C.uintptr_t {
-	ptr := unsafe.Pointer(unsafe.SliceData(b))
-	if u := uintptr(ptr); u < a.lo || u+uintptr(len(b)) > a.hi {
-		if lo, hi, ok := packet.PinnedRange(ptr, len(b)); ok {
-			a.lo, a.hi = lo, hi
-		} else {
-			p.pin.Pin(ptr)
-			p.pinning = true
-		}
-	}
-	return C.uintptr_t(uintptr(ptr))
-}
+// addr returns b's address as C takes it (packet.Pins). b must not be
+// empty.
+func (p *processor) addr(b []byte) C.uintptr_t { return C.uintptr_t(p.pins.Addr(b)) }
 
 // end returns the address just past b.
 func end(b []byte) uintptr { return uintptr(unsafe.Pointer(unsafe.SliceData(b))) + uintptr(len(b)) }
@@ -296,7 +280,6 @@ func (p *processor) Process(ops []cryptodev.Op) {
 	}
 	p.grow(len(ops))
 	descs := unsafe.Slice(p.c.descs, p.c.n)
-	var a arena
 	n := 0
 	for i := range ops {
 		op := &ops[i]
@@ -317,7 +300,7 @@ func (p *processor) Process(ops []cryptodev.Op) {
 			continue
 		}
 		d := &descs[n]
-		if !p.fill(d, op, ks, &a) {
+		if !p.fill(d, op, ks) {
 			p.soft(op, ks)
 			continue
 		}
@@ -328,10 +311,7 @@ func (p *processor) Process(ops []cryptodev.Op) {
 		C.smb_run(p.c.mgr, p.c.descs, C.int(n))
 		p.ran += n
 	}
-	if p.pinning {
-		p.pin.Unpin()
-		p.pinning = false
-	}
+	p.pins.Unpin()
 	for j := range n {
 		ops[p.idx[j]].Status = cryptodev.Status(descs[j].status)
 	}
@@ -361,7 +341,7 @@ func (k *keyState) check(op *cryptodev.Op) cryptodev.Status {
 
 // fill describes op in d. It reports false if the library cannot take op
 // in one job: the caller runs it on Go's code.
-func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState, a *arena) bool {
+func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState) bool {
 	n := len(op.Src)
 	enc := op.Dir == cryptodev.Encrypt
 	if ks.aead {
@@ -380,14 +360,12 @@ func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState, a *arena) 
 		}
 		hl := len(op.AAD) + len(op.IV) + n
 		hp := unsafe.Pointer(unsafe.SliceData(op.AAD))
-		if lo, hi, ok := packet.PinnedRange(hp, hl); ok {
-			a.lo, a.hi = lo, hi
-		} else {
+		if !p.pins.InArena(hp, hl) {
 			// Adjacent slices may be different objects: pin each (the
 			// data below).
-			p.addr(op.AAD, a)
+			p.addr(op.AAD)
 			if len(op.IV) > 0 {
-				p.addr(op.IV, a)
+				p.addr(op.IV)
 			}
 		}
 		d.hash = C.uintptr_t(uintptr(hp))
@@ -399,8 +377,8 @@ func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState, a *arena) 
 	d.key = ks.c
 	d.len = C.uint32_t(n)
 	if n > 0 {
-		d.src = p.addr(op.Src, a)
-		d.dst = p.addr(op.Dst, a)
+		d.src = p.addr(op.Src)
+		d.dst = p.addr(op.Dst)
 	} else {
 		// The library wants addresses even for no data.
 		d.src = C.uintptr_t(uintptr(unsafe.Pointer(&d.tag_out[0])))
@@ -408,7 +386,7 @@ func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState, a *arena) 
 	}
 	if enc {
 		d.dir = 0
-		d.tag = p.addr(op.Tag, a)
+		d.tag = p.addr(op.Tag)
 	} else {
 		d.dir = 1
 		d.tag = 0

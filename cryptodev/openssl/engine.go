@@ -14,6 +14,7 @@ import (
 	"sync/atomic"
 
 	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/packet"
 )
 
 // Name is the engine's registry name.
@@ -84,6 +85,7 @@ type processor struct {
 	descs []C.sl_op
 	idx   []int
 	out   [maxAsymOut]byte
+	pins  packet.Pins
 }
 
 // NewQueue opens a queue. See cryptodev.Engine.

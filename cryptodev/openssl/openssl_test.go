@@ -16,6 +16,7 @@ import (
 	"github.com/sluicegw/sluice/cryptodev/openssl"
 	_ "github.com/sluicegw/sluice/cryptodev/sched"
 	"github.com/sluicegw/sluice/cryptodev/soft"
+	"github.com/sluicegw/sluice/packet"
 )
 
 func open(t *testing.T) cryptodev.Engine {
@@ -132,7 +133,8 @@ func TestSharedKey(t *testing.T) {
 	}
 }
 
-// TestSymAllocs: a steady stream of symmetric batches allocates nothing.
+// TestSymAllocs: a steady stream of symmetric batches over packet memory
+// (a pinned arena, as the data plane's pools are) allocates nothing.
 func TestSymAllocs(t *testing.T) {
 	if testing.Short() {
 		t.Skip()
@@ -146,6 +148,7 @@ func TestSymAllocs(t *testing.T) {
 	q, _ := e.NewQueue()
 	b := cryptodev.NewBatch(64)
 	buf := make([]byte, 64*96)
+	defer packet.PinArena(buf)()
 	var ctr uint64
 	sealOps(b, k, buf, &ctr)
 	cryptodev.Run(q, b)
