@@ -350,6 +350,22 @@ func (d *Dataplane) Stats() Stats {
 	return s
 }
 
+// Drops sums the drops of every lane, receive and transmit side, by reason.
+func (s Stats) Drops() map[string]uint64 {
+	m := map[string]uint64{}
+	for _, r := range s.Receivers {
+		for k, v := range r.Drops {
+			m[k] += v
+		}
+	}
+	for _, w := range s.Workers {
+		for k, v := range w.Drops {
+			m[k] += v
+		}
+	}
+	return m
+}
+
 // statsLink is a Link with pktio's counters, as every pktio backend has.
 type statsLink interface{ Stats() *pktio.LinkStats }
 

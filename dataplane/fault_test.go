@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/pktio"
 	"github.com/sluicegw/sluice/pktio/fault"
@@ -33,22 +32,6 @@ func faultyWire(cfgAB, cfgBA fault.Config) (wire func(a, b pktio.Link) (pktio.Li
 		*ab, *ba = fault.New(a, cfgAB), fault.New(b, cfgBA)
 		return *ab, *ba
 	}, ab, ba
-}
-
-// drops sums every drop counter of a data plane.
-func drops(st dataplane.Stats) map[string]uint64 {
-	m := map[string]uint64{}
-	for _, r := range st.Receivers {
-		for k, v := range r.Drops {
-			m[k] += v
-		}
-	}
-	for _, w := range st.Workers {
-		for k, v := range w.Drops {
-			m[k] += v
-		}
-	}
-	return m
 }
 
 // checkExactlyOnce checks that got holds each of want's packets at most
@@ -97,10 +80,10 @@ func TestFaultyWire(t *testing.T) {
 			got := b.recv(t, int(intact))
 			checkExactlyOnce(t, got, sent)
 			waitFor(t, func() bool {
-				d := drops(b.dp.Stats())
+				d := b.dp.Stats().Drops()
 				return d["replay"] >= f.Duplicated && d["auth_failed"] >= f.Corrupted
 			})
-			d := drops(b.dp.Stats())
+			d := b.dp.Stats().Drops()
 			if d["replay"] != f.Duplicated || d["auth_failed"] != f.Corrupted || len(d) != 2 {
 				t.Fatalf("B dropped %v; the wire duplicated %d and corrupted %d", d, f.Duplicated, f.Corrupted)
 			}
@@ -175,7 +158,7 @@ func TestESNWrapReordered(t *testing.T) {
 				for _, w := range st.Workers {
 					done += w.Opened
 				}
-				for _, v := range drops(st) {
+				for _, v := range st.Drops() {
 					done += v
 				}
 				return done == ab.Faults().Forwarded
@@ -188,7 +171,7 @@ func TestESNWrapReordered(t *testing.T) {
 			}
 			waitFor(t, func() bool { return ab.Pending() == 0 && settled() })
 			f := ab.Faults()
-			if d := drops(b.dp.Stats()); d["replay"] != f.Duplicated || len(d) > 1 {
+			if d := b.dp.Stats().Drops(); d["replay"] != f.Duplicated || len(d) > 1 {
 				t.Fatalf("B dropped %v; the wire duplicated %d", d, f.Duplicated)
 			}
 			got := b.recv(t, n)

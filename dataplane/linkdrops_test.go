@@ -48,12 +48,7 @@ func TestLinkDropsCounted(t *testing.T) {
 	}
 	var got map[string]uint64
 	waitFor(t, func() bool {
-		got = map[string]uint64{}
-		for _, r := range dp.Stats().Receivers {
-			for k, v := range r.Drops {
-				got[k] += v
-			}
-		}
+		got = dp.Stats().Drops()
 		return got["ike"] == 2 && got["keepalive"] == 1
 	})
 	if len(got) != 2 {

@@ -96,31 +96,11 @@ func soakSA(t *testing.T, rng *rand.Rand, name string, spi uint32, src, dst stri
 func soakConfigs(t *testing.T, rng *rand.Rand) (a, b *config.Gateway) {
 	t.Helper()
 	sas := saText(rng, "a-to-b", 0x1001, "192.0.2.1", "192.0.2.2") + saText(rng, "b-to-a", 0x2001, "192.0.2.2", "192.0.2.1")
-	site := func(name, tunAddr, local, peer, remote, out, in string) *config.Gateway {
-		text := fmt.Sprintf(`
-[gateway]
-workers = 2
-engine = "soft"
-
-[tun]
-addresses = [%q]
-
-[[tunnel]]
-name = "t"
-local = %q
-peer = %q
-remote = [%q]
-out = %q
-in = [%q]
-`, tunAddr, local, peer, remote, out, in) + sas
-		g, err := config.ParseGateway(name, []byte(text))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
+	a, b, err := lab.PairConfigs(sas)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return site("a.toml", "10.1.0.1/24", "192.0.2.1", "192.0.2.2", "10.2.0.0/24", "a-to-b", "b-to-a"),
-		site("b.toml", "10.2.0.1/24", "192.0.2.2", "192.0.2.1", "10.1.0.0/24", "b-to-a", "a-to-b")
+	return a, b
 }
 
 // usage is what the soak watches for growth.
@@ -194,23 +174,6 @@ func drained(t *testing.T, ctx context.Context, d *direction, newSPI uint32) {
 		}
 		return read >= queued
 	})
-}
-
-// drops sums a site's drop counters by reason.
-func drops(s *lab.MemorySite) map[string]uint64 {
-	m := map[string]uint64{}
-	st := s.Stats().Dataplane
-	for _, r := range st.Receivers {
-		for k, v := range r.Drops {
-			m[k] += v
-		}
-	}
-	for _, w := range st.Workers {
-		for k, v := range w.Drops {
-			m[k] += v
-		}
-	}
-	return m
 }
 
 // TestSoak: traffic both ways through two gateways over a faulty wire,
@@ -366,7 +329,7 @@ func TestSoak(t *testing.T) {
 		if c.r.Lost != f.Lost+f.Corrupted {
 			t.Errorf("%s: %d of %d datagrams lost; the wire lost %d and corrupted %d (%+v)", c.d.name, c.r.Lost, c.r.Sent, f.Lost, f.Corrupted, f)
 		}
-		d := drops(c.d.to)
+		d := c.d.to.Stats().Dataplane.Drops()
 		if d["replay"] != f.Duplicated || d["auth_failed"] != f.Corrupted || len(d) > 2 {
 			t.Errorf("%s: the receiver dropped %v; the wire duplicated %d and corrupted %d", c.d.name, d, f.Duplicated, f.Corrupted)
 		}

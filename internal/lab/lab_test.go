@@ -333,31 +333,11 @@ esp = "aes128gcm16"
 enc_key = "488b578da4c130087b008fbc8ede4fdac1b02fe6"
 replay_window = 1024
 `
-	site := func(name, tunAddr, local, peer, remote, out, in string) *config.Gateway {
-		text := fmt.Sprintf(`
-[gateway]
-workers = 2
-engine = "soft"
-
-[tun]
-addresses = [%q]
-
-[[tunnel]]
-name = "t"
-local = %q
-peer = %q
-remote = [%q]
-out = %q
-in = [%q]
-`, tunAddr, local, peer, remote, out, in) + sas
-		g, err := config.ParseGateway(name, []byte(text))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return g
+	a, b, err := lab.PairConfigs(sas)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return site("a.toml", "10.1.0.1/24", "192.0.2.1", "192.0.2.2", "10.2.0.0/24", "a-to-b", "b-to-a"),
-		site("b.toml", "10.2.0.1/24", "192.0.2.2", "192.0.2.1", "10.1.0.0/24", "b-to-a", "a-to-b")
+	return a, b
 }
 
 // TestLabMemoryPairTraffic: without root, two gateways on in-memory links
