@@ -280,6 +280,21 @@ func innerPacket(i int) []byte {
 	return b
 }
 
+// peerSA is the peer's outbound SA: the same definition as the test
+// configuration's inbound SA "i".
+func peerSA(t *testing.T, stateDir string) *esp.SA {
+	t.Helper()
+	g, _ := testGateway(t, stateDir)
+	cfg := *g.cfg.SA("i")
+	cfg.Src, cfg.Dst = g.cfg.Tunnels[0].Peer, g.cfg.Tunnels[0].Local
+	peer, err := OpenSA(soft.New(), &cfg, esp.Outbound)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { peer.Config().Key.Destroy() })
+	return peer
+}
+
 // TestReplayAcrossRestart: the receiver accepts packets 1..50, restarts
 // (new SA from the same configuration and state directory), and refuses all
 // 50 replayed; the peer's packets after the recorded bound are accepted,
@@ -289,14 +304,7 @@ func TestReplayAcrossRestart(t *testing.T) {
 	dir := t.TempDir()
 	r := newESPRunner(t)
 	// The peer's outbound SA: the same definition as our inbound "i".
-	g0, _ := testGateway(t, dir)
-	peerCfg := *g0.cfg.SA("i")
-	peerCfg.Src, peerCfg.Dst = g0.cfg.Tunnels[0].Peer, g0.cfg.Tunnels[0].Local
-	peer, err := OpenSA(soft.New(), &peerCfg, esp.Outbound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Config().Key.Destroy()
+	peer := peerSA(t, dir)
 
 	g1, _ := testGateway(t, dir)
 	in1 := openTest(t, g1, "i", esp.Inbound)
@@ -366,14 +374,7 @@ func TestStateDirLocked(t *testing.T) {
 func TestRetiredSARecordsFinalState(t *testing.T) {
 	dir := t.TempDir()
 	r := newESPRunner(t)
-	g0, _ := testGateway(t, dir)
-	peerCfg := *g0.cfg.SA("i")
-	peerCfg.Src, peerCfg.Dst = g0.cfg.Tunnels[0].Peer, g0.cfg.Tunnels[0].Local
-	peer, err := OpenSA(soft.New(), &peerCfg, esp.Outbound)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer peer.Config().Key.Destroy()
+	peer := peerSA(t, dir)
 
 	g, _ := testGateway(t, dir)
 	in1 := openTest(t, g, "i", esp.Inbound)
