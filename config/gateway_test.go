@@ -626,7 +626,7 @@ func FuzzParseGateway(f *testing.F) {
 			if g != nil {
 				t.Fatal("Gateway returned with an error")
 			}
-			checkFuzzErrors(t, data, err)
+			checkFuzzErrors(t, "fuzz.toml", data, err)
 			return
 		}
 		checkGatewayInvariants(t, g)

@@ -621,18 +621,30 @@ func addSeeds(f *testing.F, files, docs []string) {
 	}
 }
 
-// checkFuzzErrors checks the error of a parser given data: a non-empty
-// Errors, each with a message and a position inside data.
-func checkFuzzErrors(t *testing.T, data []byte, err error) {
+// checkFuzzErrors checks the error of a parser given data (parsed as file
+// name): a non-empty Errors in file order, each naming the file, a line of
+// data and a column within that line (at most one past its end), with a
+// one-line message that starts "FILE:LINE:COL: ".
+func checkFuzzErrors(t *testing.T, name string, data []byte, err error) {
 	t.Helper()
 	var errs Errors
 	if !errors.As(err, &errs) || len(errs) == 0 {
 		t.Fatalf("error is not a non-empty Errors: %v", err)
 	}
-	lines := bytes.Count(data, []byte("\n")) + 1
-	for _, e := range errs {
-		if e.Pos.Line < 1 || e.Pos.Line > lines || e.Pos.Col < 1 || e.Msg == "" {
-			t.Fatalf("bad error %q (document has %d lines)", e.Error(), lines)
+	lines := bytes.Split(data, []byte("\n"))
+	for i, e := range errs {
+		msg := e.Error()
+		if e.Pos.File != name || e.Pos.Line < 1 || e.Pos.Line > len(lines) || e.Msg == "" {
+			t.Fatalf("bad error %q (document %s has %d lines)", msg, name, len(lines))
+		}
+		if e.Pos.Col < 1 || e.Pos.Col > len(lines[e.Pos.Line-1])+1 {
+			t.Fatalf("error %q: column %d outside line %d (%q)", msg, e.Pos.Col, e.Pos.Line, lines[e.Pos.Line-1])
+		}
+		if !strings.HasPrefix(msg, fmt.Sprintf("%s:%d:%d: ", name, e.Pos.Line, e.Pos.Col)) || strings.Contains(msg, "\n") {
+			t.Fatalf("error %q does not start with its position or is not one line", msg)
+		}
+		if i > 0 && (e.Pos.Line < errs[i-1].Pos.Line || e.Pos.Line == errs[i-1].Pos.Line && e.Pos.Col < errs[i-1].Pos.Col) {
+			t.Fatalf("errors out of file order: %q before %q", errs[i-1].Error(), msg)
 		}
 	}
 }
@@ -655,7 +667,7 @@ func FuzzParseSAs(f *testing.F) {
 			if sas != nil {
 				t.Fatal("SAs returned with an error")
 			}
-			checkFuzzErrors(t, data, err)
+			checkFuzzErrors(t, "fuzz.toml", data, err)
 			return
 		}
 		for i := range sas {

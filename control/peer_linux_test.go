@@ -3,6 +3,8 @@ package control
 import (
 	"bufio"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -65,5 +67,50 @@ func TestOtherUserRefused(t *testing.T) {
 	// Root still gets in.
 	if _, err := dial(t, s.Path()).SAs(t.Context()); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A flood of connections from another user is logged in two lines, not one
+// per connection: the first refusal, then one summary of the rest.
+func TestOtherUserFloodLogged(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to connect as another user")
+	}
+	rec := &logRecorder{}
+	s, err := Listen(controltest.SocketPath(t), &Options{Log: slog.New(rec), RefusalLogInterval: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(controltest.New())
+	defer s.Close()
+	if err := os.Chmod(s.Path(), 0o666); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(s.Path()), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	const n = 100
+	for range n {
+		c, err := dialAs(65534, s.Path())
+		if err != nil {
+			t.Fatalf("dial as nobody: %v", err)
+		}
+		// Wait for the refusal, so that every connection is counted
+		// before Close.
+		c.SetDeadline(time.Now().Add(5 * time.Second))
+		io.ReadAll(c)
+		c.Close()
+	}
+	refused := func() []slog.Record { return rec.records("control: connection refused", slog.LevelWarn) }
+	if got := refused(); len(got) != 1 || !strings.Contains(attr(got[0], "err").String(), "peer uid 65534") {
+		t.Fatalf("%d connections refused, logged as %d lines, want 1 with the peer's uid: %v", n, len(got), got)
+	}
+	s.Close()
+	got := refused()
+	if len(got) != 2 || got[1].Message != "control: connection refused (summary)" || attr(got[1], "refused").Int64() != n-1 {
+		t.Fatalf("after Close, %d lines, want the first and one summary of %d: %v", len(got), n-1, got)
+	}
+	if !strings.Contains(attr(got[1], "last").String(), "peer uid 65534") {
+		t.Fatalf("summary does not describe the last refusal: %v", got[1])
 	}
 }

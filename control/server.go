@@ -4,6 +4,8 @@ package control
 //  1. Accept: one goroutine. A peer that is neither root nor our user is
 //     closed at once; beyond MaxConns connections a client gets an error
 //     line and is closed, so the server's goroutines and memory are bounded.
+//     Refusals are logged at most one line per RefusalLogInterval for each
+//     reason (refusals.go), so a flood of them does not flood the log.
 //  2. Serve: one goroutine per connection reads a line (at most MaxRequest
 //     bytes, within IdleTimeout), runs the operation on the Backend and
 //     writes one line back (within WriteTimeout). Requests on a connection
@@ -37,6 +39,8 @@ const (
 	DefaultMaxRequest   = 1 << 20
 	DefaultIdleTimeout  = 30 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
+
+	DefaultRefusalLogInterval = 10 * time.Second
 )
 
 // Options tune a Server. The zero value is the defaults.
@@ -53,6 +57,11 @@ type Options struct {
 	IdleTimeout time.Duration
 	// WriteTimeout is how long a client may take to accept a response.
 	WriteTimeout time.Duration
+	// RefusalLogInterval is how often at most a line is logged about the
+	// connections refused for one reason (another user's, too many): the
+	// first refusal is logged, those in the next interval are counted and
+	// told of in one summary line.
+	RefusalLogInterval time.Duration
 }
 
 func (o *Options) withDefaults() Options {
@@ -75,6 +84,9 @@ func (o *Options) withDefaults() Options {
 	if r.WriteTimeout <= 0 {
 		r.WriteTimeout = DefaultWriteTimeout
 	}
+	if r.RefusalLogInterval <= 0 {
+		r.RefusalLogInterval = DefaultRefusalLogInterval
+	}
 	return r
 }
 
@@ -88,6 +100,10 @@ type Server struct {
 	sem  chan struct{}
 	done chan struct{} // closed by Close
 	wg   sync.WaitGroup
+
+	// One log line per interval at most for each reason a connection is
+	// refused.
+	otherUser, tooMany *refusalLog
 
 	mu     sync.Mutex // guards conns and closed
 	conns  map[net.Conn]struct{}
@@ -107,9 +123,11 @@ func Listen(path string, opt *Options) (*Server, error) {
 	o := opt.withDefaults()
 	return &Server{
 		path: path, opt: o, ln: ln, file: file,
-		sem:   make(chan struct{}, o.MaxConns),
-		done:  make(chan struct{}),
-		conns: map[net.Conn]struct{}{},
+		sem:       make(chan struct{}, o.MaxConns),
+		done:      make(chan struct{}),
+		conns:     map[net.Conn]struct{}{},
+		otherUser: newRefusalLog(o.Log, "control: connection refused", o.RefusalLogInterval),
+		tooMany:   newRefusalLog(o.Log, "control: too many clients; connection refused", o.RefusalLogInterval),
 	}, nil
 }
 
@@ -153,6 +171,8 @@ func (s *Server) Close() error {
 	}
 	s.mu.Unlock()
 	s.wg.Wait()
+	s.otherUser.stop()
+	s.tooMany.stop()
 	removeIfSame(s.path, s.file)
 	s.opt.Log.Info("control socket closed", "path", s.path)
 	return err
@@ -179,7 +199,7 @@ func (s *Server) acceptLoop() {
 		}
 		backoff = 0
 		if err := checkPeer(c); err != nil {
-			s.opt.Log.Warn("control: connection refused", "err", err)
+			s.otherUser.refused("err", err)
 			s.writeLine(c, fail("control: permission denied: the control socket is only for root and the user sluice runs as"))
 			c.Close()
 			continue
@@ -187,7 +207,7 @@ func (s *Server) acceptLoop() {
 		select {
 		case s.sem <- struct{}{}:
 		default:
-			s.opt.Log.Warn("control: too many clients; one refused", "max", s.opt.MaxConns)
+			s.tooMany.refused("max", s.opt.MaxConns)
 			s.writeLine(c, fail("control: too many clients (at most %d at once); try again", s.opt.MaxConns))
 			c.Close()
 			continue

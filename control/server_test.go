@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"log/slog"
 	"net"
 	"os"
 	"path/filepath"
@@ -632,5 +633,51 @@ func TestCloseBeforeServe(t *testing.T) {
 	waiting.expectEOF(5 * time.Second)
 	if _, err := os.Lstat(path); !errors.Is(err, fs.ErrNotExist) {
 		t.Fatalf("socket left: %v", err)
+	}
+}
+
+// A flood of connections beyond MaxConns is logged in at most one line per
+// RefusalLogInterval, and the lines count every refusal.
+func TestTooManyClientsFloodLogged(t *testing.T) {
+	const interval = 200 * time.Millisecond
+	rec := &logRecorder{}
+	b := controltest.New()
+	b.Block = make(chan struct{})
+	s := start(t, b, &Options{MaxConns: 1, Log: slog.New(rec), RefusalLogInterval: interval})
+	// Before the server's Close (cleanups run last first), which waits for
+	// the blocked call.
+	t.Cleanup(func() { close(b.Block) })
+	held := dialRaw(t, s.Path())
+	held.c.Write([]byte(`{"op":"stats"}` + "\n"))
+	waitFor(t, "a blocked call", func() bool { return b.Calls("Stats") == 1 })
+	begin := time.Now()
+	const n = 50
+	for range n {
+		extra := dialRaw(t, s.Path())
+		if resp := extra.read(); resp.OK || !strings.Contains(resp.Error, "too many clients") {
+			t.Fatalf("extra client: %+v", resp)
+		}
+		extra.c.Close()
+	}
+	elapsed := time.Since(begin)
+	// The summary comes when the interval is over, without waiting for
+	// another refusal or for Close.
+	var lines []slog.Record
+	count := func() int64 {
+		lines = rec.records("control: too many clients", slog.LevelWarn)
+		sum := int64(0)
+		for _, r := range lines {
+			// A summary tells of several refusals, any other line of one.
+			if v := attr(r, "refused"); v.Kind() == slog.KindInt64 {
+				sum += v.Int64()
+			} else {
+				sum++
+			}
+		}
+		return sum
+	}
+	waitFor(t, "every refusal logged", func() bool { return count() == n })
+	if max := 2 + int(elapsed/interval); len(lines) > max {
+		t.Fatalf("%d refusals in %v logged as %d lines, want at most %d (one per %v)", n, elapsed, len(lines), max, interval)
 	}
 }

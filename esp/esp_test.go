@@ -55,6 +55,10 @@ type pairOpts struct {
 	lt      esp.Lifetime
 	engine  cryptodev.Engine
 	sameKey bool
+	// keySeed, when not 0, makes the keys keySeed, keySeed+1, ... rather
+	// than random, so that packets sealed in one run (a fuzz corpus) open
+	// in another.
+	keySeed byte
 }
 
 // saPair makes an outbound SA and the matching inbound SA, keyed alike.
@@ -69,6 +73,14 @@ func saPair(t testing.TB, o pairOpts) (out, in *esp.SA) {
 	auth := make([]byte, info.AuthKeyLen)
 	rand.Read(enc)
 	rand.Read(auth)
+	if o.keySeed != 0 {
+		for i := range enc {
+			enc[i] = o.keySeed + byte(i)
+		}
+		for i := range auth {
+			auth[i] = o.keySeed + byte(len(enc)+i)
+		}
+	}
 	k1, err := eng.NewKey(o.alg, enc, auth)
 	if err != nil {
 		t.Fatal(err)

@@ -20,6 +20,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sluicegw/sluice/config"
@@ -251,7 +252,9 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 		what = append(what, "route-based/policy-based mode")
 	}
 	if len(what) > 0 {
-		return fmt.Errorf("gateway: %s: changing %v needs a restart; the running configuration stays", b.File, what)
+		// Joined, not %v: a list formatted with %v wraps "[tun]" in
+		// brackets of its own.
+		return fmt.Errorf("gateway: %s: changing %s needs a restart; the running configuration stays", b.File, strings.Join(what, ", "))
 	}
 	return nil
 }
