@@ -156,10 +156,15 @@ func checkResponse(t *testing.T, line []byte, resp Response) {
 	if !loose || !slices.Contains(Ops, req.Op) {
 		t.Fatalf("request %q accepted: %+v", line, resp)
 	}
-	if (req.Op == OpReload) != (resp.Result == nil) {
-		t.Fatalf("request %q: result %q", line, resp.Result)
+	if resp.Result == nil {
+		t.Fatalf("request %q: no result", line)
 	}
 	switch req.Op {
+	case OpReload:
+		var r ReloadResult
+		if decodeStrict(resp.Result, &r) != nil || r.Changes == nil {
+			t.Fatalf("request %q: result %s", line, resp.Result)
+		}
 	case OpSAAdd:
 		var a SAAddArgs
 		var r SAAddResult
