@@ -159,11 +159,10 @@ func cryptoLoops(s *CryptoSpec) (loops []loop, cleanup func(), note string, err 
 			return nil, cleanup, "", err
 		}
 		cleanups.push(func() { e.Close() })
-		key, n, err := importPrivateKey(e, priv)
+		key, err := importPrivateKey(e, priv)
 		if err != nil {
 			return nil, cleanup, "", err
 		}
-		note = n
 		cleanups.push(key.Destroy)
 		for range s.Threads {
 			l, err := newEngineLoop(e, inFlight(e, s.InFlight), s.batch(), 0, func(op *cryptodev.Op, _ []byte) {

@@ -9,7 +9,6 @@ import (
 
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/cryptodev/sched"
-	"github.com/sluicegw/sluice/cryptodev/soft"
 )
 
 // Raw is the pseudo-engine that calls Go's crypto directly: the baseline
@@ -121,22 +120,11 @@ func privateKey(alg cryptodev.Alg) (crypto.PrivateKey, error) {
 	return k, nil
 }
 
-// importPrivateKey imports priv into e. An engine that does not implement
-// cryptodev.AsymEngine but runs soft.Process on its workers (sched, today)
-// gets a key of the soft engine's form under its own name, and note says
-// so; any other engine is unsupported.
-func importPrivateKey(e cryptodev.Engine, priv crypto.PrivateKey) (k *cryptodev.Key, note string, err error) {
+// importPrivateKey imports priv into e, which must implement
+// cryptodev.AsymEngine (sched does, through its inner engine).
+func importPrivateKey(e cryptodev.Engine, priv crypto.PrivateKey) (*cryptodev.Key, error) {
 	if ae, ok := e.(cryptodev.AsymEngine); ok {
-		k, err = ae.NewPrivateKey(priv)
-		return k, "", err
+		return ae.NewPrivateKey(priv)
 	}
-	if _, ok := e.(*sched.Engine); ok {
-		ks, err := soft.NewAsymKeyState(priv)
-		if err != nil {
-			return nil, "", err
-		}
-		return cryptodev.NewKeyHandle(ks.Alg(), e.Name(), ks, ks.Zero),
-			e.Name() + " has no NewPrivateKey: key imported with soft.NewAsymKeyState, which its workers run", nil
-	}
-	return nil, "", fmt.Errorf("%w: engine %s does not implement cryptodev.AsymEngine", cryptodev.ErrUnsupported, e.Name())
+	return nil, fmt.Errorf("%w: engine %s does not implement cryptodev.AsymEngine", cryptodev.ErrUnsupported, e.Name())
 }
