@@ -1,6 +1,7 @@
 package config
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"sort"
@@ -134,6 +135,9 @@ func (v *Value) Source() string { return v.str }
 // errors and TOML semantic errors (a key defined twice, a table redefined)
 // are returned as Errors holding one *Error with the line and column.
 func ParseDocument(filename string, data []byte) (*Document, error) {
+	// A UTF-8 byte-order mark, as some Windows editors write, is not part
+	// of the document; editors do not show it, so columns count without it.
+	data = bytes.TrimPrefix(data, []byte("\xef\xbb\xbf"))
 	// go-toml's decoder checks everything TOML requires: syntax, duplicate
 	// keys, table and array-of-tables conflicts, valid dates and integer
 	// ranges. The unstable parser used below to get positions checks only

@@ -702,3 +702,29 @@ func checkGatewayInvariants(t *testing.T, g *Gateway) {
 		}
 	}
 }
+
+// TestGatewayByteOrderMark: a file that a Windows editor saved with a
+// UTF-8 byte-order mark parses as without it, and its errors have the
+// columns the editor shows (it used to be refused as "invalid character
+// U+00EF").
+func TestGatewayByteOrderMark(t *testing.T) {
+	text, err := os.ReadFile("../examples/gateway-a.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	plain, err := ParseGateway("a.toml", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bom, err := ParseGateway("a.toml", append([]byte("\xef\xbb\xbf"), text...))
+	if err != nil {
+		t.Fatalf("with a byte-order mark: %v", err)
+	}
+	if len(bom.Tunnels) != len(plain.Tunnels) || len(bom.SAs) != len(plain.SAs) || bom.StateDir != plain.StateDir {
+		t.Errorf("with a byte-order mark: %+v, without: %+v", bom, plain)
+	}
+	_, err = ParseGateway("bad.toml", []byte("\xef\xbb\xbf[gateway]\nworkers = \"many\"\n"))
+	if err == nil || !strings.Contains(err.Error(), "\nbad.toml:2:11: gateway.workers:") {
+		t.Errorf("error after a byte-order mark: %v", err)
+	}
+}
