@@ -414,7 +414,9 @@ func decodeArgs(req Request, v any) error {
 }
 
 // decodeStrict decodes exactly one JSON value into v, refusing unknown
-// object fields and trailing data.
+// object fields and trailing data. encoding/json matches field names
+// without regard to case and lets a repeated key override the first; the
+// protocol does not: a top-level key must be a field's name exactly, once.
 func decodeStrict(data []byte, v any) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
@@ -424,7 +426,66 @@ func decodeStrict(data []byte, v any) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data after the JSON value")
 	}
+	return exactKeys(data, v)
+}
+
+// exactKeys checks the keys of the JSON object data (already decoded into
+// the struct v without error) against v's field names: each must be one
+// exactly, and appear once.
+func exactKeys(data []byte, v any) error {
+	t := reflect.TypeOf(v)
+	for t != nil && t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	if t == nil || t.Kind() != reflect.Struct {
+		return nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if tok, err := dec.Token(); err != nil || tok != json.Delim('{') {
+		return nil // null: nothing to check
+	}
+	seen := map[string]bool{}
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return err
+		}
+		key, _ := tok.(string)
+		if !hasJSONField(t, key) {
+			return fmt.Errorf("json: unknown field %q (field names are case-sensitive)", key)
+		}
+		if seen[key] {
+			return fmt.Errorf("json: field %q given twice", key)
+		}
+		seen[key] = true
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// hasJSONField reports whether struct type t has a field whose JSON name is
+// exactly name.
+func hasJSONField(t reflect.Type, name string) bool {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		if !f.IsExported() {
+			continue
+		}
+		tag, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+		if tag == "-" {
+			continue
+		}
+		if tag == "" {
+			tag = f.Name
+		}
+		if tag == name {
+			return true
+		}
+	}
+	return false
 }
 
 // describeJSONError says what was wrong with a JSON value in terms of its
