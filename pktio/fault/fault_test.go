@@ -358,13 +358,16 @@ func TestBadConfig(t *testing.T) {
 	}
 }
 
-// TestNoAllocations: with every fault on, Write allocates nothing once its
-// slots exist (the releaser's work included: AllocsPerRun counts every
-// goroutine).
+// TestNoAllocations: with every fault that does not depend on the clock
+// on, Write allocates nothing once its slots exist. Delay and the hold's
+// time limit are left out: how many copies they keep in flight, and so how
+// many slots exist, depends on how the machine schedules the releaser, and
+// a loaded machine needed more slots during the measurement than during
+// the warm-up.
 func TestNoAllocations(t *testing.T) {
 	a, b := pipe.New(1 << 12)
 	l := fault.New(a, fault.Config{Seed: 11, Loss: 0.02, Corrupt: 0.02, CorruptFrom: 8, Duplicate: 0.02,
-		Reorder: 0.1, Delay: 100 * time.Microsecond, Queue: 1024})
+		Reorder: 0.1, Hold: time.Hour, Queue: 1024})
 	defer l.Close()
 	rx := b.(*pipe.End)
 	pool := packet.NewPool(256, 2048, headroom)
