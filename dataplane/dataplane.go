@@ -145,7 +145,9 @@ type Dataplane struct {
 	cancel  context.CancelFunc
 	closed  atomic.Bool
 
-	retireMu sync.Mutex
+	retireMu    sync.Mutex     // one retirement waits for the lanes at a time
+	retireStart sync.Mutex     // orders a retirement's start against Close
+	retiring    sync.WaitGroup // retirements under way
 }
 
 // batchSize is the least number of packets a lane reads at once and an ESP
@@ -260,6 +262,12 @@ func (d *Dataplane) Close() {
 		d.cancel()
 	}
 	d.wg.Wait()
+	// Retirements under way finish now that no lane runs: their SAs end
+	// (keys destroyed, sad.SA.Retired called) before Close returns. One
+	// that starts after closed is set ends its SAs itself.
+	d.retireStart.Lock()
+	d.retireStart.Unlock()
+	d.retiring.Wait()
 	for _, ln := range d.lanes {
 		ln.close()
 	}
@@ -271,21 +279,25 @@ func (d *Dataplane) Close() {
 // and has nothing in flight when it blocks in its next read (idle), so
 // once every lane is idle or past generation gen the SAs are unreachable.
 func (d *Dataplane) Retire(gen uint64, sas []*sad.SA) {
+	d.retireStart.Lock()
 	if d.closed.Load() || d.ctx == nil {
+		d.retireStart.Unlock()
 		destroy(sas) // nothing runs any more (or yet)
 		return
 	}
-	go d.retire(gen, sas)
+	d.retiring.Add(1)
+	d.retireStart.Unlock()
+	go func() {
+		defer d.retiring.Done()
+		d.retire(gen, sas)
+	}()
 }
 
-// destroy ends retired SAs: their keys are destroyed and their owners told
-// (sad.SA.Retired).
+// destroy ends retired SAs (sad.SA.End): their keys are destroyed and
+// their owners told.
 func destroy(sas []*sad.SA) {
 	for _, s := range sas {
-		s.Key.Destroy()
-		if s.Retired != nil {
-			s.Retired()
-		}
+		s.End()
 	}
 }
 

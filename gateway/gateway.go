@@ -50,8 +50,8 @@ type Gateway struct {
 	stateLock *os.File // holds the state directory's flock; nil without one
 	draining  map[*sad.SA]*drain
 
-	stateMu     sync.Mutex
-	stateOwners map[string]*sad.SA // state file -> the SA that writes it now
+	stateMu    sync.Mutex
+	stateFiles map[string]*stateFile // by path
 }
 
 // Start brings a gateway up from cfg: it creates the TUN device and the
@@ -158,10 +158,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 			return
 		}
 		for _, s := range sas {
-			s.Key.Destroy()
-			if s.Retired != nil {
-				s.Retired()
-			}
+			s.End()
 		}
 	})
 	plainLinks := make([]dataplane.Link, len(plain))
@@ -305,19 +302,22 @@ func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.D
 	if err != nil {
 		return nil, err
 	}
-	health, path, err := g.withState(&cfg, sa, name, dir)
+	health, file, err := g.withState(&cfg, sa, name, dir)
 	if err != nil {
 		cfg.Key.Destroy()
 		return nil, err
 	}
 	rt, err := newRuntime(cfg, sa, dir)
 	if err != nil {
+		if file != nil {
+			file.retire(cfg.Seq, g.log)
+		}
 		return nil, err
 	}
 	s := &sad.SA{Name: name, SA: rt, Key: rt.Config().Key, Engine: engine, State: health, Def: saDef(sa, dir)}
 	rt.SetUser(s)
-	if path != "" {
-		g.ownState(s, path)
+	if file != nil {
+		s.Retired = func() { file.retire(rt.Seq(), g.log) }
 	}
 	return s, nil
 }
@@ -351,7 +351,7 @@ func (g *Gateway) addTunnel(t *config.Tunnel, owner int) error {
 	var opened []*sad.SA
 	fail := func(err error) error {
 		for _, s := range opened {
-			s.Key.Destroy()
+			s.End()
 		}
 		return fmt.Errorf("gateway: tunnel %q: %w", t.Name, err)
 	}

@@ -195,7 +195,7 @@ func InstallSA(store *sad.Store, cfg *config.Gateway, tunnel, dir string, sa *co
 		err = store.AddInbound(tunnel, s)
 	}
 	if err != nil {
-		s.Key.Destroy()
+		s.End()
 	}
 	return err
 }

@@ -18,6 +18,7 @@ package gateway
 import (
 	"crypto/sha256"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -36,8 +37,9 @@ var DrainTime = 2 * time.Second
 // The running state it compares next with is the SAD itself, not the file
 // it last applied, so whatever the control socket changed since (an SA
 // added or deleted, an outbound SA switched) is put back to what next
-// says. On error the running configuration stays in force, except that
-// changes made before the failing one remain (the error says so).
+// says. On an error in fixed parts nothing changes; an error in a tunnel
+// (an SA the engine refuses, prefixes that overlap) leaves the changes
+// made to the other tunnels in force, and they are returned with it.
 func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -79,20 +81,30 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 		}
 		switch ot := oldByName[nt.Name]; {
 		case t == nil:
-			errs = append(errs, g.addTunnel(nt, owner))
-			note("tunnel added", "tunnel", nt.Name)
+			if err := g.addTunnel(nt, owner); err != nil {
+				errs = append(errs, err)
+			} else {
+				note("tunnel added", "tunnel", nt.Name)
+			}
 		case ot == nil || !sameEndpoints(ot, nt):
 			g.store.RemoveTunnel(nt.Name)
-			errs = append(errs, g.addTunnel(nt, owner))
-			note("tunnel replaced", "tunnel", nt.Name)
+			if err := g.addTunnel(nt, owner); err != nil {
+				errs = append(errs, err)
+				note("tunnel removed", "tunnel", nt.Name, "err", err)
+			} else {
+				note("tunnel replaced", "tunnel", nt.Name)
+			}
 		default:
 			errs = append(errs, g.reconcile(t, nt, note))
 		}
 	}
 	for _, t := range db.Tunnels() {
 		if !newByName[t.Name] {
-			errs = append(errs, g.store.RemoveTunnel(t.Name))
-			note("tunnel removed", "tunnel", t.Name)
+			if err := g.store.RemoveTunnel(t.Name); err != nil {
+				errs = append(errs, err)
+			} else {
+				note("tunnel removed", "tunnel", t.Name)
+			}
 		}
 	}
 	if g.policy != nil || len(next.Policies) > 0 {
@@ -100,11 +112,9 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 			errs = append(errs, err)
 		}
 	}
-	for _, err := range errs {
-		if err != nil {
-			g.log.Error("reload", "err", err)
-			return changes, fmt.Errorf("gateway: reload partly applied: %w", err)
-		}
+	if err := errors.Join(errs...); err != nil {
+		g.log.Error("reload partly applied", "changes", len(changes), "err", err)
+		return changes, fmt.Errorf("gateway: reload partly applied (%d changes made; the rest failed): %w", len(changes), err)
 	}
 	g.log.Info("configuration reloaded", "file", next.File, "tunnels", len(next.Tunnels), "changes", len(changes))
 	return changes, nil
@@ -138,7 +148,7 @@ func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, 
 				"tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", def.SPI))
 		}
 		if err := g.store.AddInbound(nt.Name, in); err != nil {
-			in.Key.Destroy()
+			in.End()
 			return err
 		}
 		keep[in] = true
@@ -152,7 +162,7 @@ func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, 
 			return err
 		}
 		if err := g.store.SwitchOutbound(nt.Name, out); err != nil {
-			out.Key.Destroy()
+			out.End()
 			return err
 		}
 		note("outbound SA switched", "tunnel", nt.Name, "sa", nt.Out, "spi", fmt.Sprintf("%#x", def.SPI))
@@ -247,6 +257,9 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 	}
 	if a.Oversize != b.Oversize {
 		what = append(what, "gateway.oversize")
+	}
+	if a.StateDir != b.StateDir {
+		what = append(what, "gateway.state_dir")
 	}
 	if (len(a.Policies) == 0) != (len(b.Policies) == 0) {
 		what = append(what, "route-based/policy-based mode")

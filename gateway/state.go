@@ -12,8 +12,8 @@ package gateway
 //     legitimate packets; see esp.ReplayReserveMin).
 // When an SA is retired (clean shutdown, deletion, a reload that takes it
 // out) it records its exact state in place of the reserved bound
-// (ownState), so a clean restart, or the same SA installed again, costs
-// nothing.
+// (stateFile.retire), so a clean restart, or the same SA installed again,
+// costs nothing.
 //
 // AEAD nonces do not depend on this state (package esp's doc): losing it
 // costs replay protection and sequence-number continuity, never a nonce.
@@ -35,6 +35,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -160,13 +161,102 @@ func writeReserved(path string, upTo uint64) error {
 	return err
 }
 
+// stateFile is the gateway's side of one state file. More than one SA
+// runtime can write the same file: an SA installed again while the one
+// before it is still being retired, or one added through the control
+// socket with the definition of a running one. Its lock makes each write
+// whole (one temporary file per path), and the file never goes below what
+// any runtime of it may have used until the last of them has retired.
+type stateFile struct {
+	path string
+
+	mu       sync.Mutex
+	recorded uint64 // the highest bound recorded since the file was last trimmed
+	live     int    // runtimes that write it and have not retired
+	final    uint64 // the highest final state of those retired since live was 0
+}
+
+// stateFile returns the gateway's record of the file at path.
+func (g *Gateway) stateFile(path string) *stateFile {
+	g.stateMu.Lock()
+	defer g.stateMu.Unlock()
+	if g.stateFiles == nil {
+		g.stateFiles = map[string]*stateFile{}
+	}
+	f := g.stateFiles[path]
+	if f == nil {
+		f = &stateFile{path: path}
+		g.stateFiles[path] = f
+	}
+	return f
+}
+
+// errStateLoad marks an error reading a state file, as against writing it.
+var errStateLoad = errors.New("cannot read the state file")
+
+// open starts a runtime on the file: it returns the bound to start from
+// (at least seq), recorded before it returns.
+func (f *stateFile) open(seq uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	w, err := loadReserved(f.path)
+	if err != nil {
+		return 0, fmt.Errorf("%w: %w", errStateLoad, err)
+	}
+	seq = max(seq, w, f.recorded)
+	if err := writeReserved(f.path, seq); err != nil {
+		return 0, err
+	}
+	f.recorded = seq
+	f.live++
+	return seq, nil
+}
+
+// record records a bound of a live runtime: upTo, or more if another
+// runtime of the file has recorded more.
+func (f *stateFile) record(upTo uint64) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	v := max(upTo, f.recorded)
+	if err := writeReserved(f.path, v); err != nil {
+		return err
+	}
+	f.recorded = v
+	return nil
+}
+
+// retire ends a runtime whose final state is final: the last number sent,
+// or the highest one accepted. When the last runtime of the file retires,
+// the file gets the highest of their final states in place of the bound
+// reserved ahead of use, so a clean shutdown, a deletion or a reload that
+// takes the SA out leaves the exact state, and the same SA installed again
+// (a restart, a reload that restores what the control socket removed)
+// refuses none of the peer's new packets. Until then the file holds a
+// bound ahead of use: a crash costs up to one reservation step of the
+// peer's packets.
+func (f *stateFile) retire(final uint64, log *slog.Logger) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.final = max(f.final, final)
+	if f.live--; f.live > 0 {
+		return
+	}
+	if err := writeReserved(f.path, f.final); err != nil {
+		log.Warn("cannot record the final sequence state of a retired SA; the reserved bound stays (up to one "+
+			"reservation step of the peer's packets may be refused if the SA is installed again)", "file", f.path, "err", err)
+	} else {
+		f.recorded = f.final
+	}
+	f.final = 0
+}
+
 // reserver returns the SeqReserve function of an SA: it records the bound
-// and keeps h up to date. It runs on the SA owner's goroutine only, so its
-// own state (when it last logged) needs no lock.
-func reserver(path string, h *sad.StateHealth, log *slog.Logger, what []any) func(uint64) error {
+// in f and keeps h up to date. It runs with the SA's lock held, so its own
+// state (when it last logged) needs no other.
+func reserver(f *stateFile, h *sad.StateHealth, log *slog.Logger, what []any) func(uint64) error {
 	var lastLog time.Time
 	return func(upTo uint64) error {
-		err := writeReserved(path, upTo)
+		err := f.record(upTo)
 		if err == nil {
 			if h.Failing.Swap(false) {
 				log.Info("sequence-number reservation recorded again; the SA carries traffic", what...)
@@ -181,7 +271,7 @@ func reserver(path string, h *sad.StateHealth, log *slog.Logger, what []any) fun
 			lastLog = now
 			log.Error("cannot record the sequence-number reservation in the state directory; "+
 				"the SA drops its packets (seq_reserve_failed) until it can",
-				append(what, "file", path, "failures", h.Failures.Load(), "err", err)...)
+				append(what, "file", f.path, "failures", h.Failures.Load(), "err", err)...)
 		}
 		return err
 	}
@@ -189,64 +279,32 @@ func reserver(path string, h *sad.StateHealth, log *slog.Logger, what []any) fun
 
 // withState makes cfg, the esp configuration of SA sa (named name) in
 // direction d, start at its recorded bound and record new ones in the state
-// directory; it returns the health to attach to the SAD entry. The bound
-// is written once here, so a directory that cannot be written is refused
+// directory; it returns the health to attach to the SAD entry and the
+// state file, whose retire the caller calls when the SA ends. The bound is
+// written once here, so a directory that cannot be written is refused
 // before the SA carries traffic. Without a state directory, or inbound
-// without anti-replay, it changes nothing and returns nil.
-func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.Direction) (*sad.StateHealth, string, error) {
+// without anti-replay, it changes nothing and returns nils.
+func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.Direction) (*sad.StateHealth, *stateFile, error) {
 	dir := g.cfg.StateDir
 	if dir == "" || (d == esp.Inbound && cfg.ReplayWindow == 0) {
-		return nil, "", nil
+		return nil, nil, nil
 	}
-	path := seqStatePath(dir, sa, d)
-	w, err := loadReserved(path)
+	f := g.stateFile(seqStatePath(dir, sa, d))
+	seq, err := f.open(cfg.Seq)
 	if err != nil {
-		return nil, "", fmt.Errorf("gateway: state_dir: SA %q: %w", name, err)
-	}
-	cfg.Seq = max(cfg.Seq, w)
-	if err := writeReserved(path, cfg.Seq); err != nil {
-		return nil, "", fmt.Errorf("gateway: state_dir %s: SA %q (spi 0x%08x): cannot record its sequence-number reservation, "+
+		if errors.Is(err, errStateLoad) {
+			return nil, nil, fmt.Errorf("gateway: state_dir: SA %q: %w", name, err)
+		}
+		return nil, nil, fmt.Errorf("gateway: state_dir %s: SA %q (spi 0x%08x): cannot record its sequence-number reservation, "+
 			"without which it would drop every packet: %w (make the directory writable, or set gateway.state_dir to one that is)",
 			dir, name, sa.SPI, err)
 	}
+	cfg.Seq = seq
 	dirName := "out"
 	if d == esp.Inbound {
 		dirName = "in"
 	}
 	h := new(sad.StateHealth)
-	cfg.SeqReserve = reserver(path, h, g.log, []any{"sa", name, "spi", fmt.Sprintf("%#x", sa.SPI), "direction", dirName})
-	return h, path, nil
-}
-
-// ownState makes s the SA that writes the state file at path, and has it
-// record, once retired, its final sequence state in place of the bound it
-// reserved: the last number sent, or the highest one accepted. Until then
-// the file holds a bound ahead of use (a crash costs up to one reservation
-// step of the peer's packets after the restart); after a clean shutdown, a
-// deletion or a reload that takes an SA out, the file holds the exact
-// state, so the same SA installed again (a restart, a reload that restores
-// what the control socket removed) refuses none of the peer's new packets.
-// The final record is written only while no newer SA of the same file has
-// taken over: that one's reservations must not be undone.
-func (g *Gateway) ownState(s *sad.SA, path string) {
-	g.stateMu.Lock()
-	if g.stateOwners == nil {
-		g.stateOwners = map[string]*sad.SA{}
-	}
-	g.stateOwners[path] = s
-	g.stateMu.Unlock()
-	s.Retired = func() {
-		g.stateMu.Lock()
-		defer g.stateMu.Unlock()
-		if g.stateOwners[path] != s {
-			return
-		}
-		delete(g.stateOwners, path)
-		final := s.SA.Seq()
-		if err := writeReserved(path, final); err != nil {
-			g.log.Warn("cannot record the final sequence state of a retired SA; the reserved bound stays (up to one "+
-				"reservation step of the peer's packets may be refused if the SA is installed again)",
-				"sa", s.Name, "spi", fmt.Sprintf("%#x", s.SA.SPI()), "file", path, "err", err)
-		}
-	}
+	cfg.SeqReserve = reserver(f, h, g.log, []any{"sa", name, "spi", fmt.Sprintf("%#x", sa.SPI), "direction", dirName})
+	return h, f, nil
 }

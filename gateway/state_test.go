@@ -421,3 +421,43 @@ func TestRetiredSARecordsFinalState(t *testing.T) {
 		t.Errorf("a retired SA rewrote the file a newer one owns: %d, then %d (the newer SA's window at %d)", before, after, in3.SA.Seq())
 	}
 }
+
+// TestStateFileShared: two runtimes of one state file (an SA installed
+// again before the one before it has retired) never take the file below
+// what either may have used, and only the last to retire trims it to the
+// highest final state of both.
+func TestStateFileShared(t *testing.T) {
+	g, _ := testGateway(t, t.TempDir())
+	path := filepath.Join(g.cfg.StateDir, "out-shared.seq")
+	a, b := g.stateFile(path), g.stateFile(path)
+	if a != b {
+		t.Fatal("one path, two records")
+	}
+	read := func() uint64 {
+		t.Helper()
+		v, err := loadReserved(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if s, err := a.open(0); err != nil || s != 0 {
+		t.Fatalf("first open: %d, %v", s, err)
+	}
+	a.record(1000)
+	if s, err := a.open(10); err != nil || s != 1000 {
+		t.Fatalf("second open: %d, %v; want 1000", s, err)
+	}
+	a.record(50) // the older runtime's next bound, below the other's
+	if v := read(); v != 1000 {
+		t.Errorf("file %d after a lower bound of a shared file, want 1000", v)
+	}
+	a.retire(700, g.log)
+	if v := read(); v != 1000 {
+		t.Errorf("file %d after the first of two retired, want 1000", v)
+	}
+	a.retire(300, g.log)
+	if v := read(); v != 700 {
+		t.Errorf("file %d after both retired, want the higher final state 700", v)
+	}
+}

@@ -46,8 +46,20 @@ type SA struct {
 	Def [32]byte
 	// Retired, if set, is called once, after the data plane has let go of
 	// the SA for good (no packet can use it any more) and destroyed its
-	// key. The gateway records the SA's final sequence state there.
+	// key (End). The gateway records the SA's final sequence state there.
 	Retired func()
+
+	endOnce sync.Once
+}
+
+// End finishes an SA that no packet can use any more: one the data plane
+// has retired, or one that was made and never installed. It destroys the
+// key and calls Retired, once.
+func (s *SA) End() {
+	s.Key.Destroy()
+	if s.Retired != nil {
+		s.endOnce.Do(s.Retired)
+	}
 }
 
 // StateHealth says whether an SA's durable sequence-number reservations
