@@ -169,14 +169,19 @@ func writeReserved(path string, upTo uint64) error {
 // any runtime of it may have used until the last of them has retired.
 type stateFile struct {
 	path string
+	g    *Gateway
 
 	mu       sync.Mutex
 	recorded uint64 // the highest bound recorded since the file was last trimmed
 	live     int    // runtimes that write it and have not retired
 	final    uint64 // the highest final state of those retired since live was 0
+	gone     bool   // the last runtime retired and the record left the gateway's map
 }
 
-// stateFile returns the gateway's record of the file at path.
+// stateFile returns the gateway's record of the file at path. A record
+// lives while runtimes of its file do (each rekey names a new file, so the
+// map would otherwise grow for the process's life); open reports
+// errStateGone for one that has just left, and the caller asks again.
 func (g *Gateway) stateFile(path string) *stateFile {
 	g.stateMu.Lock()
 	defer g.stateMu.Unlock()
@@ -185,7 +190,7 @@ func (g *Gateway) stateFile(path string) *stateFile {
 	}
 	f := g.stateFiles[path]
 	if f == nil {
-		f = &stateFile{path: path}
+		f = &stateFile{path: path, g: g}
 		g.stateFiles[path] = f
 	}
 	return f
@@ -194,11 +199,17 @@ func (g *Gateway) stateFile(path string) *stateFile {
 // errStateLoad marks an error reading a state file, as against writing it.
 var errStateLoad = errors.New("cannot read the state file")
 
+// errStateGone says the record was retired while the caller held it.
+var errStateGone = errors.New("state file record retired")
+
 // open starts a runtime on the file: it returns the bound to start from
 // (at least seq), recorded before it returns.
 func (f *stateFile) open(seq uint64) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.gone {
+		return 0, errStateGone
+	}
 	w, err := loadReserved(f.path)
 	if err != nil {
 		return 0, fmt.Errorf("%w: %w", errStateLoad, err)
@@ -244,10 +255,14 @@ func (f *stateFile) retire(final uint64, log *slog.Logger) {
 	if err := writeReserved(f.path, f.final); err != nil {
 		log.Warn("cannot record the final sequence state of a retired SA; the reserved bound stays (up to one "+
 			"reservation step of the peer's packets may be refused if the SA is installed again)", "file", f.path, "err", err)
-	} else {
-		f.recorded = f.final
 	}
-	f.final = 0
+	// The file holds all there is to know: the record goes.
+	f.gone = true
+	f.g.stateMu.Lock()
+	if f.g.stateFiles[f.path] == f {
+		delete(f.g.stateFiles, f.path)
+	}
+	f.g.stateMu.Unlock()
 }
 
 // reserver returns the SeqReserve function of an SA: it records the bound
@@ -289,8 +304,13 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 	if dir == "" || (d == esp.Inbound && cfg.ReplayWindow == 0) {
 		return nil, nil, nil
 	}
-	f := g.stateFile(seqStatePath(dir, sa, d))
+	path := seqStatePath(dir, sa, d)
+	f := g.stateFile(path)
 	seq, err := f.open(cfg.Seq)
+	for errors.Is(err, errStateGone) {
+		f = g.stateFile(path)
+		seq, err = f.open(cfg.Seq)
+	}
 	if err != nil {
 		if errors.Is(err, errStateLoad) {
 			return nil, nil, fmt.Errorf("gateway: state_dir: SA %q: %w", name, err)

@@ -2,6 +2,7 @@ package gateway
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/netip"
@@ -459,5 +460,17 @@ func TestStateFileShared(t *testing.T) {
 	a.retire(300, g.log)
 	if v := read(); v != 700 {
 		t.Errorf("file %d after both retired, want the higher final state 700", v)
+	}
+	// The record is gone with its last runtime; the next one starts from
+	// the file.
+	if _, err := a.open(0); !errors.Is(err, errStateGone) {
+		t.Errorf("open of a retired record: %v", err)
+	}
+	c := g.stateFile(path)
+	if c == a || len(g.stateFiles) != 1 {
+		t.Fatalf("record not replaced: %d records", len(g.stateFiles))
+	}
+	if s, err := c.open(0); err != nil || s != 700 {
+		t.Errorf("open after retirement: %d, %v; want 700", s, err)
 	}
 }
