@@ -374,7 +374,7 @@ func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState) bool {
 			copy(unsafe.Slice((*byte)(&d.iv[0]), 16), op.IV)
 		}
 	}
-	d.key = ks.c
+	d.key = C.uintptr_t(uintptr(unsafe.Pointer(ks.c)))
 	d.len = C.uint32_t(n)
 	if n > 0 {
 		d.src = p.addr(op.Src)

@@ -104,7 +104,7 @@ void smb_key_free(smb_key *k)
 /* fill sets up job for op. */
 static void fill(IMB_JOB *job, smb_op *op)
 {
-	const smb_key *k = op->key;
+	const smb_key *k = (const smb_key *)op->key;
 	int enc = op->dir == 0;
 
 	job->cipher_direction = enc ? IMB_DIR_ENCRYPT : IMB_DIR_DECRYPT;
@@ -181,7 +181,7 @@ static void done(IMB_JOB *job)
 	}
 	/* Constant-time comparison of the ICV. */
 	uint8_t d = 0;
-	for (uint32_t i = 0; i < op->key->tag_len; i++)
+	for (uint32_t i = 0; i < ((const smb_key *)op->key)->tag_len; i++)
 		d |= op->tag_out[i] ^ op->tag_in[i];
 	op->status = d == 0 ? SMB_OK : SMB_AUTH_FAILED;
 }

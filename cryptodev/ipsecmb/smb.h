@@ -24,14 +24,17 @@ typedef struct smb_key {
 	uint32_t kind, key_len, tag_len, hash_alg;
 } __attribute__((aligned(64))) smb_key;
 
-/* One op. src, dst, tag and hash are addresses in pinned Go memory, held
- * as integers: Go writes them, and a pointer-typed field would make Go's
- * write barrier look at the stale address a reused descriptor still holds.
+/* One op. No field is pointer-typed, the key included: Go writes these
+ * descriptors into C memory that it reuses (and realloc grows), and a
+ * pointer-typed field would make Go's write barrier look at whatever stale
+ * value the slot held, which the garbage collector then takes for a Go
+ * pointer ("found bad pointer in Go heap"). src, dst, tag and hash are
+ * addresses in pinned Go memory; key is an smb_key in C memory.
  * aad, iv and tag_in are copies. For the chained suites hash is the
  * address of the AAD in packet memory, followed there by the IV and src
  * (len bytes): hash_len covers them all. */
 typedef struct smb_op {
-	const smb_key *key;
+	uintptr_t key;       /* const smb_key * */
 	uintptr_t src;
 	uintptr_t dst;
 	uintptr_t tag;       /* encrypt: where the ICV goes */
