@@ -1,0 +1,154 @@
+package tls
+
+import (
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/sluicegw/sluice/cryptodev"
+)
+
+// Cert names one certificate chain and its private key, both PEM files.
+// The key is loaded into the listener's crypto engine and the file's bytes
+// are dropped; the TLS code only ever holds the engine's crypto.Signer.
+type Cert struct {
+	CertFile string // PEM: the leaf first, then intermediates
+	KeyFile  string // PEM: PKCS #8, PKCS #1 (RSA) or SEC 1 (EC)
+}
+
+// Client certificate policies of a listener (mTLS).
+const (
+	ClientAuthNone     = "none"     // no client certificate asked for
+	ClientAuthOptional = "optional" // asked for; verified against ClientCA when given
+	ClientAuthRequire  = "require"  // required and verified against ClientCA
+)
+
+// ListenerConfig is one TLS termination listener: TLS from clients on
+// Listen, the plaintext stream to Backend.
+type ListenerConfig struct {
+	Name   string // unique among listeners and origins
+	Listen string // "host:port"
+	// Certs are served by SNI: a ClientHello's server name picks the first
+	// certificate whose leaf covers it (DNS SANs, wildcards included);
+	// without a match, or without SNI, Certs[0].
+	Certs []Cert
+	// Engine holds the private keys ("soft", "sched", "openssl", ...); ""
+	// means the registry's choice.
+	Engine     string
+	MinVersion uint16 // crypto/tls VersionTLS12 or VersionTLS13
+	MaxVersion uint16
+	ALPN       []string // offered protocols, in preference order; nil = none
+	ClientAuth string   // ClientAuthNone (""), ClientAuthOptional, ClientAuthRequire
+	ClientCA   string   // PEM bundle verifying client certificates
+	// SessionTickets enables resumption by tickets; their keys are random,
+	// rotated every TicketRotation (0 = DefaultTicketRotation), and the
+	// previous keys still decrypt for two more periods.
+	SessionTickets   bool
+	TicketRotation   time.Duration
+	HandshakeTimeout time.Duration // 0 = DefaultHandshakeTimeout
+	IdleTimeout      time.Duration // 0 = DefaultIdleTimeout
+	MaxConns         int           // 0 = DefaultMaxConns
+	// Backend is "tcp://HOST:PORT" (forward the plaintext stream) or
+	// "static:DIR" (the built-in HTTP/1.1 file server).
+	Backend string
+	// ProxyProtocol sends a PROXY protocol v2 header to a tcp:// backend
+	// before the stream, naming the client's address.
+	ProxyProtocol bool
+}
+
+// OriginConfig is one TLS origination listener: plaintext TCP from clients
+// on Listen, carried over TLS to Backend, whose certificate is verified.
+type OriginConfig struct {
+	Name    string
+	Listen  string // "host:port"
+	Backend string // "tls://HOST:PORT"
+	// ServerName is the name sent as SNI and verified in the backend's
+	// certificate; "" = HOST of Backend.
+	ServerName string
+	CA         string // PEM bundle to verify the backend; "" = system roots
+	// Cert is an optional client certificate for backends that ask for one
+	// (mTLS); its key is held by Engine like a listener's.
+	Cert             *Cert
+	Engine           string
+	MinVersion       uint16
+	MaxVersion       uint16
+	ALPN             []string
+	HandshakeTimeout time.Duration
+	IdleTimeout      time.Duration
+	MaxConns         int
+}
+
+// Config is every TLS listener and origin of a gateway.
+type Config struct {
+	Listeners []ListenerConfig
+	Origins   []OriginConfig
+}
+
+// Defaults.
+const (
+	DefaultHandshakeTimeout = 10 * time.Second
+	DefaultIdleTimeout      = 5 * time.Minute
+	DefaultMaxConns         = 10000
+	DefaultTicketRotation   = time.Hour
+)
+
+// Options are what a Service takes from the gateway around it.
+type Options struct {
+	// Engine opens (or returns the already open) crypto engine of a name;
+	// "" is the registry's choice. The Service does not close engines.
+	Engine func(name string) (cryptodev.Engine, error)
+	Log    *slog.Logger // nil = discard
+}
+
+// Stats are one listener's or origin's counters since it started.
+type Stats struct {
+	Name   string
+	Kind   string // "terminate" or "originate"
+	Listen string
+
+	Open     uint64 // connections open now
+	Accepted uint64 // connections accepted
+	Refused  uint64 // connections refused at MaxConns
+	// Handshakes completed; Resumed of them by a session ticket.
+	Handshakes uint64
+	Resumed    uint64
+	// HandshakeFailures by reason: "timeout", "protocol" (garbage or
+	// truncated hello, alert), "version", "no_cert", "client_cert",
+	// "sign" (the engine refused or failed), "backend" (the backend could
+	// not be reached), "closed" (the peer went away mid-handshake).
+	HandshakeFailures map[string]uint64
+	BytesIn           uint64 // plaintext bytes from clients to backends
+	BytesOut          uint64 // plaintext bytes from backends to clients
+	IdleClosed        uint64 // connections closed by the idle timeout
+
+	// The handshake signing queue of the listener's engine.
+	SignQueueDepth uint64 // Sign requests waiting now
+	SignOps        uint64 // signatures made
+	SignBatches    uint64 // batches submitted; SignOps/SignBatches is the mean batch
+	SignMaxBatch   uint64 // largest batch
+}
+
+// Service runs a gateway's TLS listeners and origins.
+type Service struct{}
+
+// Start opens every listener and origin of cfg, loading their keys into
+// their engines. On error nothing is left open.
+func Start(cfg Config, opts Options) (*Service, error) {
+	return nil, errors.New("tls: not implemented")
+}
+
+// Reload applies cfg: certificates, keys and CAs are loaded anew from their
+// files (new handshakes use them, open connections keep going), listeners
+// and origins added or removed, and changed settings applied to new
+// connections. It returns one line per change. On error nothing changes.
+func (s *Service) Reload(cfg Config) ([]string, error) {
+	return nil, errors.New("tls: not implemented")
+}
+
+// Stats returns the counters of every listener and origin, in configuration
+// order.
+func (s *Service) Stats() []Stats { return nil }
+
+// Close stops accepting, closes every open connection and waits for their
+// goroutines. It is idempotent.
+func (s *Service) Close() error { return nil }
