@@ -57,7 +57,7 @@ func (s *Service) prepareLocked(cfg Config) (*plan, error) {
 			return err
 		}
 		it := planItem{st: st}
-		if old := s.findLocked(kind, name); old != nil && old.listen == listen {
+		if old := s.findLocked(kind, name); old != nil && (old.listen == listen || old.ln.Addr().String() == listen) {
 			it.ep = old
 		} else {
 			ep, err := newEndpoint(s, kind, name, listen)
@@ -108,13 +108,13 @@ func (s *Service) commitLocked(p *plan) []string {
 		e.stopAccepting()
 		e.state.Load().store.release()
 		s.retired = append(s.retired, e)
-		lines = append(lines, fmt.Sprintf("tls: %s %q on %s removed", kindWord(e.kind), e.name, e.listen))
+		lines = append(lines, fmt.Sprintf("tls: %s %q on %s removed", kindWord(e.kind), e.name, e.ln.Addr()))
 	}
 	for _, it := range p.items {
 		e := it.ep
 		if it.fresh {
 			e.start(it.st)
-			lines = append(lines, fmt.Sprintf("tls: %s %q on %s added", kindWord(e.kind), e.name, e.listen))
+			lines = append(lines, fmt.Sprintf("tls: %s %q on %s added", kindWord(e.kind), e.name, e.ln.Addr()))
 			continue
 		}
 		old := e.publish(it.st)
