@@ -146,7 +146,8 @@ func newTLSSite(t *testing.T) *tlsSite {
 // write writes the configuration with extra appended.
 func (s *tlsSite) write(t *testing.T, extra string) {
 	t.Helper()
-	text := fmt.Sprintf("[gateway]\nengine = \"soft\"\n\n[[tls]]\nname = \"web\"\nlisten = %q\nbackend = \"static:www\"\n  [[tls.cert]]\n  cert = \"site.pem\"\n  key = \"site.key\"\n%s", s.addr, extra)
+	// state_dir is where nothing may be made: a TLS-only gateway has none.
+	text := fmt.Sprintf("[gateway]\nengine = \"soft\"\nstate_dir = %q\n\n[[tls]]\nname = \"web\"\nlisten = %q\nbackend = \"static:www\"\n  [[tls.cert]]\n  cert = \"site.pem\"\n  key = \"site.key\"\n%s", filepath.Join(s.dir, "no-such-dir", "state"), s.addr, extra)
 	if err := os.WriteFile(s.file, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -192,7 +193,6 @@ func (s *tlsSite) get(t *testing.T, path string) ([]byte, []byte) {
 func TestTLSOnlyGateway(t *testing.T) {
 	s := newTLSSite(t)
 	cfg := s.load(t)
-	cfg.StateDir = filepath.Join(s.dir, "no-such-dir", "state") // not used: would fail if it were
 	g, err := Start(context.Background(), cfg, nil)
 	if err != nil {
 		t.Fatal(err)
