@@ -380,3 +380,25 @@ func checkTLSInvariants(t *testing.T, g *Gateway) {
 		}
 	}
 }
+
+// TestTLSExample loads examples/tls-gateway.toml: a TLS-only gateway with
+// the listeners and origin its comments draw.
+func TestTLSExample(t *testing.T) {
+	g, err := LoadGateway("../examples/tls-gateway.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !g.TLSOnly() || len(g.TLS) != 2 || len(g.TLSOrigins) != 1 {
+		t.Fatalf("got %+v", g)
+	}
+	web, app, api := g.TLS[0], g.TLS[1], g.TLSOrigins[0]
+	if web.BackendKind != BackendStatic || web.Backend != "static:../examples/www" || web.Certs[0].Key != "../examples/site.key" {
+		t.Errorf("web: %+v", web)
+	}
+	if app.BackendKind != BackendTCP || !app.ProxyProtocol {
+		t.Errorf("app: %+v", app)
+	}
+	if api.ServerName != "api.example.com" || api.CA != "" || api.Cert != nil || api.MaxConns != 1000 {
+		t.Errorf("api: %+v", api)
+	}
+}
