@@ -294,7 +294,10 @@ func newStatsCommand(e *env) *cobra.Command {
 		Use:   "stats [--watch [--interval 1s]] [--json]",
 		Short: "Show the counters of the running gateway",
 		Long: `Show the counters of the running gateway: per worker, per receive
-goroutine and per SA, each drop with its reason.
+goroutine and per SA, each drop with its reason; then per TLS listener and
+origin: connections, handshakes (resumed among them, failures by reason),
+plaintext bytes each way, and its engine's signing queue (signatures,
+batches, mean and largest batch, waiting now).
 
 --watch shows them again every --interval until interrupted: on a terminal
 it redraws the screen; otherwise it prints one snapshot after another (with
@@ -504,8 +507,44 @@ func printPolicies(w io.Writer, ps []gateway.PolicyInfo) error {
 }
 
 // printStats prints the workers, the receivers and the SAs, each table with
-// a total row where one adds up.
+// a total row where one adds up, then the TLS listeners. A TLS-only
+// gateway (no workers, no SAs) has only the TLS table.
 func printStats(w io.Writer, st gateway.Stats) error {
+	if len(st.Dataplane.Workers) == 0 && len(st.Dataplane.Receivers) == 0 && len(st.SAs) == 0 && len(st.TLS) > 0 {
+		return printTLSStats(w, st.TLS)
+	}
+	if err := printESPStats(w, st); err != nil {
+		return err
+	}
+	if len(st.TLS) == 0 {
+		return nil
+	}
+	fmt.Fprintln(w)
+	return printTLSStats(w, st.TLS)
+}
+
+// printTLSStats prints one row per TLS listener and origin: connections,
+// handshakes, plaintext bytes, the signing queue of its engine (signatures,
+// batches, the mean and largest batch, waiting now) and failed handshakes
+// by reason.
+func printTLSStats(w io.Writer, ls []gateway.TLSInfo) error {
+	t := newCtlTable(w, "TLS", "KIND", "LISTEN", "OPEN", "ACCEPTED", "REFUSED", "IDLE CLOSED", "HANDSHAKES", "RESUMED",
+		"BYTES IN", "BYTES OUT", "SIGNS", "BATCHES", "MEAN BATCH", "MAX BATCH", "QUEUE", "FAILURES")
+	for _, l := range ls {
+		mean := "-"
+		if l.SignBatches > 0 {
+			mean = strconv.FormatFloat(float64(l.SignOps)/float64(l.SignBatches), 'f', 1, 64)
+		}
+		t.row(l.Name, l.Kind, l.Listen, ctlU64(l.Open), ctlU64(l.Accepted), ctlU64(l.Refused), ctlU64(l.IdleClosed),
+			ctlU64(l.Handshakes), ctlU64(l.Resumed), ctlU64(l.BytesIn), ctlU64(l.BytesOut),
+			ctlU64(l.SignOps), ctlU64(l.SignBatches), mean, ctlU64(l.SignMaxBatch), ctlU64(l.SignQueueDepth),
+			ctlDrops(l.HandshakeFailures))
+	}
+	return t.flush()
+}
+
+// printESPStats prints the data plane's tables: workers, receivers, SAs.
+func printESPStats(w io.Writer, st gateway.Stats) error {
 	t := newCtlTable(w, "WORKER", "SEALED", "OPENED", "TX", "TX ERRORS", "DROPS")
 	var sum workerSum
 	for _, ws := range st.Dataplane.Workers {

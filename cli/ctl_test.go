@@ -223,6 +223,9 @@ var wantStatsTable = []string{
 	"TUNNEL  DIR  SA      SPI         PACKETS  BYTES  DROPS",
 	"to-b    out  a-to-b  0x00001001  10       1000   -",
 	"to-b    in   b-to-a  0x00002001  7        700    auth_failed=1 replay=2",
+	"",
+	"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES",
+	"web  terminate  127.0.0.1:8443  2     12        1        3            10          4        5120      1048576    6      2        3.0         4          0      protocol=1 timeout=1",
 }
 
 func TestStats(t *testing.T) {
@@ -436,4 +439,31 @@ func TestStatsStateFailing(t *testing.T) {
 	if !strings.Contains(b.String(), want) {
 		t.Fatalf("stats:\n%s\nlacks %q", b.String(), want)
 	}
+}
+
+// TestStatsTLSOnly: a TLS-only gateway's stats are its TLS table alone,
+// without empty ESP tables.
+func TestStatsTLSOnly(t *testing.T) {
+	path := controltest.SocketPath(t)
+	b := &controltest.Backend{}
+	b.SetTLS([]gateway.TLSInfo{
+		{Name: "web", Kind: "terminate", Listen: ":8443", Handshakes: 5, HandshakeFailures: map[string]uint64{}},
+		{Name: "api", Kind: "originate", Listen: "127.0.0.1:9080", Handshakes: 1, SignOps: 3, SignBatches: 2, SignMaxBatch: 2,
+			HandshakeFailures: map[string]uint64{"backend": 2}},
+	})
+	s, err := control.Listen(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(b)
+	t.Cleanup(func() { s.Close() })
+	code, out, errOut := ctlRun("stats", "--socket", path)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut)
+	}
+	ctlCheckLines(t, "stats", out,
+		"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES",
+		"web  terminate  :8443           0     0         0        0            5           0        0         0          0      0        -           0          0      -",
+		"api  originate  127.0.0.1:9080  0     0         0        0            1           0        0         0          3      2        1.5         2          0      backend=2",
+	)
 }

@@ -115,6 +115,8 @@ to B and back, one at a time. Printed: throughput (UDP payload), packet rate
 and loss each way, round-trip latency percentiles, and the SA counters.
 Everything the demo creates is removed at the end, on failure and on Ctrl-C.
 
+"sluice demo tls" runs a TLS gateway instead (see its --help).
+
 Exit status: 0; 1 if no traffic got through or the demo could not run.`,
 		Args: cobra.NoArgs,
 	}
@@ -134,6 +136,7 @@ Exit status: 0; 1 if no traffic got through or the demo could not run.`,
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return runDemo(cmd.Context(), e, cmd, o)
 	}
+	cmd.AddCommand(newDemoTLSCommand(e))
 	return cmd
 }
 
@@ -789,6 +792,7 @@ func (rep *demoReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "\t%s\t%s\t%s -> %s\t%d\t%d\t%d\t%s\t\n", s.SA, s.SPI, s.From, s.To, s.Sealed, s.Opened, s.Lost, drops)
 	}
 	tw.Flush()
+	fmt.Fprintln(w, "\nnext: sluice demo tls, a TLS gateway (handshakes, resumption, requests; no root needed)")
 }
 
 // fmtDur prints a duration with three significant digits.

@@ -2,11 +2,15 @@ package cli
 
 // sluice run: the gateway daemon.
 //
-//  1. Load and check the configuration (errors name file:line:col; exit 2).
+//  1. Load and check the configuration (errors name file:line:col; exit 2):
+//     its engines are registered, the TLS sections' files can be read.
 //  2. Claim the control socket, so that a second instance stops here,
 //     before it creates anything.
 //  3. Start the gateway, then serve the control socket and, if configured,
-//     the Prometheus endpoint.
+//     the Prometheus endpoint. A configuration with only TLS sections
+//     starts a TLS-only gateway: no TUN device, ESP sockets or state
+//     directory, so it runs without root (given a control socket it may
+//     create).
 //  4. Until ctx ends (SIGINT, SIGTERM): SIGHUP, like the control socket's
 //     reload, re-reads the file and applies it; a file that does not load,
 //     or a change that needs a restart, is logged and the running
@@ -50,7 +54,9 @@ func newRunCommand(e *env) *cobra.Command {
 The control socket (--socket, else the file's control_socket, else
 ` + control.DefaultSocket + `) serves the sa, tunnel, policy, stats and
 reload commands; metrics = "host:port" in [gateway] serves Prometheus
-metrics at /metrics. SIGHUP or "sluice reload" re-reads FILE and applies the
+metrics at /metrics. A FILE with only [[tls]] and [[tls_origin]] sections
+runs a TLS-only gateway, which needs no root: no TUN device, no ESP sockets,
+no state directory. SIGHUP or "sluice reload" re-reads FILE and applies the
 changes without dropping traffic; a file with errors is refused, logged, and
 the running configuration stays. Logs go to stderr.
 
@@ -75,6 +81,9 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 		return withCode(ExitUsage, err)
 	}
 	if err := cfg.CheckEngines(cryptodev.CheckEngine); err != nil {
+		return withCode(ExitUsage, err)
+	}
+	if err := cfg.CheckTLSFiles(); err != nil {
 		return withCode(ExitUsage, err)
 	}
 	level := new(slog.LevelVar)

@@ -56,7 +56,8 @@ func (b *GatewayBackend) AddSA(tunnel, dir string, sa *config.SA) error {
 func (b *GatewayBackend) DelSA(spi uint32) error { return b.g.DelSA(spi) }
 
 // Reload re-reads the configuration file and applies it. A file that does
-// not load, or names an engine that is not registered, is refused with its
+// not load, names an engine that is not registered or a TLS file that
+// cannot be read, is refused with its
 // file:line:col errors and the running configuration stays; so does a
 // change the gateway refuses (one that needs a restart).
 func (b *GatewayBackend) Reload() ([]string, error) {
@@ -84,6 +85,9 @@ func reloadFile(g *gateway.Gateway, file string) ([]string, error) {
 		return nil, err
 	}
 	if err := next.CheckEngines(cryptodev.CheckEngine); err != nil {
+		return nil, err
+	}
+	if err := next.CheckTLSFiles(); err != nil {
 		return nil, err
 	}
 	return g.Reload(next)

@@ -18,6 +18,22 @@ package control
 //	sluice_receiver_packets_total{receiver,side}
 //	sluice_receiver_bytes_total{receiver,side}
 //	sluice_receiver_drops_total{receiver,side,reason}
+//	sluice_tls_accepted_total{listener}
+//	sluice_tls_refused_total{listener}
+//	sluice_tls_open_connections{listener}
+//	sluice_tls_handshakes_total{listener}
+//	sluice_tls_handshake_failures_total{listener,reason}
+//	sluice_tls_resumed_total{listener}
+//	sluice_tls_bytes_in_total{listener}
+//	sluice_tls_bytes_out_total{listener}
+//	sluice_tls_idle_closed_total{listener}
+//	sluice_tls_sign_queue_depth{listener}
+//	sluice_tls_sign_ops_total{listener}
+//	sluice_tls_sign_batches_total{listener}
+//	sluice_tls_sign_max_batch{listener}
+//
+// The TLS series are per [[tls]] listener and [[tls_origin]], named by the
+// listener label.
 //
 // plus the Go runtime's go_* and the process's process_* series.
 
@@ -74,6 +90,35 @@ var (
 		"Bytes a receive goroutine read.", rxLabels, nil)
 	rxDrops = prometheus.NewDesc("sluice_receiver_drops_total",
 		"Packets a receive goroutine dropped before handing them to a worker, by reason.", append(rxLabels[:2:2], "reason"), nil)
+
+	tlsLabels = []string{"listener"}
+
+	tlsAccepted = prometheus.NewDesc("sluice_tls_accepted_total",
+		"Connections the TLS listener or origin accepted.", tlsLabels, nil)
+	tlsRefused = prometheus.NewDesc("sluice_tls_refused_total",
+		"Connections the TLS listener or origin refused at its max_conns.", tlsLabels, nil)
+	tlsOpen = prometheus.NewDesc("sluice_tls_open_connections",
+		"Connections of the TLS listener or origin open now.", tlsLabels, nil)
+	tlsHandshakes = prometheus.NewDesc("sluice_tls_handshakes_total",
+		"TLS handshakes completed, full and resumed.", tlsLabels, nil)
+	tlsHandshakeFailures = prometheus.NewDesc("sluice_tls_handshake_failures_total",
+		"TLS handshakes that failed, by reason.", append(tlsLabels[:1:1], "reason"), nil)
+	tlsResumed = prometheus.NewDesc("sluice_tls_resumed_total",
+		"TLS handshakes that resumed a session with a ticket.", tlsLabels, nil)
+	tlsBytesIn = prometheus.NewDesc("sluice_tls_bytes_in_total",
+		"Plaintext bytes carried from clients to the backend.", tlsLabels, nil)
+	tlsBytesOut = prometheus.NewDesc("sluice_tls_bytes_out_total",
+		"Plaintext bytes carried from the backend to clients.", tlsLabels, nil)
+	tlsIdleClosed = prometheus.NewDesc("sluice_tls_idle_closed_total",
+		"Connections closed by the idle timeout.", tlsLabels, nil)
+	tlsSignQueue = prometheus.NewDesc("sluice_tls_sign_queue_depth",
+		"Handshake signatures waiting for the engine now.", tlsLabels, nil)
+	tlsSignOps = prometheus.NewDesc("sluice_tls_sign_ops_total",
+		"Handshake signatures the engine made.", tlsLabels, nil)
+	tlsSignBatches = prometheus.NewDesc("sluice_tls_sign_batches_total",
+		"Batches of handshake signatures submitted to the engine (sign_ops / sign_batches is the mean batch).", tlsLabels, nil)
+	tlsSignMaxBatch = prometheus.NewDesc("sluice_tls_sign_max_batch",
+		"The largest batch of handshake signatures submitted to the engine.", tlsLabels, nil)
 )
 
 // Collector is a prometheus.Collector over a gateway's counters. Stats is
@@ -88,7 +133,9 @@ func NewCollector(stats func() gateway.Stats) *Collector { return &Collector{sta
 // Describe sends the descriptors of every series the collector makes.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{saPackets, saBytes, saDrops, saNeedsRekey, saStateFailing, saStateFailures,
-		workerSealed, workerOpened, workerTx, workerTxErrors, workerDrops, rxPackets, rxBytes, rxDrops} {
+		workerSealed, workerOpened, workerTx, workerTxErrors, workerDrops, rxPackets, rxBytes, rxDrops,
+		tlsAccepted, tlsRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytesIn, tlsBytesOut,
+		tlsIdleClosed, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch} {
 		ch <- d
 	}
 }
@@ -147,6 +194,31 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		for _, reason := range sortedKeys(r.Drops) {
 			counter(rxDrops, r.Drops[reason], idx, side, reason)
 		}
+	}
+	gauge := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	tlsSeen := map[string]bool{} // names are unique; a reload under the read must not fail the scrape
+	for _, l := range st.TLS {
+		if tlsSeen[l.Name] {
+			continue
+		}
+		tlsSeen[l.Name] = true
+		counter(tlsAccepted, l.Accepted, l.Name)
+		counter(tlsRefused, l.Refused, l.Name)
+		gauge(tlsOpen, l.Open, l.Name)
+		counter(tlsHandshakes, l.Handshakes, l.Name)
+		for _, r := range sortedKeys(l.HandshakeFailures) {
+			counter(tlsHandshakeFailures, l.HandshakeFailures[r], l.Name, r)
+		}
+		counter(tlsResumed, l.Resumed, l.Name)
+		counter(tlsBytesIn, l.BytesIn, l.Name)
+		counter(tlsBytesOut, l.BytesOut, l.Name)
+		counter(tlsIdleClosed, l.IdleClosed, l.Name)
+		gauge(tlsSignQueue, l.SignQueueDepth, l.Name)
+		counter(tlsSignOps, l.SignOps, l.Name)
+		counter(tlsSignBatches, l.SignBatches, l.Name)
+		gauge(tlsSignMaxBatch, l.SignMaxBatch, l.Name)
 	}
 }
 

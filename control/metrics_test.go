@@ -71,6 +71,46 @@ sluice_receiver_bytes_total{receiver="1",side="esp"} 1500
 # HELP sluice_receiver_drops_total Packets a receive goroutine dropped before handing them to a worker, by reason.
 # TYPE sluice_receiver_drops_total counter
 sluice_receiver_drops_total{reason="unknown_spi",receiver="1",side="esp"} 1
+# HELP sluice_tls_accepted_total Connections the TLS listener or origin accepted.
+# TYPE sluice_tls_accepted_total counter
+sluice_tls_accepted_total{listener="web"} 12
+# HELP sluice_tls_refused_total Connections the TLS listener or origin refused at its max_conns.
+# TYPE sluice_tls_refused_total counter
+sluice_tls_refused_total{listener="web"} 1
+# HELP sluice_tls_open_connections Connections of the TLS listener or origin open now.
+# TYPE sluice_tls_open_connections gauge
+sluice_tls_open_connections{listener="web"} 2
+# HELP sluice_tls_handshakes_total TLS handshakes completed, full and resumed.
+# TYPE sluice_tls_handshakes_total counter
+sluice_tls_handshakes_total{listener="web"} 10
+# HELP sluice_tls_handshake_failures_total TLS handshakes that failed, by reason.
+# TYPE sluice_tls_handshake_failures_total counter
+sluice_tls_handshake_failures_total{listener="web",reason="protocol"} 1
+sluice_tls_handshake_failures_total{listener="web",reason="timeout"} 1
+# HELP sluice_tls_resumed_total TLS handshakes that resumed a session with a ticket.
+# TYPE sluice_tls_resumed_total counter
+sluice_tls_resumed_total{listener="web"} 4
+# HELP sluice_tls_bytes_in_total Plaintext bytes carried from clients to the backend.
+# TYPE sluice_tls_bytes_in_total counter
+sluice_tls_bytes_in_total{listener="web"} 5120
+# HELP sluice_tls_bytes_out_total Plaintext bytes carried from the backend to clients.
+# TYPE sluice_tls_bytes_out_total counter
+sluice_tls_bytes_out_total{listener="web"} 1.048576e+06
+# HELP sluice_tls_idle_closed_total Connections closed by the idle timeout.
+# TYPE sluice_tls_idle_closed_total counter
+sluice_tls_idle_closed_total{listener="web"} 3
+# HELP sluice_tls_sign_queue_depth Handshake signatures waiting for the engine now.
+# TYPE sluice_tls_sign_queue_depth gauge
+sluice_tls_sign_queue_depth{listener="web"} 0
+# HELP sluice_tls_sign_ops_total Handshake signatures the engine made.
+# TYPE sluice_tls_sign_ops_total counter
+sluice_tls_sign_ops_total{listener="web"} 6
+# HELP sluice_tls_sign_batches_total Batches of handshake signatures submitted to the engine (sign_ops / sign_batches is the mean batch).
+# TYPE sluice_tls_sign_batches_total counter
+sluice_tls_sign_batches_total{listener="web"} 2
+# HELP sluice_tls_sign_max_batch The largest batch of handshake signatures submitted to the engine.
+# TYPE sluice_tls_sign_max_batch gauge
+sluice_tls_sign_max_batch{listener="web"} 4
 `
 	if err := testutil.CollectAndCompare(c, strings.NewReader(want)); err != nil {
 		t.Fatal(err)
@@ -88,6 +128,27 @@ sluice_receiver_drops_total{reason="unknown_spi",receiver="1",side="esp"} 1
 	}
 	if n := testutil.CollectAndCount(c, "sluice_sa_packets_total"); n != 3 {
 		t.Fatalf("after adding an SA: %d SA series, want 3", n)
+	}
+}
+
+// TestCollectorTLSOnly: a TLS-only gateway's scrape has its TLS series and
+// no ESP series; a name listed twice (a reload under the read) does not
+// fail the scrape.
+func TestCollectorTLSOnly(t *testing.T) {
+	l := gateway.TLSInfo{Name: "web", Kind: "terminate", Handshakes: 3, HandshakeFailures: map[string]uint64{}}
+	o := gateway.TLSInfo{Name: "api", Kind: "originate", Handshakes: 1, HandshakeFailures: map[string]uint64{"backend": 2}}
+	c := NewCollector(func() gateway.Stats { return gateway.Stats{TLS: []gateway.TLSInfo{l, o, l}} })
+	if n := testutil.CollectAndCount(c, "sluice_tls_handshakes_total"); n != 2 {
+		t.Errorf("%d handshake series, want 2", n)
+	}
+	if n := testutil.CollectAndCount(c, "sluice_tls_handshake_failures_total"); n != 1 {
+		t.Errorf("%d failure series, want 1 (only reasons counted)", n)
+	}
+	if n := testutil.CollectAndCount(c, "sluice_sa_packets_total", "sluice_worker_sealed_total", "sluice_receiver_packets_total"); n != 0 {
+		t.Errorf("%d ESP series on a TLS-only gateway", n)
+	}
+	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
 	}
 }
 

@@ -334,6 +334,7 @@ func (s *Server) dispatch(req Request) (any, error) {
 		st.SAs = nonNil(st.SAs)
 		st.Dataplane.Workers = nonNil(st.Dataplane.Workers)
 		st.Dataplane.Receivers = nonNil(st.Dataplane.Receivers)
+		st.TLS = nonNil(st.TLS)
 		return st, nil
 	case OpReload:
 		// The backend logs the outcome.

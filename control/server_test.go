@@ -183,7 +183,7 @@ func TestEmptyListsAreArrays(t *testing.T) {
 		}
 	}
 	resp := r.roundTrip(`{"op":"stats"}`)
-	if want := `{"dataplane":{"workers":[],"receivers":[]},"sas":[]}`; !resp.OK || string(resp.Result) != want {
+	if want := `{"dataplane":{"workers":[],"receivers":[]},"sas":[],"tls":[]}`; !resp.OK || string(resp.Result) != want {
 		t.Errorf("stats: %s, want %s", resp.Result, want)
 	}
 	if resp := r.roundTrip(`{"op":"reload","args":{}}`); !resp.OK || string(resp.Result) != `{"changes":[]}` {
@@ -682,5 +682,31 @@ func TestTooManyClientsFloodLogged(t *testing.T) {
 	waitFor(t, "every refusal logged", func() bool { return count() == n })
 	if max := 2 + int(elapsed/interval); len(lines) > max {
 		t.Fatalf("%d refusals in %v logged as %d lines, want at most %d (one per %v)", n, elapsed, len(lines), max, interval)
+	}
+}
+
+// TestStatsTLSKeys: the stats reply carries each TLS listener's counters
+// under these keys, which scripts and `sluice stats --json` users read.
+func TestStatsTLSKeys(t *testing.T) {
+	s := start(t, controltest.New(), nil)
+	resp := dialRaw(t, s.Path()).roundTrip(`{"op":"stats"}`)
+	var st struct {
+		TLS []map[string]json.RawMessage `json:"tls"`
+	}
+	if !resp.OK || json.Unmarshal(resp.Result, &st) != nil || len(st.TLS) != 1 {
+		t.Fatalf("stats: %+v", resp)
+	}
+	var keys []string
+	for k := range st.TLS[0] {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	want := []string{"accepted", "bytes_in", "bytes_out", "handshake_failures", "handshakes", "idle_closed", "kind", "listen",
+		"name", "open", "refused", "resumed", "sign_batches", "sign_max_batch", "sign_ops", "sign_queue_depth"}
+	if !slices.Equal(keys, want) {
+		t.Errorf("keys %q\nwant %q", keys, want)
+	}
+	if got := string(st.TLS[0]["handshake_failures"]); got != `{"protocol":1,"timeout":1}` {
+		t.Errorf("handshake_failures %s", got)
 	}
 }

@@ -26,6 +26,7 @@ type Backend struct {
 	tunnels  []gateway.TunnelInfo
 	policies []gateway.PolicyInfo
 	data     dataplane.Stats
+	tls      []gateway.TLSInfo
 	calls    map[string]int
 
 	// ReloadErr is what Reload returns, and ReloadChanges the changes it
@@ -41,7 +42,8 @@ type Backend struct {
 
 // New returns a backend with one tunnel "to-b" (outbound SA a-to-b, SPI
 // 0x1001; inbound SA b-to-a, SPI 0x2001), one policy, two workers and two
-// receivers, with some packets and drops counted.
+// receivers, and one TLS listener "web", with some packets, handshakes and
+// drops counted.
 func New() *Backend {
 	return &Backend{
 		tunnels: []gateway.TunnelInfo{{
@@ -65,8 +67,22 @@ func New() *Backend {
 				{Plain: false, Packets: 10, Bytes: 1500, Drops: map[string]uint64{"unknown_spi": 1}},
 			},
 		},
+		tls: []gateway.TLSInfo{{
+			Name: "web", Kind: "terminate", Listen: "127.0.0.1:8443",
+			Open: 2, Accepted: 12, Refused: 1, Handshakes: 10, Resumed: 4,
+			HandshakeFailures: map[string]uint64{"protocol": 1, "timeout": 1},
+			BytesIn:           5120, BytesOut: 1048576, IdleClosed: 3,
+			SignQueueDepth: 0, SignOps: 6, SignBatches: 2, SignMaxBatch: 4,
+		}},
 		calls: map[string]int{},
 	}
+}
+
+// SetTLS replaces the TLS listeners' counters that Stats returns.
+func (b *Backend) SetTLS(tls []gateway.TLSInfo) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.tls = slices.Clone(tls)
 }
 
 // Calls returns how many times the method of that name was called.
@@ -123,7 +139,7 @@ func (b *Backend) Stats() gateway.Stats {
 	b.enter("Stats")
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return gateway.Stats{Dataplane: b.data, SAs: slices.Clone(b.sas)}
+	return gateway.Stats{Dataplane: b.data, SAs: slices.Clone(b.sas), TLS: slices.Clone(b.tls)}
 }
 
 // AddSA adds an inbound SA to a tunnel, or replaces its outbound SA, as the
