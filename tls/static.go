@@ -50,6 +50,7 @@ const (
 	cacheMaxFile    = 1 << 20  // files up to this size are cached
 	cacheMaxBytes   = 64 << 20 // the cache's total budget
 	cacheRevalidate = time.Second
+	cacheMaxEntries = 16384 // files and known-missing names
 	httpTimeFormat  = "Mon, 02 Jan 2006 15:04:05 GMT"
 )
 
@@ -67,6 +68,7 @@ type staticServer struct {
 // fileEntry is one cached file. body and hdr are immutable; a changed
 // file gets a new entry.
 type fileEntry struct {
+	missing bool   // no such file (a cached 404)
 	file    string // the name under the served directory
 	size    int64
 	mtime   time.Time
@@ -227,10 +229,13 @@ func (s *staticServer) lookup(name []byte) *fileEntry {
 	ent := s.cache[string(name)]
 	s.mu.RUnlock()
 	now := time.Now().UnixNano()
-	if ent != nil && now-ent.checked.Load() < int64(cacheRevalidate) {
-		return ent
+	if ent == nil || now-ent.checked.Load() >= int64(cacheRevalidate) {
+		ent = s.load(string(name), ent, now)
 	}
-	return s.load(string(name), ent, now)
+	if ent.missing {
+		return nil
+	}
+	return ent
 }
 
 // load (re)reads a file into the cache. old is the entry to revalidate.
@@ -242,10 +247,14 @@ func (s *staticServer) load(key string, old *fileEntry, now int64) *fileEntry {
 		fi, err = s.root.Stat(name)
 	}
 	if err != nil || !fi.Mode().IsRegular() {
-		if old != nil {
-			s.drop(key, old)
+		if old != nil && old.missing {
+			old.checked.Store(now)
+			return old
 		}
-		return nil
+		ent := &fileEntry{missing: true}
+		ent.checked.Store(now)
+		s.store(key, ent)
+		return ent
 	}
 	if old != nil && old.size == fi.Size() && old.mtime.Equal(fi.ModTime()) {
 		old.checked.Store(now)
@@ -269,26 +278,27 @@ func (s *staticServer) load(key string, old *fileEntry, now int64) *fileEntry {
 			}
 		}
 	}
+	s.store(key, ent)
+	return ent
+}
+
+// store puts ent in the cache under key, replacing what was there, within
+// the cache's bounds (an entry that does not fit is used but not kept; a
+// body that does not fit is dropped from the entry).
+func (s *staticServer) store(key string, ent *fileEntry) {
 	s.mu.Lock()
-	if cur := s.cache[key]; cur != nil {
+	defer s.mu.Unlock()
+	cur := s.cache[key]
+	if cur != nil {
 		s.bytes -= int64(len(cur.body))
+	} else if len(s.cache) >= cacheMaxEntries {
+		return
 	}
 	if ent.body != nil && s.bytes+ent.size > cacheMaxBytes {
 		ent.body = nil
 	}
 	s.bytes += int64(len(ent.body))
 	s.cache[key] = ent
-	s.mu.Unlock()
-	return ent
-}
-
-func (s *staticServer) drop(name string, old *fileEntry) {
-	s.mu.Lock()
-	if s.cache[name] == old {
-		delete(s.cache, name)
-		s.bytes -= int64(len(old.body))
-	}
-	s.mu.Unlock()
 }
 
 // startResponse writes the status line and the common header lines into
