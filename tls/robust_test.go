@@ -69,7 +69,7 @@ func TestGarbageAndTruncatedHellos(t *testing.T) {
 		hello[:5],
 		hello[:len(hello)/2],
 		append([]byte{0x16, 3, 1, 0xff, 0xff}, hello[5:]...), // a length beyond the record limit
-		{0x16, 3, 1, 0, 4, 1, 0, 0, 0},                     // an empty ClientHello
+		{0x16, 3, 1, 0, 4, 1, 0, 0, 0},                       // an empty ClientHello
 	}
 	for _, b := range cases {
 		c, err := net.Dial("tcp", addr)
