@@ -233,8 +233,7 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 		}
 		submitted++
 		q.batches.Add(1)
-		if m := uint64(hi - lo); m > q.maxBatch.Load() {
-			q.maxBatch.Store(m) // lanes race here only to within one batch
+		for m, cur := uint64(hi-lo), q.maxBatch.Load(); m > cur && !q.maxBatch.CompareAndSwap(cur, m); cur = q.maxBatch.Load() {
 		}
 	}
 	for range submitted {

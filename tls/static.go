@@ -146,9 +146,8 @@ func (hc *httpConn) serveOne() bool {
 	}
 	isHead := string(h.method) == "HEAD"
 	if !isHead && string(h.method) != "GET" {
-		ok := hc.writeStatus(405, "Method Not Allowed", keep, "Allow: GET, HEAD\r\n")
 		hc.consume(n)
-		return ok && keep
+		return hc.writeStatus(405, "Method Not Allowed", keep, false, "Allow: GET, HEAD\r\n") && keep
 	}
 	hc.name, err = cleanTarget(hc.name[:0], h.target)
 	if err != nil {
@@ -159,7 +158,7 @@ func (hc *httpConn) serveOne() bool {
 	ent := hc.srv.lookup(hc.name)
 	hc.consume(n)
 	if ent == nil {
-		return hc.writeStatus(404, "Not Found", keep, "") && keep
+		return hc.writeStatus(404, "Not Found", keep, isHead, "") && keep
 	}
 	return hc.writeFile(ent, isHead, keep) && keep
 }
@@ -328,14 +327,15 @@ func (hc *httpConn) startResponse(code int, reason string, keep bool) []byte {
 	return b
 }
 
-// writeStatus answers with a short text body naming the status.
-func (hc *httpConn) writeStatus(code int, reason string, keep bool, extra string) bool {
+// writeStatus answers with a short text body naming the status (only its
+// header lines for a HEAD request).
+func (hc *httpConn) writeStatus(code int, reason string, keep, isHead bool, extra string) bool {
 	b := hc.startResponse(code, reason, keep)
 	b = append(b, extra...)
 	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(reason)+1), 10)
 	b = append(b, "\r\n\r\n"...)
-	if string(hc.head.method) != "HEAD" {
+	if !isHead {
 		b = append(b, reason...)
 		b = append(b, '\n')
 	}
@@ -344,8 +344,7 @@ func (hc *httpConn) writeStatus(code int, reason string, keep bool, extra string
 
 // writeError answers a request the connection does not survive.
 func (hc *httpConn) writeError(code int, reason string) {
-	hc.head.method = nil
-	hc.writeStatus(code, reason, false, "")
+	hc.writeStatus(code, reason, false, false, "")
 }
 
 func (hc *httpConn) write(b []byte) bool {
@@ -379,7 +378,8 @@ func (hc *httpConn) streamFile(b []byte, ent *fileEntry) bool {
 	f, err := hc.srv.root.Open(ent.file)
 	if err != nil {
 		// Gone since the lookup: the header is not written yet.
-		return hc.writeStatus(404, "Not Found", false, "") && false
+		hc.writeStatus(404, "Not Found", false, false, "")
+		return false
 	}
 	defer f.Close()
 	if !hc.write(b) {
