@@ -42,6 +42,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -88,6 +90,7 @@ func newStaticServer(dir string) (*staticServer, error) {
 // httpConn is one connection's state, pooled between connections.
 type httpConn struct {
 	c        net.Conn
+	raw      *net.TCPConn
 	srv      *staticServer
 	ctr      *counters
 	idle     time.Duration
@@ -115,9 +118,12 @@ var httpConnPool = sync.Pool{New: func() any {
 func (s *staticServer) serveConn(c net.Conn, idle, headerTO time.Duration, ctr *counters) {
 	hc := httpConnPool.Get().(*httpConn)
 	hc.c, hc.srv, hc.ctr, hc.idle, hc.headerTO = c, s, ctr, idle, headerTO
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		hc.raw, _ = tc.NetConn().(*net.TCPConn) // for cork
+	}
 	for hc.serveOne() {
 	}
-	hc.c, hc.srv, hc.ctr, hc.rn = nil, nil, nil, 0
+	hc.c, hc.raw, hc.srv, hc.ctr, hc.rn = nil, nil, nil, nil, 0
 	hc.readDL, hc.writeDL, hc.readDLHead, hc.dateS = time.Time{}, time.Time{}, false, 0
 	httpConnPool.Put(hc)
 }
@@ -368,7 +374,12 @@ func (hc *httpConn) writeFile(ent *fileEntry, isHead, keep bool) bool {
 		if !hc.write(hc.wbuf[:len(b)+k]) {
 			return false
 		}
-		return k == len(ent.body) || hc.write(ent.body[k:])
+		if k == len(ent.body) {
+			return true
+		}
+		hc.cork(true)
+		defer hc.cork(false)
+		return hc.write(ent.body[k:])
 	}
 	return hc.streamFile(b, ent)
 }
@@ -382,6 +393,8 @@ func (hc *httpConn) streamFile(b []byte, ent *fileEntry) bool {
 		return false
 	}
 	defer f.Close()
+	hc.cork(true)
+	defer hc.cork(false)
 	if !hc.write(b) {
 		return false
 	}
@@ -403,4 +416,23 @@ func (hc *httpConn) streamFile(b []byte, ent *fileEntry) bool {
 	// A file that shrank leaves the response short: the client must not
 	// reuse the connection.
 	return left == 0
+}
+
+// cork sets TCP_CORK around a response of many records, so that the
+// kernel sends full segments rather than one per 16 KB record: on
+// loopback, 1 MB responses took about 5% less CPU per byte with it (a
+// noisy measurement on a shared machine). Uncorking sends the tail.
+func (hc *httpConn) cork(on bool) {
+	if hc.raw == nil {
+		return
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	rc, err := hc.raw.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, v) })
 }
