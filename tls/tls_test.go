@@ -129,3 +129,96 @@ func TestCloseWithOpenConnections(t *testing.T) {
 		t.Fatal("Reload after Close")
 	}
 }
+
+func TestVersionsAndOptionalClientAuth(t *testing.T) {
+	dir := t.TempDir()
+	cliCA := newCA(t, dir, "clients")
+	cli := cliCA.issue(t, dir, "client", "ecdsa", true)
+	other := newCA(t, dir, "other").issue(t, dir, "stranger", "ecdsa", true)
+	f := newSite(t, "soft", "ecdsa", func(lc *ListenerConfig) {
+		lc.MinVersion, lc.MaxVersion = gotls.VersionTLS13, gotls.VersionTLS13
+		lc.ClientAuth, lc.ClientCA = ClientAuthOptional, cliCA.file
+	})
+	if _, err := goClient(t, f.addr, "alpha.test", f.ca, func(c *gotls.Config) { c.MaxVersion = gotls.VersionTLS12 }); err == nil {
+		t.Fatal("TLS 1.2 accepted by a 1.3-only listener")
+	}
+	waitFor(t, "a version failure", func() bool { return statsOf(t, f.s, "web").HandshakeFailures["version"] == 1 })
+
+	load := func(c Cert) []gotls.Certificate {
+		p, err := gotls.LoadX509KeyPair(c.CertFile, c.KeyFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return []gotls.Certificate{p}
+	}
+	for _, tc := range []struct {
+		certs []gotls.Certificate
+		ok    bool
+	}{{nil, true}, {load(cli), true}, {load(other), false}} {
+		c, err := goClient(t, f.addr, "alpha.test", f.ca, func(c *gotls.Config) {
+			if tc.certs != nil {
+				// Sent whatever CAs the server names (Go's client would
+				// otherwise keep a certificate the server cannot verify).
+				c.GetClientCertificate = func(*gotls.CertificateRequestInfo) (*gotls.Certificate, error) { return &tc.certs[0], nil }
+			}
+		})
+		if err == nil {
+			// TLS 1.3: the server's verdict on the client certificate
+			// comes with the first read.
+			c.SetDeadline(time.Now().Add(10 * time.Second))
+			_, err = c.Write([]byte("GET / HTTP/1.1\r\nHost: a\r\n\r\n"))
+			if err == nil {
+				_, err = c.Read(make([]byte, 100))
+			}
+		}
+		if (err == nil) != tc.ok {
+			t.Fatalf("client certificates %d: %v", len(tc.certs), err)
+		}
+	}
+	waitFor(t, "a client_cert failure", func() bool { return statsOf(t, f.s, "web").HandshakeFailures["client_cert"] == 1 })
+	if got := FailureReasons(); len(got) != len(statsOf(t, f.s, "web").HandshakeFailures) {
+		t.Fatal(got)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "root")
+	cert := ca.issue(t, dir, "site", "ecdsa", false, "site.test")
+	good := ListenerConfig{Name: "web", Listen: "127.0.0.1:0", Certs: []Cert{cert}, Backend: "static:" + dir}
+	for _, tc := range []struct {
+		mod  func(*ListenerConfig)
+		want string
+	}{
+		{func(c *ListenerConfig) { c.Name = "" }, "no name"},
+		{func(c *ListenerConfig) { c.Certs = nil }, "no certificate"},
+		{func(c *ListenerConfig) { c.Backend = "http://x" }, "valid: static:DIR, tcp://HOST:PORT"},
+		{func(c *ListenerConfig) { c.Backend = "static:" + dir + "/nope" }, "not a directory"},
+		{func(c *ListenerConfig) { c.ClientAuth = ClientAuthRequire }, "needs a client_ca"},
+		{func(c *ListenerConfig) { c.MinVersion = gotls.VersionTLS11 }, "valid: TLS 1.2, TLS 1.3"},
+		{func(c *ListenerConfig) { c.Certs = []Cert{{CertFile: cert.CertFile, KeyFile: cert.CertFile}} }, "no private key"},
+		{func(c *ListenerConfig) { c.Engine = "nosuch" }, "unknown engine"},
+		{func(c *ListenerConfig) { c.ProxyProtocol = true }, "proxy_protocol needs a tcp:// backend"},
+	} {
+		lc := good
+		tc.mod(&lc)
+		s, err := Start(Config{Listeners: []ListenerConfig{lc}}, Options{})
+		if err == nil {
+			s.Close()
+			t.Errorf("%+v: started", lc)
+			continue
+		}
+		if !strings.HasPrefix(err.Error(), "tls: ") || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("error %q, want %q", err, tc.want)
+		}
+	}
+	other := ca.issue(t, dir, "other", "ecdsa", false, "other.test")
+	lc := good
+	lc.Certs = []Cert{{CertFile: cert.CertFile, KeyFile: other.KeyFile}}
+	if _, err := Start(Config{Listeners: []ListenerConfig{lc}}, Options{}); err == nil || !strings.Contains(err.Error(), "does not match") {
+		t.Errorf("mismatched key: %v", err)
+	}
+	if _, err := Start(Config{Listeners: []ListenerConfig{good, good}}, Options{}); err == nil || !strings.Contains(err.Error(), "used twice") {
+		t.Errorf("duplicate names: %v", err)
+	}
+}
