@@ -7,7 +7,9 @@ package tls
 //     The goroutine then waits for its signature or for the handshake's
 //     context, whichever comes first; an abandoned request is skipped.
 //  2. Collect (a lane): a lane blocks for one request, then takes whatever
-//     else is waiting, up to maxSignBatch, into one cryptodev.Batch.
+//     else is waiting, up to maxSignBatch, into one cryptodev.Batch; for a
+//     synchronous engine at most its fair share (waiting / lanes), so that
+//     no lane signs serially what other lanes could sign in parallel.
 //  3. Submit (the lane, on its own cryptodev.Queue opened only for
 //     handshakes): a synchronous engine runs the batch inside Submit, so
 //     there are as many lanes as GOMAXPROCS; an asynchronous engine spreads
@@ -181,8 +183,17 @@ func (q *signQueue) lane(cq cryptodev.Queue) {
 			return
 		}
 		reqs = append(reqs[:0], r)
+		// A synchronous engine signs a batch on this lane's core alone:
+		// take a fair share of what waits, so the other lanes sign the
+		// rest in parallel. An asynchronous engine spreads the batch
+		// itself.
+		limit := maxSignBatch
+		if !q.async {
+			lanes := int64(max(1, len(q.lanes)))
+			limit = int(min(int64(maxSignBatch), max(1, (q.depth.Load()+lanes-1)/lanes)))
+		}
 	collect:
-		for len(reqs) < maxSignBatch {
+		for len(reqs) < limit {
 			select {
 			case r = <-q.reqs:
 				reqs = append(reqs, r)
