@@ -103,6 +103,9 @@ const (
 type Options struct {
 	// Engine opens (or returns the already open) crypto engine of a name;
 	// "" is the registry's choice. The Service does not close engines.
+	// It is called from Start and Reload, once per name the Service has
+	// not used before. nil means cryptodev.Open, and then the Service
+	// closes the engines it opened on Close.
 	Engine func(name string) (cryptodev.Engine, error)
 	Log    *slog.Logger // nil = discard
 }
@@ -123,6 +126,10 @@ type Stats struct {
 	// truncated hello, alert), "version", "no_cert", "client_cert",
 	// "sign" (the engine refused or failed), "backend" (the backend could
 	// not be reached), "closed" (the peer went away mid-handshake).
+	// Origins add "server_cert" (the backend's certificate did not
+	// verify). Every reason of FailureReasons is present, zero or not.
+	// A listener's "backend" failures follow a completed handshake (also
+	// counted in Handshakes): the tcp:// backend is dialled after it.
 	HandshakeFailures map[string]uint64
 	BytesIn           uint64 // plaintext bytes from clients to backends
 	BytesOut          uint64 // plaintext bytes from backends to clients

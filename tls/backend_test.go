@@ -305,6 +305,12 @@ func TestReloadSwapsCertificate(t *testing.T) {
 				t.Fatal(r)
 			}
 
+			// The same configuration again changes nothing.
+			web2 := ListenerConfig{Name: "web2", Listen: addrOf(t, s, "web2"), Certs: []Cert{first}, Backend: "static:" + www}
+			if lines, err := s.Reload(Config{Listeners: []ListenerConfig{lc, web2}}); err != nil || len(lines) != 0 {
+				t.Fatalf("an unchanged reload: %q %v", lines, err)
+			}
+
 			// A reload that fails changes nothing.
 			bad := lc
 			bad.Certs = []Cert{{CertFile: filepath.Join(dir, "missing.pem"), KeyFile: first.KeyFile}}
@@ -330,6 +336,68 @@ func TestReloadSwapsCertificate(t *testing.T) {
 			}
 			if _, err := net.DialTimeout("tcp", addr, 5*time.Second); err == nil {
 				t.Fatal("a removed listener still accepts")
+			}
+		})
+	}
+}
+
+// TestReloadUnderHandshakes reloads new keys while handshakes run: no
+// handshake may sign with a key a reload has destroyed.
+func TestReloadUnderHandshakes(t *testing.T) {
+	for _, eng := range testEngines {
+		t.Run(eng, func(t *testing.T) {
+			dir := t.TempDir()
+			ca := newCA(t, dir, "root")
+			var certs []Cert
+			for i := range 3 {
+				certs = append(certs, ca.issue(t, dir, "c"+string(rune('a'+i)), "ecdsa", false, "site.test"))
+			}
+			lc := ListenerConfig{Name: "web", Listen: "127.0.0.1:0", Certs: certs[:1], Engine: eng, Backend: "static:" + dir}
+			s := startService(t, Config{Listeners: []ListenerConfig{lc}})
+			lc.Listen = addrOf(t, s, "web")
+			stop := make(chan struct{})
+			var wg sync.WaitGroup
+			var mu sync.Mutex
+			var errs []error
+			for range 4 {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					conf := &gotls.Config{RootCAs: ca.pool(), ServerName: "site.test"}
+					for {
+						select {
+						case <-stop:
+							return
+						default:
+						}
+						c, err := gotls.Dial("tcp", lc.Listen, conf)
+						if err != nil {
+							mu.Lock()
+							errs = append(errs, err)
+							mu.Unlock()
+							return
+						}
+						c.Close()
+					}
+				}()
+			}
+			// Reload until a good many handshakes ran across reloads.
+			for i := 0; i < 20 || statsOf(t, s, "web").Handshakes < 60; i++ {
+				if i > 100000 {
+					t.Fatal("handshakes do not progress")
+				}
+				lc.Certs = certs[i%3 : i%3+1]
+				if _, err := s.Reload(Config{Listeners: []ListenerConfig{lc}}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			close(stop)
+			wg.Wait()
+			if len(errs) > 0 {
+				t.Fatal(errs)
+			}
+			if st := statsOf(t, s, "web"); st.HandshakeFailures["sign"] != 0 || st.Handshakes == 0 {
+				t.Fatalf("%+v", st)
 			}
 		})
 	}

@@ -28,6 +28,10 @@ const (
 
 var failReasons = [...]string{failTimeout, failProtocol, failVersion, failNoCert, failClientCert, failServerCert, failSign, failBackend, failClosed}
 
+// FailureReasons lists the keys of Stats.HandshakeFailures in a stable
+// order (for metrics that want every series from the start).
+func FailureReasons() []string { return append([]string(nil), failReasons[:]...) }
+
 // counters are one listener's or origin's counters. Every field is
 // updated atomically by connection goroutines and read by Stats; they
 // survive a reload of their listener.

@@ -61,6 +61,24 @@
 // (OriginConfig) accepts plaintext TCP and carries each connection over
 // TLS to its backend, verifying the backend's certificate.
 //
+// # The static: backend
+//
+// The file server is a hand-written HTTP/1.1 loop, not net/http, because
+// the targets are per request CPU against nginx (14 µs for a 1 KB
+// keep-alive response; a minimal net/http server takes 21 µs on this
+// machine): net/http allocates a Request, a Header map and a response
+// writer per request and layers its own buffered reader and writer over
+// the tls.Conn. Here a connection reuses one read buffer (the head is
+// parsed in place and bounded at 8 KiB) and one write buffer; small files
+// are cached with their header lines, revalidated against size and mtime
+// at most once a second, so a cached 1 KB response is one copy and one
+// Write, one TLS record, with no allocation (TestStaticNoAllocs). It
+// serves GET and HEAD with Content-Length and keep-alive, answers 400,
+// 404, 405 and 431, never leaves its directory (".." is refused, and an
+// os.Root refuses symlinks that lead out), and closes a connection whose
+// request head takes longer than HeaderTimeout (slowloris). Request
+// bodies, ranges and conditional requests are not supported.
+//
 // Per-connection events are counted (Stats), never logged; the Service's
 // logger (Options.Log) hears only of starts, reloads and errors.
 //

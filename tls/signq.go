@@ -7,7 +7,9 @@ package tls
 //     The goroutine then waits for its signature or for the handshake's
 //     context, whichever comes first; an abandoned request is skipped.
 //  2. Collect (a lane): a lane blocks for one request, then takes whatever
-//     else is waiting, up to maxSignBatch, into one cryptodev.Batch.
+//     else is waiting, up to maxSignBatch, into one cryptodev.Batch; for a
+//     synchronous engine at most its fair share (waiting / lanes), so that
+//     no lane signs serially what other lanes could sign in parallel.
 //  3. Submit (the lane, on its own cryptodev.Queue opened only for
 //     handshakes): a synchronous engine runs the batch inside Submit, so
 //     there are as many lanes as GOMAXPROCS; an asynchronous engine spreads
@@ -181,8 +183,17 @@ func (q *signQueue) lane(cq cryptodev.Queue) {
 			return
 		}
 		reqs = append(reqs[:0], r)
+		// A synchronous engine signs a batch on this lane's core alone:
+		// take a fair share of what waits, so the other lanes sign the
+		// rest in parallel. An asynchronous engine spreads the batch
+		// itself.
+		limit := maxSignBatch
+		if !q.async {
+			lanes := int64(max(1, len(q.lanes)))
+			limit = int(min(int64(maxSignBatch), max(1, (q.depth.Load()+lanes-1)/lanes)))
+		}
 	collect:
-		for len(reqs) < maxSignBatch {
+		for len(reqs) < limit {
 			select {
 			case r = <-q.reqs:
 				reqs = append(reqs, r)
@@ -233,8 +244,7 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 		}
 		submitted++
 		q.batches.Add(1)
-		if m := uint64(hi - lo); m > q.maxBatch.Load() {
-			q.maxBatch.Store(m) // lanes race here only to within one batch
+		for m, cur := uint64(hi-lo), q.maxBatch.Load(); m > cur && !q.maxBatch.CompareAndSwap(cur, m); cur = q.maxBatch.Load() {
 		}
 	}
 	for range submitted {

@@ -42,6 +42,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 const (
@@ -50,6 +52,7 @@ const (
 	cacheMaxFile    = 1 << 20  // files up to this size are cached
 	cacheMaxBytes   = 64 << 20 // the cache's total budget
 	cacheRevalidate = time.Second
+	cacheMaxEntries = 16384 // files and known-missing names
 	httpTimeFormat  = "Mon, 02 Jan 2006 15:04:05 GMT"
 )
 
@@ -67,6 +70,7 @@ type staticServer struct {
 // fileEntry is one cached file. body and hdr are immutable; a changed
 // file gets a new entry.
 type fileEntry struct {
+	missing bool   // no such file (a cached 404)
 	file    string // the name under the served directory
 	size    int64
 	mtime   time.Time
@@ -86,6 +90,7 @@ func newStaticServer(dir string) (*staticServer, error) {
 // httpConn is one connection's state, pooled between connections.
 type httpConn struct {
 	c        net.Conn
+	raw      *net.TCPConn
 	srv      *staticServer
 	ctr      *counters
 	idle     time.Duration
@@ -113,9 +118,12 @@ var httpConnPool = sync.Pool{New: func() any {
 func (s *staticServer) serveConn(c net.Conn, idle, headerTO time.Duration, ctr *counters) {
 	hc := httpConnPool.Get().(*httpConn)
 	hc.c, hc.srv, hc.ctr, hc.idle, hc.headerTO = c, s, ctr, idle, headerTO
+	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
+		hc.raw, _ = tc.NetConn().(*net.TCPConn) // for cork
+	}
 	for hc.serveOne() {
 	}
-	hc.c, hc.srv, hc.ctr, hc.rn = nil, nil, nil, 0
+	hc.c, hc.raw, hc.srv, hc.ctr, hc.rn = nil, nil, nil, nil, 0
 	hc.readDL, hc.writeDL, hc.readDLHead, hc.dateS = time.Time{}, time.Time{}, false, 0
 	httpConnPool.Put(hc)
 }
@@ -144,9 +152,8 @@ func (hc *httpConn) serveOne() bool {
 	}
 	isHead := string(h.method) == "HEAD"
 	if !isHead && string(h.method) != "GET" {
-		ok := hc.writeStatus(405, "Method Not Allowed", keep, "Allow: GET, HEAD\r\n")
 		hc.consume(n)
-		return ok && keep
+		return hc.writeStatus(405, "Method Not Allowed", keep, false, "Allow: GET, HEAD\r\n") && keep
 	}
 	hc.name, err = cleanTarget(hc.name[:0], h.target)
 	if err != nil {
@@ -157,7 +164,7 @@ func (hc *httpConn) serveOne() bool {
 	ent := hc.srv.lookup(hc.name)
 	hc.consume(n)
 	if ent == nil {
-		return hc.writeStatus(404, "Not Found", keep, "") && keep
+		return hc.writeStatus(404, "Not Found", keep, isHead, "") && keep
 	}
 	return hc.writeFile(ent, isHead, keep) && keep
 }
@@ -227,10 +234,13 @@ func (s *staticServer) lookup(name []byte) *fileEntry {
 	ent := s.cache[string(name)]
 	s.mu.RUnlock()
 	now := time.Now().UnixNano()
-	if ent != nil && now-ent.checked.Load() < int64(cacheRevalidate) {
-		return ent
+	if ent == nil || now-ent.checked.Load() >= int64(cacheRevalidate) {
+		ent = s.load(string(name), ent, now)
 	}
-	return s.load(string(name), ent, now)
+	if ent.missing {
+		return nil
+	}
+	return ent
 }
 
 // load (re)reads a file into the cache. old is the entry to revalidate.
@@ -242,10 +252,14 @@ func (s *staticServer) load(key string, old *fileEntry, now int64) *fileEntry {
 		fi, err = s.root.Stat(name)
 	}
 	if err != nil || !fi.Mode().IsRegular() {
-		if old != nil {
-			s.drop(key, old)
+		if old != nil && old.missing {
+			old.checked.Store(now)
+			return old
 		}
-		return nil
+		ent := &fileEntry{missing: true}
+		ent.checked.Store(now)
+		s.store(key, ent)
+		return ent
 	}
 	if old != nil && old.size == fi.Size() && old.mtime.Equal(fi.ModTime()) {
 		old.checked.Store(now)
@@ -269,26 +283,27 @@ func (s *staticServer) load(key string, old *fileEntry, now int64) *fileEntry {
 			}
 		}
 	}
+	s.store(key, ent)
+	return ent
+}
+
+// store puts ent in the cache under key, replacing what was there, within
+// the cache's bounds (an entry that does not fit is used but not kept; a
+// body that does not fit is dropped from the entry).
+func (s *staticServer) store(key string, ent *fileEntry) {
 	s.mu.Lock()
-	if cur := s.cache[key]; cur != nil {
+	defer s.mu.Unlock()
+	cur := s.cache[key]
+	if cur != nil {
 		s.bytes -= int64(len(cur.body))
+	} else if len(s.cache) >= cacheMaxEntries {
+		return
 	}
 	if ent.body != nil && s.bytes+ent.size > cacheMaxBytes {
 		ent.body = nil
 	}
 	s.bytes += int64(len(ent.body))
 	s.cache[key] = ent
-	s.mu.Unlock()
-	return ent
-}
-
-func (s *staticServer) drop(name string, old *fileEntry) {
-	s.mu.Lock()
-	if s.cache[name] == old {
-		delete(s.cache, name)
-		s.bytes -= int64(len(old.body))
-	}
-	s.mu.Unlock()
 }
 
 // startResponse writes the status line and the common header lines into
@@ -318,14 +333,15 @@ func (hc *httpConn) startResponse(code int, reason string, keep bool) []byte {
 	return b
 }
 
-// writeStatus answers with a short text body naming the status.
-func (hc *httpConn) writeStatus(code int, reason string, keep bool, extra string) bool {
+// writeStatus answers with a short text body naming the status (only its
+// header lines for a HEAD request).
+func (hc *httpConn) writeStatus(code int, reason string, keep, isHead bool, extra string) bool {
 	b := hc.startResponse(code, reason, keep)
 	b = append(b, extra...)
 	b = append(b, "Content-Type: text/plain; charset=utf-8\r\nContent-Length: "...)
 	b = strconv.AppendInt(b, int64(len(reason)+1), 10)
 	b = append(b, "\r\n\r\n"...)
-	if string(hc.head.method) != "HEAD" {
+	if !isHead {
 		b = append(b, reason...)
 		b = append(b, '\n')
 	}
@@ -334,8 +350,7 @@ func (hc *httpConn) writeStatus(code int, reason string, keep bool, extra string
 
 // writeError answers a request the connection does not survive.
 func (hc *httpConn) writeError(code int, reason string) {
-	hc.head.method = nil
-	hc.writeStatus(code, reason, false, "")
+	hc.writeStatus(code, reason, false, false, "")
 }
 
 func (hc *httpConn) write(b []byte) bool {
@@ -359,7 +374,12 @@ func (hc *httpConn) writeFile(ent *fileEntry, isHead, keep bool) bool {
 		if !hc.write(hc.wbuf[:len(b)+k]) {
 			return false
 		}
-		return k == len(ent.body) || hc.write(ent.body[k:])
+		if k == len(ent.body) {
+			return true
+		}
+		hc.cork(true)
+		defer hc.cork(false)
+		return hc.write(ent.body[k:])
 	}
 	return hc.streamFile(b, ent)
 }
@@ -369,9 +389,12 @@ func (hc *httpConn) streamFile(b []byte, ent *fileEntry) bool {
 	f, err := hc.srv.root.Open(ent.file)
 	if err != nil {
 		// Gone since the lookup: the header is not written yet.
-		return hc.writeStatus(404, "Not Found", false, "") && false
+		hc.writeStatus(404, "Not Found", false, false, "")
+		return false
 	}
 	defer f.Close()
+	hc.cork(true)
+	defer hc.cork(false)
 	if !hc.write(b) {
 		return false
 	}
@@ -393,4 +416,23 @@ func (hc *httpConn) streamFile(b []byte, ent *fileEntry) bool {
 	// A file that shrank leaves the response short: the client must not
 	// reuse the connection.
 	return left == 0
+}
+
+// cork sets TCP_CORK around a response of many records, so that the
+// kernel sends full segments rather than one per 16 KB record: on
+// loopback, 1 MB responses took about 5% less CPU per byte with it (a
+// noisy measurement on a shared machine). Uncorking sends the tail.
+func (hc *httpConn) cork(on bool) {
+	if hc.raw == nil {
+		return
+	}
+	v := 0
+	if on {
+		v = 1
+	}
+	rc, err := hc.raw.SyscallConn()
+	if err != nil {
+		return
+	}
+	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, v) })
 }

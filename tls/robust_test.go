@@ -1,0 +1,220 @@
+package tls
+
+import (
+	"context"
+	"crypto/rand"
+	gotls "crypto/tls"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sync"
+	"testing"
+	"time"
+)
+
+// robustSite is a static listener with short timeouts and a small limit.
+func robustSite(t *testing.T, maxConns int) (*Service, *testCA, string) {
+	dir := t.TempDir()
+	www := filepath.Join(dir, "www")
+	os.Mkdir(www, 0o755)
+	os.WriteFile(filepath.Join(www, "index.html"), []byte("ok\n"), 0o644)
+	ca := newCA(t, dir, "root")
+	cert := ca.issue(t, dir, "site", "ecdsa", false, "site.test")
+	s := startService(t, Config{Listeners: []ListenerConfig{{
+		Name: "web", Listen: "127.0.0.1:0", Certs: []Cert{cert}, Backend: "static:" + www,
+		HandshakeTimeout: 300 * time.Millisecond, HeaderTimeout: 300 * time.Millisecond,
+		IdleTimeout: 5 * time.Second, MaxConns: maxConns,
+	}}})
+	return s, ca, addrOf(t, s, "web")
+}
+
+// expectClosed reads from c until the server closes it, within 10 s.
+func expectClosed(t *testing.T, c net.Conn) {
+	t.Helper()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	_, err := io.Copy(io.Discard, c)
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatal("the server did not close the connection")
+	}
+}
+
+// clientHello returns the first flight of a Go TLS client.
+func clientHello(t *testing.T) []byte {
+	a, b := net.Pipe()
+	go func() {
+		gotls.Client(a, &gotls.Config{ServerName: "site.test"}).Handshake()
+		a.Close()
+	}()
+	buf := make([]byte, 4096)
+	b.SetReadDeadline(time.Now().Add(5 * time.Second))
+	n, err := b.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Close()
+	return buf[:n]
+}
+
+func TestGarbageAndTruncatedHellos(t *testing.T) {
+	s, _, addr := robustSite(t, 100)
+	hello := clientHello(t)
+	junk := make([]byte, 600)
+	rand.Read(junk)
+	cases := [][]byte{
+		junk,
+		[]byte("GET / HTTP/1.1\r\nHost: x\r\n\r\n"),
+		hello[:5],
+		hello[:len(hello)/2],
+		append([]byte{0x16, 3, 1, 0xff, 0xff}, hello[5:]...), // a length beyond the record limit
+		{0x16, 3, 1, 0, 4, 1, 0, 0, 0},                       // an empty ClientHello
+	}
+	for _, b := range cases {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(b)
+		c.(*net.TCPConn).CloseWrite()
+		expectClosed(t, c)
+		c.Close()
+	}
+	waitFor(t, "every connection to be counted", func() bool {
+		st := statsOf(t, s, "web")
+		var failed uint64
+		for _, n := range st.HandshakeFailures {
+			failed += n
+		}
+		return failed == uint64(len(cases)) && st.Open == 0
+	})
+	if st := statsOf(t, s, "web"); st.Handshakes != 0 || st.HandshakeFailures["protocol"] == 0 {
+		t.Fatalf("%+v", st)
+	}
+}
+
+func TestStalledHandshake(t *testing.T) {
+	s, _, addr := robustSite(t, 100)
+	hello := clientHello(t)
+	for _, b := range [][]byte{nil, hello[:20]} {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write(b) // and then nothing: the handshake timeout closes it
+		start := time.Now()
+		expectClosed(t, c)
+		c.Close()
+		if d := time.Since(start); d < 200*time.Millisecond {
+			t.Errorf("closed after %v, before the handshake timeout", d)
+		}
+	}
+	waitFor(t, "timeouts", func() bool { return statsOf(t, s, "web").HandshakeFailures["timeout"] == 2 })
+}
+
+func TestSlowloris(t *testing.T) {
+	s, ca, addr := robustSite(t, 100)
+	c, err := goClient(t, addr, "site.test", ca, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := httpGet(t, c, "/"); len(r) == 0 {
+		t.Fatal("no response")
+	}
+	// A head that trickles: one byte per 100 ms never completes within the
+	// 300 ms header timeout.
+	head := []byte("GET / HTTP/1.1\r\nHost: x\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n")
+	closed := make(chan struct{})
+	go func() {
+		defer close(closed)
+		for _, b := range head {
+			if _, err := c.Write([]byte{b}); err != nil {
+				return
+			}
+			select {
+			case <-time.After(100 * time.Millisecond): // the attack's pace
+			case <-t.Context().Done():
+				return
+			}
+		}
+	}()
+	expectClosed(t, c)
+	<-closed
+	waitFor(t, "a header timeout", func() bool { return statsOf(t, s, "web").HeaderTimeouts == 1 })
+
+	// A head beyond the bound is refused.
+	c2, err := goClient(t, addr, "site.test", ca, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := append([]byte("GET / HTTP/1.1\r\nHost: x\r\nX-Big: "), make([]byte, maxHeadLen)...)
+	for i := range big[30:] {
+		big[30+i] = 'a'
+	}
+	go c2.Write(big)
+	c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf, _ := io.ReadAll(c2)
+	if string(buf[:12]) != "HTTP/1.1 431" {
+		t.Fatalf("%q", buf)
+	}
+}
+
+func TestFloodBeyondMaxConns(t *testing.T) {
+	const max = 4
+	s, ca, addr := robustSite(t, max)
+	var held []net.Conn
+	for range max {
+		c, err := goClient(t, addr, "site.test", ca, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		httpGet(t, c, "/")
+		held = append(held, c)
+	}
+	var ms0, ms1 runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&ms0)
+	const flood = 300
+	var wg sync.WaitGroup
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	for i := range flood {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := (&net.Dialer{}).DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return
+			}
+			defer c.Close()
+			if i%2 == 0 {
+				c.Write(clientHelloCache)
+			}
+			c.SetReadDeadline(time.Now().Add(10 * time.Second))
+			io.Copy(io.Discard, c)
+		}()
+	}
+	wg.Wait()
+	waitFor(t, "every refusal", func() bool { return statsOf(t, s, "web").Refused == flood })
+	runtime.GC()
+	runtime.ReadMemStats(&ms1)
+	if grow := int64(ms1.HeapInuse) - int64(ms0.HeapInuse); grow > 8<<20 {
+		t.Errorf("heap grew by %d bytes under a refused flood", grow)
+	}
+	st := statsOf(t, s, "web")
+	if st.Open != max || st.Accepted != max {
+		t.Fatalf("%+v", st)
+	}
+	// The held connections still work, and a slot freed is reused.
+	httpGet(t, held[0], "/")
+	held[1].Close()
+	waitFor(t, "a free slot", func() bool { return statsOf(t, s, "web").Open == max-1 })
+	c, err := goClient(t, addr, "site.test", ca, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	httpGet(t, c, "/")
+}
+
+var clientHelloCache = []byte{0x16, 3, 1, 0, 1, 1}

@@ -1,0 +1,145 @@
+package tls
+
+import (
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// memConn is an in-memory net.Conn that returns the same request forever
+// and discards what is written.
+type memConn struct {
+	req     []byte
+	off     int
+	written int
+}
+
+func (c *memConn) Read(b []byte) (int, error) {
+	n := copy(b, c.req[c.off:])
+	c.off = (c.off + n) % len(c.req)
+	return n, nil
+}
+func (c *memConn) Write(b []byte) (int, error)      { c.written += len(b); return len(b), nil }
+func (c *memConn) Close() error                     { return nil }
+func (c *memConn) LocalAddr() net.Addr              { return &net.TCPAddr{} }
+func (c *memConn) RemoteAddr() net.Addr             { return &net.TCPAddr{} }
+func (c *memConn) SetDeadline(time.Time) error      { return nil }
+func (c *memConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *memConn) SetWriteDeadline(time.Time) error { return nil }
+
+func TestStaticNoAllocs(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "1k.html"), []byte(strings.Repeat("x", 1024)), 0o644)
+	os.WriteFile(filepath.Join(dir, "64k.bin"), []byte(strings.Repeat("y", 64<<10)), 0o644)
+	srv, err := newStaticServer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.root.Close()
+	for _, path := range []string{"/1k.html", "/64k.bin", "/missing"} {
+		conn := &memConn{req: []byte("GET " + path + " HTTP/1.1\r\nHost: example.test\r\nUser-Agent: test\r\nAccept: */*\r\n\r\n")}
+		var ctr counters
+		hc := httpConnPool.Get().(*httpConn)
+		hc.c, hc.srv, hc.ctr, hc.idle, hc.headerTO = conn, srv, &ctr, time.Minute, time.Second
+		if !hc.serveOne() {
+			t.Fatal("connection not kept")
+		}
+		allocs := testing.AllocsPerRun(1000, func() {
+			if !hc.serveOne() {
+				t.Fatal("connection not kept")
+			}
+		})
+		if allocs != 0 {
+			t.Errorf("%s: %v allocations per request", path, allocs)
+		}
+	}
+}
+
+func BenchmarkStatic1K(b *testing.B) {
+	dir := b.TempDir()
+	os.WriteFile(filepath.Join(dir, "1k.html"), []byte(strings.Repeat("x", 1024)), 0o644)
+	srv, _ := newStaticServer(dir)
+	defer srv.root.Close()
+	conn := &memConn{req: []byte("GET /1k.html HTTP/1.1\r\nHost: example.test\r\n\r\n")}
+	var ctr counters
+	hc := httpConnPool.Get().(*httpConn)
+	hc.c, hc.srv, hc.ctr, hc.idle, hc.headerTO = conn, srv, &ctr, time.Minute, time.Second
+	b.ReportAllocs()
+	for b.Loop() {
+		hc.serveOne()
+	}
+}
+
+// TestStaticPipelined sends several requests in one write and reads the
+// answers in order.
+func TestStaticPipelined(t *testing.T) {
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("aaa"), 0o644)
+	os.Mkdir(filepath.Join(dir, "d"), 0o755)
+	os.WriteFile(filepath.Join(dir, "d", "index.html"), []byte("<d>"), 0o644)
+	os.Symlink("/etc/passwd", filepath.Join(dir, "escape"))
+	srv, err := newStaticServer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.root.Close()
+	client, server := net.Pipe()
+	var ctr counters
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		srv.serveConn(server, time.Minute, time.Second, &ctr)
+		server.Close()
+	}()
+	reqs := "GET /missing HTTP/1.1\r\nHost: a\r\n\r\n" +
+		"GET /a.txt HTTP/1.1\r\nHost: a\r\n\r\n" +
+		"POST /a.txt HTTP/1.1\r\nHost: a\r\n\r\n" +
+		"GET /escape HTTP/1.1\r\nHost: a\r\n\r\n" +
+		"GET /d/ HTTP/1.1\r\nHost: a\r\n\r\n" +
+		"GET /d HTTP/1.0\r\n\r\n"
+	go client.Write([]byte(reqs))
+	want := []struct{ status, body string }{
+		{"404", "Not Found\n"}, {"200", "aaa"}, {"405", "Method Not Allowed\n"}, {"404", "Not Found\n"}, {"200", "<d>"}, {"200", "<d>"},
+	}
+	for i, w := range want {
+		r := readResponse(t, client)
+		if !strings.HasPrefix(r, "HTTP/1.1 "+w.status+" ") || !strings.HasSuffix(r, "\r\n\r\n"+w.body) {
+			t.Fatalf("response %d: %q", i, r)
+		}
+		if i == len(want)-1 && !strings.Contains(r, "Connection: close\r\n") {
+			t.Fatalf("HTTP/1.0 without keep-alive: %q", r)
+		}
+	}
+	client.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := client.Read(make([]byte, 1)); err == nil {
+		t.Fatal("connection open after an HTTP/1.0 response")
+	}
+	<-done
+}
+
+// TestStaticCacheInvalidation: a changed file is served anew once the
+// cache revalidates it.
+func TestStaticCacheInvalidation(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "f.txt")
+	os.WriteFile(p, []byte("one"), 0o644)
+	srv, _ := newStaticServer(dir)
+	defer srv.root.Close()
+	if e := srv.lookup([]byte("f.txt")); e == nil || string(e.body) != "one" {
+		t.Fatal("first lookup")
+	}
+	os.WriteFile(p, []byte("second"), 0o644)
+	// Age the entry instead of waiting for cacheRevalidate.
+	srv.cache["f.txt"].checked.Store(0)
+	if e := srv.lookup([]byte("f.txt")); e == nil || string(e.body) != "second" || !strings.Contains(string(e.hdr), "Content-Length: 6\r\n") {
+		t.Fatalf("after a change: %+v", e)
+	}
+	os.Remove(p)
+	srv.cache["f.txt"].checked.Store(0)
+	if e := srv.lookup([]byte("f.txt")); e != nil {
+		t.Fatal("a removed file is still served")
+	}
+}
