@@ -529,7 +529,7 @@ func printStats(w io.Writer, st gateway.Stats) error {
 // by reason.
 func printTLSStats(w io.Writer, ls []gateway.TLSInfo) error {
 	t := newCtlTable(w, "TLS", "KIND", "LISTEN", "OPEN", "ACCEPTED", "REFUSED", "IDLE CLOSED", "HANDSHAKES", "RESUMED",
-		"BYTES IN", "BYTES OUT", "SIGNS", "BATCHES", "MEAN BATCH", "MAX BATCH", "QUEUE", "FAILURES")
+		"BYTES IN", "BYTES OUT", "REQUESTS", "SIGNS", "BATCHES", "MEAN BATCH", "MAX BATCH", "QUEUE", "FAILURES")
 	for _, l := range ls {
 		mean := "-"
 		if l.SignBatches > 0 {
@@ -537,7 +537,7 @@ func printTLSStats(w io.Writer, ls []gateway.TLSInfo) error {
 		}
 		t.row(l.Name, l.Kind, l.Listen, ctlU64(l.Open), ctlU64(l.Accepted), ctlU64(l.Refused), ctlU64(l.IdleClosed),
 			ctlU64(l.Handshakes), ctlU64(l.Resumed), ctlU64(l.BytesIn), ctlU64(l.BytesOut),
-			ctlU64(l.SignOps), ctlU64(l.SignBatches), mean, ctlU64(l.SignMaxBatch), ctlU64(l.SignQueueDepth),
+			ctlU64(l.Requests), ctlU64(l.SignOps), ctlU64(l.SignBatches), mean, ctlU64(l.SignMaxBatch), ctlU64(l.SignQueueDepth),
 			ctlDrops(l.HandshakeFailures))
 	}
 	return t.flush()

@@ -224,8 +224,8 @@ var wantStatsTable = []string{
 	"to-b    out  a-to-b  0x00001001  10       1000   -",
 	"to-b    in   b-to-a  0x00002001  7        700    auth_failed=1 replay=2",
 	"",
-	"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES",
-	"web  terminate  127.0.0.1:8443  2     12        1        3            10          4        5120      1048576    6      2        3.0         4          0      protocol=1 timeout=1",
+	"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  REQUESTS  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES",
+	"web  terminate  127.0.0.1:8443  2     12        1        3            10          4        5120      1048576    7         6      2        3.0         4          0      protocol=1 timeout=1",
 }
 
 func TestStats(t *testing.T) {
@@ -462,8 +462,8 @@ func TestStatsTLSOnly(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	ctlCheckLines(t, "stats", out,
-		"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES",
-		"web  terminate  :8443           0     0         0        0            5           0        0         0          0      0        -           0          0      -",
-		"api  originate  127.0.0.1:9080  0     0         0        0            1           0        0         0          3      2        1.5         2          0      backend=2",
+		"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  REQUESTS  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES",
+		"web  terminate  :8443           0     0         0        0            5           0        0         0          0         0      0        -           0          0      -",
+		"api  originate  127.0.0.1:9080  0     0         0        0            1           0        0         0          0         3      2        1.5         2          0      backend=2",
 	)
 }

@@ -175,6 +175,12 @@ func runDemoTLS(ctx context.Context, e *env, o *demoTLSOptions) (err error) {
 		return fail(err)
 	}
 	defer gw.Close()
+	// The listener took a free port; its counters name it.
+	if st := gw.TLS(); len(st) == 1 {
+		site.addr = st[0].Listen
+	} else {
+		return fail(fmt.Errorf("demo tls: %d TLS listeners running, want 1", len(st)))
+	}
 
 	rep := &demoTLSReport{Engine: o.engine, Key: "ECDSA P-256", Listen: site.addr, Conns: o.conns}
 	c := &demoTLSClient{site: site, conns: o.conns}
@@ -210,7 +216,7 @@ func runDemoTLS(ctx context.Context, e *env, o *demoTLSOptions) (err error) {
 // demoTLSFiles is the demo's site on disk.
 type demoTLSFiles struct {
 	file         string // the gateway's configuration
-	addr         string // the listener's address
+	addr         string // the listener's bound address, once it runs
 	ca           *certgen.CA
 	small, large []byte // the files' contents
 }
@@ -237,9 +243,6 @@ func demoTLSSite(dir, engine string) (*demoTLSFiles, error) {
 			return nil, err
 		}
 	}
-	if s.addr, err = demoFreeAddr(); err != nil {
-		return nil, err
-	}
 	text := fmt.Sprintf(`# sluice demo tls: written by `+"`sluice demo tls`"+`, removed when it ends
 [gateway]
 engine = %q
@@ -254,23 +257,12 @@ alpn = ["http/1.1"]
   [[tls.cert]]
   cert = "server.pem"
   key = "server.key"
-`, engine, s.addr)
+`, engine, "127.0.0.1:0")
 	s.file = filepath.Join(dir, "gateway.toml")
 	if err := os.WriteFile(s.file, []byte(text), 0o600); err != nil {
 		return nil, err
 	}
 	return s, nil
-}
-
-// demoFreeAddr returns a loopback address whose port was free a moment
-// ago.
-func demoFreeAddr() (string, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", err
-	}
-	defer ln.Close()
-	return ln.Addr().String(), nil
 }
 
 // demoTLSClient is the built-in load generator.

@@ -45,26 +45,23 @@ func TestRunTLSGateway(t *testing.T) {
 		t.Fatal(err)
 	}
 	ctlWriteFile(t, filepath.Join(dir, "www", "f.txt"), body)
-	tlsAddr, originAddr := demoFreeAddrT(t), demoFreeAddrT(t)
-	cfgPath := ctlWriteFile(t, filepath.Join(dir, "gw.toml"), fmt.Sprintf(`
+	// The listeners take free ports (listen port 0). The origin joins in
+	// a reload, once the listener's port is known.
+	const webSection = `
 [gateway]
 engine = "soft"
 state_dir = %q
 
 [[tls]]
 name = "web"
-listen = %q
+listen = "127.0.0.1:0"
 backend = "static:www"
   [[tls.cert]]
   cert = "site.pem"
   key = "site.key"
-
-[[tls_origin]]
-name = "to-web"
-listen = %q
-backend = "tls://%s"
-ca = "ca.pem"
-`, filepath.Join(dir, "never", "state"), tlsAddr, originAddr, tlsAddr))
+`
+	stateDir := filepath.Join(dir, "never", "state")
+	cfgPath := ctlWriteFile(t, filepath.Join(dir, "gw.toml"), fmt.Sprintf(webSection, stateDir))
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr runLogBuffer
@@ -101,6 +98,36 @@ ca = "ca.pem"
 	if _, err := os.Stat(filepath.Join(dir, "never")); !os.IsNotExist(err) {
 		t.Errorf("a TLS-only gateway made its state directory: %v", err)
 	}
+
+	tlsStats := func() []gateway.TLSInfo {
+		t.Helper()
+		code, out, errOut := ctlRun("stats", "--json", "--socket", sock)
+		var st gateway.Stats
+		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+			t.Fatalf("stats --json: exit %d, %v: %s%s", code, err, out, errOut)
+		}
+		return st.TLS
+	}
+	ls := tlsStats()
+	if len(ls) != 1 || strings.HasSuffix(ls[0].Listen, ":0") {
+		t.Fatalf("TLS listeners after start: %+v", ls)
+	}
+	tlsAddr := ls[0].Listen
+	ctlWriteFile(t, cfgPath, fmt.Sprintf(webSection, stateDir)+fmt.Sprintf(`
+[[tls_origin]]
+name = "to-web"
+listen = "127.0.0.1:0"
+backend = "tls://%s"
+ca = "ca.pem"
+`, tlsAddr))
+	if code, out, errOut := ctlRun("reload", "--socket", sock); code != 0 || !strings.Contains(out, "to-web") {
+		t.Fatalf("reload adding the origin: exit %d: %s%s", code, out, errOut)
+	}
+	ls = tlsStats()
+	if len(ls) != 2 || ls[0].Listen != tlsAddr || strings.HasSuffix(ls[1].Listen, ":0") {
+		t.Fatalf("TLS listeners after the reload: %+v", ls)
+	}
+	originAddr := ls[1].Listen
 
 	// Plaintext HTTP through the origin, which carries it over TLS.
 	plain, err := net.DialTimeout("tcp", originAddr, 5*time.Second)
@@ -195,13 +222,4 @@ ca = "ca.pem"
 	if code, _, errOut := ctlRun("sa", "del", "--socket", sock, "--spi", "0x100"); code != ExitUsage || !strings.Contains(errOut, "TLS-only gateway") {
 		t.Errorf("sa del: %d %q", code, errOut)
 	}
-}
-
-func demoFreeAddrT(t *testing.T) string {
-	t.Helper()
-	a, err := demoFreeAddr()
-	if err != nil {
-		t.Fatal(err)
-	}
-	return a
 }

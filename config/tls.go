@@ -657,7 +657,9 @@ func checkServerName(s string) string {
 
 // checkTLSListen returns what is wrong with a TLS section's listen
 // address, or "": "host:port", where host may be empty (every address),
-// an IP address or a host name, and port is 1..65535.
+// an IP address or a host name, and port is 0..65535; port 0 takes a free
+// port, which `sluice stats` shows (for tests and demos: clients cannot
+// know it in advance).
 func checkTLSListen(s string) string {
 	const want = `want "host:port" such as "0.0.0.0:8443", "[::]:8443", "127.0.0.1:9080" or ":8443"`
 	if s == "" {
@@ -667,8 +669,8 @@ func checkTLSListen(s string) string {
 	if err != nil {
 		return fmt.Sprintf("invalid listen address %s (%s)", shortQuote(s), want)
 	}
-	if p, err := strconv.ParseUint(port, 10, 16); err != nil || p == 0 {
-		return fmt.Sprintf("invalid port %s in %s (want 1..65535)", shortQuote(port), shortQuote(s))
+	if _, err := strconv.ParseUint(port, 10, 16); err != nil {
+		return fmt.Sprintf("invalid port %s in %s (want 1..65535, or 0 for a free port)", shortQuote(port), shortQuote(s))
 	}
 	if host == "" {
 		return ""
@@ -748,8 +750,8 @@ func listenClash(a, b string) bool {
 	hb, pb, _ := net.SplitHostPort(b)
 	na, _ := strconv.ParseUint(pa, 10, 16)
 	nb, _ := strconv.ParseUint(pb, 10, 16)
-	if na != nb {
-		return false
+	if na != nb || na == 0 {
+		return false // port 0: each gets a free port of its own
 	}
 	wild := func(h string) bool {
 		a, err := netip.ParseAddr(h)

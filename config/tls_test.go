@@ -163,7 +163,7 @@ func TestTLSErrors(t *testing.T) {
 
 		// Listen addresses.
 		{"listen no port", strings.Replace(tls1, "127.0.0.1:8443", "127.0.0.1", 1) + cert1, []wantErr{{3, "tls[1].listen", `invalid listen address "127.0.0.1" (want "host:port"`}}},
-		{"listen port 0", strings.Replace(tls1, "8443", "0", 1) + cert1, []wantErr{{3, "tls[1].listen", `invalid port "0" in "127.0.0.1:0" (want 1..65535)`}}},
+		{"listen port 65536", strings.Replace(tls1, "8443", "65536", 1) + cert1, []wantErr{{3, "tls[1].listen", `invalid port "65536" in "127.0.0.1:65536" (want 1..65535, or 0 for a free port)`}}},
 		{"listen empty", strings.Replace(tls1, "127.0.0.1:8443", "", 1) + cert1, []wantErr{{3, "tls[1].listen", "empty listen address"}}},
 		{"listen host", strings.Replace(orig1, "127.0.0.1:9080", "bad_host!:9080", 1), []wantErr{{3, "tls_origin[1].listen", `invalid host "bad_host!"`}}},
 		{"listen multicast", strings.Replace(tls1, "127.0.0.1", "224.0.0.1", 1) + cert1, []wantErr{{3, "tls[1].listen", "cannot listen on multicast address"}}},

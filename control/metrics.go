@@ -27,6 +27,8 @@ package control
 //	sluice_tls_bytes_in_total{listener}
 //	sluice_tls_bytes_out_total{listener}
 //	sluice_tls_idle_closed_total{listener}
+//	sluice_tls_requests_total{listener}
+//	sluice_tls_header_timeouts_total{listener}
 //	sluice_tls_sign_queue_depth{listener}
 //	sluice_tls_sign_ops_total{listener}
 //	sluice_tls_sign_batches_total{listener}
@@ -111,6 +113,10 @@ var (
 		"Plaintext bytes carried from the backend to clients.", tlsLabels, nil)
 	tlsIdleClosed = prometheus.NewDesc("sluice_tls_idle_closed_total",
 		"Connections closed by the idle timeout.", tlsLabels, nil)
+	tlsRequests = prometheus.NewDesc("sluice_tls_requests_total",
+		"Requests the static: backend answered.", tlsLabels, nil)
+	tlsHeaderTimeouts = prometheus.NewDesc("sluice_tls_header_timeouts_total",
+		"Connections the static: backend closed in the middle of a request head (header_timeout; also idle-closed).", tlsLabels, nil)
 	tlsSignQueue = prometheus.NewDesc("sluice_tls_sign_queue_depth",
 		"Handshake signatures waiting for the engine now.", tlsLabels, nil)
 	tlsSignOps = prometheus.NewDesc("sluice_tls_sign_ops_total",
@@ -135,7 +141,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{saPackets, saBytes, saDrops, saNeedsRekey, saStateFailing, saStateFailures,
 		workerSealed, workerOpened, workerTx, workerTxErrors, workerDrops, rxPackets, rxBytes, rxDrops,
 		tlsAccepted, tlsRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytesIn, tlsBytesOut,
-		tlsIdleClosed, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch} {
+		tlsIdleClosed, tlsRequests, tlsHeaderTimeouts, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch} {
 		ch <- d
 	}
 }
@@ -215,6 +221,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(tlsBytesIn, l.BytesIn, l.Name)
 		counter(tlsBytesOut, l.BytesOut, l.Name)
 		counter(tlsIdleClosed, l.IdleClosed, l.Name)
+		counter(tlsRequests, l.Requests, l.Name)
+		counter(tlsHeaderTimeouts, l.HeaderTimeouts, l.Name)
 		gauge(tlsSignQueue, l.SignQueueDepth, l.Name)
 		counter(tlsSignOps, l.SignOps, l.Name)
 		counter(tlsSignBatches, l.SignBatches, l.Name)

@@ -26,44 +26,9 @@ import (
 	"github.com/sluicegw/sluice/tls"
 )
 
-// TLSInfo is one TLS listener's or origin's counters (tls.Stats), as the
-// control socket's stats reply carries them.
-type TLSInfo struct {
-	Name   string `json:"name"`
-	Kind   string `json:"kind"` // "terminate" or "originate"
-	Listen string `json:"listen"`
-
-	Open       uint64 `json:"open"`     // connections open now
-	Accepted   uint64 `json:"accepted"` // connections accepted
-	Refused    uint64 `json:"refused"`  // connections refused at max_conns
-	Handshakes uint64 `json:"handshakes"`
-	Resumed    uint64 `json:"resumed"` // handshakes that resumed a session
-	// HandshakeFailures are failed handshakes by reason ("timeout",
-	// "protocol", "version", "no_cert", "client_cert", "sign", "backend",
-	// "closed"); never null.
-	HandshakeFailures map[string]uint64 `json:"handshake_failures"`
-	BytesIn           uint64            `json:"bytes_in"`  // plaintext, clients to backends
-	BytesOut          uint64            `json:"bytes_out"` // plaintext, backends to clients
-	IdleClosed        uint64            `json:"idle_closed"`
-
-	// The handshake signing queue of the listener's engine.
-	SignQueueDepth uint64 `json:"sign_queue_depth"`
-	SignOps        uint64 `json:"sign_ops"`
-	SignBatches    uint64 `json:"sign_batches"`
-	SignMaxBatch   uint64 `json:"sign_max_batch"`
-}
-
-func tlsInfo(s tls.Stats) TLSInfo {
-	fails := make(map[string]uint64, len(s.HandshakeFailures))
-	maps.Copy(fails, s.HandshakeFailures)
-	return TLSInfo{
-		Name: s.Name, Kind: s.Kind, Listen: s.Listen,
-		Open: s.Open, Accepted: s.Accepted, Refused: s.Refused,
-		Handshakes: s.Handshakes, Resumed: s.Resumed, HandshakeFailures: fails,
-		BytesIn: s.BytesIn, BytesOut: s.BytesOut, IdleClosed: s.IdleClosed,
-		SignQueueDepth: s.SignQueueDepth, SignOps: s.SignOps, SignBatches: s.SignBatches, SignMaxBatch: s.SignMaxBatch,
-	}
-}
+// TLSInfo is one TLS listener's or origin's counters, as the control
+// socket's stats reply carries them (JSON keys in tls.Stats).
+type TLSInfo = tls.Stats
 
 // tlsEngineName is the engine a TLS section uses: its own, else the
 // [gateway] engine.
@@ -236,11 +201,7 @@ func (g *Gateway) TLS() []TLSInfo {
 	if svc == nil {
 		return nil
 	}
-	var out []TLSInfo
-	for _, s := range svc.Stats() {
-		out = append(out, tlsInfo(s))
-	}
-	return out
+	return svc.Stats()
 }
 
 // tlsService returns the service, which a reload may start.

@@ -68,20 +68,6 @@ func TestTLSConfigMapping(t *testing.T) {
 	}
 }
 
-// TestTLSInfoCopiesFailures: the stats a reply carries do not share the
-// service's map.
-func TestTLSInfoCopiesFailures(t *testing.T) {
-	m := map[string]uint64{"timeout": 1}
-	info := tlsInfo(tls.Stats{Name: "web", HandshakeFailures: m})
-	m["timeout"] = 2
-	if info.HandshakeFailures["timeout"] != 1 {
-		t.Error("HandshakeFailures aliases the service's map")
-	}
-	if info := tlsInfo(tls.Stats{}); info.HandshakeFailures == nil {
-		t.Error("nil HandshakeFailures: the reply would carry null")
-	}
-}
-
 // TestFixedPartsTLSOnly: a reload may not turn a TLS-only gateway into
 // one with tunnels, nor the other way round.
 func TestFixedPartsTLSOnly(t *testing.T) {

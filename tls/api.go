@@ -112,39 +112,40 @@ type Options struct {
 
 // Stats are one listener's or origin's counters since it started.
 type Stats struct {
-	Name   string
-	Kind   string // "terminate" or "originate"
-	Listen string
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`   // "terminate" or "originate"
+	Listen string `json:"listen"` // the bound address
 
-	Open     uint64 // connections open now
-	Accepted uint64 // connections accepted
-	Refused  uint64 // connections refused at MaxConns
+	Open     uint64 `json:"open"`     // connections open now
+	Accepted uint64 `json:"accepted"` // connections accepted
+	Refused  uint64 `json:"refused"`  // connections refused at MaxConns
 	// Handshakes completed; Resumed of them by a session ticket.
-	Handshakes uint64
-	Resumed    uint64
+	Handshakes uint64 `json:"handshakes"`
+	Resumed    uint64 `json:"resumed"`
 	// HandshakeFailures by reason: "timeout", "protocol" (garbage or
 	// truncated hello, alert), "version", "no_cert", "client_cert",
 	// "sign" (the engine refused or failed), "backend" (the backend could
 	// not be reached), "closed" (the peer went away mid-handshake).
 	// Origins add "server_cert" (the backend's certificate did not
-	// verify). Every reason of FailureReasons is present, zero or not.
+	// verify). Every reason of FailureReasons is present, zero or not;
+	// the map is the caller's.
 	// A listener's "backend" failures follow a completed handshake (also
 	// counted in Handshakes): the tcp:// backend is dialled after it.
-	HandshakeFailures map[string]uint64
-	BytesIn           uint64 // plaintext bytes from clients to backends
-	BytesOut          uint64 // plaintext bytes from backends to clients
-	IdleClosed        uint64 // connections closed by the idle timeout
+	HandshakeFailures map[string]uint64 `json:"handshake_failures"`
+	BytesIn           uint64            `json:"bytes_in"`    // plaintext bytes from clients to backends
+	BytesOut          uint64            `json:"bytes_out"`   // plaintext bytes from backends to clients
+	IdleClosed        uint64            `json:"idle_closed"` // connections closed by the idle timeout
 	// The static: backend: requests answered with a file, and connections
 	// closed by HeaderTimeout in the middle of a request head (also in
 	// IdleClosed).
-	Requests       uint64
-	HeaderTimeouts uint64
+	Requests       uint64 `json:"requests"`
+	HeaderTimeouts uint64 `json:"header_timeouts"`
 
 	// The handshake signing queue of the listener's engine.
-	SignQueueDepth uint64 // Sign requests waiting now
-	SignOps        uint64 // signatures made
-	SignBatches    uint64 // batches submitted; SignOps/SignBatches is the mean batch
-	SignMaxBatch   uint64 // largest batch
+	SignQueueDepth uint64 `json:"sign_queue_depth"` // Sign requests waiting now
+	SignOps        uint64 `json:"sign_ops"`         // signatures made
+	SignBatches    uint64 `json:"sign_batches"`     // batches submitted; SignOps/SignBatches is the mean batch
+	SignMaxBatch   uint64 `json:"sign_max_batch"`   // largest batch
 }
 
 // Service runs a gateway's TLS listeners and origins. Its methods are

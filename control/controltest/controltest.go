@@ -71,7 +71,7 @@ func New() *Backend {
 			Name: "web", Kind: "terminate", Listen: "127.0.0.1:8443",
 			Open: 2, Accepted: 12, Refused: 1, Handshakes: 10, Resumed: 4,
 			HandshakeFailures: map[string]uint64{"protocol": 1, "timeout": 1},
-			BytesIn:           5120, BytesOut: 1048576, IdleClosed: 3,
+			BytesIn:           5120, BytesOut: 1048576, IdleClosed: 3, Requests: 7,
 			SignQueueDepth: 0, SignOps: 6, SignBatches: 2, SignMaxBatch: 4,
 		}},
 		calls: map[string]int{},
