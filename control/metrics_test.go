@@ -99,6 +99,12 @@ sluice_tls_bytes_out_total{listener="web"} 1.048576e+06
 # HELP sluice_tls_idle_closed_total Connections closed by the idle timeout.
 # TYPE sluice_tls_idle_closed_total counter
 sluice_tls_idle_closed_total{listener="web"} 3
+# HELP sluice_tls_requests_total Requests the static: backend answered.
+# TYPE sluice_tls_requests_total counter
+sluice_tls_requests_total{listener="web"} 7
+# HELP sluice_tls_header_timeouts_total Connections the static: backend closed in the middle of a request head (header_timeout; also idle-closed).
+# TYPE sluice_tls_header_timeouts_total counter
+sluice_tls_header_timeouts_total{listener="web"} 0
 # HELP sluice_tls_sign_queue_depth Handshake signatures waiting for the engine now.
 # TYPE sluice_tls_sign_queue_depth gauge
 sluice_tls_sign_queue_depth{listener="web"} 0
