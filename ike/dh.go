@@ -149,3 +149,13 @@ func (m *modpKey) Shared(peer []byte) ([]byte, error) {
 	s := new(big.Int).Exp(y, m.x, m.p)
 	return s.FillBytes(make([]byte, n)), nil
 }
+
+// ecFromPrivate returns the key of group with the given private scalar
+// (for known-answer tests).
+func ecFromPrivate(group uint16, priv []byte) (DH, error) {
+	k, err := curveOf(group).NewPrivateKey(priv)
+	if err != nil {
+		return nil, fmt.Errorf("ike: DH group %d: %w", group, err)
+	}
+	return &ecKey{group: group, k: k}, nil
+}
