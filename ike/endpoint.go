@@ -221,6 +221,14 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	if sa.halfOpenTimer != nil {
 		sa.halfOpenTimer.Stop()
 	}
+	if k := sa.keys; k != nil {
+		// The SK payload ciphers keep their own expanded keys; the raw
+		// ones go now (the ChildSA's keys belong to whoever got it).
+		for _, b := range [][]byte{k.D, k.Ai, k.Ar, k.Ei, k.Er, k.Pi, k.Pr} {
+			clear(b)
+		}
+		sa.keys = nil
+	}
 	var after []func()
 	if sa.child != nil && e.cfg.OnDelete != nil {
 		c, f := sa.child, e.cfg.OnDelete

@@ -3,6 +3,7 @@ package ike
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"net/netip"
 	"strings"
 	"sync"
@@ -491,4 +492,37 @@ func TestDrops(t *testing.T) {
 	if got != [...]uint64{1, 1, 1, 2, 1, 1} {
 		t.Fatalf("drops (malformed, no marker, retransmit, window, integrity, unknown SPI) = %v", got)
 	}
+}
+
+// FuzzEndpointReceive feeds arbitrary datagrams to a responder (after a
+// real IKE_SA_INIT, so that an SA exists to aim at): nothing may panic,
+// and every datagram is either answered or counted.
+func FuzzEndpointReceive(f *testing.F) {
+	for _, b := range sampleMessages(f) {
+		f.Add(b, false)
+	}
+	f.Add([]byte{0, 0, 0, 0, 1}, true)
+	f.Fuzz(func(t *testing.T, pkt []byte, natt bool) {
+		_, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+		e, err := NewEndpoint(Config{Peers: []*Peer{pb}}, transportFunc(func(netip.AddrPort, netip.AddrPort, []byte) error { return nil }))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		local, remote := netip.AddrPortFrom(addrB, 500), netip.AddrPortFrom(addrA, 500)
+		e.Receive(local, remote, initRequest(t, 1, DHCurve25519, pb.IKE))
+		var spir uint64
+		for s := range e.sas {
+			spir = s
+		}
+		// Aim at the SA: its SPIs, when the datagram is long enough.
+		if len(pkt) >= HeaderLen && pkt[0]&1 == 1 {
+			binary.BigEndian.PutUint64(pkt[0:8], 1)
+			binary.BigEndian.PutUint64(pkt[8:16], spir)
+		}
+		if natt {
+			local = netip.AddrPortFrom(addrB, 4500)
+		}
+		e.Receive(local, remote, pkt)
+	})
 }
