@@ -2,6 +2,8 @@ package ike
 
 import (
 	"bytes"
+	"crypto"
+	"crypto/x509"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -63,9 +65,23 @@ type Peer struct {
 	Local, Remote netip.Addr
 	// LocalID is sent as IDi/IDr; RemoteID, if set, must be the peer's.
 	LocalID, RemoteID Identity
-	// PSK is the pre-shared key of both directions (RFC 7296 section
-	// 2.15).
+	// PSK is the pre-shared key (RFC 7296 section 2.15) for whichever
+	// direction does not use a signature.
 	PSK []byte
+	// Certificates is our X.509 chain, ours first, sent in CERT payloads;
+	// Signer is its private key (cryptodev.NewSigner keeps it in an
+	// engine). With a Signer we authenticate with a signature (see
+	// auth.go), otherwise with PSK.
+	Certificates []*x509.Certificate
+	Signer       crypto.Signer
+	// AuthMethod is the signature method we use: 0 chooses RFC 7427's
+	// Digital Signature when the peer announced a usable hash, else the
+	// key type's classic method (1, 9, 10, 11).
+	AuthMethod AuthMethod
+	// RemoteCAs, if set, make the peer authenticate with a signature by
+	// a certificate that chains to one of them and names RemoteID (or
+	// its IDi/IDr); without them the peer authenticates with PSK.
+	RemoteCAs []*x509.Certificate
 	// IKE and ESP are the proposals in order of preference (see
 	// ParseProposals).
 	IKE, ESP []Proposal
@@ -151,8 +167,19 @@ func (c *Config) defaults() error {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
 	for _, p := range c.Peers {
-		if p == nil || len(p.PSK) == 0 || len(p.IKE) == 0 || len(p.ESP) == 0 || !p.Local.IsValid() {
-			return fmt.Errorf("ike: peer %q needs Local, PSK, IKE and ESP proposals", peerName(p))
+		if p == nil || len(p.IKE) == 0 || len(p.ESP) == 0 || !p.Local.IsValid() {
+			return fmt.Errorf("ike: peer %q needs Local, IKE and ESP proposals", peerName(p))
+		}
+		if (p.Signer == nil || len(p.RemoteCAs) == 0) && len(p.PSK) == 0 {
+			return fmt.Errorf("ike: peer %q needs a PSK for the direction without certificates", p.Name)
+		}
+		if p.Signer != nil {
+			if len(p.Certificates) == 0 {
+				return fmt.Errorf("ike: peer %q has a Signer but no certificate", p.Name)
+			}
+			if k, ok := p.Certificates[0].PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(p.Signer.Public()) {
+				return fmt.Errorf("ike: peer %q: the Signer's key is not the certificate's", p.Name)
+			}
 		}
 		if len(p.LocalTS) == 0 || len(p.RemoteTS) == 0 {
 			return fmt.Errorf("ike: peer %q needs traffic selectors", p.Name)

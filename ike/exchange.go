@@ -56,7 +56,8 @@ type ikeSA struct {
 	initResp []byte
 	encap    bool
 	cookie   []byte
-	retries  int // cookie and INVALID_KE restarts
+	retries  int      // cookie and INVALID_KE restarts
+	hashes   []uint16 // the peer's N(SIGNATURE_HASH_ALGORITHMS)
 
 	nextReq  uint32   // message ID of our next request
 	pending  *request // our outstanding request
@@ -193,6 +194,7 @@ func (sa *ikeSA) sendInitLocked() error {
 	}
 	ps = append(ps, &SA{Proposals: sa.peer.IKE}, &KE{Group: sa.dh.Group(), Data: sa.dh.Public()}, &Nonce{Data: sa.ni})
 	ps = append(ps, natNotifies(sa.spii, 0, sa.local, sa.remote, sa.peer.ForceEncap)...)
+	ps = append(ps, signatureHashesNotify())
 	m := &Message{Header: sa.header(IKE_SA_INIT, 0, false), Payloads: ps}
 	raw, err := m.Encode()
 	if err != nil {
@@ -284,6 +286,7 @@ func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 		return sa.failLocked(err)
 	}
 	sa.initResp = raw
+	sa.hashes = peerHashes(ps)
 	ourNAT, peerNAT := natCheck(ps, sa.spii, sa.spir, sa.local, sa.remote)
 	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
 	if sa.encap {
@@ -297,7 +300,10 @@ func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 
 	// IKE_AUTH request: SK {IDi, [IDr], AUTH, N(INITIAL_CONTACT), SAi2, TSi, TSr}.
 	idi := &ID{IDType: sa.peer.LocalID.Type, Data: sa.peer.LocalID.Data}
-	auth := PSKAuth(sa.prf, sa.peer.PSK, sa.initReq, sa.nr, sa.keys.Pi, idBody(idi))
+	auth, err := sa.authPayload(sa.peer, sa.initReq, sa.nr, sa.keys.Pi, idi)
+	if err != nil {
+		return sa.failLocked(err)
+	}
 	sa.childSPI = e.newChildSPILocked()
 	esp := make([]Proposal, len(sa.peer.ESP))
 	for i, p := range sa.peer.ESP {
@@ -308,11 +314,14 @@ func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 		esp[i] = p
 	}
 	sa.tsi, sa.tsr = selectors(sa.peer.LocalTS), selectors(sa.peer.RemoteTS)
-	inner := []Payload{idi}
+	inner := append([]Payload{idi}, certPayloads(sa.peer)...)
+	if len(sa.peer.RemoteCAs) > 0 {
+		inner = append(inner, certRequest(sa.peer.RemoteCAs))
+	}
 	if !sa.peer.RemoteID.IsZero() {
 		inner = append(inner, &ID{Responder: true, IDType: sa.peer.RemoteID.Type, Data: sa.peer.RemoteID.Data})
 	}
-	inner = append(inner, &Auth{Method: AuthPSK, Data: auth}, &Notify{NType: InitialContact},
+	inner = append(inner, auth, &Notify{NType: InitialContact},
 		&SA{Proposals: esp}, &TS{Selectors: sa.tsi}, &TS{Responder: true, Selectors: sa.tsr})
 	sa.state = stateAuthSent
 	if err := sa.requestOutLocked(IKE_AUTH, inner); err != nil {
@@ -403,11 +412,10 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 		sa.deleteBestEffortLocked()
 		return sa.failLocked(fmt.Errorf("ike: responder identified as %v, not %v", Identity{idr.IDType, idr.Data}, sa.peer.RemoteID))
 	}
-	want := PSKAuth(sa.prf, sa.peer.PSK, sa.initResp, sa.ni, sa.keys.Pr, idBody(idr))
-	if auth.Method != AuthPSK || subtle.ConstantTimeCompare(want, auth.Data) != 1 {
+	if err := sa.checkAuth(sa.peer, inner, auth, sa.initResp, sa.ni, sa.keys.Pr, idr); err != nil {
 		e.stats.AuthFailed++
 		sa.deleteBestEffortLocked()
-		return sa.failLocked(errors.New("ike: the responder's AUTH does not verify"))
+		return sa.failLocked(fmt.Errorf("ike: the responder's AUTH: %w", err))
 	}
 	sap, ok1 := find[*SA](inner, nil)
 	tsi, ok2 := find[*TS](inner, isInitiatorTS)
@@ -574,6 +582,11 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		&Nonce{Data: sa.nr},
 	}
 	resp = append(resp, natNotifies(sa.spii, sa.spir, local, remote, peer.ForceEncap)...)
+	resp = append(resp, signatureHashesNotify())
+	if len(peer.RemoteCAs) > 0 {
+		resp = append(resp, certRequest(peer.RemoteCAs))
+	}
+	sa.hashes = peerHashes(ps)
 	r := &Message{Header: sa.header(IKE_SA_INIT, 0, true), Payloads: resp}
 	b, err := r.Encode()
 	if err != nil {
@@ -684,6 +697,9 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 		if hasIDr && !p.LocalID.equal(idr) {
 			continue
 		}
+		if (len(p.RemoteCAs) > 0) == (auth.Method == AuthPSK) {
+			continue
+		}
 		if _, err := checkChosen(p.IKE, Proposal{Protocol: ProtoIKE, Transforms: sa.suite.transforms()}, false); err != nil {
 			continue
 		}
@@ -695,15 +711,19 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 		e.cfg.Log.Info("ike: no peer configuration for", "id", Identity{idi.IDType, idi.Data}, "from", sa.remote)
 		return authFailed, nil, true
 	}
-	want := PSKAuth(sa.prf, peer.PSK, sa.initReq, sa.nr, sa.keys.Pi, idBody(idi))
-	if auth.Method != AuthPSK || subtle.ConstantTimeCompare(want, auth.Data) != 1 {
+	if err := sa.checkAuth(peer, inner, auth, sa.initReq, sa.nr, sa.keys.Pi, idi); err != nil {
 		e.stats.AuthFailed++
-		e.cfg.Log.Info("ike: AUTH of initiator does not verify", "id", Identity{idi.IDType, idi.Data}, "from", sa.remote)
+		e.cfg.Log.Info("ike: AUTH of initiator does not verify", "id", Identity{idi.IDType, idi.Data}, "from", sa.remote, "err", err)
 		return authFailed, nil, true
 	}
 	sa.peer = peer
 	ourID := &ID{Responder: true, IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
-	resp = []Payload{ourID, &Auth{Method: AuthPSK, Data: PSKAuth(sa.prf, peer.PSK, sa.initResp, sa.ni, sa.keys.Pr, idBody(ourID))}}
+	ourAuth, err := sa.authPayload(peer, sa.initResp, sa.ni, sa.keys.Pr, ourID)
+	if err != nil {
+		e.cfg.Log.Info("ike: cannot make our AUTH", "peer", peer.Name, "err", err)
+		return authFailed, nil, true
+	}
+	resp = append(append([]Payload{ourID}, certPayloads(peer)...), ourAuth)
 
 	// The IKE SA is up from here; the Child SA may still fail.
 	if sa.halfOpenTimer != nil {
@@ -806,4 +826,48 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 		return e.removeLocked(sa, errDeleted)
 	}
 	return nil
+}
+
+// authPayload returns our AUTH payload: a signature when the peer
+// configuration has a Signer, else the PSK MAC (section 2.15). firstMsg is
+// our first message, peerNonce the other side's nonce, skp our SK_p.
+func (sa *ikeSA) authPayload(peer *Peer, firstMsg, peerNonce, skp []byte, id *ID) (*Auth, error) {
+	if peer.Signer != nil {
+		return signAuth(peer.AuthMethod, peer.Signer, signedOctets(sa.prf, firstMsg, peerNonce, skp, idBody(id)), sa.hashes)
+	}
+	return &Auth{Method: AuthPSK, Data: PSKAuth(sa.prf, peer.PSK, firstMsg, peerNonce, skp, idBody(id))}, nil
+}
+
+// checkAuth verifies the peer's AUTH: a signature by a certificate that
+// chains to RemoteCAs and names id when those are configured, else the
+// PSK MAC. firstMsg is the peer's first message, ourNonce ours, skp the
+// peer's SK_p.
+func (sa *ikeSA) checkAuth(peer *Peer, inner []Payload, auth *Auth, firstMsg, ourNonce, skp []byte, id *ID) error {
+	if len(peer.RemoteCAs) > 0 {
+		if auth.Method == AuthPSK {
+			return errors.New("ike: PSK AUTH where a certificate is required")
+		}
+		pub, err := verifyPeerCert(inner, peer.RemoteCAs, id)
+		if err != nil {
+			return err
+		}
+		return verifyAuth(auth, pub, signedOctets(sa.prf, firstMsg, ourNonce, skp, idBody(id)))
+	}
+	want := PSKAuth(sa.prf, peer.PSK, firstMsg, ourNonce, skp, idBody(id))
+	if auth.Method != AuthPSK || subtle.ConstantTimeCompare(want, auth.Data) != 1 {
+		return errors.New("ike: PSK AUTH does not verify")
+	}
+	return nil
+}
+
+// certPayloads returns our CERT payloads (none without a Signer).
+func certPayloads(peer *Peer) []Payload {
+	if peer.Signer == nil {
+		return nil
+	}
+	var ps []Payload
+	for _, c := range peer.Certificates {
+		ps = append(ps, &Cert{Encoding: CertX509Signature, Data: c.Raw})
+	}
+	return ps
 }
