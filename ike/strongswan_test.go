@@ -19,9 +19,17 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/hex"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net"
 	"net/netip"
 	"os"
@@ -35,6 +43,8 @@ import (
 	"text/template"
 	"time"
 
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/cryptodev/soft"
 	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/internal/lab"
 )
@@ -78,10 +88,124 @@ func TestStrongSwanInterop(t *testing.T) {
 		for _, role := range []string{"initiator", "responder"} {
 			t.Run(fmt.Sprintf("sluice-%s/%s/%s", role, c.ike, c.esp), func(t *testing.T) {
 				requireStrongSwan(t)
-				interop(t, role == "initiator", c.ike, c.esp)
+				interop(t, role == "initiator", c.ike, c.esp, nil)
 			})
 		}
 	}
+}
+
+// TestStrongSwanInteropCert negotiates with charon in both roles, both
+// sides authenticating with certificates: RFC 7427 signatures with an RSA
+// key on sluice's side and the RFC 4754 ECDSA method with a P-256 key.
+func TestStrongSwanInteropCert(t *testing.T) {
+	for _, c := range []struct {
+		role string
+		auth certAuth
+	}{
+		{"initiator", certAuth{sluiceKey: "rsa", charonKey: "p384"}},
+		{"responder", certAuth{sluiceKey: "p256", charonKey: "rsa", method: ike.AuthECDSA256}},
+	} {
+		t.Run(fmt.Sprintf("sluice-%s/%s-%s", c.role, c.auth.sluiceKey, c.auth.charonKey), func(t *testing.T) {
+			requireStrongSwan(t)
+			interop(t, c.role == "initiator", "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &c.auth)
+		})
+	}
+}
+
+// testCreds are the certificates and keys of one certificate test: a CA,
+// charon's certificate and key as files in its swanctl directory, sluice's certificate and its key
+// inside cryptodev's soft engine.
+type testCreds struct {
+	ca                 *x509.Certificate
+	caFile, charonCert string // file names in x509ca/ and x509/ of swanctl's directory
+	sluiceCert         *x509.Certificate
+	signer             crypto.Signer
+}
+
+func newKey(t *testing.T, kind string) crypto.Signer {
+	t.Helper()
+	var k crypto.Signer
+	var err error
+	switch kind {
+	case "p256":
+		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case "p384":
+		k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	case "rsa":
+		var data []byte
+		if data, err = os.ReadFile("testdata/rsa-test-1.pem"); err == nil {
+			blk, _ := pem.Decode(data)
+			var key any
+			if key, err = x509.ParsePKCS8PrivateKey(blk.Bytes); err == nil {
+				k = key.(*rsa.PrivateKey)
+			}
+		}
+	}
+	if err != nil || k == nil {
+		t.Fatalf("key %s: %v", kind, err)
+	}
+	return k
+}
+
+func newTestCreds(t *testing.T, dir string, a *certAuth) *testCreds {
+	t.Helper()
+	caKey := newKey(t, "p256")
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice interop CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, email string, pub crypto.PublicKey) *x509.Certificate {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: email},
+			EmailAddresses: []string{email}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := x509.ParseCertificate(der)
+		return c
+	}
+	// charon's swanctl directory: swanctl --load-all --file takes the
+	// directory of the file as its base (x509/, x509ca/, ecdsa/, rsa/).
+	writePEM := func(sub, name, typ string, der []byte) string {
+		d := filepath.Join(dir, sub)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	cr := &testCreds{ca: ca, caFile: writePEM("x509ca", "ca.pem", "CERTIFICATE", caDER)}
+	ck := newKey(t, a.charonKey)
+	cr.charonCert = writePEM("x509", "charon.pem", "CERTIFICATE", issue(2, ssIDStr, ck.Public()).Raw)
+	switch k := ck.(type) {
+	case *ecdsa.PrivateKey:
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writePEM("ecdsa", "charon.key", "EC PRIVATE KEY", der)
+	case *rsa.PrivateKey:
+		writePEM("rsa", "charon.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k))
+	}
+	// sluice's key goes into the soft engine; AUTH is signed through it.
+	eng := soft.New()
+	key, err := eng.NewPrivateKey(newKey(t, a.sluiceKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr.signer, err = cryptodev.NewSigner(eng, key); err != nil {
+		t.Fatal(err)
+	}
+	cr.sluiceCert = issue(3, slIDStr, cr.signer.Public())
+	return cr
 }
 
 type charon struct {
@@ -91,7 +215,16 @@ type charon struct {
 	proc      *lab.Process
 }
 
-func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string) {
+// certAuth makes both sides authenticate with certificates from one test
+// CA: sluice with a key of kind sluiceKey held by cryptodev's soft engine
+// and signing with method (0: RFC 7427 when possible), charon with a key
+// of kind charonKey.
+type certAuth struct {
+	sluiceKey, charonKey string
+	method               ike.AuthMethod
+}
+
+func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert *certAuth) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	l := lab.New(nil)
@@ -141,11 +274,19 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string) {
 	})
 	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, map[string]string{"Vici": c.vici, "Log": c.log})
 	swconf := filepath.Join(dir, "swanctl.conf")
-	render(t, "testdata/strongswan/swanctl.conf.tmpl", swconf, map[string]string{
+	vars := map[string]string{
 		"Local": ssWAN.Addr().String(), "Remote": slWAN.Addr().String(),
 		"LocalID": ssIDStr, "RemoteID": slIDStr, "LocalTS": ssSite.String(), "RemoteTS": slSite.String(),
 		"IKE": ikeProps, "ESP": espProps, "PSK": pskHex,
-	})
+	}
+	tmpl := "testdata/strongswan/swanctl.conf.tmpl"
+	var creds *testCreds
+	if cert != nil {
+		creds = newTestCreds(t, dir, cert)
+		tmpl = "testdata/strongswan/swanctl-cert.conf.tmpl"
+		vars["Cert"], vars["CA"] = creds.charonCert, creds.caFile
+	}
+	render(t, tmpl, swconf, vars)
 	c.start(t, ctx, l)
 	if out, err := c.swanctl(ctx, "--load-all", "--file", swconf); err != nil {
 		t.Fatal(err)
@@ -178,6 +319,10 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string) {
 	peer := &ike.Peer{Name: "strongswan", Local: slWAN.Addr(), Remote: ssWAN.Addr(),
 		LocalID: ike.ParseIdentity(slIDStr), RemoteID: ike.ParseIdentity(ssIDStr), PSK: []byte(pskHex),
 		IKE: ikeP, ESP: espP, LocalTS: []netip.Prefix{slSite}, RemoteTS: []netip.Prefix{ssSite}}
+	if creds != nil {
+		peer.PSK = nil
+		peer.Signer, peer.Certificates, peer.RemoteCAs, peer.AuthMethod = creds.signer, []*x509.Certificate{creds.sluiceCert}, []*x509.Certificate{creds.ca}, cert.method
+	}
 	var mu sync.Mutex
 	var established, deleted []*ike.ChildSA
 	ep, err := ike.NewEndpoint(ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
@@ -231,6 +376,20 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string) {
 		t.Fatal(err)
 	}
 	t.Logf("charon: %s, SPIs %08x_i %08x_o", k.proposal, k.spiIn, k.spiOut)
+	if cert != nil {
+		// charon logs how each side authenticated.
+		data, _ := os.ReadFile(c.log)
+		verified := false
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, "authentication of") {
+				t.Logf("charon: %s", strings.TrimSpace(l[strings.Index(l, "]")+1:]))
+				verified = verified || (strings.Contains(l, "authentication of '"+slIDStr+"' with") && strings.HasSuffix(l, "successful"))
+			}
+		}
+		if !verified {
+			t.Error("charon did not log a successful authentication of sluice's signature")
+		}
+	}
 	if child.OutSPI != k.spiIn || child.InSPI != k.spiOut {
 		t.Errorf("SPIs: sluice in %08x out %08x, charon in %08x out %08x", child.InSPI, child.OutSPI, k.spiIn, k.spiOut)
 	}
