@@ -256,7 +256,8 @@ type Stats struct {
 	TSUnacceptable     uint64 // no traffic selector intersection
 	InvalidKE          uint64 // INVALID_KE_PAYLOAD sent or received
 	IKESAEstablished   uint64
-	ChildSAEstablished uint64
+	ChildSAEstablished uint64 // IKE_AUTH and rekeys
+	ChildSARekeyed     uint64 // Child SAs made by CREATE_CHILD_SA (either side)
 	Deleted            uint64 // IKE SAs deleted (either side)
 }
 

@@ -1,6 +1,7 @@
 // Package ike implements IKEv2 (RFC 7296) for sluice: it negotiates the
-// ESP Child SAs that the data plane (esp, sad) runs, with a pre-shared key,
-// against peers such as strongSwan.
+// ESP Child SAs that the data plane (esp, sad) runs, authenticated with a
+// pre-shared key or certificates, and rekeys them, against peers such as
+// strongSwan.
 //
 // # Exchanges
 //
@@ -35,6 +36,14 @@
 //	  Child SA KEYMAT = prf+(SK_d, Ni | Nr): initiator-to-responder
 //	  encryption and integrity keys, then the other direction     (2.17)
 //
+//	  with certificates: CERTREQ in IKE_SA_INIT's response and IKE_AUTH's
+//	  request, CERT after IDi/IDr, AUTH a signature over the same octets
+//	  (methods 1, 9-11, and 14 of RFC 7427; see auth.go)
+//
+//	CREATE_CHILD_SA (either side; rekeying a Child SA, see rekey.go)
+//	HDR, SK{N(REKEY_SA), SA, Ni, [KEi,] TSi, TSr} -->
+//	                                   <--  HDR, SK{SA, Nr, [KEr,] TSi, TSr}
+//
 //	INFORMATIONAL (either side, next message ID)
 //	HDR, SK{D(IKE) | D(ESP, SPIs) | }  -->
 //	                                   <--  HDR, SK{[D(ESP, SPIs)]}
@@ -46,8 +55,9 @@
 // (FuzzParseMessage). transform.go parses strongSwan's proposal keywords
 // and selects proposals; keys.go, dh.go and sk.go are the keying, the
 // Diffie-Hellman groups (14, 19, 20, 31) and the SK payload's protection
-// (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with HMAC-SHA-2). endpoint.go
-// and exchange.go are the state machine: an Endpoint owns every IKE SA of a
+// (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with HMAC-SHA-2); auth.go the
+// signatures and certificates. endpoint.go, exchange.go and rekey.go are
+// the state machine: an Endpoint owns every IKE SA of a
 // set of peers, behind one mutex; it learns datagrams through Receive and
 // sends through a Transport, so it runs over plain UDP sockets
 // (UDPTransport) or behind the gateway's ESP-in-UDP link.
@@ -66,7 +76,10 @@
 // suite's keyword, ESN, the narrowed traffic selectors and whether ESP
 // goes in UDP.
 //
-// Not yet: certificates and signature AUTH, EAP, CREATE_CHILD_SA (rekeying
-// and further Child SAs are refused with NO_ADDITIONAL_SAS), IKE
-// fragmentation, MOBIKE, configuration payloads.
+// Not yet: rekeying the IKE SA itself (refused with NO_PROPOSAL_CHOSEN),
+// resolving simultaneous rekeys (section 2.8.1), Child SAs beyond the one of
+// IKE_AUTH other than rekeys (refused with NO_ADDITIONAL_SAS), lifetimes
+// that trigger rekeys on their own, dead peer detection, EAP, IKE
+// fragmentation (RFC 7383), MOBIKE, configuration payloads, CRL/OCSP checks,
+// and signing outside Endpoint's lock.
 package ike

@@ -180,8 +180,13 @@ func (e *Endpoint) newChildSPILocked() uint32 {
 		}
 		inUse := false
 		for _, sa := range e.sas {
-			if sa.child != nil && sa.child.InSPI == s || sa.childSPI == s {
+			if sa.childSPI == s || (sa.pending != nil && sa.pending.rekey != nil && sa.pending.rekey.spi == s) {
 				inUse = true
+			}
+			for _, c := range sa.children {
+				inUse = inUse || c.InSPI == s
+			}
+			if inUse {
 				break
 			}
 		}
@@ -230,10 +235,12 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		sa.keys = nil
 	}
 	var after []func()
-	if sa.child != nil && e.cfg.OnDelete != nil {
-		c, f := sa.child, e.cfg.OnDelete
-		after = append(after, func() { f(c) })
+	if f := e.cfg.OnDelete; f != nil {
+		for _, c := range sa.children {
+			after = append(after, func() { f(c) })
+		}
 	}
+	sa.children = nil
 	if sa.waiter != nil {
 		w := sa.waiter
 		sa.waiter = nil
@@ -368,6 +375,10 @@ func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
 	if sa == nil || sa.state != stateEstablished {
 		e.mu.Unlock()
 		return errors.New("ike: no such IKE SA")
+	}
+	if sa.pending != nil || sa.waiter != nil {
+		e.mu.Unlock()
+		return errors.New("ike: the IKE SA has a request outstanding")
 	}
 	sa.state = stateDeleting
 	sa.waiter = w

@@ -31,6 +31,33 @@ type request struct {
 	exch  ExchangeType
 	raw   []byte
 	tries int
+	kind  requestKind
+	rekey *rekeyState // kind reqRekey
+	old   *ChildSA    // kind reqDeleteChild: the Child SA being deleted
+	next  *ChildSA    // kind reqDeleteChild: the Child SA that replaced it
+}
+
+type requestKind uint8
+
+const (
+	reqOther       requestKind = iota
+	reqRekey                   // CREATE_CHILD_SA rekeying a Child SA
+	reqDeleteChild             // INFORMATIONAL deleting a rekeyed Child SA
+)
+
+// maxChildren bounds the Child SAs of one IKE SA: the current one and
+// those being replaced.
+const maxChildren = 4
+
+// rekeyState is a CREATE_CHILD_SA we initiated to rekey old (section
+// 2.8).
+type rekeyState struct {
+	old      *ChildSA
+	spi      uint32 // our inbound SPI for the new SA
+	ni       []byte
+	dh       DH // nil without PFS
+	tsi, tsr []Selector
+	retries  int // INVALID_KE restarts
 }
 
 // ikeSA is one IKE SA and its (at most one) Child SA. Endpoint.mu guards
@@ -65,8 +92,8 @@ type ikeSA struct {
 	lastReq  []byte   // the peer's last request and our response to it
 	lastResp []byte
 
-	child              *ChildSA
-	childSPI           uint32 // initiator: the inbound SPI we proposed
+	children           []*ChildSA // established, oldest first (at most maxChildren)
+	childSPI           uint32     // initiator: the inbound SPI we proposed in IKE_AUTH
 	tsi, tsr           []Selector
 	waiter             chan result
 	timer              *time.Timer
@@ -447,24 +474,44 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 	return sa.establishLocked(c)
 }
 
-// establishLocked records the Child SA and reports it.
+// establishLocked records the IKE SA's first Child SA and reports it.
 func (sa *ikeSA) establishLocked(c *ChildSA) []func() {
-	e := sa.ep
 	sa.state = stateEstablished
-	sa.child = c
-	e.stats.IKESAEstablished++
-	e.stats.ChildSAEstablished++
-	e.cfg.Log.Info("ike: Child SA established", "peer", sa.peer.Name, "in", fmt.Sprintf("%08x", c.InSPI),
-		"out", fmt.Sprintf("%08x", c.OutSPI), "suite", c.Suite, "encap", c.Encap)
-	var after []func()
+	sa.ep.stats.IKESAEstablished++
+	after := sa.addChildLocked(c)
 	if w := sa.waiter; w != nil {
 		sa.waiter = nil
 		after = append(after, func() { w <- result{child: c} })
 	}
-	if f := e.cfg.OnChildSA; f != nil {
-		after = append(after, func() { f(c) })
-	}
 	return after
+}
+
+// addChildLocked records an established Child SA and reports it through
+// OnChildSA.
+func (sa *ikeSA) addChildLocked(c *ChildSA) []func() {
+	e := sa.ep
+	sa.children = append(sa.children, c)
+	e.stats.ChildSAEstablished++
+	e.cfg.Log.Info("ike: Child SA established", "peer", sa.peer.Name, "in", fmt.Sprintf("%08x", c.InSPI),
+		"out", fmt.Sprintf("%08x", c.OutSPI), "suite", c.Suite, "encap", c.Encap)
+	if f := e.cfg.OnChildSA; f != nil {
+		return []func(){func() { f(c) }}
+	}
+	return nil
+}
+
+// dropChildLocked forgets the Child SA c and reports it through OnDelete.
+func (sa *ikeSA) dropChildLocked(c *ChildSA) []func() {
+	for i, x := range sa.children {
+		if x == c {
+			sa.children = append(sa.children[:i], sa.children[i+1:]...)
+			if f := sa.ep.cfg.OnDelete; f != nil {
+				return []func(){func() { f(c) }}
+			}
+			return nil
+		}
+	}
+	return nil
 }
 
 // deleteBestEffortLocked sends a Delete for the IKE SA once, without
@@ -654,8 +701,7 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 	case m.Header.Exchange == INFORMATIONAL && sa.state >= stateEstablished:
 		resp, after, remove = sa.infoRequestLocked(inner)
 	case m.Header.Exchange == CREATE_CHILD_SA && sa.state == stateEstablished:
-		// Not supported yet: refuse without harm (section 1.3).
-		resp = []Payload{&Notify{NType: NoAdditionalSAs}}
+		resp, after = sa.createChildRequestLocked(inner)
 	default:
 		resp = []Payload{&Notify{NType: InvalidSyntax}}
 		remove = sa.state == stateHalfOpen
@@ -786,14 +832,20 @@ func (sa *ikeSA) infoRequestLocked(inner []Payload) (resp []Payload, after []fun
 			e.cfg.Log.Info("ike: peer deleted the IKE SA", "peer", sa.peer.Name)
 			return nil, nil, true
 		case ProtoESP:
+			// The SPIs are the peer's inbound ones, our outbound; the
+			// answer names ours (section 1.4.1).
+			var ours []uint32
 			for _, spi := range d.SPIs {
-				if c := sa.child; c != nil && spi == c.OutSPI {
-					resp = append(resp, &Delete{Protocol: ProtoESP, SPIs: []uint32{c.InSPI}})
-					sa.child = nil
-					if f := e.cfg.OnDelete; f != nil {
-						after = append(after, func() { f(c) })
+				for _, c := range sa.children {
+					if spi == c.OutSPI {
+						ours = append(ours, c.InSPI)
+						after = append(after, sa.dropChildLocked(c)...)
+						break
 					}
 				}
+			}
+			if len(ours) > 0 {
+				resp = append(resp, &Delete{Protocol: ProtoESP, SPIs: ours})
 			}
 		}
 	}
@@ -818,12 +870,22 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	}
 	sa.stopTimerLocked()
 	sa.pending = nil
-	switch sa.state {
-	case stateAuthSent:
+	switch {
+	case sa.state == stateAuthSent:
 		return sa.authResponseLocked(inner)
-	case stateDeleting:
+	case sa.state == stateDeleting:
 		e.stats.Deleted++
 		return e.removeLocked(sa, errDeleted)
+	case p.kind == reqRekey:
+		return sa.rekeyResponseLocked(p.rekey, inner)
+	case p.kind == reqDeleteChild:
+		after := sa.dropChildLocked(p.old)
+		if w := sa.waiter; w != nil {
+			sa.waiter = nil
+			c := p.next
+			after = append(after, func() { w <- result{child: c} })
+		}
+		return after
 	}
 	return nil
 }

@@ -83,6 +83,7 @@ func TestStrongSwanInterop(t *testing.T) {
 		{"aes256gcm16-prfsha384-ecp384", "aes128gcm16"},
 		{"aes128-sha256-modp2048", "aes128gcm16"},
 		{"aes256-sha256-x25519", "aes256-sha256"},
+		{"aes256gcm16-prfsha384-ecp384", "aes128gcm16-ecp256"}, // PFS on rekey
 	}
 	for _, c := range cases {
 		for _, role := range []string{"initiator", "responder"} {
@@ -367,15 +368,8 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 		child.Local, child.Remote, child.LocalTS, child.RemoteTS)
 
 	// 4. What charon logged.
-	var k *charonKeys
-	err = lab.WaitFor(ctx, "charon's Child SA keys in its log", 10*time.Second, 20*time.Millisecond, func() (bool, error) {
-		k, err = readCharonKeys(c.log)
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("charon: %s, SPIs %08x_i %08x_o", k.proposal, k.spiIn, k.spiOut)
+	wantSuite := strings.TrimSuffix(espProps, "-ecp256")
+	k := charonChild(t, ctx, c.log, child)
 	if cert != nil {
 		// charon logs how each side authenticated.
 		data, _ := os.ReadFile(c.log)
@@ -390,22 +384,7 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 			t.Error("charon did not log a successful authentication of sluice's signature")
 		}
 	}
-	if child.OutSPI != k.spiIn || child.InSPI != k.spiOut {
-		t.Errorf("SPIs: sluice in %08x out %08x, charon in %08x out %08x", child.InSPI, child.OutSPI, k.spiIn, k.spiOut)
-	}
-	encOut, encIn, intOut, intIn := k.encI, k.encR, k.integI, k.integR
-	if !sluiceInitiates {
-		encOut, encIn, intOut, intIn = k.encR, k.encI, k.integR, k.integI
-	}
-	if !bytes.Equal(child.OutKey, encOut) || !bytes.Equal(child.InKey, encIn) {
-		t.Errorf("encryption keys differ:\nsluice out %x in %x\ncharon out %x in %x", child.OutKey, child.InKey, encOut, encIn)
-	}
-	if !bytes.Equal(child.OutAuthKey, intOut) || !bytes.Equal(child.InAuthKey, intIn) {
-		t.Errorf("integrity keys differ:\nsluice out %x in %x\ncharon out %x in %x", child.OutAuthKey, child.InAuthKey, intOut, intIn)
-	}
-	if child.Suite != espProps || child.ESN {
-		t.Errorf("suite %q esn %v, want %q", child.Suite, child.ESN, espProps)
-	}
+	checkKeys(t, child, k, sluiceInitiates, wantSuite)
 	if !child.Encap || child.Remote != netip.AddrPortFrom(ssWAN.Addr(), 4500) || child.Local != netip.AddrPortFrom(slWAN.Addr(), 4500) {
 		t.Errorf("encap %v %v <-> %v: charon's encap = yes should have moved both to 4500", child.Encap, child.Local, child.Remote)
 	}
@@ -413,7 +392,56 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 		t.Errorf("selectors %v === %v", child.LocalTS, child.RemoteTS)
 	}
 
-	// 5. Delete, from the side that initiated.
+	// 5. A rekey (CREATE_CHILD_SA), from the side that initiated; with an
+	// ESP group, with PFS.
+	if cert == nil {
+		var fresh *ike.ChildSA
+		if sluiceInitiates {
+			rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+			rstart := time.Now()
+			fresh, err = ep.Rekey(rctx, child)
+			rcancel()
+			t.Logf("sluice rekeyed in %v", time.Since(rstart).Round(time.Millisecond))
+			if err != nil {
+				t.Fatalf("sluice rekeying: %v", err)
+			}
+		} else {
+			if out, err := c.swanctl(ctx, "--rekey", "--child", "net"); err != nil {
+				t.Fatalf("charon rekeying: %v\n%s", err, out)
+			}
+			err := lab.WaitFor(ctx, "sluice to replace the Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(established) == 2 && len(deleted) == 1 {
+					fresh = established[1]
+					return true, nil
+				}
+				return false, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		rk := charonChild(t, ctx, c.log, fresh)
+		// Keys of a CREATE_CHILD_SA: "initiator" is whoever requested it.
+		checkKeys(t, fresh, rk, sluiceInitiates, wantSuite)
+		err = lab.WaitFor(ctx, "charon to delete the old Child SA", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+			out, err := c.swanctl(ctx, "--list-sas")
+			return err == nil && !strings.Contains(out, fmt.Sprintf("%08x", child.InSPI)) && strings.Contains(out, fmt.Sprintf("%08x", fresh.InSPI)), err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rk.proposal != k.proposal && !strings.Contains(espProps, "ecp256") {
+			t.Errorf("rekeyed with %s, not %s", rk.proposal, k.proposal)
+		}
+		if strings.Contains(espProps, "ecp256") && !strings.Contains(rk.proposal, "ECP_256") {
+			t.Errorf("the rekey used no PFS group: %s", rk.proposal)
+		}
+		child = fresh
+	}
+
+	// 6. Delete, from the side that initiated.
 	if sluiceInitiates {
 		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
 		err := ep.Delete(dctx, child)
@@ -435,7 +463,8 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 		err := lab.WaitFor(ctx, "sluice to delete the Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()
-			return len(deleted) == 1, nil
+			// The rekey already deleted one Child SA.
+			return len(deleted) == 2 || (cert != nil && len(deleted) == 1), nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -443,7 +472,7 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 	}
 	s := ep.Stats()
 	t.Logf("sluice stats: %+v", s)
-	if s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow+s.RxUnsupportedCrit != 0 || s.Deleted != 1 {
+	if s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow+s.RxUnsupportedCrit != 0 || s.Deleted != 1 || (cert == nil && s.ChildSARekeyed != 1) {
 		t.Errorf("unexpected drops or deletes: %+v", s)
 	}
 }
@@ -506,8 +535,9 @@ func (c *charon) swanctl(ctx context.Context, args ...string) (string, error) {
 }
 
 // charonKeys are one Child SA's keys and SPIs as charon logs them with
-// chd = 4. "initiator" keys protect what the IKE initiator sends (RFC 7296
-// section 2.17), whichever side charon is; its "_i" SPI is its inbound one.
+// chd = 4. "initiator" keys protect what the initiator of the exchange
+// that made the Child SA sends (RFC 7296 section 2.17), whichever side
+// charon is; its "_i" SPI is its inbound one.
 type charonKeys struct {
 	proposal       string
 	spiIn, spiOut  uint32
@@ -525,14 +555,60 @@ var (
 	propRE = regexp.MustCompile(`selected proposal: (ESP:\S+)`)
 )
 
-// readCharonKeys reads the first Child SA's keys from a charon log; it
-// fails until the Child SA is established and its keys complete.
-func readCharonKeys(path string) (*charonKeys, error) {
+// charonChild waits until charon's log has the Child SA whose SPIs are
+// child's, and returns its keys.
+func charonChild(t *testing.T, ctx context.Context, log string, child *ike.ChildSA) *charonKeys {
+	t.Helper()
+	var k *charonKeys
+	err := lab.WaitFor(ctx, fmt.Sprintf("charon's Child SA %08x in its log", child.OutSPI), 10*time.Second, 20*time.Millisecond, func() (bool, error) {
+		all, err := readCharonKeys(log)
+		for _, c := range all {
+			if c.spiIn == child.OutSPI {
+				k = c
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("charon: %s, SPIs %08x_i %08x_o", k.proposal, k.spiIn, k.spiOut)
+	return k
+}
+
+// checkKeys compares sluice's Child SA with charon's; sluiceFirst says
+// sluice initiated the exchange that made it.
+func checkKeys(t *testing.T, child *ike.ChildSA, k *charonKeys, sluiceFirst bool, suite string) {
+	t.Helper()
+	if child.OutSPI != k.spiIn || child.InSPI != k.spiOut {
+		t.Errorf("SPIs: sluice in %08x out %08x, charon in %08x out %08x", child.InSPI, child.OutSPI, k.spiIn, k.spiOut)
+	}
+	encOut, encIn, intOut, intIn := k.encI, k.encR, k.integI, k.integR
+	if !sluiceFirst {
+		encOut, encIn, intOut, intIn = k.encR, k.encI, k.integR, k.integI
+	}
+	if len(encOut) == 0 || !bytes.Equal(child.OutKey, encOut) || !bytes.Equal(child.InKey, encIn) {
+		t.Errorf("encryption keys differ:\nsluice out %x in %x\ncharon out %x in %x", child.OutKey, child.InKey, encOut, encIn)
+	}
+	if !bytes.Equal(child.OutAuthKey, intOut) || !bytes.Equal(child.InAuthKey, intIn) {
+		t.Errorf("integrity keys differ:\nsluice out %x in %x\ncharon out %x in %x", child.OutAuthKey, child.InAuthKey, intOut, intIn)
+	}
+	if child.Suite != suite || child.ESN {
+		t.Errorf("suite %q esn %v, want %q", child.Suite, child.ESN, suite)
+	}
+}
+
+// readCharonKeys reads the Child SAs of a charon log (chd = 4) in the
+// order they were established: each one's keys are logged before its
+// "established with SPIs" line, by one thread.
+func readCharonKeys(path string) ([]*charonKeys, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
+	var all []*charonKeys
 	k := &charonKeys{}
 	var (
 		cur    *[]byte
@@ -542,12 +618,6 @@ func readCharonKeys(path string) (*charonKeys, error) {
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		line := sc.Text()
-		if i := strings.Index(line, "]"); i > 0 {
-			// Strip a filelog time stamp, if any, before the thread number.
-			if j := strings.LastIndex(line[:i], " "); j >= 0 {
-				line = line[j+1:]
-			}
-		}
 		if cur != nil {
 			if m := dumpRE.FindStringSubmatch(line); m != nil && m[1] == thread {
 				for _, tok := range strings.Fields(m[2]) {
@@ -578,9 +648,7 @@ func readCharonKeys(path string) (*charonKeys, error) {
 			default:
 				dst = &k.integR
 			}
-			if len(*dst) > 0 {
-				continue
-			}
+			*dst = nil
 			thread, cur = m[1], dst
 			want, _ = strconv.Atoi(m[4])
 			if want == 0 {
@@ -588,23 +656,24 @@ func readCharonKeys(path string) (*charonKeys, error) {
 			}
 			continue
 		}
-		if m := propRE.FindStringSubmatch(line); m != nil && k.proposal == "" {
+		if m := propRE.FindStringSubmatch(line); m != nil {
 			k.proposal = m[1]
 		}
-		if m := spiRE.FindStringSubmatch(line); m != nil && k.spiIn == 0 {
+		if m := spiRE.FindStringSubmatch(line); m != nil {
 			in, _ := strconv.ParseUint(m[1], 16, 32)
 			out, _ := strconv.ParseUint(m[2], 16, 32)
 			k.spiIn, k.spiOut = uint32(in), uint32(out)
+			if len(k.encI) > 0 && len(k.encR) > 0 && cur == nil {
+				all = append(all, k)
+			}
+			k = &charonKeys{proposal: k.proposal}
 		}
 	}
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	switch {
-	case k.spiIn == 0:
-		return nil, fmt.Errorf("no \"CHILD_SA ... established with SPIs\" line yet")
-	case len(k.encI) == 0 || len(k.encR) == 0 || cur != nil:
-		return nil, fmt.Errorf("no complete ESP keys (is chd = 4 set in the filelog?)")
+	if len(all) == 0 {
+		return nil, fmt.Errorf("no Child SA with keys yet (is chd = 4 set in the filelog?)")
 	}
-	return k, nil
+	return all, nil
 }
