@@ -15,14 +15,13 @@ import (
 // input on its own goroutine (Send is called with the sender's lock held,
 // so delivery must not be synchronous). drop, if set, decides per datagram.
 type memNet struct {
-	mu    sync.Mutex
-	eps   map[netip.Addr]*Endpoint
-	q     chan memPkt
-	drop  func(n int, from, to netip.AddrPort, pkt []byte) bool
-	sent  int
-	done  chan struct{}
-	wg    sync.WaitGroup
-	order []string
+	mu   sync.Mutex
+	eps  map[netip.Addr]*Endpoint
+	q    chan memPkt
+	drop func(n int, from, to netip.AddrPort, pkt []byte) bool
+	sent int
+	done chan struct{}
+	wg   sync.WaitGroup
 }
 
 type memPkt struct {
@@ -116,8 +115,10 @@ func newPair(t *testing.T, pa, pb *Peer, tweak func(a, b *Config)) *pair {
 	t.Helper()
 	n := newMemNet(t)
 	p := &pair{net: n}
-	ca := Config{Peers: []*Peer{pa}, RetransmitTimeout: 50 * time.Millisecond, RetransmitTries: 3}
-	cb := Config{Peers: []*Peer{pb}, RetransmitTimeout: 50 * time.Millisecond, RetransmitTries: 3,
+	// Long enough that a loaded machine (-race, shared cores) does not
+	// retransmit where a test expects no retransmission.
+	ca := Config{Peers: []*Peer{pa}, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 3}
+	cb := Config{Peers: []*Peer{pb}, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 3,
 		OnChildSA: func(c *ChildSA) { p.bChildMu.Lock(); p.bChild = append(p.bChild, c); p.bChildMu.Unlock() },
 		OnDelete:  func(c *ChildSA) { p.bChildMu.Lock(); p.bDeleted = append(p.bDeleted, c); p.bChildMu.Unlock() }}
 	if tweak != nil {
@@ -336,7 +337,7 @@ func TestCookie(t *testing.T) {
 // answers the repeated IKE_AUTH from its cache.
 func TestRetransmit(t *testing.T) {
 	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
-	p := newPair(t, pa, pb, nil)
+	p := newPair(t, pa, pb, func(a, b *Config) { a.RetransmitTimeout = 30 * time.Millisecond })
 	var authResp int
 	p.net.drop = func(n int, from, to netip.AddrPort, pkt []byte) bool {
 		if n == 1 {
@@ -354,10 +355,11 @@ func TestRetransmit(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkMirror(t, ca, p.respChild(t), "aes128gcm16", false)
-	if s := p.a.Stats(); s.TxRetransmits != 2 {
+	// At least the two losses; a slow machine may add more.
+	if s := p.a.Stats(); s.TxRetransmits < 2 {
 		t.Fatalf("initiator stats %+v", s)
 	}
-	if s := p.b.Stats(); s.RxRetransmits != 1 || s.ChildSAEstablished != 1 {
+	if s := p.b.Stats(); s.RxRetransmits < 1 || s.ChildSAEstablished != 1 {
 		t.Fatalf("responder stats %+v", s)
 	}
 }
