@@ -124,6 +124,9 @@ type Config struct {
 	RetransmitTries int
 	// MaxSAs bounds the IKE SAs of the endpoint (default 4096).
 	MaxSAs int
+	// QueueLen bounds the datagrams Deliver holds for the endpoint's
+	// goroutine (default 256); beyond it Deliver drops and counts.
+	QueueLen int
 	// OnChildSA, if set, is called (without locks held, from the
 	// goroutine that delivered the completing message) for each Child
 	// SA established, as initiator or responder.
@@ -162,6 +165,9 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxSAs <= 0 {
 		c.MaxSAs = 4096
+	}
+	if c.QueueLen <= 0 {
+		c.QueueLen = 256
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
@@ -234,10 +240,11 @@ type ChildSA struct {
 // Stats are the endpoint's counters. Each dropped message is counted under
 // exactly one reason.
 type Stats struct {
-	RxPackets uint64 // datagrams handed to Receive
+	RxPackets uint64 // datagrams handed to Receive (directly or through Deliver)
 	TxPackets uint64 // datagrams sent (retransmissions included)
 
 	// Drops, by reason.
+	RxQueueFull        uint64 // Deliver found its queue full
 	RxMalformed        uint64 // not a decodable IKEv2 message
 	RxNoMarker         uint64 // on the NAT-T port without the non-ESP marker
 	RxUnknownSPI       uint64 // no IKE SA with that SPI

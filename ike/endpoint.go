@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/netip"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -41,6 +42,17 @@ type Endpoint struct {
 	secret   [32]byte               // cookie secret (section 2.6)
 	stats    Stats
 	closed   bool
+
+	queue     chan datagram // Deliver's hand-off to the goroutine in run
+	queueFull atomic.Uint64
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type datagram struct {
+	local, remote netip.AddrPort
+	pkt           []byte
 }
 
 type halfOpenKey struct {
@@ -57,24 +69,66 @@ func NewEndpoint(cfg Config, tr Transport) (*Endpoint, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{}}
+	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{},
+		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{})}
 	if _, err := rand.Read(e.secret[:]); err != nil {
 		return nil, fmt.Errorf("ike: %w", err)
 	}
+	e.wg.Add(1)
+	go e.run()
 	return e, nil
+}
+
+// run handles what Deliver queued, until Close.
+func (e *Endpoint) run() {
+	defer e.wg.Done()
+	for {
+		select {
+		case d := <-e.queue:
+			e.Receive(d.local, d.remote, d.pkt)
+		case <-e.done:
+			return
+		}
+	}
+}
+
+// Deliver is Receive for callers on a data path, such as pktio/udp's
+// Control hook: it copies pkt into a bounded queue and returns at once;
+// the endpoint's own goroutine processes it. When the queue is full the
+// datagram is dropped and counted (Stats.RxQueueFull), and Deliver returns
+// false. It is safe for concurrent use and does not block.
+func (e *Endpoint) Deliver(local, remote netip.AddrPort, pkt []byte) bool {
+	select {
+	case <-e.done:
+		return false
+	default:
+	}
+	select {
+	case e.queue <- datagram{local, remote, append([]byte(nil), pkt...)}:
+		return true
+	default:
+		e.queueFull.Add(1)
+		return false
+	}
 }
 
 // Stats returns a copy of the counters.
 func (e *Endpoint) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.stats
+	s := e.stats
+	s.RxQueueFull = e.queueFull.Load()
+	return s
 }
 
-// Close stops all timers and forgets all SAs without telling the peers
-// (use Delete first for that). Initiate calls in progress fail. It is
-// idempotent.
+// Close stops all timers and the endpoint's goroutine and forgets all SAs
+// without telling the peers (use Delete first for that). Initiate calls in
+// progress fail; datagrams still queued by Deliver are dropped. It is
+// idempotent. It must not be called from OnChildSA or OnDelete, which may
+// run on the goroutine it waits for.
 func (e *Endpoint) Close() error {
+	e.closeOnce.Do(func() { close(e.done) })
+	e.wg.Wait()
 	e.mu.Lock()
 	var after []func()
 	if !e.closed {

@@ -19,9 +19,11 @@ type memNet struct {
 	eps  map[netip.Addr]*Endpoint
 	q    chan memPkt
 	drop func(n int, from, to netip.AddrPort, pkt []byte) bool
-	sent int
-	done chan struct{}
-	wg   sync.WaitGroup
+	// deliver, if set, takes over a delivery when it returns true.
+	deliver func(to, from netip.AddrPort, pkt []byte) bool
+	sent    int
+	done    chan struct{}
+	wg      sync.WaitGroup
 }
 
 type memPkt struct {
@@ -38,8 +40,11 @@ func newMemNet(t *testing.T) *memNet {
 			select {
 			case p := <-n.q:
 				n.mu.Lock()
-				e := n.eps[p.to.Addr()]
+				e, d := n.eps[p.to.Addr()], n.deliver
 				n.mu.Unlock()
+				if d != nil && d(p.to, p.from, p.pkt) {
+					continue
+				}
 				if e != nil {
 					e.Receive(p.to, p.from, p.pkt)
 				}
@@ -52,7 +57,9 @@ func newMemNet(t *testing.T) *memNet {
 		close(n.done)
 		n.wg.Wait()
 		for _, e := range n.eps {
-			e.Close()
+			if e != nil {
+				e.Close()
+			}
 		}
 	})
 	return n
@@ -527,4 +534,57 @@ func FuzzEndpointReceive(f *testing.F) {
 		}
 		e.Receive(local, remote, pkt)
 	})
+}
+
+// TestDeliver runs a negotiation whose responder is fed through Deliver,
+// and checks that a full queue drops and counts instead of blocking.
+func TestDeliver(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	p := newPair(t, pa, pb, nil)
+	b := p.b
+	t.Cleanup(func() { b.Close() })
+	p.net.mu.Lock()
+	p.net.eps[addrB] = nil
+	// The memNet goroutine hands B's datagrams to Deliver instead.
+	p.net.deliver = func(to, from netip.AddrPort, pkt []byte) bool {
+		if to.Addr() == addrB {
+			b.Deliver(to, from, pkt)
+			return true
+		}
+		return false
+	}
+	p.net.mu.Unlock()
+	ca, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMirror(t, ca, p.respChild(t), "aes128gcm16", false)
+
+	_, pc := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	block := make(chan struct{})
+	e, err := NewEndpoint(Config{Peers: []*Peer{pc}, QueueLen: 2, CookieThreshold: 100},
+		transportFunc(func(netip.AddrPort, netip.AddrPort, []byte) error { <-block; return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	local, remote := netip.AddrPortFrom(addrB, 500), netip.AddrPortFrom(addrA, 500)
+	// The first is taken and blocks in Send; two fill the queue; the
+	// rest drop.
+	accepted := 0
+	for i := 0; i < 10; i++ {
+		if e.Deliver(local, remote, initRequest(t, uint64(i+1), DHCurve25519, pc.IKE)) {
+			accepted++
+		}
+		if i == 0 {
+			waitFor(t, func() bool { return len(e.queue) == 0 })
+		}
+	}
+	close(block)
+	e.Close()
+	if accepted != 3 || e.Stats().RxQueueFull != 7 {
+		t.Fatalf("accepted %d, stats %+v", accepted, e.Stats())
+	}
+	if e.Deliver(local, remote, initRequest(t, 99, DHCurve25519, pc.IKE)) {
+		t.Fatal("Deliver after Close")
+	}
 }
