@@ -1,0 +1,396 @@
+package ike
+
+import (
+	"bytes"
+	"crypto"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Identity is an IKE identification (RFC 7296 section 3.5).
+type Identity struct {
+	Type IDType
+	Data []byte
+}
+
+// ParseIdentity reads an identity the way strongSwan's id = does for the
+// common forms: an IPv4 or IPv6 address, "user@domain" (RFC822), "@fqdn"
+// or a bare name (FQDN).
+func ParseIdentity(s string) Identity {
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Is4() {
+			return Identity{Type: IDIPv4Addr, Data: a.AsSlice()}
+		}
+		return Identity{Type: IDIPv6Addr, Data: a.AsSlice()}
+	}
+	if strings.HasPrefix(s, "@") {
+		return Identity{Type: IDFQDN, Data: []byte(s[1:])}
+	}
+	if strings.Contains(s, "@") {
+		return Identity{Type: IDRFC822, Data: []byte(s)}
+	}
+	return Identity{Type: IDFQDN, Data: []byte(s)}
+}
+
+// String formats the identity for logs.
+func (i Identity) String() string {
+	switch i.Type {
+	case IDIPv4Addr, IDIPv6Addr:
+		if a, ok := netip.AddrFromSlice(i.Data); ok {
+			return a.String()
+		}
+	case IDFQDN, IDRFC822:
+		return string(i.Data)
+	}
+	return fmt.Sprintf("id(%d):%x", i.Type, i.Data)
+}
+
+// IsZero reports whether no identity is set.
+func (i Identity) IsZero() bool { return i.Type == 0 && len(i.Data) == 0 }
+
+func (i Identity) equal(p *ID) bool { return p.IDType == i.Type && bytes.Equal(p.Data, i.Data) }
+
+// Peer is the configuration of one peer: addresses, identities, the
+// pre-shared key, proposals and the one Child SA's traffic selectors.
+type Peer struct {
+	// Name names the peer in logs and in ChildSA.Name.
+	Name string
+	// Local is our address for this peer; Remote the peer's. A responder
+	// matches a zero Remote against any address.
+	Local, Remote netip.Addr
+	// LocalID is sent as IDi/IDr; RemoteID, if set, must be the peer's.
+	LocalID, RemoteID Identity
+	// PSK is the pre-shared key (RFC 7296 section 2.15) for whichever
+	// direction does not use a signature.
+	PSK []byte
+	// Certificates is our X.509 chain, ours first, sent in CERT payloads;
+	// Signer is its private key (cryptodev.NewSigner keeps it in an
+	// engine). With a Signer we authenticate with a signature (see
+	// auth.go), otherwise with PSK.
+	Certificates []*x509.Certificate
+	Signer       crypto.Signer
+	// AuthMethod is the signature method we use: 0 chooses RFC 7427's
+	// Digital Signature when the peer announced a usable hash, else the
+	// key type's classic method (1, 9, 10, 11).
+	AuthMethod AuthMethod
+	// RemoteCAs, if set, make the peer authenticate with a signature by
+	// a certificate that chains to one of them and names RemoteID (or
+	// its IDi/IDr); without them the peer authenticates with PSK.
+	RemoteCAs []*x509.Certificate
+	// IKE and ESP are the proposals in order of preference (see
+	// ParseProposals).
+	IKE, ESP []Proposal
+	// LocalTS and RemoteTS are the Child SA's traffic selectors: our
+	// side's networks and the peer's.
+	LocalTS, RemoteTS []netip.Prefix
+	// ForceEncap makes the peer believe we are behind a NAT (a made-up
+	// NAT_DETECTION_SOURCE_IP, like strongSwan's encap = yes), so that
+	// ESP goes in UDP whatever the path.
+	ForceEncap bool
+}
+
+// Config configures an Endpoint. The zero value of each optional field
+// selects the default named.
+type Config struct {
+	// Peers are the configured peers. The responder picks the first
+	// whose addresses fit for IKE_SA_INIT, and checks identities in
+	// IKE_AUTH.
+	Peers []*Peer
+	// Port and NATTPort are the IKE ports: 500 and 4500 by default.
+	// Datagrams on NATTPort carry the non-ESP marker (RFC 3948).
+	Port, NATTPort uint16
+	// MaxHalfOpen bounds the responder's IKE SAs that have not finished
+	// IKE_AUTH (default 256); requests beyond it are dropped and
+	// counted.
+	MaxHalfOpen int
+	// CookieThreshold is the number of half-open SAs from which the
+	// responder demands a cookie (RFC 7296 section 2.6; default half of
+	// MaxHalfOpen). 0 keeps the default; a negative value demands a
+	// cookie always.
+	CookieThreshold int
+	// HalfOpenTimeout is how long a half-open SA may live (default 30s).
+	HalfOpenTimeout time.Duration
+	// RetransmitTimeout is the first retransmission timeout of a
+	// request (default 1s); it doubles with each retransmission
+	// (section 2.1).
+	RetransmitTimeout time.Duration
+	// RetransmitTries is how many times a request is retransmitted
+	// before the SA is given up (default 5).
+	RetransmitTries int
+	// MaxSAs bounds the IKE SAs of the endpoint (default 4096).
+	MaxSAs int
+	// QueueLen bounds the datagrams Deliver holds for the endpoint's
+	// goroutine (default 256); beyond it Deliver drops and counts.
+	QueueLen int
+	// OnChildSA, if set, is called (without locks held, from the
+	// goroutine that delivered the completing message) for each Child
+	// SA established, as initiator or responder.
+	OnChildSA func(*ChildSA)
+	// OnDelete, if set, is called when an established Child SA goes
+	// (deleted by either side, or its IKE SA failed).
+	OnDelete func(*ChildSA)
+	// Log receives events; nil discards.
+	Log *slog.Logger
+}
+
+func (c *Config) defaults() error {
+	if c.Port == 0 {
+		c.Port = 500
+	}
+	if c.NATTPort == 0 {
+		c.NATTPort = 4500
+	}
+	if c.Port == c.NATTPort {
+		return errors.New("ike: Port and NATTPort must differ")
+	}
+	if c.MaxHalfOpen <= 0 {
+		c.MaxHalfOpen = 256
+	}
+	if c.CookieThreshold == 0 {
+		c.CookieThreshold = c.MaxHalfOpen / 2
+	}
+	if c.HalfOpenTimeout <= 0 {
+		c.HalfOpenTimeout = 30 * time.Second
+	}
+	if c.RetransmitTimeout <= 0 {
+		c.RetransmitTimeout = time.Second
+	}
+	if c.RetransmitTries <= 0 {
+		c.RetransmitTries = 5
+	}
+	if c.MaxSAs <= 0 {
+		c.MaxSAs = 4096
+	}
+	if c.QueueLen <= 0 {
+		c.QueueLen = 256
+	}
+	if c.Log == nil {
+		c.Log = slog.New(slog.DiscardHandler)
+	}
+	for _, p := range c.Peers {
+		if p == nil || len(p.IKE) == 0 || len(p.ESP) == 0 || !p.Local.IsValid() {
+			return fmt.Errorf("ike: peer %q needs Local, IKE and ESP proposals", peerName(p))
+		}
+		if (p.Signer == nil || len(p.RemoteCAs) == 0) && len(p.PSK) == 0 {
+			return fmt.Errorf("ike: peer %q needs a PSK for the direction without certificates", p.Name)
+		}
+		if p.Signer != nil {
+			if len(p.Certificates) == 0 {
+				return fmt.Errorf("ike: peer %q has a Signer but no certificate", p.Name)
+			}
+			if k, ok := p.Certificates[0].PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !k.Equal(p.Signer.Public()) {
+				return fmt.Errorf("ike: peer %q: the Signer's key is not the certificate's", p.Name)
+			}
+		}
+		if len(p.LocalTS) == 0 || len(p.RemoteTS) == 0 {
+			return fmt.Errorf("ike: peer %q needs traffic selectors", p.Name)
+		}
+		if p.LocalID.IsZero() {
+			return fmt.Errorf("ike: peer %q needs LocalID", p.Name)
+		}
+	}
+	return nil
+}
+
+func peerName(p *Peer) string {
+	if p == nil {
+		return "<nil>"
+	}
+	return p.Name
+}
+
+// ChildSA is the result of a successful negotiation: one ESP SA pair, as
+// the data plane needs it. Keys are as sluice's configuration takes them:
+// for an AEAD the encryption key is followed by its 4-byte salt.
+type ChildSA struct {
+	// Name is the peer's configured name.
+	Name string
+	// Initiator is true when we initiated the IKE SA.
+	Initiator bool
+	// Local and Remote are the outer addresses and ports; with Encap,
+	// the ports are those of ESP in UDP (normally 4500 both).
+	Local, Remote netip.AddrPort
+	// InSPI is the SPI of our inbound SA (chosen by us); OutSPI the
+	// peer's, for what we send.
+	InSPI, OutSPI uint32
+	// Suite is the ESP suite in sluice's keywords ("aes128gcm16",
+	// "aes256-sha256", "chacha20poly1305").
+	Suite string
+	// ESN is true when extended sequence numbers were agreed.
+	ESN bool
+	// InKey and OutKey are the encryption keys (salt included) of the
+	// inbound and outbound SA; InAuthKey and OutAuthKey the integrity
+	// keys (empty for an AEAD).
+	InKey, OutKey, InAuthKey, OutAuthKey []byte
+	// LocalTS and RemoteTS are the negotiated traffic selectors (ours,
+	// the peer's), narrowed as both sides agreed.
+	LocalTS, RemoteTS []Selector
+	// Encap is true when ESP must travel in UDP (RFC 3948): a NAT was
+	// detected on the path or either side forced it.
+	Encap bool
+	// IKESPIi and IKESPIr name the IKE SA that made the Child SA.
+	IKESPIi, IKESPIr uint64
+}
+
+// Stats are the endpoint's counters. Each dropped message is counted under
+// exactly one reason.
+type Stats struct {
+	RxPackets uint64 // datagrams handed to Receive (directly or through Deliver)
+	TxPackets uint64 // datagrams sent (retransmissions included)
+
+	// Drops, by reason.
+	RxQueueFull        uint64 // Deliver found its queue full
+	RxMalformed        uint64 // not a decodable IKEv2 message
+	RxNoMarker         uint64 // on the NAT-T port without the non-ESP marker
+	RxUnknownSPI       uint64 // no IKE SA with that SPI
+	RxOutOfWindow      uint64 // request with a message ID outside the window
+	RxUnexpected       uint64 // response to no outstanding request, or out of place
+	RxIntegrityFailed  uint64 // SK payload failed its ICV or did not decrypt
+	RxHalfOpenLimit    uint64 // IKE_SA_INIT dropped: half-open or SA limit
+	RxBadCookie        uint64 // IKE_SA_INIT with a wrong cookie when one was due
+	RxUnsupportedCrit  uint64 // unknown critical payload
+	RxRetransmits      uint64 // retransmitted requests, answered from the cache
+	TxRetransmits      uint64 // our requests retransmitted
+	CookiesSent        uint64 // cookie challenges (section 2.6)
+	Timeouts           uint64 // SAs given up after the last retransmission
+	AuthFailed         uint64 // AUTH did not verify (either side)
+	NoProposalChosen   uint64 // no acceptable proposal (either side)
+	TSUnacceptable     uint64 // no traffic selector intersection
+	InvalidKE          uint64 // INVALID_KE_PAYLOAD sent or received
+	IKESAEstablished   uint64
+	ChildSAEstablished uint64 // IKE_AUTH and rekeys
+	ChildSARekeyed     uint64 // Child SAs made by CREATE_CHILD_SA (either side)
+	Deleted            uint64 // IKE SAs deleted (either side)
+}
+
+// Selector helpers -------------------------------------------------------
+
+// SelectorFromPrefix is the selector of a whole prefix, any protocol and
+// port.
+func SelectorFromPrefix(p netip.Prefix) Selector {
+	p = p.Masked()
+	start := p.Addr()
+	end := lastAddr(p)
+	return Selector{StartPort: 0, EndPort: 65535, Start: start, End: end}
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	bits := p.Bits()
+	for i := range b {
+		for j := 0; j < 8; j++ {
+			if i*8+j >= bits {
+				b[i] |= 0x80 >> j
+			}
+		}
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}
+
+// Prefix returns the selector's address range as a prefix when it is one
+// (any protocol and port aside).
+func (s Selector) Prefix() (netip.Prefix, bool) {
+	for bits := 0; bits <= s.Start.BitLen(); bits++ {
+		p := netip.PrefixFrom(s.Start, bits)
+		if p.Masked().Addr() == s.Start && lastAddr(p) == s.End {
+			return p, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+func (s Selector) String() string {
+	r := s.Start.String() + "-" + s.End.String()
+	if p, ok := s.Prefix(); ok {
+		r = p.String()
+	}
+	if s.IPProto != 0 || s.StartPort != 0 || s.EndPort != 65535 {
+		r += fmt.Sprintf("[%d/%d-%d]", s.IPProto, s.StartPort, s.EndPort)
+	}
+	return r
+}
+
+func maxAddr(a, b netip.Addr) netip.Addr {
+	if a.Compare(b) > 0 {
+		return a
+	}
+	return b
+}
+
+func minAddr(a, b netip.Addr) netip.Addr {
+	if a.Compare(b) < 0 {
+		return a
+	}
+	return b
+}
+
+// intersect returns the intersection of two selectors (section 2.9).
+func intersect(a, b Selector) (Selector, bool) {
+	if a.Start.Is4() != b.Start.Is4() {
+		return Selector{}, false
+	}
+	var r Selector
+	switch {
+	case a.IPProto == b.IPProto || b.IPProto == 0:
+		r.IPProto = a.IPProto
+	case a.IPProto == 0:
+		r.IPProto = b.IPProto
+	default:
+		return r, false
+	}
+	r.StartPort, r.EndPort = max(a.StartPort, b.StartPort), min(a.EndPort, b.EndPort)
+	r.Start, r.End = maxAddr(a.Start, b.Start), minAddr(a.End, b.End)
+	if r.StartPort > r.EndPort || r.Start.Compare(r.End) > 0 {
+		return r, false
+	}
+	return r, true
+}
+
+// narrow returns the intersections of what the peer proposed with what we
+// allow (section 2.9), empty when there are none.
+func narrow(proposed, allowed []Selector) []Selector {
+	var out []Selector
+	for _, p := range proposed {
+		for _, a := range allowed {
+			if r, ok := intersect(p, a); ok {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
+}
+
+// within reports whether every selector of got lies inside one of
+// proposed (an initiator's check of the responder's narrowing).
+func within(got, proposed []Selector) bool {
+	if len(got) == 0 {
+		return false
+	}
+	for _, g := range got {
+		ok := false
+		for _, p := range proposed {
+			if r, in := intersect(g, p); in && r == g {
+				ok = true
+				break
+			}
+		}
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func selectors(ps []netip.Prefix) []Selector {
+	out := make([]Selector, len(ps))
+	for i, p := range ps {
+		out[i] = SelectorFromPrefix(p)
+	}
+	return out
+}

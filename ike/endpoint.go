@@ -1,0 +1,502 @@
+package ike
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha1"
+	"crypto/sha256"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Transport sends IKE datagrams. Send sends pkt (the UDP payload; on the
+// NAT-T port it already begins with the non-ESP marker) from local to
+// remote. It must not keep pkt after it returns and must not call back
+// into the Endpoint. It is called with the Endpoint's lock held, so it
+// should not block for long (a UDP send).
+type Transport interface {
+	Send(local, remote netip.AddrPort, pkt []byte) error
+}
+
+// nonESPMarker precedes IKE messages on the NAT-T port (RFC 3948 section
+// 2.2).
+var nonESPMarker = []byte{0, 0, 0, 0}
+
+// Endpoint runs IKE SAs for a set of peers over one Transport: it answers
+// as responder whatever arrives through Receive and initiates with
+// Initiate. Its methods are safe for concurrent use; one mutex guards all
+// SA state, and callbacks run without it.
+type Endpoint struct {
+	cfg Config
+	tr  Transport
+
+	mu       sync.Mutex
+	sas      map[uint64]*ikeSA      // by our SPI
+	halfOpen map[halfOpenKey]*ikeSA // responder SAs before IKE_AUTH, by the initiator's
+	secret   [32]byte               // cookie secret (section 2.6)
+	stats    Stats
+	closed   bool
+
+	queue     chan datagram // Deliver's hand-off to the goroutine in run
+	queueFull atomic.Uint64
+	done      chan struct{}
+	wg        sync.WaitGroup
+	closeOnce sync.Once
+}
+
+type datagram struct {
+	local, remote netip.AddrPort
+	pkt           []byte
+}
+
+type halfOpenKey struct {
+	remote netip.AddrPort
+	spii   uint64
+}
+
+// NewEndpoint returns an Endpoint for cfg that sends through tr. Feed it
+// received datagrams with Receive.
+func NewEndpoint(cfg Config, tr Transport) (*Endpoint, error) {
+	if tr == nil {
+		return nil, errors.New("ike: NewEndpoint needs a Transport")
+	}
+	if err := cfg.defaults(); err != nil {
+		return nil, err
+	}
+	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{},
+		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{})}
+	if _, err := rand.Read(e.secret[:]); err != nil {
+		return nil, fmt.Errorf("ike: %w", err)
+	}
+	e.wg.Add(1)
+	go e.run()
+	return e, nil
+}
+
+// run handles what Deliver queued, until Close.
+func (e *Endpoint) run() {
+	defer e.wg.Done()
+	for {
+		select {
+		case d := <-e.queue:
+			e.Receive(d.local, d.remote, d.pkt)
+		case <-e.done:
+			return
+		}
+	}
+}
+
+// Deliver is Receive for callers on a data path, such as pktio/udp's
+// Control hook: it copies pkt into a bounded queue and returns at once;
+// the endpoint's own goroutine processes it. When the queue is full the
+// datagram is dropped and counted (Stats.RxQueueFull), and Deliver returns
+// false. It is safe for concurrent use and does not block.
+func (e *Endpoint) Deliver(local, remote netip.AddrPort, pkt []byte) bool {
+	select {
+	case <-e.done:
+		return false
+	default:
+	}
+	select {
+	case e.queue <- datagram{local, remote, append([]byte(nil), pkt...)}:
+		return true
+	default:
+		e.queueFull.Add(1)
+		return false
+	}
+}
+
+// Stats returns a copy of the counters.
+func (e *Endpoint) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.stats
+	s.RxQueueFull = e.queueFull.Load()
+	return s
+}
+
+// Close stops all timers and the endpoint's goroutine and forgets all SAs
+// without telling the peers (use Delete first for that). Initiate calls in
+// progress fail; datagrams still queued by Deliver are dropped. It is
+// idempotent. It must not be called from OnChildSA or OnDelete, which may
+// run on the goroutine it waits for.
+func (e *Endpoint) Close() error {
+	e.closeOnce.Do(func() { close(e.done) })
+	e.wg.Wait()
+	e.mu.Lock()
+	var after []func()
+	if !e.closed {
+		e.closed = true
+		for _, sa := range e.sas {
+			after = append(after, e.removeLocked(sa, errors.New("ike: endpoint closed"))...)
+		}
+	}
+	e.mu.Unlock()
+	run(after)
+	return nil
+}
+
+func run(fns []func()) {
+	for _, f := range fns {
+		f()
+	}
+}
+
+// Receive handles one datagram received on local from remote: pkt is the
+// UDP payload (with the non-ESP marker when local's port is the NAT-T
+// port). It does not keep pkt. Malformed, unexpected, replayed and
+// unauthenticated messages are dropped and counted (Stats).
+func (e *Endpoint) Receive(local, remote netip.AddrPort, pkt []byte) {
+	e.mu.Lock()
+	after := e.receiveLocked(local, remote, pkt)
+	e.mu.Unlock()
+	run(after)
+}
+
+func (e *Endpoint) receiveLocked(local, remote netip.AddrPort, pkt []byte) []func() {
+	e.stats.RxPackets++
+	if e.closed {
+		return nil
+	}
+	if local.Port() != e.cfg.Port {
+		if len(pkt) < 4 || !bytes.Equal(pkt[:4], nonESPMarker) {
+			e.stats.RxNoMarker++
+			return nil
+		}
+		pkt = pkt[4:]
+	}
+	raw := append([]byte(nil), pkt...) // messages are kept (AUTH, retransmission)
+	m, err := ParseMessage(raw)
+	if err != nil {
+		if errors.Is(err, ErrUnsupportedCritical) {
+			e.stats.RxUnsupportedCrit++
+		} else {
+			e.stats.RxMalformed++
+		}
+		e.cfg.Log.Debug("ike: dropped message", "from", remote, "err", err)
+		return nil
+	}
+	raw = raw[:m.Header.Length]
+	h := &m.Header
+	if h.SPIi == 0 {
+		e.stats.RxMalformed++
+		return nil
+	}
+	if h.Exchange == IKE_SA_INIT && !h.IsResponse() {
+		if h.SPIr != 0 || h.MessageID != 0 || !h.IsInitiator() {
+			e.stats.RxMalformed++
+			return nil
+		}
+		return e.initRequestLocked(local, remote, raw, m)
+	}
+	ours := h.SPIr
+	if !h.IsInitiator() {
+		ours = h.SPIi
+	}
+	sa := e.sas[ours]
+	if sa == nil || (sa.initiator == h.IsInitiator()) {
+		e.stats.RxUnknownSPI++
+		return nil
+	}
+	if h.IsResponse() {
+		return sa.responseLocked(local, remote, raw, m)
+	}
+	return sa.requestLocked(local, remote, raw, m)
+}
+
+// newSPI returns a random SPI not in use; the caller holds e.mu.
+func (e *Endpoint) newSPILocked() uint64 {
+	var b [8]byte
+	for {
+		rand.Read(b[:])
+		s := binary.BigEndian.Uint64(b[:])
+		if s != 0 && e.sas[s] == nil {
+			return s
+		}
+	}
+}
+
+// newChildSPI returns a random ESP SPI of ours not in use (256 and
+// up: RFC 4303 section 2.1 reserves the values below).
+func (e *Endpoint) newChildSPILocked() uint32 {
+	var b [4]byte
+	for {
+		rand.Read(b[:])
+		s := binary.BigEndian.Uint32(b[:])
+		if s < 256 {
+			continue
+		}
+		inUse := false
+		for _, sa := range e.sas {
+			if sa.childSPI == s || (sa.pending != nil && sa.pending.rekey != nil && sa.pending.rekey.spi == s) {
+				inUse = true
+			}
+			for _, c := range sa.children {
+				inUse = inUse || c.InSPI == s
+			}
+			if inUse {
+				break
+			}
+		}
+		if !inUse {
+			return s
+		}
+	}
+}
+
+// sendLocked sends one message of sa (raw, without marker) on its
+// current addresses.
+func (e *Endpoint) sendLocked(local, remote netip.AddrPort, raw []byte) {
+	pkt := raw
+	if local.Port() != e.cfg.Port {
+		pkt = append(append(make([]byte, 0, len(raw)+4), nonESPMarker...), raw...)
+	}
+	e.stats.TxPackets++
+	if err := e.tr.Send(local, remote, pkt); err != nil {
+		e.cfg.Log.Debug("ike: send failed", "to", remote, "err", err)
+	}
+}
+
+// removeLocked forgets sa, stops its timers and returns the callbacks to
+// run once the lock is released (OnDelete, the initiator's waiter).
+func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
+	if sa.removed {
+		return nil
+	}
+	sa.removed = true
+	if e.sas[sa.ourSPI()] == sa {
+		delete(e.sas, sa.ourSPI())
+	}
+	if !sa.initiator && e.halfOpen[sa.hoKey] == sa {
+		delete(e.halfOpen, sa.hoKey)
+	}
+	sa.stopTimerLocked()
+	if sa.halfOpenTimer != nil {
+		sa.halfOpenTimer.Stop()
+	}
+	if k := sa.keys; k != nil {
+		// The SK payload ciphers keep their own expanded keys; the raw
+		// ones go now (the ChildSA's keys belong to whoever got it).
+		for _, b := range [][]byte{k.D, k.Ai, k.Ar, k.Ei, k.Er, k.Pi, k.Pr} {
+			clear(b)
+		}
+		sa.keys = nil
+	}
+	var after []func()
+	if f := e.cfg.OnDelete; f != nil {
+		for _, c := range sa.children {
+			after = append(after, func() { f(c) })
+		}
+	}
+	sa.children = nil
+	if sa.waiter != nil {
+		w := sa.waiter
+		sa.waiter = nil
+		if why == nil {
+			why = errors.New("ike: IKE SA deleted")
+		}
+		after = append(after, func() { w <- result{err: why} })
+	}
+	return after
+}
+
+// natHash is the NAT detection hash of section 2.23:
+// SHA-1(SPIi | SPIr | IP | port).
+func natHash(spii, spir uint64, a netip.AddrPort) []byte {
+	h := sha1.New()
+	var b [16]byte
+	binary.BigEndian.PutUint64(b[0:8], spii)
+	binary.BigEndian.PutUint64(b[8:16], spir)
+	h.Write(b[:])
+	h.Write(a.Addr().Unmap().AsSlice())
+	h.Write([]byte{byte(a.Port() >> 8), byte(a.Port())})
+	return h.Sum(nil)
+}
+
+// natNotifies returns our NAT detection notifies for the addresses
+// local and remote; fake makes the source hash random (ForceEncap).
+func natNotifies(spii, spir uint64, local, remote netip.AddrPort, fake bool) []Payload {
+	src := natHash(spii, spir, local)
+	if fake {
+		rand.Read(src)
+	}
+	return []Payload{
+		&Notify{NType: NATDetectionSourceIP, Data: src},
+		&Notify{NType: NATDetectionDestinationIP, Data: natHash(spii, spir, remote)},
+	}
+}
+
+// natCheck evaluates the peer's NAT detection notifies (section 2.23):
+// peerNAT when no source hash matches the address the message came from,
+// ourNAT when the destination hash does not match the address it came to.
+// Without notifies there is no NAT detection (both false).
+func natCheck(ps []Payload, spii, spir uint64, local, remote netip.AddrPort) (ourNAT, peerNAT bool) {
+	var srcSeen, srcMatch, dstSeen, dstMatch bool
+	want, wantDst := natHash(spii, spir, remote), natHash(spii, spir, local)
+	for _, p := range ps {
+		n, ok := p.(*Notify)
+		if !ok {
+			continue
+		}
+		switch n.NType {
+		case NATDetectionSourceIP:
+			srcSeen = true
+			srcMatch = srcMatch || bytes.Equal(n.Data, want)
+		case NATDetectionDestinationIP:
+			dstSeen = true
+			dstMatch = dstMatch || bytes.Equal(n.Data, wantDst)
+		}
+	}
+	return dstSeen && !dstMatch, srcSeen && !srcMatch
+}
+
+// cookieLocked computes the cookie of section 2.6 for an initiator:
+// version | SHA-256(Ni | IPi | SPIi | secret).
+func (e *Endpoint) cookieLocked(ni []byte, remote netip.AddrPort, spii uint64) []byte {
+	h := sha256.New()
+	h.Write(ni)
+	h.Write(remote.Addr().Unmap().AsSlice())
+	var b [8]byte
+	binary.BigEndian.PutUint64(b[:], spii)
+	h.Write(b[:])
+	h.Write(e.secret[:])
+	return append([]byte{0, 0, 0, 1}, h.Sum(nil)...)
+}
+
+// Initiate negotiates an IKE SA and its Child SA with the configured peer
+// named name (its Remote address, port Config.Port) and returns the Child
+// SA. It returns when the negotiation completes, fails, runs out of
+// retransmissions, or ctx ends (the half-made SA is then forgotten).
+func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) {
+	var peer *Peer
+	for _, p := range e.cfg.Peers {
+		if p.Name == name {
+			peer = p
+		}
+	}
+	if peer == nil {
+		return nil, fmt.Errorf("ike: no peer named %q", name)
+	}
+	if !peer.Remote.IsValid() {
+		return nil, fmt.Errorf("ike: peer %q has no Remote address to initiate to", name)
+	}
+	w := make(chan result, 1)
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return nil, errors.New("ike: endpoint closed")
+	}
+	if len(e.sas) >= e.cfg.MaxSAs {
+		e.mu.Unlock()
+		return nil, errors.New("ike: too many IKE SAs")
+	}
+	sa, err := e.newInitiatorLocked(peer, w)
+	if err != nil {
+		e.mu.Unlock()
+		return nil, err
+	}
+	e.mu.Unlock()
+	select {
+	case r := <-w:
+		return r.child, r.err
+	case <-ctx.Done():
+		e.mu.Lock()
+		after := e.removeLocked(sa, ctx.Err())
+		e.mu.Unlock()
+		run(after)
+		return nil, fmt.Errorf("ike: initiating to %s: %w", name, ctx.Err())
+	}
+}
+
+// Delete deletes the IKE SA (and with it its Child SA) that made child,
+// telling the peer with an INFORMATIONAL exchange (section 1.4.1). It
+// waits for the peer's answer (retransmitting) or ctx; the SA is gone
+// either way when it returns.
+func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
+	w := make(chan result, 1)
+	e.mu.Lock()
+	spi := child.IKESPIr
+	if child.Initiator {
+		spi = child.IKESPIi
+	}
+	sa := e.sas[spi]
+	if sa == nil || sa.state != stateEstablished {
+		e.mu.Unlock()
+		return errors.New("ike: no such IKE SA")
+	}
+	if sa.pending != nil || sa.waiter != nil {
+		e.mu.Unlock()
+		return errors.New("ike: the IKE SA has a request outstanding")
+	}
+	sa.state = stateDeleting
+	sa.waiter = w
+	err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}})
+	e.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	select {
+	case r := <-w:
+		if r.err != nil && !errors.Is(r.err, errDeleted) {
+			return r.err
+		}
+		return nil
+	case <-ctx.Done():
+		e.mu.Lock()
+		after := e.removeLocked(sa, ctx.Err())
+		e.mu.Unlock()
+		run(after)
+		return ctx.Err()
+	}
+}
+
+var errDeleted = errors.New("ike: IKE SA deleted")
+
+type result struct {
+	child *ChildSA
+	err   error
+}
+
+// timer helpers ----------------------------------------------------------
+
+// armLocked (re)starts the retransmission timer of sa's outstanding
+// request (section 2.1): the n-th retransmission waits base * 2^n.
+func (sa *ikeSA) armLocked() {
+	sa.stopTimerLocked()
+	d := sa.ep.cfg.RetransmitTimeout << sa.pending.tries
+	id, gen := sa.pending.id, sa.timerGen
+	sa.timer = time.AfterFunc(d, func() { sa.ep.retransmit(sa, id, gen) })
+}
+
+func (sa *ikeSA) stopTimerLocked() {
+	sa.timerGen++
+	if sa.timer != nil {
+		sa.timer.Stop()
+		sa.timer = nil
+	}
+}
+
+func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
+	e.mu.Lock()
+	var after []func()
+	switch {
+	case sa.removed || sa.pending == nil || sa.pending.id != id || sa.timerGen != gen:
+	case sa.pending.tries >= e.cfg.RetransmitTries:
+		e.stats.Timeouts++
+		e.stats.Deleted++
+		after = e.removeLocked(sa, fmt.Errorf("ike: no answer from %v after %d retransmissions", sa.remote, sa.pending.tries))
+	default:
+		sa.pending.tries++
+		e.stats.TxRetransmits++
+		e.sendLocked(sa.local, sa.remote, sa.pending.raw)
+		sa.armLocked()
+	}
+	e.mu.Unlock()
+	run(after)
+}

@@ -1,0 +1,935 @@
+package ike
+
+// The exchanges of one IKE SA: IKE_SA_INIT and IKE_AUTH for both roles,
+// and INFORMATIONAL (Delete, liveness). Every function with a Locked
+// suffix runs with Endpoint.mu held and returns the callbacks to run after
+// it is released.
+
+import (
+	"crypto/rand"
+	"crypto/subtle"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+type saState uint8
+
+const (
+	stateInitSent    saState = iota + 1 // initiator: IKE_SA_INIT request out
+	stateAuthSent                       // initiator: IKE_AUTH request out
+	stateHalfOpen                       // responder: IKE_SA_INIT answered
+	stateEstablished                    // IKE_AUTH done
+	stateDeleting                       // our Delete request is out
+)
+
+// request is our outstanding request (window size 1, section 2.3).
+type request struct {
+	id    uint32
+	exch  ExchangeType
+	raw   []byte
+	tries int
+	kind  requestKind
+	rekey *rekeyState // kind reqRekey
+	old   *ChildSA    // kind reqDeleteChild: the Child SA being deleted
+	next  *ChildSA    // kind reqDeleteChild: the Child SA that replaced it
+}
+
+type requestKind uint8
+
+const (
+	reqOther       requestKind = iota
+	reqRekey                   // CREATE_CHILD_SA rekeying a Child SA
+	reqDeleteChild             // INFORMATIONAL deleting a rekeyed Child SA
+)
+
+// maxChildren bounds the Child SAs of one IKE SA: the current one and
+// those being replaced.
+const maxChildren = 4
+
+// rekeyState is a CREATE_CHILD_SA we initiated to rekey old (section
+// 2.8).
+type rekeyState struct {
+	old      *ChildSA
+	spi      uint32 // our inbound SPI for the new SA
+	ni       []byte
+	dh       DH // nil without PFS
+	tsi, tsr []Selector
+	retries  int // INVALID_KE restarts
+}
+
+// ikeSA is one IKE SA and its (at most one) Child SA. Endpoint.mu guards
+// every field.
+type ikeSA struct {
+	ep        *Endpoint
+	peer      *Peer
+	initiator bool
+	state     saState
+	removed   bool
+
+	spii, spir    uint64
+	local, remote netip.AddrPort
+	hoKey         halfOpenKey
+
+	suite    Suite
+	prf      PRF
+	keys     *Keys
+	out, in  *skCrypto // what we send, what we receive
+	ni, nr   []byte
+	dh       DH
+	initReq  []byte // the IKE_SA_INIT request as sent (AUTH signs it)
+	initResp []byte
+	encap    bool
+	cookie   []byte
+	retries  int      // cookie and INVALID_KE restarts
+	hashes   []uint16 // the peer's N(SIGNATURE_HASH_ALGORITHMS)
+
+	nextReq  uint32   // message ID of our next request
+	pending  *request // our outstanding request
+	nextPeer uint32   // message ID of the peer's next request
+	lastReq  []byte   // the peer's last request and our response to it
+	lastResp []byte
+
+	children           []*ChildSA // established, oldest first (at most maxChildren)
+	childSPI           uint32     // initiator: the inbound SPI we proposed in IKE_AUTH
+	tsi, tsr           []Selector
+	waiter             chan result
+	timer              *time.Timer
+	timerGen           uint64
+	halfOpenTimer      *time.Timer
+	respLocal, respRem netip.AddrPort
+}
+
+func (sa *ikeSA) ourSPI() uint64 {
+	if sa.initiator {
+		return sa.spii
+	}
+	return sa.spir
+}
+
+func (sa *ikeSA) header(exch ExchangeType, id uint32, response bool) Header {
+	h := Header{SPIi: sa.spii, SPIr: sa.spir, Exchange: exch, MessageID: id, Version: Version}
+	if sa.initiator {
+		h.Flags |= FlagInitiator
+	}
+	if response {
+		h.Flags |= FlagResponse
+	}
+	return h
+}
+
+func randomNonce() []byte {
+	n := make([]byte, 32)
+	rand.Read(n)
+	return n
+}
+
+func findNotify(ps []Payload, t NotifyType) *Notify {
+	for _, p := range ps {
+		if n, ok := p.(*Notify); ok && n.NType == t {
+			return n
+		}
+	}
+	return nil
+}
+
+// firstError returns the first error notify of ps.
+func firstError(ps []Payload) *Notify {
+	for _, p := range ps {
+		if n, ok := p.(*Notify); ok && n.NType.IsError() {
+			return n
+		}
+	}
+	return nil
+}
+
+func find[T Payload](ps []Payload, match func(T) bool) (T, bool) {
+	for _, p := range ps {
+		if x, ok := p.(T); ok && (match == nil || match(x)) {
+			return x, true
+		}
+	}
+	var zero T
+	return zero, false
+}
+
+func isResponderID(id *ID) bool { return id.Responder }
+func isInitiatorID(id *ID) bool { return !id.Responder }
+func isResponderTS(ts *TS) bool { return ts.Responder }
+func isInitiatorTS(ts *TS) bool { return !ts.Responder }
+func notifyName(t NotifyType) string {
+	switch t {
+	case NoProposalChosen:
+		return "NO_PROPOSAL_CHOSEN"
+	case AuthenticationFailed:
+		return "AUTHENTICATION_FAILED"
+	case TSUnacceptable:
+		return "TS_UNACCEPTABLE"
+	case InvalidKEPayload:
+		return "INVALID_KE_PAYLOAD"
+	case InvalidSyntax:
+		return "INVALID_SYNTAX"
+	case InvalidMessageID:
+		return "INVALID_MESSAGE_ID"
+	case UnsupportedCriticalPayload:
+		return "UNSUPPORTED_CRITICAL_PAYLOAD"
+	}
+	return fmt.Sprintf("notify %d", uint16(t))
+}
+
+// ---------------------------------------------------------------------
+// Initiator
+
+func (e *Endpoint) newInitiatorLocked(peer *Peer, w chan result) (*ikeSA, error) {
+	sa := &ikeSA{ep: e, peer: peer, initiator: true, waiter: w,
+		local:  netip.AddrPortFrom(peer.Local, e.cfg.Port),
+		remote: netip.AddrPortFrom(peer.Remote, e.cfg.Port),
+		ni:     randomNonce()}
+	sa.spii = e.newSPILocked()
+	dh, err := NewDH(firstDH(peer.IKE))
+	if err != nil {
+		return nil, err
+	}
+	sa.dh = dh
+	e.sas[sa.spii] = sa
+	if err := sa.sendInitLocked(); err != nil {
+		delete(e.sas, sa.spii)
+		return nil, err
+	}
+	return sa, nil
+}
+
+func firstDH(ps []Proposal) uint16 {
+	for _, p := range ps {
+		for _, t := range p.Transforms {
+			if t.Type == TransformDH {
+				return t.ID
+			}
+		}
+	}
+	return 0
+}
+
+// sendInitLocked sends (or sends again, after a cookie or INVALID_KE) the
+// IKE_SA_INIT request: [N(COOKIE)], SA, KE, Ni, N(NAT_DETECTION_*).
+func (sa *ikeSA) sendInitLocked() error {
+	var ps []Payload
+	if sa.cookie != nil {
+		ps = append(ps, &Notify{NType: Cookie, Data: sa.cookie})
+	}
+	ps = append(ps, &SA{Proposals: sa.peer.IKE}, &KE{Group: sa.dh.Group(), Data: sa.dh.Public()}, &Nonce{Data: sa.ni})
+	ps = append(ps, natNotifies(sa.spii, 0, sa.local, sa.remote, sa.peer.ForceEncap)...)
+	ps = append(ps, signatureHashesNotify())
+	m := &Message{Header: sa.header(IKE_SA_INIT, 0, false), Payloads: ps}
+	raw, err := m.Encode()
+	if err != nil {
+		return err
+	}
+	sa.state = stateInitSent
+	sa.initReq = raw
+	sa.nextReq = 1
+	sa.pending = &request{id: 0, exch: IKE_SA_INIT, raw: raw}
+	sa.ep.sendLocked(sa.local, sa.remote, raw)
+	sa.armLocked()
+	return nil
+}
+
+// failLocked ends a negotiation we initiated with err.
+func (sa *ikeSA) failLocked(err error) []func() {
+	sa.ep.cfg.Log.Info("ike: negotiation failed", "peer", sa.peer.Name, "err", err)
+	return sa.ep.removeLocked(sa, err)
+}
+
+func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
+	e := sa.ep
+	ps := m.Payloads
+	if n := findNotify(ps, Cookie); n != nil {
+		if sa.retries >= 3 || len(n.Data) < 1 || len(n.Data) > 64 {
+			return sa.failLocked(errors.New("ike: responder keeps asking for cookies"))
+		}
+		sa.retries++
+		sa.cookie = append([]byte(nil), n.Data...)
+		sa.stopTimerLocked()
+		if err := sa.sendInitLocked(); err != nil {
+			return sa.failLocked(err)
+		}
+		return nil
+	}
+	if n := findNotify(ps, InvalidKEPayload); n != nil {
+		e.stats.InvalidKE++
+		if sa.retries >= 3 || len(n.Data) != 2 {
+			return sa.failLocked(errors.New("ike: responder refused our KE payload"))
+		}
+		g := binary.BigEndian.Uint16(n.Data)
+		offered := false
+		for _, p := range sa.peer.IKE {
+			for _, t := range p.Transforms {
+				offered = offered || (t.Type == TransformDH && t.ID == g)
+			}
+		}
+		if !offered || g == sa.dh.Group() {
+			return sa.failLocked(fmt.Errorf("ike: responder wants DH group %d, which we did not offer", g))
+		}
+		dh, err := NewDH(g)
+		if err != nil {
+			return sa.failLocked(err)
+		}
+		sa.retries++
+		sa.dh = dh
+		sa.stopTimerLocked()
+		if err := sa.sendInitLocked(); err != nil {
+			return sa.failLocked(err)
+		}
+		return nil
+	}
+	if n := firstError(ps); n != nil {
+		if n.NType == NoProposalChosen {
+			e.stats.NoProposalChosen++
+		}
+		return sa.failLocked(fmt.Errorf("ike: responder answered IKE_SA_INIT with %s", notifyName(n.NType)))
+	}
+	sap, ok1 := find[*SA](ps, nil)
+	ke, ok2 := find[*KE](ps, nil)
+	nr, ok3 := find[*Nonce](ps, nil)
+	if !ok1 || !ok2 || !ok3 || len(sap.Proposals) != 1 || m.Header.SPIr == 0 {
+		return sa.failLocked(errors.New("ike: IKE_SA_INIT response lacks SA, KE or Nonce"))
+	}
+	suite, err := checkChosen(sa.peer.IKE, sap.Proposals[0], false)
+	if err != nil {
+		return sa.failLocked(err)
+	}
+	if ke.Group != suite.DH || suite.DH != sa.dh.Group() {
+		return sa.failLocked(fmt.Errorf("ike: responder chose DH group %d with a KE of group %d (ours %d)", suite.DH, ke.Group, sa.dh.Group()))
+	}
+	shared, err := sa.dh.Shared(ke.Data)
+	if err != nil {
+		return sa.failLocked(err)
+	}
+	sa.spir = m.Header.SPIr
+	sa.nr = append([]byte(nil), nr.Data...)
+	if err := sa.keyLocked(suite, shared); err != nil {
+		return sa.failLocked(err)
+	}
+	sa.initResp = raw
+	sa.hashes = peerHashes(ps)
+	ourNAT, peerNAT := natCheck(ps, sa.spii, sa.spir, sa.local, sa.remote)
+	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
+	if sa.encap {
+		// Section 2.23: once a NAT is detected, the initiator moves to
+		// port 4500 for IKE_AUTH and everything after.
+		sa.local = netip.AddrPortFrom(sa.local.Addr(), e.cfg.NATTPort)
+		sa.remote = netip.AddrPortFrom(sa.remote.Addr(), e.cfg.NATTPort)
+	}
+	sa.stopTimerLocked()
+	sa.pending = nil
+
+	// IKE_AUTH request: SK {IDi, [IDr], AUTH, N(INITIAL_CONTACT), SAi2, TSi, TSr}.
+	idi := &ID{IDType: sa.peer.LocalID.Type, Data: sa.peer.LocalID.Data}
+	auth, err := sa.authPayload(sa.peer, sa.initReq, sa.nr, sa.keys.Pi, idi)
+	if err != nil {
+		return sa.failLocked(err)
+	}
+	sa.childSPI = e.newChildSPILocked()
+	esp := make([]Proposal, len(sa.peer.ESP))
+	for i, p := range sa.peer.ESP {
+		p.SPI = binary.BigEndian.AppendUint32(nil, sa.childSPI)
+		// A DH group in an ESP proposal is for PFS in CREATE_CHILD_SA;
+		// IKE_AUTH's Child SA takes its keys from the IKE SA (1.2).
+		p.Transforms = withoutDH(p.Transforms)
+		esp[i] = p
+	}
+	sa.tsi, sa.tsr = selectors(sa.peer.LocalTS), selectors(sa.peer.RemoteTS)
+	inner := append([]Payload{idi}, certPayloads(sa.peer)...)
+	if len(sa.peer.RemoteCAs) > 0 {
+		inner = append(inner, certRequest(sa.peer.RemoteCAs))
+	}
+	if !sa.peer.RemoteID.IsZero() {
+		inner = append(inner, &ID{Responder: true, IDType: sa.peer.RemoteID.Type, Data: sa.peer.RemoteID.Data})
+	}
+	inner = append(inner, auth, &Notify{NType: InitialContact},
+		&SA{Proposals: esp}, &TS{Selectors: sa.tsi}, &TS{Responder: true, Selectors: sa.tsr})
+	sa.state = stateAuthSent
+	if err := sa.requestOutLocked(IKE_AUTH, inner); err != nil {
+		return sa.failLocked(err)
+	}
+	return nil
+}
+
+func withoutDH(ts []Transform) []Transform {
+	out := make([]Transform, 0, len(ts))
+	for _, t := range ts {
+		if t.Type != TransformDH {
+			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// keyLocked derives the IKE SA's keys once SPIs, nonces and g^ir are
+// known.
+func (sa *ikeSA) keyLocked(suite Suite, shared []byte) error {
+	prf, err := NewPRF(suite.PRF)
+	if err != nil {
+		return err
+	}
+	keys, err := DeriveIKEKeys(suite, sa.ni, sa.nr, shared, sa.spii, sa.spir)
+	clear(shared)
+	if err != nil {
+		return err
+	}
+	ei, ai, er, ar := keys.Ei, keys.Ai, keys.Er, keys.Ar
+	if !sa.initiator {
+		ei, ai, er, ar = er, ar, ei, ai
+	}
+	out, err := newSKCrypto(suite, ei, ai)
+	if err != nil {
+		return err
+	}
+	in, err := newSKCrypto(suite, er, ar)
+	if err != nil {
+		return err
+	}
+	sa.suite, sa.prf, sa.keys, sa.out, sa.in = suite, prf, keys, out, in
+	sa.dh = nil
+	return nil
+}
+
+// requestOutLocked sends a new encrypted request and arms its
+// retransmission.
+func (sa *ikeSA) requestOutLocked(exch ExchangeType, inner []Payload) error {
+	if sa.pending != nil {
+		return errors.New("ike: a request is already outstanding")
+	}
+	raw, err := sa.out.seal(sa.header(exch, sa.nextReq, false), nil, inner)
+	if err != nil {
+		return err
+	}
+	sa.pending = &request{id: sa.nextReq, exch: exch, raw: raw}
+	sa.nextReq++
+	sa.ep.sendLocked(sa.local, sa.remote, raw)
+	sa.armLocked()
+	return nil
+}
+
+func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
+	e := sa.ep
+	if n := firstError(inner); n != nil {
+		switch n.NType {
+		case AuthenticationFailed:
+			e.stats.AuthFailed++
+		case NoProposalChosen:
+			e.stats.NoProposalChosen++
+		case TSUnacceptable:
+			e.stats.TSUnacceptable++
+		}
+		if n.NType != AuthenticationFailed {
+			sa.deleteBestEffortLocked()
+		}
+		return sa.failLocked(fmt.Errorf("ike: responder answered IKE_AUTH with %s", notifyName(n.NType)))
+	}
+	idr, ok1 := find[*ID](inner, isResponderID)
+	auth, ok2 := find[*Auth](inner, nil)
+	if !ok1 || !ok2 {
+		return sa.failLocked(errors.New("ike: IKE_AUTH response lacks IDr or AUTH"))
+	}
+	if !sa.peer.RemoteID.IsZero() && !sa.peer.RemoteID.equal(idr) {
+		e.stats.AuthFailed++
+		sa.deleteBestEffortLocked()
+		return sa.failLocked(fmt.Errorf("ike: responder identified as %v, not %v", Identity{idr.IDType, idr.Data}, sa.peer.RemoteID))
+	}
+	if err := sa.checkAuth(sa.peer, inner, auth, sa.initResp, sa.ni, sa.keys.Pr, idr); err != nil {
+		e.stats.AuthFailed++
+		sa.deleteBestEffortLocked()
+		return sa.failLocked(fmt.Errorf("ike: the responder's AUTH: %w", err))
+	}
+	sap, ok1 := find[*SA](inner, nil)
+	tsi, ok2 := find[*TS](inner, isInitiatorTS)
+	tsr, ok3 := find[*TS](inner, isResponderTS)
+	if !ok1 || !ok2 || !ok3 || len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 {
+		sa.deleteBestEffortLocked()
+		return sa.failLocked(errors.New("ike: IKE_AUTH response lacks the Child SA"))
+	}
+	esp, err := checkChosen(sa.peer.ESP, sap.Proposals[0], true)
+	if err != nil {
+		sa.deleteBestEffortLocked()
+		return sa.failLocked(err)
+	}
+	if !within(tsi.Selectors, sa.tsi) || !within(tsr.Selectors, sa.tsr) {
+		e.stats.TSUnacceptable++
+		sa.deleteBestEffortLocked()
+		return sa.failLocked(errors.New("ike: responder's traffic selectors are not within ours"))
+	}
+	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, nil, sa.ni, sa.nr)
+	if err != nil {
+		return sa.failLocked(err)
+	}
+	c := &ChildSA{Name: sa.peer.Name, Initiator: true, Local: sa.local, Remote: sa.remote,
+		InSPI: sa.childSPI, OutSPI: binary.BigEndian.Uint32(sap.Proposals[0].SPI),
+		Suite: esp.ESPName(), ESN: esp.ESN,
+		InKey: ck.EncR, InAuthKey: ck.IntegR, OutKey: ck.EncI, OutAuthKey: ck.IntegI,
+		LocalTS: tsi.Selectors, RemoteTS: tsr.Selectors, Encap: sa.encap,
+		IKESPIi: sa.spii, IKESPIr: sa.spir}
+	return sa.establishLocked(c)
+}
+
+// establishLocked records the IKE SA's first Child SA and reports it.
+func (sa *ikeSA) establishLocked(c *ChildSA) []func() {
+	sa.state = stateEstablished
+	sa.ep.stats.IKESAEstablished++
+	after := sa.addChildLocked(c)
+	if w := sa.waiter; w != nil {
+		sa.waiter = nil
+		after = append(after, func() { w <- result{child: c} })
+	}
+	return after
+}
+
+// addChildLocked records an established Child SA and reports it through
+// OnChildSA.
+func (sa *ikeSA) addChildLocked(c *ChildSA) []func() {
+	e := sa.ep
+	sa.children = append(sa.children, c)
+	e.stats.ChildSAEstablished++
+	e.cfg.Log.Info("ike: Child SA established", "peer", sa.peer.Name, "in", fmt.Sprintf("%08x", c.InSPI),
+		"out", fmt.Sprintf("%08x", c.OutSPI), "suite", c.Suite, "encap", c.Encap)
+	if f := e.cfg.OnChildSA; f != nil {
+		return []func(){func() { f(c) }}
+	}
+	return nil
+}
+
+// dropChildLocked forgets the Child SA c and reports it through OnDelete.
+func (sa *ikeSA) dropChildLocked(c *ChildSA) []func() {
+	for i, x := range sa.children {
+		if x == c {
+			sa.children = append(sa.children[:i], sa.children[i+1:]...)
+			if f := sa.ep.cfg.OnDelete; f != nil {
+				return []func(){func() { f(c) }}
+			}
+			return nil
+		}
+	}
+	return nil
+}
+
+// deleteBestEffortLocked sends a Delete for the IKE SA once, without
+// waiting for the answer (the SA is about to be forgotten).
+func (sa *ikeSA) deleteBestEffortLocked() {
+	if sa.out == nil || sa.pending != nil {
+		return
+	}
+	raw, err := sa.out.seal(sa.header(INFORMATIONAL, sa.nextReq, false), nil, []Payload{&Delete{Protocol: ProtoIKE}})
+	if err == nil {
+		sa.nextReq++
+		sa.ep.sendLocked(sa.local, sa.remote, raw)
+	}
+}
+
+// ---------------------------------------------------------------------
+// Responder
+
+// initRequestLocked answers an IKE_SA_INIT request (section 1.2), with a
+// cookie challenge first when too many SAs are half open (section 2.6).
+func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
+	h := &m.Header
+	key := halfOpenKey{remote, h.SPIi}
+	if old := e.halfOpen[key]; old != nil {
+		if string(old.initReq) == string(raw) {
+			e.stats.RxRetransmits++
+			e.sendLocked(local, remote, old.initResp)
+			return nil
+		}
+		e.removeLocked(old, nil)
+	}
+	ps := m.Payloads
+	sap, ok1 := find[*SA](ps, nil)
+	ke, ok2 := find[*KE](ps, nil)
+	ni, ok3 := find[*Nonce](ps, nil)
+	if !ok1 || !ok2 || !ok3 {
+		e.stats.RxMalformed++
+		return nil
+	}
+	reply := func(n *Notify) {
+		r := &Message{Header: Header{SPIi: h.SPIi, Exchange: IKE_SA_INIT, Flags: FlagResponse}, Payloads: []Payload{n}}
+		if b, err := r.Encode(); err == nil {
+			e.sendLocked(local, remote, b)
+		}
+	}
+	if th := e.cfg.CookieThreshold; th < 0 || len(e.halfOpen) >= th {
+		want := e.cookieLocked(ni.Data, remote, h.SPIi)
+		c, ok := ps[0].(*Notify)
+		if !ok || c.NType != Cookie {
+			e.stats.CookiesSent++
+			reply(&Notify{NType: Cookie, Data: want})
+			return nil
+		}
+		if subtle.ConstantTimeCompare(c.Data, want) != 1 {
+			e.stats.RxBadCookie++
+			reply(&Notify{NType: Cookie, Data: want})
+			return nil
+		}
+	}
+	if len(e.halfOpen) >= e.cfg.MaxHalfOpen || len(e.sas) >= e.cfg.MaxSAs {
+		e.stats.RxHalfOpenLimit++
+		return nil
+	}
+	var peer *Peer
+	for _, p := range e.cfg.Peers {
+		if p.Local == local.Addr().Unmap() && (!p.Remote.IsValid() || p.Remote == remote.Addr().Unmap()) {
+			peer = p
+			break
+		}
+	}
+	var suite Suite
+	ok := false
+	if peer != nil {
+		suite, _, ok = selectProposal(peer.IKE, sap.Proposals, false)
+	}
+	if !ok {
+		e.stats.NoProposalChosen++
+		reply(&Notify{NType: NoProposalChosen})
+		return nil
+	}
+	if ke.Group != suite.DH {
+		e.stats.InvalidKE++
+		reply(&Notify{NType: InvalidKEPayload, Data: []byte{byte(suite.DH >> 8), byte(suite.DH)}})
+		return nil
+	}
+	dh, err := NewDH(suite.DH)
+	if err != nil {
+		e.stats.NoProposalChosen++
+		return nil
+	}
+	shared, err := dh.Shared(ke.Data)
+	if err != nil {
+		e.stats.RxMalformed++
+		reply(&Notify{NType: InvalidSyntax})
+		return nil
+	}
+	var chosenNum uint8
+	for _, p := range sap.Proposals {
+		if _, ok := matchProposal(Proposal{Protocol: ProtoIKE, Transforms: suite.transforms()}, p, false); ok {
+			chosenNum = p.Num
+			break
+		}
+	}
+	sa := &ikeSA{ep: e, peer: peer, local: local, remote: remote, hoKey: key,
+		spii: h.SPIi, ni: append([]byte(nil), ni.Data...), nr: randomNonce(), dh: dh}
+	sa.spir = e.newSPILocked()
+	if err := sa.keyLocked(suite, shared); err != nil {
+		return nil
+	}
+	ourNAT, peerNAT := natCheck(ps, sa.spii, 0, local, remote)
+	sa.encap = ourNAT || peerNAT || peer.ForceEncap
+	resp := []Payload{
+		&SA{Proposals: []Proposal{{Num: chosenNum, Protocol: ProtoIKE, Transforms: suite.transforms()}}},
+		&KE{Group: suite.DH, Data: dh.Public()},
+		&Nonce{Data: sa.nr},
+	}
+	resp = append(resp, natNotifies(sa.spii, sa.spir, local, remote, peer.ForceEncap)...)
+	resp = append(resp, signatureHashesNotify())
+	if len(peer.RemoteCAs) > 0 {
+		resp = append(resp, certRequest(peer.RemoteCAs))
+	}
+	sa.hashes = peerHashes(ps)
+	r := &Message{Header: sa.header(IKE_SA_INIT, 0, true), Payloads: resp}
+	b, err := r.Encode()
+	if err != nil {
+		return nil
+	}
+	sa.state = stateHalfOpen
+	sa.initReq, sa.initResp = raw, b
+	sa.nextPeer = 1
+	e.sas[sa.spir] = sa
+	e.halfOpen[key] = sa
+	sa.halfOpenTimer = time.AfterFunc(e.cfg.HalfOpenTimeout, func() {
+		e.mu.Lock()
+		var after []func()
+		if !sa.removed && sa.state == stateHalfOpen {
+			e.cfg.Log.Debug("ike: half-open SA expired", "from", sa.remote)
+			after = e.removeLocked(sa, nil)
+		}
+		e.mu.Unlock()
+		run(after)
+	})
+	e.sendLocked(local, remote, b)
+	return nil
+}
+
+// requestLocked handles a request from the peer on an existing SA:
+// retransmissions are answered from the cache, anything outside the
+// window is dropped, and the rest is decrypted and answered.
+func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
+	e := sa.ep
+	if sa.in == nil || sa.state == stateInitSent {
+		e.stats.RxUnexpected++
+		return nil
+	}
+	id := m.Header.MessageID
+	if sa.lastResp != nil && id == sa.nextPeer-1 {
+		if string(raw) == string(sa.lastReq) {
+			e.stats.RxRetransmits++
+			e.sendLocked(sa.respLocal, sa.respRem, sa.lastResp)
+		} else {
+			e.stats.RxOutOfWindow++
+		}
+		return nil
+	}
+	if id != sa.nextPeer {
+		e.stats.RxOutOfWindow++
+		return nil
+	}
+	inner, err := sa.in.open(raw, m)
+	if err != nil {
+		e.stats.RxIntegrityFailed++
+		return nil
+	}
+	if _, ok := find[*Unknown](inner, func(u *Unknown) bool { return u.Critical }); ok {
+		e.stats.RxUnsupportedCrit++
+	}
+	sa.nextPeer++
+	var resp []Payload
+	var after []func()
+	remove := false
+	switch {
+	case m.Header.Exchange == IKE_AUTH && !sa.initiator && sa.state == stateHalfOpen:
+		// The initiator may have moved to the NAT-T port (section 2.23).
+		sa.local, sa.remote = local, remote
+		resp, after, remove = sa.authRequestLocked(inner)
+	case m.Header.Exchange == INFORMATIONAL && sa.state >= stateEstablished:
+		resp, after, remove = sa.infoRequestLocked(inner)
+	case m.Header.Exchange == CREATE_CHILD_SA && sa.state == stateEstablished:
+		resp, after = sa.createChildRequestLocked(inner)
+	default:
+		resp = []Payload{&Notify{NType: InvalidSyntax}}
+		remove = sa.state == stateHalfOpen
+	}
+	b, err := sa.out.seal(sa.header(m.Header.Exchange, id, true), nil, resp)
+	if err == nil {
+		sa.lastReq, sa.lastResp = raw, b
+		sa.respLocal, sa.respRem = local, remote
+		e.sendLocked(local, remote, b)
+	}
+	if remove {
+		e.stats.Deleted++
+		after = append(after, e.removeLocked(sa, errDeleted)...)
+	}
+	return after
+}
+
+// authRequestLocked handles the IKE_AUTH request of section 1.2 with a
+// pre-shared key and returns the response's inner payloads; remove says
+// the SA must go once the response is sent.
+func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []func(), remove bool) {
+	e := sa.ep
+	authFailed := []Payload{&Notify{NType: AuthenticationFailed}}
+	idi, ok1 := find[*ID](inner, isInitiatorID)
+	auth, ok2 := find[*Auth](inner, nil)
+	if !ok1 || !ok2 {
+		e.stats.AuthFailed++
+		return authFailed, nil, true
+	}
+	idr, hasIDr := find[*ID](inner, isResponderID)
+	var peer *Peer
+	for _, p := range e.cfg.Peers {
+		if p.Local != sa.local.Addr().Unmap() || (p.Remote.IsValid() && p.Remote != sa.remote.Addr().Unmap()) {
+			continue
+		}
+		if !p.RemoteID.IsZero() && !p.RemoteID.equal(idi) {
+			continue
+		}
+		if hasIDr && !p.LocalID.equal(idr) {
+			continue
+		}
+		if (len(p.RemoteCAs) > 0) == (auth.Method == AuthPSK) {
+			continue
+		}
+		if _, err := checkChosen(p.IKE, Proposal{Protocol: ProtoIKE, Transforms: sa.suite.transforms()}, false); err != nil {
+			continue
+		}
+		peer = p
+		break
+	}
+	if peer == nil {
+		e.stats.AuthFailed++
+		e.cfg.Log.Info("ike: no peer configuration for", "id", Identity{idi.IDType, idi.Data}, "from", sa.remote)
+		return authFailed, nil, true
+	}
+	if err := sa.checkAuth(peer, inner, auth, sa.initReq, sa.nr, sa.keys.Pi, idi); err != nil {
+		e.stats.AuthFailed++
+		e.cfg.Log.Info("ike: AUTH of initiator does not verify", "id", Identity{idi.IDType, idi.Data}, "from", sa.remote, "err", err)
+		return authFailed, nil, true
+	}
+	sa.peer = peer
+	ourID := &ID{Responder: true, IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
+	ourAuth, err := sa.authPayload(peer, sa.initResp, sa.ni, sa.keys.Pr, ourID)
+	if err != nil {
+		e.cfg.Log.Info("ike: cannot make our AUTH", "peer", peer.Name, "err", err)
+		return authFailed, nil, true
+	}
+	resp = append(append([]Payload{ourID}, certPayloads(peer)...), ourAuth)
+
+	// The IKE SA is up from here; the Child SA may still fail.
+	if sa.halfOpenTimer != nil {
+		sa.halfOpenTimer.Stop()
+	}
+	if e.halfOpen[sa.hoKey] == sa {
+		delete(e.halfOpen, sa.hoKey)
+	}
+	sa.state = stateEstablished
+	childFail := func(n NotifyType) ([]Payload, []func(), bool) {
+		e.stats.IKESAEstablished++
+		return append(resp, &Notify{NType: n}), nil, false
+	}
+	sap, ok1 := find[*SA](inner, nil)
+	tsi, ok2 := find[*TS](inner, isInitiatorTS)
+	tsr, ok3 := find[*TS](inner, isResponderTS)
+	if !ok1 || !ok2 || !ok3 {
+		return childFail(InvalidSyntax)
+	}
+	esp, chosen, ok := selectProposal(peer.ESP, sap.Proposals, true)
+	if !ok || len(chosen.SPI) != 4 {
+		e.stats.NoProposalChosen++
+		return childFail(NoProposalChosen)
+	}
+	nTSi := narrow(tsi.Selectors, selectors(peer.RemoteTS))
+	nTSr := narrow(tsr.Selectors, selectors(peer.LocalTS))
+	if len(nTSi) == 0 || len(nTSr) == 0 {
+		e.stats.TSUnacceptable++
+		return childFail(TSUnacceptable)
+	}
+	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, nil, sa.ni, sa.nr)
+	if err != nil {
+		return childFail(NoProposalChosen)
+	}
+	inSPI := e.newChildSPILocked()
+	resp = append(resp,
+		&SA{Proposals: []Proposal{{Num: chosen.Num, Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, inSPI), Transforms: esp.transforms()}}},
+		&TS{Selectors: nTSi}, &TS{Responder: true, Selectors: nTSr})
+	c := &ChildSA{Name: peer.Name, Local: sa.local, Remote: sa.remote,
+		InSPI: inSPI, OutSPI: binary.BigEndian.Uint32(chosen.SPI),
+		Suite: esp.ESPName(), ESN: esp.ESN,
+		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,
+		LocalTS: nTSr, RemoteTS: nTSi, Encap: sa.encap,
+		IKESPIi: sa.spii, IKESPIr: sa.spir}
+	return resp, sa.establishLocked(c), false
+}
+
+// infoRequestLocked handles an INFORMATIONAL request (section 1.4):
+// Delete payloads for the IKE SA or our Child SA; anything else is
+// answered empty (a liveness check).
+func (sa *ikeSA) infoRequestLocked(inner []Payload) (resp []Payload, after []func(), remove bool) {
+	e := sa.ep
+	for _, p := range inner {
+		d, ok := p.(*Delete)
+		if !ok {
+			continue
+		}
+		switch d.Protocol {
+		case ProtoIKE:
+			e.cfg.Log.Info("ike: peer deleted the IKE SA", "peer", sa.peer.Name)
+			return nil, nil, true
+		case ProtoESP:
+			// The SPIs are the peer's inbound ones, our outbound; the
+			// answer names ours (section 1.4.1).
+			var ours []uint32
+			for _, spi := range d.SPIs {
+				for _, c := range sa.children {
+					if spi == c.OutSPI {
+						ours = append(ours, c.InSPI)
+						after = append(after, sa.dropChildLocked(c)...)
+						break
+					}
+				}
+			}
+			if len(ours) > 0 {
+				resp = append(resp, &Delete{Protocol: ProtoESP, SPIs: ours})
+			}
+		}
+	}
+	return resp, after, false
+}
+
+// responseLocked handles a response to our outstanding request.
+func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
+	e := sa.ep
+	p := sa.pending
+	if p == nil || m.Header.MessageID != p.id || m.Header.Exchange != p.exch {
+		e.stats.RxUnexpected++
+		return nil
+	}
+	if sa.state == stateInitSent {
+		return sa.initResponseLocked(m, raw)
+	}
+	inner, err := sa.in.open(raw, m)
+	if err != nil {
+		e.stats.RxIntegrityFailed++
+		return nil
+	}
+	sa.stopTimerLocked()
+	sa.pending = nil
+	switch {
+	case sa.state == stateAuthSent:
+		return sa.authResponseLocked(inner)
+	case sa.state == stateDeleting:
+		e.stats.Deleted++
+		return e.removeLocked(sa, errDeleted)
+	case p.kind == reqRekey:
+		return sa.rekeyResponseLocked(p.rekey, inner)
+	case p.kind == reqDeleteChild:
+		after := sa.dropChildLocked(p.old)
+		if w := sa.waiter; w != nil {
+			sa.waiter = nil
+			c := p.next
+			after = append(after, func() { w <- result{child: c} })
+		}
+		return after
+	}
+	return nil
+}
+
+// authPayload returns our AUTH payload: a signature when the peer
+// configuration has a Signer, else the PSK MAC (section 2.15). firstMsg is
+// our first message, peerNonce the other side's nonce, skp our SK_p.
+func (sa *ikeSA) authPayload(peer *Peer, firstMsg, peerNonce, skp []byte, id *ID) (*Auth, error) {
+	if peer.Signer != nil {
+		return signAuth(peer.AuthMethod, peer.Signer, signedOctets(sa.prf, firstMsg, peerNonce, skp, idBody(id)), sa.hashes)
+	}
+	return &Auth{Method: AuthPSK, Data: PSKAuth(sa.prf, peer.PSK, firstMsg, peerNonce, skp, idBody(id))}, nil
+}
+
+// checkAuth verifies the peer's AUTH: a signature by a certificate that
+// chains to RemoteCAs and names id when those are configured, else the
+// PSK MAC. firstMsg is the peer's first message, ourNonce ours, skp the
+// peer's SK_p.
+func (sa *ikeSA) checkAuth(peer *Peer, inner []Payload, auth *Auth, firstMsg, ourNonce, skp []byte, id *ID) error {
+	if len(peer.RemoteCAs) > 0 {
+		if auth.Method == AuthPSK {
+			return errors.New("ike: PSK AUTH where a certificate is required")
+		}
+		pub, err := verifyPeerCert(inner, peer.RemoteCAs, id)
+		if err != nil {
+			return err
+		}
+		return verifyAuth(auth, pub, signedOctets(sa.prf, firstMsg, ourNonce, skp, idBody(id)))
+	}
+	want := PSKAuth(sa.prf, peer.PSK, firstMsg, ourNonce, skp, idBody(id))
+	if auth.Method != AuthPSK || subtle.ConstantTimeCompare(want, auth.Data) != 1 {
+		return errors.New("ike: PSK AUTH does not verify")
+	}
+	return nil
+}
+
+// certPayloads returns our CERT payloads (none without a Signer).
+func certPayloads(peer *Peer) []Payload {
+	if peer.Signer == nil {
+		return nil
+	}
+	var ps []Payload
+	for _, c := range peer.Certificates {
+		ps = append(ps, &Cert{Encoding: CertX509Signature, Data: c.Raw})
+	}
+	return ps
+}

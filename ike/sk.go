@@ -1,0 +1,192 @@
+package ike
+
+// The Encrypted and Authenticated payload (RFC 7296 section 3.14) with
+// AES-CBC and an HMAC-SHA-2 integrity check (RFC 3602, RFC 4868), and with
+// the AEADs AES-GCM with a 16-byte ICV (RFC 5282) and ChaCha20-Poly1305
+// (RFC 7634).
+//
+// AEAD: the nonce is the 4-byte salt (the last bytes of SK_e) followed by
+// the 8-byte IV carried in the payload; the additional data is everything
+// from the start of the IKE header to the end of the SK payload's generic
+// header (RFC 5282 section 5.1). CBC: the ICV is the truncated HMAC over
+// everything from the start of the IKE header to the end of the
+// ciphertext (section 3.14).
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"crypto/sha512"
+	"crypto/subtle"
+	"errors"
+	"fmt"
+	"hash"
+
+	"golang.org/x/crypto/chacha20poly1305"
+)
+
+// skCrypto seals and opens SK payloads for one direction of an IKE SA.
+type skCrypto struct {
+	aead    cipher.AEAD // AEAD suites
+	salt    []byte
+	block   cipher.Block // CBC suites
+	mac     func() hash.Hash
+	macKey  []byte
+	icvLen  int
+	ivLen   int
+	blkSize int
+}
+
+// newSKCrypto returns the SK protection for suite s with encryption key
+// ek (salt included for AEADs) and integrity key ak.
+func newSKCrypto(s Suite, ek, ak []byte) (*skCrypto, error) {
+	c := &skCrypto{}
+	switch s.Encr {
+	case EncrAESGCM16:
+		n := len(ek) - 4
+		if n != 16 && n != 24 && n != 32 {
+			return nil, fmt.Errorf("ike: AES-GCM key of %d bytes", len(ek))
+		}
+		b, err := aes.NewCipher(ek[:n])
+		if err != nil {
+			return nil, fmt.Errorf("ike: %w", err)
+		}
+		a, err := cipher.NewGCM(b)
+		if err != nil {
+			return nil, fmt.Errorf("ike: %w", err)
+		}
+		c.aead, c.salt, c.ivLen, c.icvLen, c.blkSize = a, ek[n:], 8, 16, 1
+	case EncrChaCha20Poly1305:
+		if len(ek) != 36 {
+			return nil, fmt.Errorf("ike: ChaCha20-Poly1305 key of %d bytes", len(ek))
+		}
+		a, err := chacha20poly1305.New(ek[:32])
+		if err != nil {
+			return nil, fmt.Errorf("ike: %w", err)
+		}
+		c.aead, c.salt, c.ivLen, c.icvLen, c.blkSize = a, ek[32:], 8, 16, 1
+	case EncrAESCBC:
+		b, err := aes.NewCipher(ek)
+		if err != nil {
+			return nil, fmt.Errorf("ike: %w", err)
+		}
+		c.block, c.ivLen, c.blkSize = b, aes.BlockSize, aes.BlockSize
+		switch s.Integ {
+		case IntegHMACSHA256_128:
+			c.mac, c.icvLen = sha256.New, 16
+		case IntegHMACSHA384_192:
+			c.mac, c.icvLen = sha512.New384, 24
+		case IntegHMACSHA512_256:
+			c.mac, c.icvLen = sha512.New, 32
+		default:
+			return nil, fmt.Errorf("ike: integrity algorithm %d is not supported", s.Integ)
+		}
+		if len(ak) != integKeyLen(s.Integ) {
+			return nil, fmt.Errorf("ike: integrity key of %d bytes", len(ak))
+		}
+		c.macKey = ak
+	default:
+		return nil, fmt.Errorf("ike: encryption algorithm %d is not supported", s.Encr)
+	}
+	return c, nil
+}
+
+// seal returns the wire form of a message with header h, the payloads
+// clear (sent unencrypted before the SK payload; usually none) and the
+// payloads inner inside the SK payload.
+func (c *skCrypto) seal(h Header, clear, inner []Payload) ([]byte, error) {
+	plain, err := appendPayloads(nil, inner)
+	if err != nil {
+		return nil, err
+	}
+	first := NoNextPayload
+	if len(inner) > 0 {
+		first = inner[0].Type()
+	}
+	// Padding: to the block size, with the pad length byte last.
+	pad := 0
+	if c.blkSize > 1 {
+		pad = (c.blkSize - (len(plain)+1)%c.blkSize) % c.blkSize
+	}
+	ptLen := len(plain) + pad + 1
+	m := &Message{Header: h, Payloads: append(append([]Payload(nil), clear...), &Encrypted{Inner: first, Data: make([]byte, c.ivLen+ptLen+c.icvLen)})}
+	b, err := m.Encode()
+	if err != nil {
+		return nil, err
+	}
+	skBody := len(b) - (c.ivLen + ptLen + c.icvLen)
+	iv := b[skBody : skBody+c.ivLen]
+	if _, err := rand.Read(iv); err != nil {
+		return nil, fmt.Errorf("ike: %w", err)
+	}
+	ct := b[skBody+c.ivLen : skBody+c.ivLen+ptLen]
+	copy(ct, plain)
+	for i := 0; i < pad; i++ {
+		ct[len(plain)+i] = 0
+	}
+	ct[ptLen-1] = byte(pad)
+	if c.aead != nil {
+		nonce := append(append(make([]byte, 0, 12), c.salt...), iv...)
+		out := c.aead.Seal(ct[:0], nonce, ct, b[:skBody])
+		if len(out) != ptLen+c.icvLen {
+			return nil, errors.New("ike: AEAD output length")
+		}
+		return b, nil
+	}
+	cipher.NewCBCEncrypter(c.block, iv).CryptBlocks(ct, ct)
+	mac := hmac.New(c.mac, c.macKey)
+	mac.Write(b[:len(b)-c.icvLen])
+	copy(b[len(b)-c.icvLen:], mac.Sum(nil))
+	return b, nil
+}
+
+// open checks and decrypts the SK payload of raw (whose decoded form is
+// m, with the *Encrypted last) and returns the inner payloads. It fails
+// without detail on any integrity failure.
+func (c *skCrypto) open(raw []byte, m *Message) ([]Payload, error) {
+	if len(m.Payloads) == 0 {
+		return nil, errors.New("ike: no SK payload")
+	}
+	e, ok := m.Payloads[len(m.Payloads)-1].(*Encrypted)
+	if !ok {
+		return nil, errors.New("ike: no SK payload")
+	}
+	raw = raw[:m.Header.Length]
+	skBody := len(raw) - len(e.Data)
+	if len(e.Data) < c.ivLen+c.icvLen+1 || skBody < HeaderLen+genericLen {
+		return nil, fmt.Errorf("ike: SK payload of %d bytes", len(e.Data))
+	}
+	iv := e.Data[:c.ivLen]
+	body := e.Data[c.ivLen:]
+	var pt []byte
+	if c.aead != nil {
+		nonce := append(append(make([]byte, 0, 12), c.salt...), iv...)
+		var err error
+		pt, err = c.aead.Open(nil, nonce, body, raw[:skBody])
+		if err != nil {
+			return nil, errors.New("ike: SK payload failed its integrity check")
+		}
+	} else {
+		ct := body[:len(body)-c.icvLen]
+		mac := hmac.New(c.mac, c.macKey)
+		mac.Write(raw[:len(raw)-c.icvLen])
+		if subtle.ConstantTimeCompare(mac.Sum(nil)[:c.icvLen], body[len(body)-c.icvLen:]) != 1 {
+			return nil, errors.New("ike: SK payload failed its integrity check")
+		}
+		if len(ct) == 0 || len(ct)%c.blkSize != 0 {
+			return nil, fmt.Errorf("ike: SK ciphertext of %d bytes", len(ct))
+		}
+		pt = make([]byte, len(ct))
+		cipher.NewCBCDecrypter(c.block, iv).CryptBlocks(pt, ct)
+	}
+	if len(pt) == 0 {
+		return nil, errors.New("ike: empty SK plaintext")
+	}
+	padLen := int(pt[len(pt)-1])
+	if padLen+1 > len(pt) {
+		return nil, fmt.Errorf("ike: SK pad length %d in %d bytes", padLen, len(pt))
+	}
+	return parsePayloads(e.Inner, pt[:len(pt)-1-padLen], false)
+}

@@ -1,0 +1,679 @@
+package ike_test
+
+// sluice's IKEv2 against strongSwan 5.9.8's charon (kernel-libipsec), PSK:
+//
+//  1. Namespaces "ss" (charon, 192.0.2.1, site 10.1.0.0/24) and "sl"
+//     (sluice's ike.Endpoint on UDP 500 and 4500 of 192.0.2.2, site
+//     10.2.0.0/24), joined by a veth. charon runs with its own
+//     strongswan.conf (STRONGSWAN_CONF) and a private /run, driven by
+//     swanctl over its own vici socket; its filelog has chd = 4, which logs
+//     the Child SA keys.
+//  2. Either sluice initiates to charon, or charon (swanctl --initiate)
+//     to sluice. charon's encap = yes fakes a NAT, so both move to 4500.
+//  3. The Child SA sluice reports must carry the SPIs, suite and keys
+//     charon logged.
+//  4. The side that initiated deletes the IKE SA (INFORMATIONAL); the
+//     other must forget it.
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"text/template"
+	"time"
+
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/cryptodev/soft"
+	"github.com/sluicegw/sluice/ike"
+	"github.com/sluicegw/sluice/internal/lab"
+)
+
+const charonPath = "/usr/lib/ipsec/charon"
+
+var (
+	ssWAN   = netip.MustParsePrefix("192.0.2.1/24")
+	slWAN   = netip.MustParsePrefix("192.0.2.2/24")
+	ssSite  = netip.MustParsePrefix("10.1.0.0/24")
+	slSite  = netip.MustParsePrefix("10.2.0.0/24")
+	ssIDStr = "strongswan@interop.sluice"
+	slIDStr = "sluice@interop.sluice"
+)
+
+// requireStrongSwan skips the test without root, namespaces, charon or
+// swanctl, except under CI=true, where it fails it.
+func requireStrongSwan(t *testing.T) {
+	t.Helper()
+	lab.Require(t)
+	for _, p := range []string{charonPath, "swanctl", "unshare"} {
+		if _, err := exec.LookPath(p); err != nil {
+			if os.Getenv("CI") == "true" {
+				t.Fatalf("%s: %v (CI=true: not skipping; install strongswan-charon strongswan-swanctl, see /work/shared/INTEROP.md)", p, err)
+			}
+			t.Skipf("strongSwan is not installed: %v", err)
+		}
+	}
+}
+
+// TestStrongSwanInterop negotiates with charon in both roles, for IKE
+// suites with an AEAD and with CBC+HMAC, and checks the Child SA keys
+// against the ones charon logged.
+func TestStrongSwanInterop(t *testing.T) {
+	cases := []struct{ ike, esp string }{
+		{"aes256gcm16-prfsha384-ecp384", "aes128gcm16"},
+		{"aes128-sha256-modp2048", "aes128gcm16"},
+		{"aes256-sha256-x25519", "aes256-sha256"},
+		{"aes256gcm16-prfsha384-ecp384", "aes128gcm16-ecp256"}, // PFS on rekey
+	}
+	for _, c := range cases {
+		for _, role := range []string{"initiator", "responder"} {
+			t.Run(fmt.Sprintf("sluice-%s/%s/%s", role, c.ike, c.esp), func(t *testing.T) {
+				requireStrongSwan(t)
+				interop(t, role == "initiator", c.ike, c.esp, nil)
+			})
+		}
+	}
+}
+
+// TestStrongSwanInteropCert negotiates with charon in both roles, both
+// sides authenticating with certificates: RFC 7427 signatures with an RSA
+// key on sluice's side and the RFC 4754 ECDSA method with a P-256 key.
+func TestStrongSwanInteropCert(t *testing.T) {
+	for _, c := range []struct {
+		role string
+		auth certAuth
+	}{
+		{"initiator", certAuth{sluiceKey: "rsa", charonKey: "p384"}},
+		{"responder", certAuth{sluiceKey: "p256", charonKey: "rsa", method: ike.AuthECDSA256}},
+	} {
+		t.Run(fmt.Sprintf("sluice-%s/%s-%s", c.role, c.auth.sluiceKey, c.auth.charonKey), func(t *testing.T) {
+			requireStrongSwan(t)
+			interop(t, c.role == "initiator", "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &c.auth)
+		})
+	}
+}
+
+// testCreds are the certificates and keys of one certificate test: a CA,
+// charon's certificate and key as files in its swanctl directory, sluice's certificate and its key
+// inside cryptodev's soft engine.
+type testCreds struct {
+	ca                 *x509.Certificate
+	caFile, charonCert string // file names in x509ca/ and x509/ of swanctl's directory
+	sluiceCert         *x509.Certificate
+	signer             crypto.Signer
+}
+
+func newKey(t *testing.T, kind string) crypto.Signer {
+	t.Helper()
+	var k crypto.Signer
+	var err error
+	switch kind {
+	case "p256":
+		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case "p384":
+		k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	case "rsa":
+		var data []byte
+		if data, err = os.ReadFile("testdata/rsa-test-1.pem"); err == nil {
+			blk, _ := pem.Decode(data)
+			var key any
+			if key, err = x509.ParsePKCS8PrivateKey(blk.Bytes); err == nil {
+				k = key.(*rsa.PrivateKey)
+			}
+		}
+	}
+	if err != nil || k == nil {
+		t.Fatalf("key %s: %v", kind, err)
+	}
+	return k
+}
+
+func newTestCreds(t *testing.T, dir string, a *certAuth) *testCreds {
+	t.Helper()
+	caKey := newKey(t, "p256")
+	now := time.Now()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice interop CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	issue := func(serial int64, email string, pub crypto.PublicKey) *x509.Certificate {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: email},
+			EmailAddresses: []string{email}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c, _ := x509.ParseCertificate(der)
+		return c
+	}
+	// charon's swanctl directory: swanctl --load-all --file takes the
+	// directory of the file as its base (x509/, x509ca/, ecdsa/, rsa/).
+	writePEM := func(sub, name, typ string, der []byte) string {
+		d := filepath.Join(dir, sub)
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(d, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return name
+	}
+	cr := &testCreds{ca: ca, caFile: writePEM("x509ca", "ca.pem", "CERTIFICATE", caDER)}
+	ck := newKey(t, a.charonKey)
+	cr.charonCert = writePEM("x509", "charon.pem", "CERTIFICATE", issue(2, ssIDStr, ck.Public()).Raw)
+	switch k := ck.(type) {
+	case *ecdsa.PrivateKey:
+		der, err := x509.MarshalECPrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		writePEM("ecdsa", "charon.key", "EC PRIVATE KEY", der)
+	case *rsa.PrivateKey:
+		writePEM("rsa", "charon.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k))
+	}
+	// sluice's key goes into the soft engine; AUTH is signed through it.
+	eng := soft.New()
+	key, err := eng.NewPrivateKey(newKey(t, a.sluiceKey))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cr.signer, err = cryptodev.NewSigner(eng, key); err != nil {
+		t.Fatal(err)
+	}
+	cr.sluiceCert = issue(3, slIDStr, cr.signer.Public())
+	return cr
+}
+
+type charon struct {
+	ns        *lab.Netns
+	conf, log string
+	vici      string
+	proc      *lab.Process
+}
+
+// certAuth makes both sides authenticate with certificates from one test
+// CA: sluice with a key of kind sluiceKey held by cryptodev's soft engine
+// and signing with method (0: RFC 7427 when possible), charon with a key
+// of kind charonKey.
+type certAuth struct {
+	sluiceKey, charonKey string
+	method               ike.AuthMethod
+}
+
+func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert *certAuth) {
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Cleanup(cancel)
+	l := lab.New(nil)
+	t.Cleanup(func() {
+		if err := l.Close(); err != nil {
+			t.Errorf("removing the test bed: %v", err)
+		}
+	})
+	dir, err := l.Dir()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ssNS, err := l.NewNetns(ctx, "ss")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slNS, err := l.NewNetns(ctx, "sl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Veth(ssNS, "wan0", slNS, "wan0"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ssNS.AddAddr("wan0", ssWAN); err != nil {
+		t.Fatal(err)
+	}
+	if err := slNS.AddAddr("wan0", slWAN); err != nil {
+		t.Fatal(err)
+	}
+	// charon routes its side of the tunnel from an address in its local
+	// traffic selector, and refuses the Child SA without one.
+	if err := ssNS.AddAddr("lo", netip.PrefixFrom(ssSite.Addr().Next(), 32)); err != nil {
+		t.Fatal(err)
+	}
+
+	// 1. charon.
+	psk := make([]byte, 16)
+	rand.Read(psk)
+	pskHex := hex.EncodeToString(psk)
+	c := &charon{ns: ssNS, conf: filepath.Join(dir, "strongswan.conf"), log: filepath.Join(dir, "charon.log"), vici: filepath.Join(dir, "charon.vici")}
+	t.Cleanup(func() {
+		if t.Failed() {
+			if data, err := os.ReadFile(c.log); err == nil {
+				t.Logf("charon log:\n%s", tail(string(data), 80))
+			}
+		}
+	})
+	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, map[string]string{"Vici": c.vici, "Log": c.log})
+	swconf := filepath.Join(dir, "swanctl.conf")
+	vars := map[string]string{
+		"Local": ssWAN.Addr().String(), "Remote": slWAN.Addr().String(),
+		"LocalID": ssIDStr, "RemoteID": slIDStr, "LocalTS": ssSite.String(), "RemoteTS": slSite.String(),
+		"IKE": ikeProps, "ESP": espProps, "PSK": pskHex,
+	}
+	tmpl := "testdata/strongswan/swanctl.conf.tmpl"
+	var creds *testCreds
+	if cert != nil {
+		creds = newTestCreds(t, dir, cert)
+		tmpl = "testdata/strongswan/swanctl-cert.conf.tmpl"
+		vars["Cert"], vars["CA"] = creds.charonCert, creds.caFile
+	}
+	render(t, tmpl, swconf, vars)
+	c.start(t, ctx, l)
+	if out, err := c.swanctl(ctx, "--load-all", "--file", swconf); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(out, "successfully loaded 1 connections") {
+		t.Fatalf("swanctl --load-all: %s", out)
+	}
+
+	// 2. sluice's endpoint in "sl".
+	var conns []*net.UDPConn
+	for _, port := range []uint16{500, 4500} {
+		uc, err := slNS.ListenUDP(netip.AddrPortFrom(slWAN.Addr(), port))
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, uc)
+	}
+	tr, err := ike.NewUDPTransport(conns...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	ikeP, err := ike.ParseProposals(ike.ProtoIKE, ikeProps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	espP, err := ike.ParseProposals(ike.ProtoESP, espProps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer := &ike.Peer{Name: "strongswan", Local: slWAN.Addr(), Remote: ssWAN.Addr(),
+		LocalID: ike.ParseIdentity(slIDStr), RemoteID: ike.ParseIdentity(ssIDStr), PSK: []byte(pskHex),
+		IKE: ikeP, ESP: espP, LocalTS: []netip.Prefix{slSite}, RemoteTS: []netip.Prefix{ssSite}}
+	if creds != nil {
+		peer.PSK = nil
+		peer.Signer, peer.Certificates, peer.RemoteCAs, peer.AuthMethod = creds.signer, []*x509.Certificate{creds.sluiceCert}, []*x509.Certificate{creds.ca}, cert.method
+	}
+	var mu sync.Mutex
+	var established, deleted []*ike.ChildSA
+	ep, err := ike.NewEndpoint(ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
+		OnChildSA: func(c *ike.ChildSA) { mu.Lock(); established = append(established, c); mu.Unlock() },
+		OnDelete:  func(c *ike.ChildSA) { mu.Lock(); deleted = append(deleted, c); mu.Unlock() },
+	}, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ep.Close() })
+	tr.Serve(ep)
+
+	// 3. The negotiation.
+	start := time.Now()
+	var child *ike.ChildSA
+	if sluiceInitiates {
+		ictx, icancel := context.WithTimeout(ctx, 30*time.Second)
+		child, err = ep.Initiate(ictx, "strongswan")
+		icancel()
+		if err != nil {
+			t.Fatalf("sluice initiating: %v (stats %+v)", err, ep.Stats())
+		}
+	} else {
+		if out, err := c.swanctl(ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
+			t.Fatalf("charon initiating: %v\n%s (sluice stats %+v)", err, out, ep.Stats())
+		}
+		err := lab.WaitFor(ctx, "sluice's Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			if len(established) > 0 {
+				child = established[0]
+				return true, nil
+			}
+			return false, nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Logf("IKE %s, ESP %s: established in %v; sluice in %08x out %08x, encap %v, %v <-> %v, TS %v === %v",
+		ikeProps, espProps, time.Since(start).Round(time.Millisecond), child.InSPI, child.OutSPI, child.Encap,
+		child.Local, child.Remote, child.LocalTS, child.RemoteTS)
+
+	// 4. What charon logged.
+	wantSuite := strings.TrimSuffix(espProps, "-ecp256")
+	k := charonChild(t, ctx, c.log, child)
+	if cert != nil {
+		// charon logs how each side authenticated.
+		data, _ := os.ReadFile(c.log)
+		verified := false
+		for _, l := range strings.Split(string(data), "\n") {
+			if strings.Contains(l, "authentication of") {
+				t.Logf("charon: %s", strings.TrimSpace(l[strings.Index(l, "]")+1:]))
+				verified = verified || (strings.Contains(l, "authentication of '"+slIDStr+"' with") && strings.HasSuffix(l, "successful"))
+			}
+		}
+		if !verified {
+			t.Error("charon did not log a successful authentication of sluice's signature")
+		}
+	}
+	checkKeys(t, child, k, sluiceInitiates, wantSuite)
+	if !child.Encap || child.Remote != netip.AddrPortFrom(ssWAN.Addr(), 4500) || child.Local != netip.AddrPortFrom(slWAN.Addr(), 4500) {
+		t.Errorf("encap %v %v <-> %v: charon's encap = yes should have moved both to 4500", child.Encap, child.Local, child.Remote)
+	}
+	if len(child.LocalTS) != 1 || child.LocalTS[0].String() != slSite.String() || len(child.RemoteTS) != 1 || child.RemoteTS[0].String() != ssSite.String() {
+		t.Errorf("selectors %v === %v", child.LocalTS, child.RemoteTS)
+	}
+
+	// 5. A rekey (CREATE_CHILD_SA), from the side that initiated; with an
+	// ESP group, with PFS.
+	if cert == nil {
+		var fresh *ike.ChildSA
+		if sluiceInitiates {
+			rctx, rcancel := context.WithTimeout(ctx, 15*time.Second)
+			rstart := time.Now()
+			fresh, err = ep.Rekey(rctx, child)
+			rcancel()
+			t.Logf("sluice rekeyed in %v", time.Since(rstart).Round(time.Millisecond))
+			if err != nil {
+				t.Fatalf("sluice rekeying: %v", err)
+			}
+		} else {
+			if out, err := c.swanctl(ctx, "--rekey", "--child", "net"); err != nil {
+				t.Fatalf("charon rekeying: %v\n%s", err, out)
+			}
+			err := lab.WaitFor(ctx, "sluice to replace the Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				if len(established) == 2 && len(deleted) == 1 {
+					fresh = established[1]
+					return true, nil
+				}
+				return false, nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		}
+		rk := charonChild(t, ctx, c.log, fresh)
+		// Keys of a CREATE_CHILD_SA: "initiator" is whoever requested it.
+		checkKeys(t, fresh, rk, sluiceInitiates, wantSuite)
+		err = lab.WaitFor(ctx, "charon to delete the old Child SA", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+			out, err := c.swanctl(ctx, "--list-sas")
+			return err == nil && !strings.Contains(out, fmt.Sprintf("%08x", child.InSPI)) && strings.Contains(out, fmt.Sprintf("%08x", fresh.InSPI)), err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rk.proposal != k.proposal && !strings.Contains(espProps, "ecp256") {
+			t.Errorf("rekeyed with %s, not %s", rk.proposal, k.proposal)
+		}
+		if strings.Contains(espProps, "ecp256") && !strings.Contains(rk.proposal, "ECP_256") {
+			t.Errorf("the rekey used no PFS group: %s", rk.proposal)
+		}
+		child = fresh
+	}
+
+	// 6. Delete, from the side that initiated.
+	if sluiceInitiates {
+		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
+		err := ep.Delete(dctx, child)
+		dcancel()
+		if err != nil {
+			t.Fatalf("sluice deleting: %v", err)
+		}
+		err = lab.WaitFor(ctx, "charon to forget the IKE SA", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+			out, err := c.swanctl(ctx, "--list-sas")
+			return err == nil && !strings.Contains(out, "interop:"), err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		if out, err := c.swanctl(ctx, "--terminate", "--ike", "interop", "--timeout", "10"); err != nil {
+			t.Fatalf("charon terminating: %v\n%s", err, out)
+		}
+		err := lab.WaitFor(ctx, "sluice to delete the Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			// The rekey already deleted one Child SA.
+			return len(deleted) == 2 || (cert != nil && len(deleted) == 1), nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := ep.Stats()
+	t.Logf("sluice stats: %+v", s)
+	if s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow+s.RxUnsupportedCrit != 0 || s.Deleted != 1 || (cert == nil && s.ChildSARekeyed != 1) {
+		t.Errorf("unexpected drops or deletes: %+v", s)
+	}
+}
+
+func render(t *testing.T, tmpl, out string, data any) {
+	t.Helper()
+	tp, err := template.ParseFiles(tmpl)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := tp.Execute(&b, data); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(out, b.Bytes(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// start runs charon in its namespace with a private /run and waits until
+// its vici socket answers.
+func (c *charon) start(t *testing.T, ctx context.Context, l *lab.Lab) {
+	t.Helper()
+	argv := []string{"unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /run && exec " + charonPath}
+	p, err := l.Start(c.ns, "charon", argv, &lab.ProcOptions{Env: []string{"STRONGSWAN_CONF=" + c.conf}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.proc = p
+	err = lab.WaitFor(ctx, "charon to answer on "+c.vici, 20*time.Second, 50*time.Millisecond, func() (bool, error) {
+		if done, err := p.Exited(); done {
+			return false, fmt.Errorf("%w: charon exited: %v: %s", lab.ErrStop, err, p.Output())
+		}
+		_, err := c.swanctl(ctx, "--stats")
+		return err == nil, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *charon) swanctl(ctx context.Context, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "swanctl", append(args, "--uri", "unix://"+c.vici)...)
+	cmd.Env = append(os.Environ(), "STRONGSWAN_CONF="+c.conf)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		return string(out), fmt.Errorf("swanctl %s: %w: %s", strings.Join(args, " "), err, tail(string(out), 10))
+	}
+	return string(out), nil
+}
+
+// charonKeys are one Child SA's keys and SPIs as charon logs them with
+// chd = 4. "initiator" keys protect what the initiator of the exchange
+// that made the Child SA sends (RFC 7296 section 2.17), whichever side
+// charon is; its "_i" SPI is its inbound one.
+type charonKeys struct {
+	proposal       string
+	spiIn, spiOut  uint32
+	encI, encR     []byte
+	integI, integR []byte
+}
+
+var (
+	// 12[CHD] encryption initiator key => 20 bytes @ 0x7f...
+	keyRE = regexp.MustCompile(`^(\d+)\[CHD\] (encryption|integrity) (initiator|responder) key => (\d+) bytes`)
+	// 12[CHD]    0: D3 0A BC 28 ...
+	dumpRE = regexp.MustCompile(`^(\d+)\[CHD\]\s+\d+: (.*)$`)
+	// CHILD_SA net{1} established with SPIs c1a2b3c4_i 0a0b0c0d_o and TS ...
+	spiRE  = regexp.MustCompile(`CHILD_SA \S+ established with SPIs ([0-9a-f]{8})_i ([0-9a-f]{8})_o`)
+	propRE = regexp.MustCompile(`selected proposal: (ESP:\S+)`)
+)
+
+// charonChild waits until charon's log has the Child SA whose SPIs are
+// child's, and returns its keys.
+func charonChild(t *testing.T, ctx context.Context, log string, child *ike.ChildSA) *charonKeys {
+	t.Helper()
+	var k *charonKeys
+	err := lab.WaitFor(ctx, fmt.Sprintf("charon's Child SA %08x in its log", child.OutSPI), 10*time.Second, 20*time.Millisecond, func() (bool, error) {
+		all, err := readCharonKeys(log)
+		for _, c := range all {
+			if c.spiIn == child.OutSPI {
+				k = c
+				return true, nil
+			}
+		}
+		return false, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("charon: %s, SPIs %08x_i %08x_o", k.proposal, k.spiIn, k.spiOut)
+	return k
+}
+
+// checkKeys compares sluice's Child SA with charon's; sluiceFirst says
+// sluice initiated the exchange that made it.
+func checkKeys(t *testing.T, child *ike.ChildSA, k *charonKeys, sluiceFirst bool, suite string) {
+	t.Helper()
+	if child.OutSPI != k.spiIn || child.InSPI != k.spiOut {
+		t.Errorf("SPIs: sluice in %08x out %08x, charon in %08x out %08x", child.InSPI, child.OutSPI, k.spiIn, k.spiOut)
+	}
+	encOut, encIn, intOut, intIn := k.encI, k.encR, k.integI, k.integR
+	if !sluiceFirst {
+		encOut, encIn, intOut, intIn = k.encR, k.encI, k.integR, k.integI
+	}
+	if len(encOut) == 0 || !bytes.Equal(child.OutKey, encOut) || !bytes.Equal(child.InKey, encIn) {
+		t.Errorf("encryption keys differ:\nsluice out %x in %x\ncharon out %x in %x", child.OutKey, child.InKey, encOut, encIn)
+	}
+	if !bytes.Equal(child.OutAuthKey, intOut) || !bytes.Equal(child.InAuthKey, intIn) {
+		t.Errorf("integrity keys differ:\nsluice out %x in %x\ncharon out %x in %x", child.OutAuthKey, child.InAuthKey, intOut, intIn)
+	}
+	if child.Suite != suite || child.ESN {
+		t.Errorf("suite %q esn %v, want %q", child.Suite, child.ESN, suite)
+	}
+}
+
+// readCharonKeys reads the Child SAs of a charon log (chd = 4) in the
+// order they were established: each one's keys are logged before its
+// "established with SPIs" line, by one thread.
+func readCharonKeys(path string) ([]*charonKeys, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var all []*charonKeys
+	k := &charonKeys{}
+	var (
+		cur    *[]byte
+		thread string
+		want   int
+	)
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		if cur != nil {
+			if m := dumpRE.FindStringSubmatch(line); m != nil && m[1] == thread {
+				for _, tok := range strings.Fields(m[2]) {
+					if len(*cur) == want || len(tok) != 2 {
+						break
+					}
+					b, err := hex.DecodeString(tok)
+					if err != nil {
+						break
+					}
+					*cur = append(*cur, b[0])
+				}
+				if len(*cur) == want {
+					cur = nil
+				}
+				continue
+			}
+		}
+		if m := keyRE.FindStringSubmatch(line); m != nil {
+			var dst *[]byte
+			switch m[2] + " " + m[3] {
+			case "encryption initiator":
+				dst = &k.encI
+			case "encryption responder":
+				dst = &k.encR
+			case "integrity initiator":
+				dst = &k.integI
+			default:
+				dst = &k.integR
+			}
+			*dst = nil
+			thread, cur = m[1], dst
+			want, _ = strconv.Atoi(m[4])
+			if want == 0 {
+				cur = nil
+			}
+			continue
+		}
+		if m := propRE.FindStringSubmatch(line); m != nil {
+			k.proposal = m[1]
+		}
+		if m := spiRE.FindStringSubmatch(line); m != nil {
+			in, _ := strconv.ParseUint(m[1], 16, 32)
+			out, _ := strconv.ParseUint(m[2], 16, 32)
+			k.spiIn, k.spiOut = uint32(in), uint32(out)
+			if len(k.encI) > 0 && len(k.encR) > 0 && cur == nil {
+				all = append(all, k)
+			}
+			k = &charonKeys{proposal: k.proposal}
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return nil, err
+	}
+	if len(all) == 0 {
+		return nil, fmt.Errorf("no Child SA with keys yet (is chd = 4 set in the filelog?)")
+	}
+	return all, nil
+}
