@@ -147,7 +147,13 @@ func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []fun
 	fail := func(err error) []func() {
 		sa.rekeying = false
 		e.cfg.Log.Info("ike: IKE SA rekey failed", "peer", sa.peer.Name, "err", err)
-		return reply(r.waiter, nil, err)
+		var after []func()
+		if c := sa.peerRekey; c != nil {
+			// The peer's rekey, answered meanwhile, stands alone.
+			sa.retireLocked()
+			after = c.ike.idleLocked()
+		}
+		return append(after, reply(r.waiter, nil, err)...)
 	}
 	if n := findNotify(inner, InvalidKEPayload); n != nil && len(n.Data) == 2 && r.retries < 2 {
 		e.stats.InvalidKE++
@@ -246,6 +252,24 @@ func offersGroup(ps []Proposal, g uint16) bool {
 	return false
 }
 
+// retireLocked marks sa as replaced by the peer's rekey: the peer deletes
+// it; should its Delete be lost, it goes after HalfOpenTimeout.
+func (sa *ikeSA) retireLocked() {
+	e := sa.ep
+	sa.rekeyed = true
+	sa.stopLifeTimersLocked()
+	stop(sa.halfOpenTimer)
+	sa.halfOpenTimer = e.cfg.clock.AfterFunc(e.cfg.HalfOpenTimeout, func() {
+		e.mu.Lock()
+		var after []func()
+		if !sa.removed {
+			after = e.removeLocked(sa, errDeleted)
+		}
+		e.mu.Unlock()
+		run(after)
+	})
+}
+
 // ikeRekeyRequestLocked answers the peer's CREATE_CHILD_SA that rekeys
 // the IKE SA (section 2.18).
 func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]Payload, []func()) {
@@ -291,20 +315,7 @@ func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]P
 		// Child SAs.
 		sa.peerRekey = &collision{ni: append([]byte(nil), ni.Data...), nr: nr, ike: ns}
 	} else {
-		sa.rekeyed = true
-		sa.stopLifeTimersLocked()
-		// The peer deletes the old SA; should its Delete be lost, it goes
-		// after HalfOpenTimeout.
-		old := sa
-		sa.halfOpenTimer = e.cfg.clock.AfterFunc(e.cfg.HalfOpenTimeout, func() {
-			e.mu.Lock()
-			var after []func()
-			if !old.removed {
-				after = e.removeLocked(old, errDeleted)
-			}
-			e.mu.Unlock()
-			run(after)
-		})
+		sa.retireLocked()
 	}
 	chosenOut := Proposal{Num: chosen.Num, Protocol: ProtoIKE, SPI: binary.BigEndian.AppendUint64(nil, ns.spir), Transforms: suite.transforms()}
 	return []Payload{&SA{Proposals: []Proposal{chosenOut}}, &Nonce{Data: nr}, &KE{Group: dh.Group(), Data: dh.Public()}}, nil

@@ -122,7 +122,11 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 			// IKE SA); unless its own rekey replaced ours, try again
 			// a little later.
 			e.stats.TempFailures++
-			if ent := e.children[r.old.InSPI]; ent != nil && ent.c == r.old && !ent.replaced && r.waiter == nil {
+			ent := e.children[r.old.InSPI]
+			if ent != nil && ent.peer != nil {
+				ent.replaced = true // the peer's rekey made its successor
+			}
+			if ent != nil && ent.c == r.old && !ent.replaced && r.waiter == nil {
 				after := sa.failRekeyLocked(r, errors.New("ike: TEMPORARY_FAILURE"))
 				ent.rekeyT = e.cfg.clock.AfterFunc(e.retryDelay(), func() { e.childRekeyDue(r.old.InSPI, ent) })
 				return after
