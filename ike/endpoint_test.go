@@ -26,7 +26,7 @@ type memNet struct {
 	// inflight counts datagrams queued or being delivered (quiet).
 	inflight atomic.Int64
 	done     chan struct{}
-	wg      sync.WaitGroup
+	wg       sync.WaitGroup
 }
 
 type memPkt struct {

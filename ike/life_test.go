@@ -190,8 +190,18 @@ func TestLifetimes(t *testing.T) {
 	p := newPair(t, pa, pb, withClock(clk))
 	clk.settleOn(t, p)
 	var events []string
-	p.b.cfg.OnChildSA = func(c *ChildSA) { p.bChildMu.Lock(); events = append(events, "add"); p.bChild = append(p.bChild, c); p.bChildMu.Unlock() }
-	p.b.cfg.OnDelete = func(c *ChildSA) { p.bChildMu.Lock(); events = append(events, "del"); p.bDeleted = append(p.bDeleted, c); p.bChildMu.Unlock() }
+	p.b.cfg.OnChildSA = func(c *ChildSA) {
+		p.bChildMu.Lock()
+		events = append(events, "add")
+		p.bChild = append(p.bChild, c)
+		p.bChildMu.Unlock()
+	}
+	p.b.cfg.OnDelete = func(c *ChildSA) {
+		p.bChildMu.Lock()
+		events = append(events, "del")
+		p.bDeleted = append(p.bDeleted, c)
+		p.bChildMu.Unlock()
+	}
 	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
 		t.Fatal(err)
 	}
