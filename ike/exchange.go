@@ -109,10 +109,11 @@ type ikeSA struct {
 	remoteID        Identity  // the peer's authenticated identity
 	queue           []op      // requests waiting for the window (maxQueued)
 	lastHeard       time.Time // last authenticated message from the peer
-	rekeyT, expireT stopper   // the IKE SA's Lifetime
-	dpdT            stopper   // liveness check (Peer.DPDDelay)
-	rekeying        bool      // our IKE SA rekey is queued or outstanding
-	rekeyed         bool      // replaced by a new IKE SA; waits for its Delete
+	established     time.Time
+	rekeyT, expireT stopper // the IKE SA's Lifetime
+	dpdT            stopper // liveness check (Peer.DPDDelay)
+	rekeying        bool    // our IKE SA rekey is queued or outstanding
+	rekeyed         bool    // replaced by a new IKE SA; waits for its Delete
 	peerRekey       *collision
 }
 
