@@ -44,6 +44,7 @@ type Endpoint struct {
 	stats      Stats
 	stopping   bool // Close has begun: start no goroutines
 	closed     bool
+	tap        func(pkt []byte) // tests: sees each received datagram (export_test.go)
 
 	queue     chan datagram // Deliver's hand-off to the goroutine in run
 	queueFull atomic.Uint64
@@ -167,6 +168,9 @@ func (e *Endpoint) Receive(local, remote netip.AddrPort, pkt []byte) {
 
 func (e *Endpoint) receiveLocked(local, remote netip.AddrPort, pkt []byte) []func() {
 	e.stats.RxPackets++
+	if e.tap != nil {
+		e.tap(pkt)
+	}
 	if e.closed {
 		return nil
 	}

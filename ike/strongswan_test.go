@@ -24,6 +24,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/hex"
@@ -356,8 +357,40 @@ func newBed(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { b.ep.Close() })
+	if os.Getenv("IKE_WRITE_SEEDS") == "1" {
+		ike.SetTap(b.ep, writeSeed(t))
+	}
 	tr.Serve(b.ep)
 	return b
+}
+
+// writeSeed returns a tap that writes each IKE message charon sends to
+// testdata/fuzz/FuzzParseMessage (IKE_WRITE_SEEDS=1), named by exchange
+// and content, so that the fuzz target starts from real exchanges.
+func writeSeed(t *testing.T) func([]byte) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzParseMessage")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return func(pkt []byte) {
+		if len(pkt) >= 4 && bytes.Equal(pkt[:4], []byte{0, 0, 0, 0}) {
+			pkt = pkt[4:]
+		}
+		h, err := ike.ParseHeader(pkt)
+		if err != nil {
+			return
+		}
+		sum := sha256.Sum256(pkt)
+		dir := "req"
+		if h.IsResponse() {
+			dir = "resp"
+		}
+		name := fmt.Sprintf("strongswan-%s-%s-%x", strings.ToLower(h.Exchange.String()), dir, sum[:6])
+		data := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", pkt)
+		if err := os.WriteFile(filepath.Join("testdata", "fuzz", "FuzzParseMessage", name), []byte(data), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
 }
 
 func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert *certAuth) {
