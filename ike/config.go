@@ -303,7 +303,10 @@ type ChildSA struct {
 	// Encap is true when ESP must travel in UDP (RFC 3948): a NAT was
 	// detected on the path or either side forced it.
 	Encap bool
-	// IKESPIi and IKESPIr name the IKE SA that made the Child SA.
+	// IKESPIi and IKESPIr name the IKE SA that made the Child SA. An IKE
+	// SA rekey moves the Child SA to the new IKE SA without changing
+	// them: the Endpoint finds a Child SA by InSPI (IKESAs lists where
+	// each is now).
 	IKESPIi, IKESPIr uint64
 }
 

@@ -437,10 +437,12 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 	}
 }
 
-// Delete deletes the IKE SA (and with it its Child SA) that made child,
-// telling the peer with an INFORMATIONAL exchange (section 1.4.1). It
-// waits for the peer's answer (retransmitting) or ctx; the SA is gone
-// either way when it returns.
+// Delete deletes the IKE SA that carries child (the one that made it, or
+// the one a rekey moved it to), and with it its Child SAs, telling the
+// peer with an INFORMATIONAL exchange (section 1.4.1); when another
+// request of the IKE SA is outstanding, it waits for it first. It waits
+// for the peer's answer (retransmitting) or ctx; the SA is gone either way
+// when it returns.
 func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
 	w := make(chan result, 1)
 	e.mu.Lock()
