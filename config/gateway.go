@@ -11,6 +11,12 @@ package config
 //	[[tunnel]]   a peer: outer addresses, inner routes, its SAs by name
 //	[[policy]]   optional SPD (RFC 4301 section 4.4.1), first match wins
 //	[[sa]]       the SAs, in the SA file's syntax (DecodeSAs)
+//	[[tls]]      TLS termination listeners, [[tls_origin]] TLS
+//	             origination (tls.go)
+//
+// A file with TLS sections and no [[tunnel]] is a TLS-only gateway
+// (Gateway.TLSOnly): it needs no [tun], sockets or SAs, and may not have
+// them.
 //
 // Decoding has two passes. The first decodes each table on its own; the
 // second checks what the tables say about each other: tunnels and their SAs,
@@ -110,6 +116,11 @@ type Gateway struct {
 	Policies []Policy
 	// SAs are every [[sa]] of the file, including any no tunnel uses.
 	SAs []SA
+
+	// TLS are the [[tls]] termination listeners and TLSOrigins the
+	// [[tls_origin]] origination listeners, in file order (tls.go).
+	TLS        []TLSListener
+	TLSOrigins []TLSOrigin
 
 	fields map[string]Pos // where each key's value is, by field path
 }
@@ -235,6 +246,12 @@ func (g *Gateway) CheckEngines(valid func(name string) error) error {
 	for i := range g.Tunnels {
 		check(elemPath("tunnel", i)+".engine", g.Tunnels[i].Engine)
 	}
+	for i := range g.TLS {
+		check(elemPath("tls", i)+".engine", g.TLS[i].Engine)
+	}
+	for i := range g.TLSOrigins {
+		check(elemPath("tls_origin", i)+".engine", g.TLSOrigins[i].Engine)
+	}
 	return errs.Err()
 }
 
@@ -326,6 +343,8 @@ type gwDecoder struct {
 	tunnelFields []string    // "tunnel[2]" of g.Tunnels[i]
 	policyFields []string    // "policy[1]" of g.Policies[i]
 	saTables     []tableElem // the table of g.SAs[i]
+	tlsFields    []string    // "tls[1]" of g.TLS[i]
+	originFields []string    // "tls_origin[1]" of g.TLSOrigins[i]
 	refs         []saRef     // every SA name a tunnel gives
 
 	failedFields map[string]bool // see failed
@@ -388,7 +407,7 @@ func (d *gwDecoder) where(field string) string {
 }
 
 // gatewaySections are the top-level keys, in documentation order.
-var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa"}
+var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "tls", "tls_origin"}
 
 func (d *gwDecoder) document(root *Table) {
 	for _, e := range root.Entries() {
@@ -414,6 +433,16 @@ func (d *gwDecoder) document(root *Table) {
 			}
 		case "sa":
 			d.g.SAs, d.saTables = d.decodeSAs(f, e.Value)
+		case "tls":
+			tables, _ := d.arrayOfTables(f, e.Value)
+			for _, te := range tables {
+				d.tlsListener(te)
+			}
+		case "tls_origin":
+			tables, _ := d.arrayOfTables(f, e.Value)
+			for _, te := range tables {
+				d.tlsOrigin(te)
+			}
 		default:
 			d.errs = append(d.errs, unknownKey(e, f, gatewaySections, ""))
 		}
@@ -1089,10 +1118,16 @@ func (d *decoder) ports(f string, v *Value) ([2]uint16, bool) {
 
 func (d *gwDecoder) crossCheck() {
 	g := d.g
-	if len(g.Tunnels) == 0 && !d.failed("tunnel") {
+	hasTLS := len(g.TLS) > 0 || len(g.TLSOrigins) > 0 || d.failed("tls") || d.failed("tls_origin")
+	switch {
+	case len(g.Tunnels) > 0 || d.failed("tunnel"):
+	case hasTLS:
+		d.tlsOnlySections()
+	default:
 		pos := d.at("tunnel")
-		d.errorf(pos, "tunnel", "no [[tunnel]]: the gateway needs at least one (name, local, peer, out, in)")
+		d.errorf(pos, "tunnel", "no [[tunnel]]: the gateway needs at least one (name, local, peer, out, in), or TLS sections ([[tls]], [[tls_origin]]) for a TLS-only gateway")
 	}
+	d.crossCheckTLS()
 	d.uniqueTunnelNames()
 	d.sockets()
 	d.linkSAs()

@@ -249,7 +249,7 @@ func TestGatewayErrors(t *testing.T) {
 		{"empty file", "", []wantErr{{1, "tunnel", "no [[tunnel]]: the gateway needs at least one"}}},
 		{"no tunnel", sas1, []wantErr{{1, "tunnel", "no [[tunnel]]"}}},
 		{"empty tunnel array", "tunnel = []\n" + sas1, []wantErr{{1, "tunnel", "no [[tunnel]]"}}},
-		{"unknown top-level key", "foo = 1\n" + tun1 + sas1, []wantErr{{1, "foo", "unknown key (valid: gateway, tun, udp, rawesp, tunnel, policy, sa)"}}},
+		{"unknown top-level key", "foo = 1\n" + tun1 + sas1, []wantErr{{1, "foo", "unknown key (valid: gateway, tun, udp, rawesp, tunnel, policy, sa, tls, tls_origin)"}}},
 		{"unknown section", "[gatway]\nworkers = 1\n" + tun1 + sas1, []wantErr{{1, "gatway", "unknown key"}}},
 		{"section case", "[Gateway]\n" + tun1 + sas1, []wantErr{{1, "Gateway", "did you mean gateway?"}}},
 		{"gateway array", "[[gateway]]\n" + tun1 + sas1, []wantErr{{1, "gateway", "want a table, got array (write [gateway], not [[gateway]])"}}},
@@ -619,6 +619,9 @@ func FuzzParseGateway(f *testing.F) {
 		"tunnel = [{name = \"t\", local = \"::1\", peer = \"::2\", encap = \"none\", remote = [\"::/0\"], out = \"o\", in = [\"o\"]}]\n",
 		tun1 + "[[policy]]\nproto = \"tcp\"\nsport = \"0-65535\"\ndport = 7\naction = \"protect\"\ntunnel = \"t\"\n" + sas1,
 		"[tun]\naddresses = [[1], {}, \"\"]\n[[tunnel]]\nin = [[], 1, \"\", \"a\", \"b\", \"c\", \"d\"]\n",
+		tls1 + cert1 + orig1,
+		tun1 + sas1 + tls1 + "versions = [\"1.3\"]\nclient_auth = \"require\"\nclient_ca = \"c\"\n" + cert1,
+		"[[tls]]\n[[tls.cert]]\n[[tls_origin]]\ncert = \"\"\nkey = 1\n[tls]\n",
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g, err := ParseGateway("fuzz.toml", data)
@@ -642,8 +645,10 @@ func checkGatewayInvariants(t *testing.T, g *Gateway) {
 		t.Fatalf("invalid [gateway] or [tun] accepted: %+v", g)
 	}
 	if len(g.Tunnels) == 0 {
-		t.Fatal("no tunnels")
+		checkTLSOnlyInvariants(t, g)
+		return
 	}
+	checkTLSInvariants(t, g)
 	usedSAs := make(map[*SA]bool)
 	use := func(name string) *SA {
 		sa := g.SA(name)

@@ -52,16 +52,26 @@ type Gateway struct {
 
 	stateMu    sync.Mutex
 	stateFiles map[string]*stateFile // by path
+
+	tls tlsState // the TLS listeners and origins (tls.go)
 }
 
 // Start brings a gateway up from cfg: it creates the TUN device and the
 // sockets, opens the engines, installs the tunnels and starts the data
-// plane. On error everything created is torn down.
+// plane, then starts the TLS listeners and origins. A TLS-only
+// configuration (config.Gateway.TLSOnly) starts only those (tls.go). On
+// error everything created is torn down.
 func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gateway, err error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
 	g = &Gateway{log: log, cfg: cfg, engines: map[string]cryptodev.Engine{}}
+	if cfg.TLSOnly() {
+		if err := g.startTLSOnly(ctx, cfg); err != nil {
+			return nil, err
+		}
+		return g, nil
+	}
 	var closers []func()
 	defer func() {
 		if err != nil {
@@ -204,6 +214,11 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 		if err := g.policy.bind(g.store.Load()); err != nil {
 			return nil, err
 		}
+	}
+	if err := g.startTLS(cfg); err != nil {
+		g.closeTLS()
+		g.store.Close()
+		return nil, err
 	}
 	ctx, g.cancel = context.WithCancel(ctx)
 	dp.Start(ctx)
@@ -378,7 +393,7 @@ func (g *Gateway) addTunnel(t *config.Tunnel, owner int) error {
 // Store gives read access to the SAD.
 func (g *Gateway) Store() *sad.Store { return g.store }
 
-// Dataplane gives access to the counters.
+// Dataplane gives access to the counters; nil for a TLS-only gateway.
 func (g *Gateway) Dataplane() *dataplane.Dataplane { return g.dp }
 
 // Config returns the configuration in force.
@@ -397,10 +412,13 @@ func (g *Gateway) Close() error {
 		return nil
 	}
 	g.closed = true
-	g.dp.Close()
+	// TLS first: its listeners may use the data plane's engines.
+	errs := []error{g.closeTLS()}
+	if g.dp != nil {
+		g.dp.Close()
+	}
 	g.cancel()
 	g.store.Close()
-	var errs []error
 	for _, e := range g.engines {
 		errs = append(errs, e.Close())
 	}

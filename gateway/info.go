@@ -3,6 +3,7 @@ package gateway
 // Read-only views and the control operations the control socket serves.
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/sluicegw/sluice/config"
@@ -54,10 +55,12 @@ type PolicyInfo struct {
 	Tunnel   string `json:"tunnel,omitempty"`
 }
 
-// Stats are the gateway's counters.
+// Stats are the gateway's counters. A TLS-only gateway has no data plane:
+// its Dataplane is empty and its SAs are none.
 type Stats struct {
 	Dataplane dataplane.Stats `json:"dataplane"`
 	SAs       []SAInfo        `json:"sas"`
+	TLS       []TLSInfo       `json:"tls"` // the TLS listeners and origins, in configuration order
 }
 
 func saInfo(s *sad.SA, dir string) SAInfo {
@@ -138,8 +141,17 @@ func (g *Gateway) Policies() []PolicyInfo {
 
 // Stats reads every counter.
 func (g *Gateway) Stats() Stats {
-	return Stats{Dataplane: g.dp.Stats(), SAs: g.SAs()}
+	var st Stats
+	if g.dp != nil {
+		st.Dataplane = g.dp.Stats()
+	}
+	st.SAs = g.SAs()
+	st.TLS = g.TLS()
+	return st
 }
+
+// errTLSOnly is the answer of the SA operations on a TLS-only gateway.
+var errTLSOnly = errors.New("gateway: a TLS-only gateway has no tunnels or SAs (its configuration has only [[tls]] and [[tls_origin]] sections)")
 
 // AddSA installs sa on a running tunnel: dir "in" adds an inbound SA, "out"
 // switches the outbound SA (the old one is reclaimed once drained). sa is
@@ -149,6 +161,9 @@ func (g *Gateway) Stats() Stats {
 func (g *Gateway) AddSA(tunnel, dir string, sa *config.SA) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.cfg.TLSOnly() {
+		return errTLSOnly
+	}
 	return InstallSA(g.store, g.cfg, tunnel, dir, sa, g.openEntry)
 }
 
@@ -204,5 +219,8 @@ func InstallSA(store *sad.Store, cfg *config.Gateway, tunnel, dir string, sa *co
 func (g *Gateway) DelSA(spi uint32) error {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.cfg.TLSOnly() {
+		return errTLSOnly
+	}
 	return g.store.RemoveInbound(spi)
 }

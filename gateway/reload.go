@@ -50,7 +50,6 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	if err := fixedPartsEqual(old, next); err != nil {
 		return nil, err
 	}
-	g.cfg = next
 	var changes []string
 	note := func(msg string, args ...any) {
 		g.log.Info(msg, args...)
@@ -59,6 +58,16 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 			line += fmt.Sprintf(" %v=%v", args[i], args[i+1])
 		}
 		changes = append(changes, line)
+	}
+	// TLS first: it changes all or nothing, so a TLS error leaves the
+	// whole running configuration as it was.
+	if err := g.reloadTLS(next, note); err != nil {
+		return nil, err
+	}
+	g.cfg = next
+	if next.TLSOnly() {
+		g.log.Info("configuration reloaded", "file", next.File, "tls", len(next.TLS), "origins", len(next.TLSOrigins), "changes", len(changes))
+		return changes, nil
 	}
 	workers := len(g.dp.Stats().Workers)
 	db := g.store.Load()
@@ -237,6 +246,11 @@ func saDef(sa *config.SA, dir esp.Direction) [32]byte {
 // fixedPartsEqual refuses changes that need a restart.
 func fixedPartsEqual(a, b *config.Gateway) error {
 	var what []string
+	if a.TLSOnly() != b.TLSOnly() {
+		// A TLS-only gateway has no data plane to add tunnels to, and an
+		// IPsec gateway's data plane stays for the process's life.
+		what = append(what, "TLS-only/IPsec mode (tunnels added to or removed from a gateway that had none or has none left)")
+	}
 	if a.Workers != b.Workers {
 		what = append(what, "gateway.workers")
 	}

@@ -1,8 +1,11 @@
 package tls
 
 import (
+	"context"
 	"errors"
 	"log/slog"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
@@ -48,6 +51,10 @@ type ListenerConfig struct {
 	HandshakeTimeout time.Duration // 0 = DefaultHandshakeTimeout
 	IdleTimeout      time.Duration // 0 = DefaultIdleTimeout
 	MaxConns         int           // 0 = DefaultMaxConns
+	// HeaderTimeout bounds, for a static: backend, the time from a
+	// request's first byte to the end of its head (against slowloris);
+	// 0 = DefaultHeaderTimeout.
+	HeaderTimeout time.Duration
 	// Backend is "tcp://HOST:PORT" (forward the plaintext stream) or
 	// "static:DIR" (the built-in HTTP/1.1 file server).
 	Backend string
@@ -120,6 +127,11 @@ type Stats struct {
 	BytesIn           uint64 // plaintext bytes from clients to backends
 	BytesOut          uint64 // plaintext bytes from backends to clients
 	IdleClosed        uint64 // connections closed by the idle timeout
+	// The static: backend: requests answered with a file, and connections
+	// closed by HeaderTimeout in the middle of a request head (also in
+	// IdleClosed).
+	Requests       uint64
+	HeaderTimeouts uint64
 
 	// The handshake signing queue of the listener's engine.
 	SignQueueDepth uint64 // Sign requests waiting now
@@ -128,27 +140,120 @@ type Stats struct {
 	SignMaxBatch   uint64 // largest batch
 }
 
-// Service runs a gateway's TLS listeners and origins.
-type Service struct{}
+// Service runs a gateway's TLS listeners and origins. Its methods are
+// safe for concurrent use; Reload and Close are serialised.
+type Service struct {
+	opts Options
+	log  *slog.Logger
+	ctx  context.Context // cancelled by Close
+	stop context.CancelFunc
+
+	mu      sync.Mutex // serialises Reload and Close, guards the fields below
+	closed  bool
+	engines map[string]*engineRef
+	statics map[string]*staticServer // by directory
+	eps     []*endpoint              // in configuration order
+	retired []*endpoint              // removed by Reload, connections may still be open
+
+	wg sync.WaitGroup // every goroutine of the Service
+}
 
 // Start opens every listener and origin of cfg, loading their keys into
 // their engines. On error nothing is left open.
 func Start(cfg Config, opts Options) (*Service, error) {
-	return nil, errors.New("tls: not implemented")
+	s := &Service{opts: opts, log: opts.Log, engines: make(map[string]*engineRef), statics: make(map[string]*staticServer)}
+	if s.log == nil {
+		s.log = slog.New(slog.DiscardHandler)
+	}
+	s.ctx, s.stop = context.WithCancel(context.Background())
+	if _, err := s.Reload(cfg); err != nil {
+		s.Close()
+		return nil, err
+	}
+	return s, nil
 }
 
 // Reload applies cfg: certificates, keys and CAs are loaded anew from their
 // files (new handshakes use them, open connections keep going), listeners
 // and origins added or removed, and changed settings applied to new
 // connections. It returns one line per change. On error nothing changes.
+//
+// The keys a reload replaces are destroyed in their engine once the last
+// handshake that may sign with them has ended.
 func (s *Service) Reload(cfg Config) ([]string, error) {
-	return nil, errors.New("tls: not implemented")
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil, errors.New("tls: service closed")
+	}
+	p, err := s.prepareLocked(cfg)
+	if err != nil {
+		p.abort()
+		return nil, err
+	}
+	lines := s.commitLocked(p)
+	for _, l := range lines {
+		s.log.Info(l)
+	}
+	return lines, nil
 }
 
 // Stats returns the counters of every listener and origin, in configuration
-// order.
-func (s *Service) Stats() []Stats { return nil }
+// order. Listen is the address the socket is bound to (its port resolved
+// when the configuration said 0).
+func (s *Service) Stats() []Stats {
+	s.mu.Lock()
+	eps := slices.Clone(s.eps)
+	s.mu.Unlock()
+	out := make([]Stats, 0, len(eps))
+	for _, e := range eps {
+		st := Stats{Name: e.name, Kind: e.kind, Listen: e.ln.Addr().String()}
+		e.ctr.fill(&st)
+		q := e.state.Load().eng.q
+		st.SignQueueDepth = uint64(max(0, q.depth.Load()))
+		st.SignOps = q.ops.Load()
+		st.SignBatches = q.batches.Load()
+		st.SignMaxBatch = q.maxBatch.Load()
+		out = append(out, st)
+	}
+	return out
+}
 
 // Close stops accepting, closes every open connection and waits for their
 // goroutines. It is idempotent.
-func (s *Service) Close() error { return nil }
+func (s *Service) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return nil
+	}
+	s.closed = true
+	s.stop()
+	all := append(slices.Clone(s.eps), s.retired...)
+	for _, e := range all {
+		e.stopAccepting()
+	}
+	for _, e := range all {
+		e.closeConns()
+	}
+	s.wg.Wait()
+	for _, e := range s.eps {
+		e.state.Load().store.release()
+	}
+	s.eps, s.retired = nil, nil
+	for _, ss := range s.statics {
+		ss.root.Close()
+	}
+	done := map[*engineRef]bool{}
+	for _, r := range s.engines {
+		if done[r] {
+			continue
+		}
+		done[r] = true
+		r.q.close()
+		if r.owned {
+			r.eng.Close()
+		}
+	}
+	return nil
+}

@@ -1,0 +1,112 @@
+package tls
+
+import (
+	"context"
+	gotls "crypto/tls"
+	"crypto/x509"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"strings"
+	"sync/atomic"
+	"syscall"
+)
+
+// Handshake failure reasons (Stats.HandshakeFailures keys).
+const (
+	failTimeout    = "timeout"
+	failProtocol   = "protocol"
+	failVersion    = "version"
+	failNoCert     = "no_cert"
+	failClientCert = "client_cert"
+	failServerCert = "server_cert"
+	failSign       = "sign"
+	failBackend    = "backend"
+	failClosed     = "closed"
+)
+
+var failReasons = [...]string{failTimeout, failProtocol, failVersion, failNoCert, failClientCert, failServerCert, failSign, failBackend, failClosed}
+
+// counters are one listener's or origin's counters. Every field is
+// updated atomically by connection goroutines and read by Stats; they
+// survive a reload of their listener.
+type counters struct {
+	open, accepted, refused  atomic.Uint64
+	handshakes, resumed      atomic.Uint64
+	failures                 [len(failReasons)]atomic.Uint64
+	bytesIn, bytesOut        atomic.Uint64
+	idleClosed               atomic.Uint64
+	headerTimeouts, requests atomic.Uint64
+}
+
+func (c *counters) fail(reason string) {
+	for i, r := range failReasons {
+		if r == reason {
+			c.failures[i].Add(1)
+			return
+		}
+	}
+	c.failures[1].Add(1)
+}
+
+func (c *counters) fill(s *Stats) {
+	s.Open = c.open.Load()
+	s.Accepted = c.accepted.Load()
+	s.Refused = c.refused.Load()
+	s.Handshakes = c.handshakes.Load()
+	s.Resumed = c.resumed.Load()
+	s.HandshakeFailures = make(map[string]uint64, len(failReasons))
+	for i, r := range failReasons {
+		s.HandshakeFailures[r] = c.failures[i].Load()
+	}
+	s.BytesIn = c.bytesIn.Load()
+	s.BytesOut = c.bytesOut.Load()
+	s.IdleClosed = c.idleClosed.Load()
+	s.HeaderTimeouts = c.headerTimeouts.Load()
+	s.Requests = c.requests.Load()
+}
+
+// classify names the reason a handshake failed. ctx is the handshake's.
+func classify(err error, ctx context.Context) string {
+	var (
+		recErr  gotls.RecordHeaderError
+		alert   gotls.AlertError
+		verify  *gotls.CertificateVerificationError
+		unknown x509.UnknownAuthorityError
+		invalid x509.CertificateInvalidError
+		host    x509.HostnameError
+	)
+	switch {
+	case errors.Is(err, errSign):
+		return failSign
+	case errors.Is(err, errNoCert):
+		return failNoCert
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, os.ErrDeadlineExceeded),
+		ctx != nil && errors.Is(ctx.Err(), context.DeadlineExceeded):
+		return failTimeout
+	case errors.As(err, &recErr):
+		return failProtocol
+	case errors.As(err, &verify), errors.As(err, &unknown), errors.As(err, &invalid), errors.As(err, &host):
+		return failClientCert
+	case errors.As(err, &alert):
+		if alert == 70 { // protocol_version
+			return failVersion
+		}
+		if alert == 42 || alert == 43 || alert == 44 || alert == 45 || alert == 46 || alert == 48 {
+			return failClientCert // the peer refused our certificate
+		}
+		return failProtocol
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed),
+		errors.Is(err, syscall.ECONNRESET), errors.Is(err, syscall.EPIPE), errors.Is(err, context.Canceled):
+		return failClosed
+	}
+	msg := err.Error()
+	switch {
+	case strings.Contains(msg, "protocol version"), strings.Contains(msg, "unsupported versions"):
+		return failVersion
+	case strings.Contains(msg, "certificate"):
+		return failClientCert
+	}
+	return failProtocol
+}

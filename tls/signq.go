@@ -1,0 +1,311 @@
+package tls
+
+// The handshake signing queue: one per engine, apart from all other work.
+//
+//  1. Sign (a handshake's goroutine, inside crypto/tls): the request goes
+//     into the engine's bounded channel, or fails at once when it is full.
+//     The goroutine then waits for its signature or for the handshake's
+//     context, whichever comes first; an abandoned request is skipped.
+//  2. Collect (a lane): a lane blocks for one request, then takes whatever
+//     else is waiting, up to maxSignBatch, into one cryptodev.Batch.
+//  3. Submit (the lane, on its own cryptodev.Queue opened only for
+//     handshakes): a synchronous engine runs the batch inside Submit, so
+//     there are as many lanes as GOMAXPROCS; an asynchronous engine spreads
+//     batches over its workers, so fewer lanes split what they collect into
+//     one batch per core and submit them all before waiting for any.
+//  4. Complete (the lane): each waiter gets a copy of its signature.
+
+import (
+	"context"
+	"crypto"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"errors"
+	"fmt"
+	"io"
+	"runtime"
+	"sync"
+	"sync/atomic"
+
+	"github.com/sluicegw/sluice/cryptodev"
+)
+
+const (
+	// maxSignBatch bounds the ops a lane puts in one batch.
+	maxSignBatch = 64
+	// signQueueLen bounds the requests waiting for a lane; one more fails
+	// its handshake (counted under "sign").
+	signQueueLen = 4096
+	// maxSigLen is the Dst each op gets: an RSA-4096 signature.
+	maxSigLen = 512
+)
+
+// errSignQueueFull is the error a handshake gets when the engine's signing
+// queue is at its bound.
+var errSignQueueFull = errors.New("tls: handshake signing queue full")
+
+// errSign marks every failure of the signing path, so that a failed
+// handshake is counted under "sign".
+var errSign = errors.New("tls: sign")
+
+// signReq is one Sign call. The requesting goroutine owns it until it is
+// sent on the queue; then the lane that receives it writes sig and err and
+// closes done. A waiter that gives up (its context ended) sets abandoned
+// and never reads the request again.
+type signReq struct {
+	ctx    context.Context
+	key    *cryptodev.Key
+	digest []byte
+	hash   crypto.Hash
+	pss    bool
+
+	sig  []byte
+	err  error
+	done chan struct{}
+}
+
+// signQueue is one engine's handshake signing queue and its lanes. It is
+// safe for concurrent use; its lanes are its only consumers.
+type signQueue struct {
+	eng   cryptodev.Engine
+	async bool
+	reqs  chan *signReq
+	quit  chan struct{}
+	wg    sync.WaitGroup
+	lanes []cryptodev.Queue
+	split int // sub-batches per collection (async engines), else 1
+
+	depth    atomic.Int64
+	ops      atomic.Uint64
+	batches  atomic.Uint64
+	maxBatch atomic.Uint64
+
+	closeOnce sync.Once
+}
+
+// newSignQueue opens the lanes' queues on eng and starts the lanes. Close
+// stops them; it does not close eng.
+func newSignQueue(eng cryptodev.Engine) (*signQueue, error) {
+	procs := runtime.GOMAXPROCS(0)
+	q := &signQueue{
+		eng:   eng,
+		async: eng.Async(),
+		reqs:  make(chan *signReq, signQueueLen),
+		quit:  make(chan struct{}),
+		split: 1,
+	}
+	n := procs
+	if q.async {
+		n = max(1, procs/4)
+		q.split = procs
+	}
+	for range n {
+		cq, err := eng.NewQueue()
+		if err != nil {
+			for _, l := range q.lanes {
+				l.Close()
+			}
+			return nil, fmt.Errorf("tls: engine %s: handshake queue: %w", eng.Name(), err)
+		}
+		q.lanes = append(q.lanes, cq)
+	}
+	for _, cq := range q.lanes {
+		q.wg.Add(1)
+		go q.lane(cq)
+	}
+	return q, nil
+}
+
+// close stops the lanes and fails the requests still waiting. It is
+// idempotent and waits for the lanes.
+func (q *signQueue) close() {
+	q.closeOnce.Do(func() {
+		close(q.quit)
+		q.wg.Wait()
+		for {
+			select {
+			case r := <-q.reqs:
+				q.depth.Add(-1)
+				r.err = fmt.Errorf("%w: %w", errSign, cryptodev.ErrClosed)
+				close(r.done)
+			default:
+				return
+			}
+		}
+	})
+}
+
+// sign enqueues one signature and waits for it or for ctx.
+func (q *signQueue) sign(ctx context.Context, key *cryptodev.Key, digest []byte, hash crypto.Hash, pss bool) ([]byte, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	r := &signReq{ctx: ctx, key: key, digest: digest, hash: hash, pss: pss, done: make(chan struct{})}
+	select {
+	case <-q.quit:
+		return nil, fmt.Errorf("%w: %w", errSign, cryptodev.ErrClosed)
+	default:
+	}
+	select {
+	case q.reqs <- r:
+		q.depth.Add(1)
+	default:
+		return nil, fmt.Errorf("%w: %w", errSign, errSignQueueFull)
+	}
+	select {
+	case <-r.done:
+		return r.sig, r.err
+	case <-ctx.Done():
+		// The lane may still run the op; it then writes into r, which
+		// nobody reads. The digest belongs to crypto/tls's abandoned
+		// handshake and is only read.
+		return nil, ctx.Err()
+	}
+}
+
+// lane is one consumer of q.reqs, submitting on cq.
+func (q *signQueue) lane(cq cryptodev.Queue) {
+	defer q.wg.Done()
+	defer cq.Close()
+	batches := make([]*cryptodev.Batch, q.split)
+	for i := range batches {
+		batches[i] = cryptodev.NewBatch(maxSignBatch)
+	}
+	dst := make([]byte, maxSignBatch*maxSigLen)
+	reqs := make([]*signReq, 0, maxSignBatch)
+	for {
+		var r *signReq
+		select {
+		case r = <-q.reqs:
+		case <-q.quit:
+			return
+		}
+		reqs = append(reqs[:0], r)
+	collect:
+		for len(reqs) < maxSignBatch {
+			select {
+			case r = <-q.reqs:
+				reqs = append(reqs, r)
+			default:
+				break collect
+			}
+		}
+		q.depth.Add(-int64(len(reqs)))
+		// Drop the requests whose handshakes gave up meanwhile.
+		live := reqs[:0]
+		for _, r := range reqs {
+			if r.ctx.Err() != nil {
+				r.err = r.ctx.Err()
+				close(r.done)
+				continue
+			}
+			live = append(live, r)
+		}
+		if len(live) > 0 {
+			q.run(cq, batches, dst, live)
+		}
+		clear(reqs[:cap(reqs)])
+	}
+}
+
+// run signs reqs in one batch (or, for an asynchronous engine, in up to
+// len(bs) batches submitted together) and completes every request.
+func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, reqs []*signReq) {
+	n := len(reqs)
+	parts := min(len(bs), n)
+	per := (n + parts - 1) / parts
+	parts = (n + per - 1) / per
+	submitted := 0
+	var err error // the Submit that failed, or a lost batch
+	lost := false
+	for p := 0; p < parts; p++ {
+		lo, hi := p*per, min(n, (p+1)*per)
+		b := bs[p]
+		b.Reset(hi - lo)
+		for i := lo; i < hi; i++ {
+			r := reqs[i]
+			op := &b.Ops[i-lo]
+			op.Key, op.Dir, op.Src, op.Hash, op.PSS = r.key, cryptodev.Sign, r.digest, r.hash, r.pss
+			op.Dst = dst[i*maxSigLen : (i+1)*maxSigLen]
+		}
+		if err = cq.Submit(b); err != nil {
+			break
+		}
+		submitted++
+		q.batches.Add(1)
+		if m := uint64(hi - lo); m > q.maxBatch.Load() {
+			q.maxBatch.Store(m) // lanes race here only to within one batch
+		}
+	}
+	for range submitted {
+		if cq.Dequeue(true) == nil {
+			err, lost = errors.New("tls: batch lost by engine"), true
+			break
+		}
+	}
+	for i, r := range reqs {
+		p := i / per
+		if p >= submitted || lost {
+			r.err = fmt.Errorf("%w: engine %s: %w", errSign, q.eng.Name(), err)
+			close(r.done)
+			continue
+		}
+		op := &bs[p].Ops[i-p*per]
+		if op.Status != cryptodev.StatusOK {
+			r.err = fmt.Errorf("%w: %v key on engine %s: %v", errSign, r.key.Alg(), q.eng.Name(), op.Status)
+		} else {
+			r.sig = append([]byte(nil), op.Dst[:op.N]...)
+			q.ops.Add(1)
+		}
+		close(r.done)
+	}
+	for _, b := range bs[:parts] {
+		b.Reset(0) // drop the digests and keys
+	}
+}
+
+// engineKey is one private key held by an engine, with its public half.
+type engineKey struct {
+	key *cryptodev.Key
+	pub crypto.PublicKey
+	q   *signQueue
+}
+
+// handshakeSigner is the crypto.Signer one handshake gets: it signs on
+// the key's engine queue and gives up when the handshake's context ends.
+// It is used by the one goroutine of its handshake.
+type handshakeSigner struct {
+	k   *engineKey
+	ctx context.Context
+}
+
+func (s *handshakeSigner) Public() crypto.PublicKey { return s.k.pub }
+
+// Sign implements crypto.Signer; rand is ignored (the engine draws its
+// own randomness).
+func (s *handshakeSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
+	var hash crypto.Hash
+	if opts != nil {
+		hash = opts.HashFunc()
+	}
+	alg := s.k.key.Alg()
+	pss := false
+	switch o := opts.(type) {
+	case *rsa.PSSOptions:
+		if alg.RSABits() == 0 {
+			return nil, fmt.Errorf("%w: PSS options for a %v key", errSign, alg)
+		}
+		if o.SaltLength != rsa.PSSSaltLengthEqualsHash && o.SaltLength != rsa.PSSSaltLengthAuto && o.SaltLength != hash.Size() {
+			return nil, fmt.Errorf("%w: PSS salt length %d", errSign, o.SaltLength)
+		}
+		pss = true
+	case *ed25519.Options:
+		if o.Context != "" || o.Hash != 0 {
+			return nil, fmt.Errorf("%w: Ed25519ph/ctx are not supported", errSign)
+		}
+	}
+	if alg != cryptodev.Ed25519 && (hash == 0 || !hash.Available() || len(digest) != hash.Size()) {
+		return nil, fmt.Errorf("%w: %d-byte digest for hash %v", errSign, len(digest), hash)
+	}
+	return s.k.q.sign(s.ctx, s.k.key, digest, hash, pss)
+}
