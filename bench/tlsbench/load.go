@@ -351,6 +351,9 @@ func handshakeLoad(t Target, conns, first int, resume bool, path string) *load {
 					}
 				}
 			}
+			if err == nil {
+				err = closeGracefully(tc)
+			}
 			if err != nil && ctx.Err() == nil {
 				c.fail(err)
 			}
@@ -359,6 +362,21 @@ func handshakeLoad(t Target, conns, first int, resume bool, path string) *load {
 		}
 	}
 	return l
+}
+
+// closeGracefully ends a connection the way a polite client does: it
+// sends close_notify and reads until the server closes. Closing at once
+// would leave what the server sends after the handshake (TLS 1.3 session
+// tickets) unread, and the kernel would answer it with a reset that can
+// reach the server before the client's Finished is read, failing the
+// server's handshake after it has done most of the work. The reads also
+// take in the tickets (crypto/tls keeps them in the session cache).
+func closeGracefully(tc *tls.Conn) error {
+	if err := tc.CloseWrite(); err != nil {
+		return err
+	}
+	_, err := io.Copy(io.Discard, tc)
+	return err
 }
 
 // pause waits a little after a failure, so that a refusing server is not

@@ -372,7 +372,10 @@ func (r *runner) start(ctx context.Context, g Group) (*started, error) {
 			return nil, err
 		}
 		addr := "127.0.0.1:" + strconv.Itoa(port)
-		name := fmt.Sprintf("%s-%s-%s", g.Key, g.Version, s.Engine)
+		name := g.Key + "-" + g.Version
+		if s.System == Sluice {
+			name += "-" + s.Engine
+		}
 		if len(g.Storm) > 0 {
 			name = "storm-" + name
 		}

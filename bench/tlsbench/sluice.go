@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/sluicegw/sluice/config"
 )
 
 // SluiceSite is what one sluice server serves.
@@ -50,8 +52,12 @@ func startSluice(ctx context.Context, argv func(args ...string) ([]string, error
 		return nil, err
 	}
 	file := filepath.Join(sub, "gateway.toml")
-	if err := os.WriteFile(file, []byte(SluiceConfig(site)), 0o600); err != nil {
+	text := []byte(SluiceConfig(site))
+	if err := os.WriteFile(file, text, 0o600); err != nil {
 		return nil, err
+	}
+	if _, err := config.ParseGateway(file, text); err != nil {
+		return nil, fmt.Errorf("tlsbench: the generated configuration of sluice %s: %w", name, err)
 	}
 	args, err := argv("run", "-c", file, "--socket", filepath.Join(sub, "control.sock"))
 	if err != nil {

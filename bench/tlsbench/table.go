@@ -29,7 +29,7 @@ func (t Table) ratioColumn(i int) bool {
 }
 
 const (
-	labelWidth = 44
+	labelWidth = 50
 	valueWidth = 13
 	ratioWidth = 7
 )
