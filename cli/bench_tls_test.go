@@ -104,6 +104,9 @@ func checkTLSDoc(t *testing.T, stdout string, servers []string) tlsbench.Documen
 	}
 	for _, s := range servers {
 		for _, m := range []string{tlsbench.HSFull, tlsbench.Req, tlsbench.LatIdleP99, tlsbench.LatStormP99, tlsbench.StormHS} {
+			if m == tlsbench.Req && s == "sluice/sched" {
+				continue // requests run on sluice's first engine only
+			}
 			if got[s+" "+m] <= 0 {
 				t.Errorf("%s %s: %v, want > 0", s, m, got[s+" "+m])
 			}
