@@ -1,0 +1,67 @@
+package tlsbench
+
+// sluice as a system under test: `sluice run -c FILE` with a TLS-only
+// configuration (the contract of issue 10: one [[tls]] listener, backend
+// static:DIR, the engine of the server), as a user would write it: only
+// what the bench varies is set, the rest is the gateway's defaults.
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/sluicegw/sluice/config"
+)
+
+// SluiceSite is what one sluice server serves.
+type SluiceSite struct {
+	Listen  string // 127.0.0.1:PORT
+	Cert    CertFiles
+	Version string // "1.2" or "1.3"
+	Engine  string // the engine holding the key
+	WWW     string // the static files
+	// StateDir is the gateway's state directory (a TLS-only gateway keeps
+	// nothing there; it is set so that no run touches /var/lib/sluice).
+	StateDir string
+}
+
+// SluiceConfig returns the gateway configuration of s.
+func SluiceConfig(s SluiceSite) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# sluice bench tls: one TLS listener, engine %s, TLS %s\n", s.Engine, s.Version)
+	fmt.Fprintf(&b, "\n[gateway]\nlog_level = \"warn\"\nstate_dir = %s\n", strconv.Quote(s.StateDir))
+	fmt.Fprintf(&b, "\n[[tls]]\nname = \"bench\"\nlisten = %s\nbackend = %s\nengine = %s\nversions = [%s]\nsession_tickets = true\n",
+		strconv.Quote(s.Listen), strconv.Quote("static:"+s.WWW), strconv.Quote(s.Engine), strconv.Quote(s.Version))
+	fmt.Fprintf(&b, "  [[tls.cert]]\n  cert = %s\n  key = %s\n", strconv.Quote(s.Cert.Cert), strconv.Quote(s.Cert.Key))
+	return b.String()
+}
+
+// startSluice writes the configuration of site into dir/sluice-NAME and
+// starts argv("run", "-c", FILE, "--socket", SOCK) with env (GOMAXPROCS,
+// when the run sets it).
+func startSluice(ctx context.Context, argv func(args ...string) ([]string, error), env []string, dir, name string, site SluiceSite) (*proc, error) {
+	if argv == nil {
+		return nil, fmt.Errorf("tlsbench: no way to start sluice (SluiceArgv is not set)")
+	}
+	sub := filepath.Join(dir, "sluice-"+name)
+	site.StateDir = filepath.Join(sub, "state")
+	if err := os.MkdirAll(site.StateDir, 0o700); err != nil {
+		return nil, err
+	}
+	file := filepath.Join(sub, "gateway.toml")
+	text := []byte(SluiceConfig(site))
+	if err := os.WriteFile(file, text, 0o600); err != nil {
+		return nil, err
+	}
+	if _, err := config.ParseGateway(file, text); err != nil {
+		return nil, fmt.Errorf("tlsbench: the generated configuration of sluice %s: %w", name, err)
+	}
+	args, err := argv("run", "-c", file, "--socket", filepath.Join(sub, "control.sock"))
+	if err != nil {
+		return nil, err
+	}
+	return startProc(ctx, "sluice "+name, args, env, filepath.Join(sub, "gateway.log"), site.Listen)
+}
