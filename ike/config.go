@@ -194,9 +194,16 @@ type Config struct {
 	OnPeerDead func(peer string, err error)
 	// Log receives events; nil discards.
 	Log *slog.Logger
+	// MaxCryptoJobs bounds the signatures and Diffie-Hellman computations
+	// running outside the Endpoint's lock at once (default 64); a message
+	// that would start one more is dropped and counted
+	// (Stats.CryptoBusy), and the peer's retransmission tries again.
+	MaxCryptoJobs int
 
 	// clock is the time source; nil is the real one (tests set a fake).
 	clock clock
+	// newDH, if set, replaces NewDH for IKE_SA_INIT (tests: a slow DH).
+	newDH func(group uint16) (DH, error)
 }
 
 func (c *Config) defaults() error {
@@ -232,6 +239,9 @@ func (c *Config) defaults() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.MaxCryptoJobs <= 0 {
+		c.MaxCryptoJobs = 64
 	}
 	if c.clock == nil {
 		c.clock = realClock{}
@@ -350,6 +360,10 @@ type Stats struct {
 	Restarts         uint64 // initiations started by DPDAction restart
 	InitialContacts  uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
 	RequestQueueFull uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
+
+	RxBusy      uint64 // message for an IKE SA whose signature or DH is being computed (the peer retransmits)
+	CryptoBusy  uint64 // message dropped: Config.MaxCryptoJobs computations already in flight
+	CryptoStale uint64 // a computation's result dropped: its IKE SA moved on (deleted, timed out) meanwhile
 }
 
 // Selector helpers -------------------------------------------------------

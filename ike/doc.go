@@ -73,6 +73,13 @@
 // sends through a Transport, so it runs over plain UDP sockets
 // (UDPTransport) or behind the gateway's ESP-in-UDP link.
 //
+// Signing AUTH (a crypto.Signer may be an engine's queue) and the
+// Diffie-Hellman of IKE_SA_INIT run off that mutex (job.go): the exchange
+// snapshots what the work needs, the work runs on its own goroutine, and
+// the result is used only if the IKE SA is still where it was left
+// (Stats.CryptoStale otherwise), so one slow key does not stall the other
+// IKE SAs. Such computations are bounded (Config.MaxCryptoJobs).
+//
 // Each side has at most one request outstanding (window size 1, section
 // 2.3); further requests of ours (rekeys, deletes, checks) wait in a short
 // queue per IKE SA. A request is retransmitted with doubling timeouts and
@@ -102,9 +109,8 @@
 // Not yet: Child SAs beyond the one of IKE_AUTH other than rekeys (one
 // Child SA per connection; requests for more are refused with
 // NO_ADDITIONAL_SAS), IKE fragmentation (RFC 7383: large certificate
-// chains may not fit a datagram), Diffie-Hellman and signing outside
-// Endpoint's lock (a slow engine stalls every exchange meanwhile),
-// reauthentication (reauth_time), lifetimes in bytes or packets (the data
+// chains may not fit a datagram), the Diffie-Hellman of CREATE_CHILD_SA
+// (PFS and IKE SA rekeys) outside Endpoint's lock, reauthentication (reauth_time), lifetimes in bytes or packets (the data
 // plane calls RequestRekey), start_action = trap, EAP, MOBIKE,
 // configuration payloads and CRL/OCSP checks.
 package ike

@@ -46,6 +46,9 @@ type Endpoint struct {
 	closed     bool
 	tap        func(pkt []byte) // tests: sees each received datagram (export_test.go)
 
+	jobs   chan struct{} // one token per computation off the lock (job.go)
+	jobSeq uint64        // numbers the jobs
+
 	queue     chan datagram // Deliver's hand-off to the goroutine in run
 	queueFull atomic.Uint64
 	done      chan struct{}
@@ -74,7 +77,7 @@ func NewEndpoint(cfg Config, tr Transport) (*Endpoint, error) {
 	}
 	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{},
 		children: map[uint32]*childEntry{}, restarting: map[string]bool{},
-		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{})}
+		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{}), jobs: make(chan struct{}, cfg.MaxCryptoJobs)}
 	if _, err := rand.Read(e.secret[:]); err != nil {
 		return nil, fmt.Errorf("ike: %w", err)
 	}
@@ -409,6 +412,11 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 	if !peer.Remote.IsValid() {
 		return nil, fmt.Errorf("ike: peer %q has no Remote address to initiate to", name)
 	}
+	// The key pair is made before the lock is taken (job.go).
+	dh, err := e.newDH(firstDH(peer.IKE))
+	if err != nil {
+		return nil, err
+	}
 	w := make(chan result, 1)
 	e.mu.Lock()
 	if e.closed {
@@ -419,7 +427,7 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 		e.mu.Unlock()
 		return nil, errors.New("ike: too many IKE SAs")
 	}
-	sa, err := e.newInitiatorLocked(peer, w)
+	sa, err := e.newInitiatorLocked(peer, dh, w)
 	if err != nil {
 		e.mu.Unlock()
 		return nil, err
