@@ -44,6 +44,13 @@
 //	HDR, SK{N(REKEY_SA), SA, Ni, [KEi,] TSi, TSr} -->
 //	                                   <--  HDR, SK{SA, Nr, [KEr,] TSi, TSr}
 //
+//	CREATE_CHILD_SA (either side; an additional Child SA, section 1.3.1:
+//	another child of the connection, Peer.Children, InitiateChild)
+//	HDR, SK{SA, Ni, [KEi,] TSi, TSr}   -->
+//	                                   <--  HDR, SK{SA, Nr, [KEr,] TSi, TSr}
+//	  the responder takes the first child whose proposals fit and whose
+//	  selectors intersect; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs
+//
 //	CREATE_CHILD_SA (either side; rekeying the IKE SA, see ikerekey.go)
 //	HDR, SK{SA(IKE, new SPIi), Ni, KEi} -->
 //	                                   <--  HDR, SK{SA(IKE, new SPIr), Nr, KEr}
@@ -106,11 +113,11 @@
 // suite's keyword, ESN, the narrowed traffic selectors and whether ESP
 // goes in UDP.
 //
-// Not yet: Child SAs beyond the one of IKE_AUTH other than rekeys (one
-// Child SA per connection; requests for more are refused with
-// NO_ADDITIONAL_SAS), IKE fragmentation (RFC 7383: large certificate
-// chains may not fit a datagram), the Diffie-Hellman of CREATE_CHILD_SA
-// (PFS and IKE SA rekeys) outside Endpoint's lock, reauthentication (reauth_time), lifetimes in bytes or packets (the data
+// Not yet: deleting one Child SA of several on its own (Delete takes the
+// IKE SA with all its Child SAs), IKE fragmentation (RFC 7383: large
+// certificate chains may not fit a datagram), the Diffie-Hellman of
+// CREATE_CHILD_SA (PFS and IKE SA rekeys) outside Endpoint's lock,
+// reauthentication (reauth_time), lifetimes in bytes or packets (the data
 // plane calls RequestRekey), start_action = trap, EAP, MOBIKE,
 // configuration payloads and CRL/OCSP checks.
 package ike

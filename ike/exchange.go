@@ -48,17 +48,15 @@ const (
 	reqDeleteChild             // INFORMATIONAL deleting a rekeyed Child SA
 	reqRekeyIKE                // CREATE_CHILD_SA rekeying the IKE SA (section 2.18)
 	reqDeleteIKE               // INFORMATIONAL deleting an IKE SA replaced by a rekey
+	reqNewChild                // CREATE_CHILD_SA making an additional Child SA (section 1.3.1)
 )
 
-// maxChildren bounds the Child SAs of one IKE SA: the current one and
-// those being replaced.
-const maxChildren = 4
-
 // rekeyState is a CREATE_CHILD_SA we initiated to rekey old (section
-// 2.8).
+// 2.8), or, with old nil, to make an additional Child SA (section 1.3.1).
 type rekeyState struct {
 	old      *ChildSA
-	spi      uint32 // our inbound SPI for the new SA
+	conf     childConf // the child it is for: proposals, selectors
+	spi      uint32    // our inbound SPI for the new SA
 	ni       []byte
 	dh       DH // nil without PFS
 	tsi, tsr []Selector
@@ -66,8 +64,8 @@ type rekeyState struct {
 	waiter   chan result // Rekey's caller, if any
 }
 
-// ikeSA is one IKE SA and its (at most one) Child SA. Endpoint.mu guards
-// every field.
+// ikeSA is one IKE SA and its Child SAs. Endpoint.mu guards every
+// field.
 type ikeSA struct {
 	ep        *Endpoint
 	peer      *Peer
@@ -99,7 +97,7 @@ type ikeSA struct {
 	lastReq  []byte   // the peer's last request and our response to it
 	lastResp []byte
 
-	children           []*ChildSA // established, oldest first (at most maxChildren)
+	children           []*ChildSA // established, oldest first (bounded: Config.MaxChildSAs, twice during rekeys)
 	childSPI           uint32     // initiator: the inbound SPI we proposed in IKE_AUTH
 	tsi, tsr           []Selector
 	waiter             chan result
@@ -192,6 +190,12 @@ func notifyName(t NotifyType) string {
 		return "INVALID_MESSAGE_ID"
 	case UnsupportedCriticalPayload:
 		return "UNSUPPORTED_CRITICAL_PAYLOAD"
+	case NoAdditionalSAs:
+		return "NO_ADDITIONAL_SAS"
+	case TemporaryFailure:
+		return "TEMPORARY_FAILURE"
+	case ChildSANotFound:
+		return "CHILD_SA_NOT_FOUND"
 	}
 	return fmt.Sprintf("notify %d", uint16(t))
 }
@@ -509,7 +513,7 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 	if err != nil {
 		return sa.failLocked(err)
 	}
-	c := &ChildSA{Name: sa.peer.Name, Initiator: true, Local: sa.local, Remote: sa.remote,
+	c := &ChildSA{Name: sa.peer.Name, Child: sa.peer.ChildName, Initiator: true, Local: sa.local, Remote: sa.remote,
 		InSPI: sa.childSPI, OutSPI: binary.BigEndian.Uint32(sap.Proposals[0].SPI),
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncR, InAuthKey: ck.IntegR, OutKey: ck.EncI, OutAuthKey: ck.IntegI,
@@ -963,7 +967,7 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 	resp = append(resp,
 		&SA{Proposals: []Proposal{{Num: chosen.Num, Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, inSPI), Transforms: esp.transforms()}}},
 		&TS{Selectors: nTSi}, &TS{Responder: true, Selectors: nTSr})
-	c := &ChildSA{Name: peer.Name, Local: sa.local, Remote: sa.remote,
+	c := &ChildSA{Name: peer.Name, Child: peer.ChildName, Local: sa.local, Remote: sa.remote,
 		InSPI: inSPI, OutSPI: binary.BigEndian.Uint32(chosen.SPI),
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,
@@ -1037,7 +1041,7 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	case sa.state == stateDeleting || p.kind == reqDeleteIKE:
 		e.stats.Deleted++
 		return e.removeLocked(sa, errDeleted)
-	case p.kind == reqRekey:
+	case p.kind == reqRekey || p.kind == reqNewChild:
 		after = sa.rekeyResponseLocked(p.rekey, inner)
 	case p.kind == reqRekeyIKE:
 		after = sa.ikeRekeyResponseLocked(p.ikeRekey, inner)
