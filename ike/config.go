@@ -222,6 +222,14 @@ type Config struct {
 	OnPeerDead func(peer string, err error)
 	// Log receives events; nil discards.
 	Log *slog.Logger
+	// FragmentSize is the largest IKE message sent in one datagram (the
+	// UDP payload, the non-ESP marker included) once both sides announced
+	// IKE fragmentation (RFC 7383); longer encrypted messages go in
+	// fragments of at most this size. The default, 1232, is IPv6's
+	// minimum MTU (1280) less the IPv6 and UDP headers. A negative value
+	// turns fragmentation off: it is not announced, and fragments are
+	// dropped.
+	FragmentSize int
 	// MaxChildSAs bounds the Child SAs of one IKE SA (default 8), not
 	// counting those a rekey is replacing: a CREATE_CHILD_SA for one more
 	// is refused with NO_ADDITIONAL_SAS (Stats.ChildSALimit) and
@@ -272,6 +280,12 @@ func (c *Config) defaults() error {
 	}
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
+	}
+	if c.FragmentSize == 0 {
+		c.FragmentSize = 1232
+	}
+	if c.FragmentSize > 0 && c.FragmentSize < 256 {
+		return fmt.Errorf("ike: FragmentSize %d is below 256", c.FragmentSize)
 	}
 	if c.MaxChildSAs <= 0 {
 		c.MaxChildSAs = 8
@@ -416,6 +430,14 @@ type Stats struct {
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
 	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)
+
+	TxFragments     uint64 // SKF fragments sent (RFC 7383), retransmissions aside
+	RxFragments     uint64 // SKF fragments received, checked and kept
+	RxReassembled   uint64 // messages reassembled from fragments
+	RxFragInvalid   uint64 // fragment dropped: fragmentation not negotiated, too many, or fewer than before
+	RxFragDuplicate uint64 // fragment dropped: already held
+	RxFragTooLarge  uint64 // message dropped: its fragments exceed MaxMessageLen
+	RxFragTimeout   uint64 // incomplete message dropped after HalfOpenTimeout
 
 	RxBusy      uint64 // message for an IKE SA whose signature or DH is being computed (the peer retransmits)
 	CryptoBusy  uint64 // message dropped: Config.MaxCryptoJobs computations already in flight

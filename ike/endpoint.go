@@ -286,6 +286,8 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	}
 	sa.stopTimerLocked()
 	stop(sa.halfOpenTimer)
+	sa.dropReassemblyLocked(&sa.fragReq)
+	sa.dropReassemblyLocked(&sa.fragResp)
 	if k := sa.keys; k != nil {
 		// The SK payload ciphers keep their own expanded keys; the raw
 		// ones go now (the ChildSA's keys belong to whoever got it).
@@ -534,7 +536,7 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 	default:
 		sa.pending.tries++
 		e.stats.TxRetransmits++
-		e.sendLocked(sa.local, sa.remote, sa.pending.raw)
+		e.sendAllLocked(sa.local, sa.remote, sa.pending.pkts)
 		sa.armLocked()
 	}
 	e.mu.Unlock()

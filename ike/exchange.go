@@ -30,7 +30,7 @@ const (
 type request struct {
 	id       uint32
 	exch     ExchangeType
-	raw      []byte
+	pkts     [][]byte // the datagrams: the message, or its fragments
 	tries    int
 	kind     requestKind
 	rekey    *rekeyState    // kind reqRekey
@@ -73,6 +73,9 @@ type ikeSA struct {
 	state     saState
 	removed   bool
 	job       uint64 // a computation off the lock is in flight (job.go)
+	frag      bool   // both sides announced IKE fragmentation (frag.go)
+
+	fragReq, fragResp *reassembly // the peer's request, the response to ours, arriving in fragments
 
 	spii, spir    uint64
 	local, remote netip.AddrPort
@@ -94,8 +97,8 @@ type ikeSA struct {
 	nextReq  uint32   // message ID of our next request
 	pending  *request // our outstanding request
 	nextPeer uint32   // message ID of the peer's next request
-	lastReq  []byte   // the peer's last request and our response to it
-	lastResp []byte
+	lastReq  []byte   // the peer's last request (its fragment 1 if fragmented)
+	lastResp [][]byte // our response to it: the message or its fragments
 
 	children           []*ChildSA // established, oldest first (bounded: Config.MaxChildSAs, twice during rekeys)
 	childSPI           uint32     // initiator: the inbound SPI we proposed in IKE_AUTH
@@ -238,6 +241,7 @@ func (sa *ikeSA) sendInitLocked() error {
 	ps = append(ps, &SA{Proposals: sa.peer.IKE}, &KE{Group: sa.dh.Group(), Data: sa.dh.Public()}, &Nonce{Data: sa.ni})
 	ps = append(ps, natNotifies(sa.spii, 0, sa.local, sa.remote, sa.peer.ForceEncap)...)
 	ps = append(ps, signatureHashesNotify())
+	ps = append(ps, sa.ep.fragmentSupported()...)
 	m := &Message{Header: sa.header(IKE_SA_INIT, 0, false), Payloads: ps}
 	raw, err := m.Encode()
 	if err != nil {
@@ -246,7 +250,7 @@ func (sa *ikeSA) sendInitLocked() error {
 	sa.state = stateInitSent
 	sa.initReq = raw
 	sa.nextReq = 1
-	sa.pending = &request{id: 0, exch: IKE_SA_INIT, raw: raw}
+	sa.pending = &request{id: 0, exch: IKE_SA_INIT, pkts: [][]byte{raw}}
 	sa.ep.sendLocked(sa.local, sa.remote, raw)
 	sa.armLocked()
 	return nil
@@ -375,6 +379,7 @@ func (sa *ikeSA) authRequestOutLocked(m *Message, raw []byte, suite Suite, prf P
 	}
 	sa.initResp = raw
 	sa.hashes = hashes
+	sa.frag = e.cfg.FragmentSize > 0 && findNotify(ps, FragmentationSupported) != nil
 	ourNAT, peerNAT := natCheck(ps, sa.spii, sa.spir, sa.local, sa.remote)
 	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
 	if sa.encap {
@@ -449,13 +454,13 @@ func (sa *ikeSA) requestOutLocked(exch ExchangeType, inner []Payload) error {
 	if sa.pending != nil {
 		return errors.New("ike: a request is already outstanding")
 	}
-	raw, err := sa.out.seal(sa.header(exch, sa.nextReq, false), nil, inner)
+	pkts, err := sa.sealLocked(sa.header(exch, sa.nextReq, false), inner)
 	if err != nil {
 		return err
 	}
-	sa.pending = &request{id: sa.nextReq, exch: exch, raw: raw}
+	sa.pending = &request{id: sa.nextReq, exch: exch, pkts: pkts}
 	sa.nextReq++
-	sa.ep.sendLocked(sa.local, sa.remote, raw)
+	sa.ep.sendAllLocked(sa.local, sa.remote, pkts)
 	sa.armLocked()
 	return nil
 }
@@ -573,10 +578,10 @@ func (sa *ikeSA) deleteBestEffortLocked() {
 	if sa.out == nil || sa.pending != nil {
 		return
 	}
-	raw, err := sa.out.seal(sa.header(INFORMATIONAL, sa.nextReq, false), nil, []Payload{&Delete{Protocol: ProtoIKE}})
+	pkts, err := sa.sealLocked(sa.header(INFORMATIONAL, sa.nextReq, false), []Payload{&Delete{Protocol: ProtoIKE}})
 	if err == nil {
 		sa.nextReq++
-		sa.ep.sendLocked(sa.local, sa.remote, raw)
+		sa.ep.sendAllLocked(sa.local, sa.remote, pkts)
 	}
 }
 
@@ -746,6 +751,10 @@ func (sa *ikeSA) initResponseOutLocked(m *Message, suite Suite, chosenNum uint8,
 	if len(peer.RemoteCAs) > 0 {
 		resp = append(resp, certRequest(peer.RemoteCAs))
 	}
+	if f := e.fragmentSupported(); f != nil && findNotify(ps, FragmentationSupported) != nil {
+		sa.frag = true // RFC 7383 section 2.3: only in answer to the initiator's
+		resp = append(resp, f...)
+	}
 	sa.hashes = peerHashes(ps)
 	r := &Message{Header: sa.header(IKE_SA_INIT, 0, true), Payloads: resp}
 	b, err := r.Encode()
@@ -772,10 +781,17 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 	}
 	id := m.Header.MessageID
 	if sa.lastResp != nil && id == sa.nextPeer-1 {
-		if string(raw) == string(sa.lastReq) {
+		// A retransmission, whole or its fragment 1 (RFC 7383 section
+		// 2.6.1), brings back the whole response; its other
+		// fragments are ignored.
+		f, isFrag := fragment(m)
+		switch {
+		case string(raw) == string(sa.lastReq):
 			e.stats.RxRetransmits++
-			e.sendLocked(sa.respLocal, sa.respRem, sa.lastResp)
-		} else {
+			e.sendAllLocked(sa.respLocal, sa.respRem, sa.lastResp)
+		case isFrag && f.Number != 1:
+			e.stats.RxRetransmits++
+		default:
 			e.stats.RxOutOfWindow++
 		}
 		return nil
@@ -784,9 +800,8 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 		e.stats.RxOutOfWindow++
 		return nil
 	}
-	inner, err := sa.in.open(raw, m)
-	if err != nil {
-		e.stats.RxIntegrityFailed++
+	inner, raw, done := sa.openLocked(&sa.fragReq, raw, m)
+	if !done {
 		return nil
 	}
 	if _, ok := find[*Unknown](inner, func(u *Unknown) bool { return u.Critical }); ok {
@@ -817,11 +832,11 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 // deletes the IKE SA once it is sent. after is passed through.
 func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch ExchangeType, id uint32, resp []Payload, after []func(), remove bool) []func() {
 	e := sa.ep
-	b, err := sa.out.seal(sa.header(exch, id, true), nil, resp)
+	pkts, err := sa.sealLocked(sa.header(exch, id, true), resp)
 	if err == nil {
-		sa.lastReq, sa.lastResp = raw, b
+		sa.lastReq, sa.lastResp = raw, pkts
 		sa.respLocal, sa.respRem = local, remote
-		e.sendLocked(local, remote, b)
+		e.sendAllLocked(local, remote, pkts)
 	}
 	if remove {
 		e.stats.Deleted++
@@ -1026,9 +1041,8 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	if sa.state == stateInitSent {
 		return sa.initResponseLocked(m, raw)
 	}
-	inner, err := sa.in.open(raw, m)
-	if err != nil {
-		e.stats.RxIntegrityFailed++
+	inner, _, done := sa.openLocked(&sa.fragResp, raw, m)
+	if !done {
 		return nil
 	}
 	sa.lastHeard = e.cfg.clock.Now()
