@@ -60,6 +60,11 @@
 //	  complete, the one with the lowest of the four nonces made the
 //	  redundant SA; TEMPORARY_FAILURE while the SA is going (2.25)
 //
+//	IKE fragmentation (RFC 7383; see frag.go): both announce
+//	N(IKEV2_FRAGMENTATION_SUPPORTED) in IKE_SA_INIT; an encrypted
+//	message longer than Config.FragmentSize then goes as
+//	HDR, SKF{1/n} ... HDR, SKF{n/n}, each fragment protected on its own
+//
 //	INFORMATIONAL (either side, next message ID)
 //	HDR, SK{D(IKE) | D(ESP, SPIs) | }  -->   (empty: a liveness check)
 //	                                   <--  HDR, SK{[D(ESP, SPIs)]}
@@ -72,8 +77,10 @@
 // and selects proposals; keys.go, dh.go and sk.go are the keying, the
 // Diffie-Hellman groups (14, 19, 20, 31) and the SK payload's protection
 // (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with HMAC-SHA-2); auth.go the
-// signatures and certificates. endpoint.go, exchange.go, rekey.go and
-// ikerekey.go are the state machine, life.go what an IKE SA does on its
+// signatures and certificates; frag.go IKE fragmentation (RFC 7383).
+// endpoint.go, exchange.go, rekey.go (which also makes additional Child
+// SAs) and ikerekey.go are the state machine, job.go the computations
+// that run off its lock, life.go what an IKE SA does on its
 // own (lifetimes, liveness checks, dead peers, the request queue) on
 // clock.go's time: an Endpoint owns every IKE SA of a set of peers, behind
 // one mutex; it learns datagrams through Receive and
@@ -114,10 +121,9 @@
 // goes in UDP.
 //
 // Not yet: deleting one Child SA of several on its own (Delete takes the
-// IKE SA with all its Child SAs), IKE fragmentation (RFC 7383: large
-// certificate chains may not fit a datagram), the Diffie-Hellman of
-// CREATE_CHILD_SA (PFS and IKE SA rekeys) outside Endpoint's lock,
-// reauthentication (reauth_time), lifetimes in bytes or packets (the data
-// plane calls RequestRekey), start_action = trap, EAP, MOBIKE,
-// configuration payloads and CRL/OCSP checks.
+// IKE SA with all its Child SAs), the Diffie-Hellman of CREATE_CHILD_SA
+// (PFS and IKE SA rekeys) outside Endpoint's lock, reauthentication
+// (reauth_time), lifetimes in bytes or packets (the data plane calls
+// RequestRekey), start_action = trap, EAP, MOBIKE, configuration payloads
+// and CRL/OCSP checks.
 package ike

@@ -27,6 +27,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -165,6 +166,15 @@ func newTestCreds(t *testing.T, dir string, a *certAuth) *testCreds {
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: email},
 			EmailAddresses: []string{email}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 			KeyUsage: x509.KeyUsageDigitalSignature}
+		if a.pad > 0 {
+			// A private, non-critical extension: an OCTET STRING of
+			// padding that both sides skip.
+			v, err := asn1.Marshal(make([]byte, a.pad))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl.ExtraExtensions = []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 32473, 1}, Value: v}}
+		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
 		if err != nil {
 			t.Fatal(err)
@@ -224,6 +234,9 @@ type charon struct {
 type certAuth struct {
 	sluiceKey, charonKey string
 	method               ike.AuthMethod
+	// pad, if set, pads each end-entity certificate with an extension of
+	// that many bytes (IKE fragmentation).
+	pad int
 }
 
 // bed is one interop test bed: charon in namespace "ss", sluice's
@@ -253,8 +266,9 @@ func newBed(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(
 	return newBedVars(t, ikeProps, espProps, cert, tweak, nil)
 }
 
-// newBedVars is newBed with more variables for charon's swanctl.conf
-// template (LocalTS2 and RemoteTS2: a second child).
+// newBedVars is newBed with more variables for charon's swanctl.conf and
+// strongswan.conf templates (LocalTS2 and RemoteTS2: a second child;
+// FragSize: charon's fragment_size).
 func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(*ike.Peer, *ike.Config), extra map[string]string) *bed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -304,7 +318,11 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 			}
 		}
 	})
-	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, map[string]string{"Vici": c.vici, "Log": c.log})
+	confVars := map[string]string{"Vici": c.vici, "Log": c.log}
+	for k, v := range extra {
+		confVars[k] = v
+	}
+	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, confVars)
 	swconf := filepath.Join(dir, "swanctl.conf")
 	vars := map[string]string{
 		"Local": ssWAN.Addr().String(), "Remote": slWAN.Addr().String(),
@@ -976,6 +994,46 @@ func TestStrongSwanChildren(t *testing.T) {
 			t.Logf("sluice stats: %+v", s)
 			if s.ChildSAAdded != 1 || s.IKESAEstablished != 1 || s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow != 0 {
 				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// TestStrongSwanFragmentation authenticates with certificates padded to
+// about 3 kB, so that IKE_AUTH does not fit sluice's default fragment
+// size (1232) nor charon's fragment_size (600): both send IKE_AUTH in
+// fragments (RFC 7383), both reassemble, and the negotiation completes
+// with matching keys, sluice initiating and responding.
+func TestStrongSwanFragmentation(t *testing.T) {
+	for _, role := range []string{"initiator", "responder"} {
+		t.Run("sluice-"+role, func(t *testing.T) {
+			requireStrongSwan(t)
+			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &certAuth{sluiceKey: "rsa", charonKey: "p384", pad: 3000}, nil,
+				map[string]string{"FragSize": "600"})
+			var child *ike.ChildSA
+			if role == "initiator" {
+				var err error
+				if child, err = b.ep.Initiate(b.ctx, "strongswan"); err != nil {
+					t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
+				}
+			} else {
+				if out, err := b.c.swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
+					t.Fatalf("charon initiating: %v\n%s (sluice stats %+v)", err, out, b.ep.Stats())
+				}
+				child = b.waitChild(t, 1, "sluice's Child SA")
+			}
+			checkKeys(t, child, charonChild(t, b.ctx, b.c.log, child), role == "initiator", "aes128gcm16")
+			data, err := os.ReadFile(b.c.log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(data), "reassembled fragmented IKE message") {
+				t.Error("charon logged no reassembled fragmented IKE message")
+			}
+			s := b.ep.Stats()
+			t.Logf("sluice stats: %+v", s)
+			if s.TxFragments < 2 || s.RxFragments < 2 || s.RxReassembled != 1 || s.RxIntegrityFailed+s.RxMalformed+s.RxFragInvalid+s.RxFragDuplicate != 0 {
+				t.Errorf("IKE_AUTH did not go in fragments both ways: %+v", s)
 			}
 		})
 	}
