@@ -434,6 +434,9 @@ func TestHalfOpenBound(t *testing.T) {
 	if len(e.halfOpen) != 2 || s.CookiesSent != 8 {
 		t.Fatalf("half-open %d, stats %+v", len(e.halfOpen), s)
 	}
+	// 8 cookies, and 2 responses sent once their keys are computed off
+	// the lock.
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sent) == 10 })
 	// The answer to a repeated request comes from the cache.
 	first := initRequest(t, 100, DHCurve25519, pb.IKE)
 	e.cfg.CookieThreshold = 100
