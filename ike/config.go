@@ -208,8 +208,9 @@ type Config struct {
 	// goroutine (default 256); beyond it Deliver drops and counts.
 	QueueLen int
 	// OnChildSA, if set, is called (without locks held, from the
-	// goroutine that delivered the completing message) for each Child
-	// SA established, as initiator or responder.
+	// goroutine that delivered the completing message, or from the one
+	// that computed its signature or Diffie-Hellman off the lock) for
+	// each Child SA established, as initiator or responder.
 	OnChildSA func(*ChildSA)
 	// OnDelete, if set, is called when an established Child SA goes
 	// (deleted by either side, or its IKE SA failed).

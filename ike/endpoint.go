@@ -130,7 +130,9 @@ func (e *Endpoint) Stats() Stats {
 
 // Close stops all timers and the endpoint's goroutine and forgets all SAs
 // without telling the peers (use Delete first for that). Initiate calls in
-// progress fail; datagrams still queued by Deliver are dropped. It is
+// progress fail; datagrams still queued by Deliver are dropped; a
+// signature or Diffie-Hellman computation in progress (a Signer may take
+// its time) is not waited for, and its result is dropped. It is
 // idempotent. It must not be called from OnChildSA or OnDelete, which may
 // run on the goroutine it waits for.
 func (e *Endpoint) Close() error {
