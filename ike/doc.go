@@ -44,6 +44,13 @@
 //	HDR, SK{N(REKEY_SA), SA, Ni, [KEi,] TSi, TSr} -->
 //	                                   <--  HDR, SK{SA, Nr, [KEr,] TSi, TSr}
 //
+//	CREATE_CHILD_SA (either side; an additional Child SA, section 1.3.1:
+//	another child of the connection, Peer.Children, InitiateChild)
+//	HDR, SK{SA, Ni, [KEi,] TSi, TSr}   -->
+//	                                   <--  HDR, SK{SA, Nr, [KEr,] TSi, TSr}
+//	  the responder takes the first child whose proposals fit and whose
+//	  selectors intersect; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs
+//
 //	CREATE_CHILD_SA (either side; rekeying the IKE SA, see ikerekey.go)
 //	HDR, SK{SA(IKE, new SPIi), Ni, KEi} -->
 //	                                   <--  HDR, SK{SA(IKE, new SPIr), Nr, KEr}
@@ -52,6 +59,11 @@
 //	  both sides rekeying one SA at once (2.8.1): both exchanges
 //	  complete, the one with the lowest of the four nonces made the
 //	  redundant SA; TEMPORARY_FAILURE while the SA is going (2.25)
+//
+//	IKE fragmentation (RFC 7383; see frag.go): both announce
+//	N(IKEV2_FRAGMENTATION_SUPPORTED) in IKE_SA_INIT; an encrypted
+//	message longer than Config.FragmentSize then goes as
+//	HDR, SKF{1/n} ... HDR, SKF{n/n}, each fragment protected on its own
 //
 //	INFORMATIONAL (either side, next message ID)
 //	HDR, SK{D(IKE) | D(ESP, SPIs) | }  -->   (empty: a liveness check)
@@ -65,13 +77,22 @@
 // and selects proposals; keys.go, dh.go and sk.go are the keying, the
 // Diffie-Hellman groups (14, 19, 20, 31) and the SK payload's protection
 // (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with HMAC-SHA-2); auth.go the
-// signatures and certificates. endpoint.go, exchange.go, rekey.go and
-// ikerekey.go are the state machine, life.go what an IKE SA does on its
+// signatures and certificates; frag.go IKE fragmentation (RFC 7383).
+// endpoint.go, exchange.go, rekey.go (which also makes additional Child
+// SAs) and ikerekey.go are the state machine, job.go the computations
+// that run off its lock, life.go what an IKE SA does on its
 // own (lifetimes, liveness checks, dead peers, the request queue) on
 // clock.go's time: an Endpoint owns every IKE SA of a set of peers, behind
 // one mutex; it learns datagrams through Receive and
 // sends through a Transport, so it runs over plain UDP sockets
 // (UDPTransport) or behind the gateway's ESP-in-UDP link.
+//
+// Signing AUTH (a crypto.Signer may be an engine's queue) and the
+// Diffie-Hellman of IKE_SA_INIT run off that mutex (job.go): the exchange
+// snapshots what the work needs, the work runs on its own goroutine, and
+// the result is used only if the IKE SA is still where it was left
+// (Stats.CryptoStale otherwise), so one slow key does not stall the other
+// IKE SAs. Such computations are bounded (Config.MaxCryptoJobs).
 //
 // Each side has at most one request outstanding (window size 1, section
 // 2.3); further requests of ours (rekeys, deletes, checks) wait in a short
@@ -99,12 +120,10 @@
 // suite's keyword, ESN, the narrowed traffic selectors and whether ESP
 // goes in UDP.
 //
-// Not yet: Child SAs beyond the one of IKE_AUTH other than rekeys (one
-// Child SA per connection; requests for more are refused with
-// NO_ADDITIONAL_SAS), IKE fragmentation (RFC 7383: large certificate
-// chains may not fit a datagram), Diffie-Hellman and signing outside
-// Endpoint's lock (a slow engine stalls every exchange meanwhile),
-// reauthentication (reauth_time), lifetimes in bytes or packets (the data
-// plane calls RequestRekey), start_action = trap, EAP, MOBIKE,
-// configuration payloads and CRL/OCSP checks.
+// Not yet: deleting one Child SA of several on its own (Delete takes the
+// IKE SA with all its Child SAs), the Diffie-Hellman of CREATE_CHILD_SA
+// (PFS and IKE SA rekeys) outside Endpoint's lock, reauthentication
+// (reauth_time), lifetimes in bytes or packets (the data plane calls
+// RequestRekey), start_action = trap, EAP, MOBIKE, configuration payloads
+// and CRL/OCSP checks.
 package ike

@@ -46,6 +46,9 @@ type Endpoint struct {
 	closed     bool
 	tap        func(pkt []byte) // tests: sees each received datagram (export_test.go)
 
+	jobs   chan struct{} // one token per computation off the lock (job.go)
+	jobSeq uint64        // numbers the jobs
+
 	queue     chan datagram // Deliver's hand-off to the goroutine in run
 	queueFull atomic.Uint64
 	done      chan struct{}
@@ -74,7 +77,7 @@ func NewEndpoint(cfg Config, tr Transport) (*Endpoint, error) {
 	}
 	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{},
 		children: map[uint32]*childEntry{}, restarting: map[string]bool{},
-		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{})}
+		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{}), jobs: make(chan struct{}, cfg.MaxCryptoJobs)}
 	if _, err := rand.Read(e.secret[:]); err != nil {
 		return nil, fmt.Errorf("ike: %w", err)
 	}
@@ -127,7 +130,9 @@ func (e *Endpoint) Stats() Stats {
 
 // Close stops all timers and the endpoint's goroutine and forgets all SAs
 // without telling the peers (use Delete first for that). Initiate calls in
-// progress fail; datagrams still queued by Deliver are dropped. It is
+// progress fail; datagrams still queued by Deliver are dropped; a
+// signature or Diffie-Hellman computation in progress (a Signer may take
+// its time) is not waited for, and its result is dropped. It is
 // idempotent. It must not be called from OnChildSA or OnDelete, which may
 // run on the goroutine it waits for.
 func (e *Endpoint) Close() error {
@@ -283,6 +288,8 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	}
 	sa.stopTimerLocked()
 	stop(sa.halfOpenTimer)
+	sa.dropReassemblyLocked(&sa.fragReq)
+	sa.dropReassemblyLocked(&sa.fragResp)
 	if k := sa.keys; k != nil {
 		// The SK payload ciphers keep their own expanded keys; the raw
 		// ones go now (the ChildSA's keys belong to whoever got it).
@@ -409,6 +416,11 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 	if !peer.Remote.IsValid() {
 		return nil, fmt.Errorf("ike: peer %q has no Remote address to initiate to", name)
 	}
+	// The key pair is made before the lock is taken (job.go).
+	dh, err := e.newDH(firstDH(peer.IKE))
+	if err != nil {
+		return nil, err
+	}
 	w := make(chan result, 1)
 	e.mu.Lock()
 	if e.closed {
@@ -419,7 +431,7 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 		e.mu.Unlock()
 		return nil, errors.New("ike: too many IKE SAs")
 	}
-	sa, err := e.newInitiatorLocked(peer, w)
+	sa, err := e.newInitiatorLocked(peer, dh, w)
 	if err != nil {
 		e.mu.Unlock()
 		return nil, err
@@ -526,7 +538,7 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 	default:
 		sa.pending.tries++
 		e.stats.TxRetransmits++
-		e.sendLocked(sa.local, sa.remote, sa.pending.raw)
+		e.sendAllLocked(sa.local, sa.remote, sa.pending.pkts)
 		sa.armLocked()
 	}
 	e.mu.Unlock()

@@ -163,7 +163,7 @@ func (sa *ikeSA) stopLifeTimersLocked() {
 
 // scheduleChildLocked starts the lifetime timers of a new Child SA.
 func (e *Endpoint) scheduleChildLocked(ent *childEntry) {
-	rekey, life, jitter := ent.sa.peer.ChildLifetime.times()
+	rekey, life, jitter := ent.sa.confOf(ent.c).life.times()
 	if rekey == 0 {
 		return
 	}
@@ -224,11 +224,12 @@ func (e *Endpoint) rekeyChildLocked(ent *childEntry, w chan result) []func() {
 			if e.children[ent.c.InSPI] != ent || ent.replaced || ent.deleting {
 				return gone(errors.New("ike: no such Child SA"))
 			}
-			if len(sa.children) >= maxChildren {
+			if len(sa.children) >= 2*e.cfg.MaxChildSAs {
 				return gone(errors.New("ike: too many Child SAs on the IKE SA"))
 			}
-			r := &rekeyState{old: ent.c, spi: e.newChildSPILocked(), ni: randomNonce(), tsi: ent.c.LocalTS, tsr: ent.c.RemoteTS, waiter: w}
-			if g := firstDH(sa.peer.ESP); g != 0 {
+			conf := sa.confOf(ent.c)
+			r := &rekeyState{old: ent.c, conf: conf, spi: e.newChildSPILocked(), ni: randomNonce(), tsi: ent.c.LocalTS, tsr: ent.c.RemoteTS, waiter: w}
+			if g := firstDH(conf.esp); g != 0 {
 				dh, err := NewDH(g)
 				if err != nil {
 					return gone(err)

@@ -27,6 +27,7 @@ import (
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -165,6 +166,15 @@ func newTestCreds(t *testing.T, dir string, a *certAuth) *testCreds {
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: email},
 			EmailAddresses: []string{email}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 			KeyUsage: x509.KeyUsageDigitalSignature}
+		if a.pad > 0 {
+			// A private, non-critical extension: an OCTET STRING of
+			// padding that both sides skip.
+			v, err := asn1.Marshal(make([]byte, a.pad))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl.ExtraExtensions = []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 32473, 1}, Value: v}}
+		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
 		if err != nil {
 			t.Fatal(err)
@@ -224,6 +234,9 @@ type charon struct {
 type certAuth struct {
 	sluiceKey, charonKey string
 	method               ike.AuthMethod
+	// pad, if set, pads each end-entity certificate with an extension of
+	// that many bytes (IKE fragmentation).
+	pad int
 }
 
 // bed is one interop test bed: charon in namespace "ss", sluice's
@@ -249,6 +262,14 @@ func (b *bed) counts() (est, del int) {
 // (PSK, or certificates with cert) and sluice's Endpoint; tweak, if set,
 // adjusts sluice's peer and configuration first.
 func newBed(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(*ike.Peer, *ike.Config)) *bed {
+	t.Helper()
+	return newBedVars(t, ikeProps, espProps, cert, tweak, nil)
+}
+
+// newBedVars is newBed with more variables for charon's swanctl.conf and
+// strongswan.conf templates (LocalTS2 and RemoteTS2: a second child;
+// FragSize: charon's fragment_size).
+func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(*ike.Peer, *ike.Config), extra map[string]string) *bed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
@@ -297,12 +318,19 @@ func newBed(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(
 			}
 		}
 	})
-	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, map[string]string{"Vici": c.vici, "Log": c.log})
+	confVars := map[string]string{"Vici": c.vici, "Log": c.log}
+	for k, v := range extra {
+		confVars[k] = v
+	}
+	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, confVars)
 	swconf := filepath.Join(dir, "swanctl.conf")
 	vars := map[string]string{
 		"Local": ssWAN.Addr().String(), "Remote": slWAN.Addr().String(),
 		"LocalID": ssIDStr, "RemoteID": slIDStr, "LocalTS": ssSite.String(), "RemoteTS": slSite.String(),
 		"IKE": ikeProps, "ESP": espProps, "PSK": pskHex,
+	}
+	for k, v := range extra {
+		vars[k] = v
 	}
 	tmpl := "testdata/strongswan/swanctl.conf.tmpl"
 	var creds *testCreds
@@ -902,5 +930,111 @@ func TestStrongSwanRestart(t *testing.T) {
 	t.Logf("sluice stats: %+v", s)
 	if s.PeersDead != 1 || s.Restarts < 1 || s.LivenessChecks < 1 || s.IKESAEstablished != 2 {
 		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestStrongSwanChildren: a connection with two children of different
+// traffic selectors, the second made on the IKE SA with CREATE_CHILD_SA
+// (section 1.3.1), by sluice (InitiateChild) and by charon (swanctl
+// --initiate --child net2); both Child SAs are up on both sides with
+// matching keys and selectors.
+func TestStrongSwanChildren(t *testing.T) {
+	ss2, sl2 := netip.MustParsePrefix("10.1.1.0/24"), netip.MustParsePrefix("10.2.1.0/24")
+	for _, by := range []string{"sluice", "charon"} {
+		t.Run("by-"+by, func(t *testing.T) {
+			requireStrongSwan(t)
+			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, func(p *ike.Peer, _ *ike.Config) {
+				p.ChildName = "net"
+				p.Children = []ike.Child{{Name: "net2", LocalTS: []netip.Prefix{sl2}, RemoteTS: []netip.Prefix{ss2}}}
+			}, map[string]string{"LocalTS2": ss2.String(), "RemoteTS2": sl2.String()})
+			// charon needs an address in each local selector.
+			if err := b.c.ns.AddAddr("lo", netip.PrefixFrom(ss2.Addr().Next(), 32)); err != nil {
+				t.Fatal(err)
+			}
+			first, err := b.ep.Initiate(b.ctx, "strongswan")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkKeys(t, first, charonChild(t, b.ctx, b.c.log, first), true, "aes128gcm16")
+			var second *ike.ChildSA
+			if by == "sluice" {
+				if second, err = b.ep.InitiateChild(b.ctx, "strongswan", "net2"); err != nil {
+					t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
+				}
+			} else {
+				if out, err := b.c.swanctl(b.ctx, "--initiate", "--child", "net2", "--timeout", "20"); err != nil {
+					t.Fatalf("charon initiating net2: %v\n%s (sluice stats %+v)", err, out, b.ep.Stats())
+				}
+				second = b.waitChild(t, 2, "sluice to report net2")
+			}
+			if second.Child != "net2" || len(second.LocalTS) != 1 || len(second.RemoteTS) != 1 {
+				t.Fatalf("second Child SA %+v", second)
+			}
+			if p, _ := second.LocalTS[0].Prefix(); p != sl2 {
+				t.Errorf("local TS %v, want %v", second.LocalTS, sl2)
+			}
+			if p, _ := second.RemoteTS[0].Prefix(); p != ss2 {
+				t.Errorf("remote TS %v, want %v", second.RemoteTS, ss2)
+			}
+			// Keys of a CREATE_CHILD_SA: "initiator" is whoever requested it.
+			checkKeys(t, second, charonChild(t, b.ctx, b.c.log, second), by == "sluice", "aes128gcm16")
+			sa := b.oneIKESA(t)
+			if len(sa.Children) != 2 {
+				t.Fatalf("sluice's IKE SA carries %d Child SAs", len(sa.Children))
+			}
+			err = lab.WaitFor(b.ctx, "charon to list both children", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+				out, err := b.c.swanctl(b.ctx, "--list-sas")
+				return err == nil && strings.Contains(out, "net: #") && strings.Contains(out, "net2: #") &&
+					strings.Contains(out, fmt.Sprintf("%08x", second.InSPI)) && strings.Count(out, "interop: #") == 1, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := b.ep.Stats()
+			t.Logf("sluice stats: %+v", s)
+			if s.ChildSAAdded != 1 || s.IKESAEstablished != 1 || s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow != 0 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// TestStrongSwanFragmentation authenticates with certificates padded to
+// about 3 kB, so that IKE_AUTH does not fit sluice's default fragment
+// size (1232) nor charon's fragment_size (600): both send IKE_AUTH in
+// fragments (RFC 7383), both reassemble, and the negotiation completes
+// with matching keys, sluice initiating and responding.
+func TestStrongSwanFragmentation(t *testing.T) {
+	for _, role := range []string{"initiator", "responder"} {
+		t.Run("sluice-"+role, func(t *testing.T) {
+			requireStrongSwan(t)
+			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &certAuth{sluiceKey: "rsa", charonKey: "p384", pad: 3000}, nil,
+				map[string]string{"FragSize": "600"})
+			var child *ike.ChildSA
+			if role == "initiator" {
+				var err error
+				if child, err = b.ep.Initiate(b.ctx, "strongswan"); err != nil {
+					t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
+				}
+			} else {
+				if out, err := b.c.swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
+					t.Fatalf("charon initiating: %v\n%s (sluice stats %+v)", err, out, b.ep.Stats())
+				}
+				child = b.waitChild(t, 1, "sluice's Child SA")
+			}
+			checkKeys(t, child, charonChild(t, b.ctx, b.c.log, child), role == "initiator", "aes128gcm16")
+			data, err := os.ReadFile(b.c.log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(data), "reassembled fragmented IKE message") {
+				t.Error("charon logged no reassembled fragmented IKE message")
+			}
+			s := b.ep.Stats()
+			t.Logf("sluice stats: %+v", s)
+			if s.TxFragments < 2 || s.RxFragments < 2 || s.RxReassembled != 1 || s.RxIntegrityFailed+s.RxMalformed+s.RxFragInvalid+s.RxFragDuplicate != 0 {
+				t.Errorf("IKE_AUTH did not go in fragments both ways: %+v", s)
+			}
+		})
 	}
 }
