@@ -15,9 +15,14 @@
 // connection to close, whichever is first. Lanes take whatever requests
 // wait, up to 64, into one cryptodev.Batch on a queue of their own (see
 // signq.go): as many lanes as GOMAXPROCS for a synchronous engine (soft,
-// openssl), so signing still uses every core; fewer lanes for an
-// asynchronous one (sched), each splitting what it collected into a batch
-// per core and submitting them together, so the engine spreads the work.
+// openssl), so signing uses every core; one lane for an asynchronous one
+// (sched), splitting what it collected into a batch per signing core and
+// submitting them together, so the engine spreads the work over all cores
+// but one. That is the choice between the two: soft makes the most
+// handshakes per second, sched keeps a core for the connections already
+// open, whose requests then wait far less during a storm of expensive
+// handshakes (an RSA-4096 storm on 2 cores: p50 150 µs instead of 12 ms;
+// BENCHMARKS.md section j).
 // A full queue fails the handshake, counted under "sign". A Reload's
 // replaced keys are destroyed in their engine only once no handshake that
 // began before it can still sign with them.

@@ -12,9 +12,13 @@ package tls
 //     no lane signs serially what other lanes could sign in parallel.
 //  3. Submit (the lane, on its own cryptodev.Queue opened only for
 //     handshakes): a synchronous engine runs the batch inside Submit, so
-//     there are as many lanes as GOMAXPROCS; an asynchronous engine spreads
-//     batches over its workers, so fewer lanes split what they collect into
-//     one batch per core and submit them all before waiting for any.
+//     there are as many lanes as GOMAXPROCS and signatures use every core;
+//     an asynchronous engine spreads batches over its workers, so one lane
+//     splits what it collects into one batch per signing core (all cores
+//     but one, signCores) of at most maxPartOps ops, which the engine does
+//     not split further, and submits them all before waiting for any. The
+//     core left over serves the connections already open while a storm of
+//     handshakes waits for signatures (BENCHMARKS.md section j).
 //  4. Complete (the lane): each waiter gets a copy of its signature.
 
 import (
@@ -36,6 +40,12 @@ const (
 	// signQueueLen bounds the requests waiting for a lane; one more fails
 	// its handshake (counted under "sign").
 	signQueueLen = 4096
+	// maxPartOps bounds the ops of one batch handed to an asynchronous
+	// engine: sched splits a batch over several workers only from twice
+	// its minimum chunk (16 ops) up, so a batch of at most 16 runs on one
+	// core, and the number of batches in flight is the number of cores
+	// signing.
+	maxPartOps = 16
 	// maxSigLen is the Dst each op gets: an RSA-4096 signature.
 	maxSigLen = 512
 )
@@ -83,6 +93,10 @@ type signQueue struct {
 	closeOnce sync.Once
 }
 
+// signCores is how many cores an asynchronous engine's handshake
+// signatures may keep busy at once: all but one when there are several.
+func signCores(procs int) int { return max(1, procs-1) }
+
 // newSignQueue opens the lanes' queues on eng and starts the lanes. Close
 // stops them; it does not close eng.
 func newSignQueue(eng cryptodev.Engine) (*signQueue, error) {
@@ -96,8 +110,12 @@ func newSignQueue(eng cryptodev.Engine) (*signQueue, error) {
 	}
 	n := procs
 	if q.async {
-		n = max(1, procs/4)
-		q.split = procs
+		// The queueing engine signs on all cores but one: one lane hands
+		// it at most signCores batches at a time, none big enough for the
+		// engine to split further, so a storm of handshakes leaves a core
+		// to the connections already open (see the package doc).
+		n = 1
+		q.split = signCores(procs)
 	}
 	for range n {
 		cq, err := eng.NewQueue()
@@ -185,7 +203,7 @@ func (q *signQueue) lane(cq cryptodev.Queue) {
 		// take a fair share of what waits, so the other lanes sign the
 		// rest in parallel. An asynchronous engine spreads the batch
 		// itself.
-		limit := maxSignBatch
+		limit := min(maxSignBatch, q.split*maxPartOps)
 		if !q.async {
 			lanes := int64(max(1, len(q.lanes)))
 			limit = int(min(int64(maxSignBatch), max(1, (q.depth.Load()+lanes-1)/lanes)))

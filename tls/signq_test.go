@@ -25,7 +25,8 @@ func openEngine(t *testing.T, name string) cryptodev.Engine {
 }
 
 // TestSignQueueBatches checks that requests waiting when a lane wakes go
-// into one batch (split per core for an asynchronous engine) and that
+// into one batch (split over the signing cores for an asynchronous
+// engine) and that
 // every waiter gets its own valid signature.
 func TestSignQueueBatches(t *testing.T) {
 	for _, name := range testEngines {
@@ -41,10 +42,10 @@ func TestSignQueueBatches(t *testing.T) {
 				// A queue whose lane starts only once every request waits.
 				q := &signQueue{eng: eng, async: eng.Async(), reqs: make(chan *signReq, 64), quit: make(chan struct{}), split: 1}
 				if q.async {
-					q.split = runtime.GOMAXPROCS(0)
+					q.split = signCores(runtime.GOMAXPROCS(0))
 				}
 				ek := &engineKey{key: key, pub: priv.Public(), q: q}
-				const n = 10
+				const n = 10 // below maxPartOps: one collection
 				var wg sync.WaitGroup
 				errs := make([]error, n)
 				for i := range n {
@@ -98,7 +99,7 @@ func TestSignQueueBatches(t *testing.T) {
 					t.Fatalf("ops %d depth %d", q.ops.Load(), q.depth.Load())
 				}
 				if q.async {
-					// One collection, split per core.
+					// One collection, split over the signing cores.
 					if want := uint64(min(n, q.split)); q.batches.Load() != want || q.maxBatch.Load() != uint64((n+q.split-1)/q.split) {
 						t.Fatalf("batches %d (want %d), largest %d", q.batches.Load(), want, q.maxBatch.Load())
 					}
@@ -107,6 +108,52 @@ func TestSignQueueBatches(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// TestSignQueueAsyncCores: an asynchronous engine's lane keeps at most
+// signCores batches of at most maxPartOps ops in flight, so that the
+// engine never spreads handshake signatures over every core; and
+// signCores leaves one core of several.
+func TestSignQueueAsyncCores(t *testing.T) {
+	for procs, want := range map[int]int{1: 1, 2: 1, 8: 7} {
+		if got := signCores(procs); got != want {
+			t.Errorf("signCores(%d) = %d, want %d", procs, got, want)
+		}
+	}
+	eng := openEngine(t, "sched")
+	priv := genKey(t, "ecdsa")
+	key, err := eng.(cryptodev.AsymEngine).NewPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer key.Destroy()
+	q := &signQueue{eng: eng, async: true, reqs: make(chan *signReq, 64), quit: make(chan struct{}), split: 1}
+	ek := &engineKey{key: key, pub: priv.Public(), q: q}
+	const n = maxPartOps + 4
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			d := sha256.Sum256([]byte{byte(i)})
+			if _, err := (&handshakeSigner{k: ek, ctx: context.Background()}).Sign(nil, d[:], crypto.SHA256); err != nil {
+				t.Errorf("request %d: %v", i, err)
+			}
+		}()
+	}
+	waitFor(t, "every request to wait", func() bool { return q.depth.Load() == n })
+	cq, err := eng.NewQueue()
+	if err != nil {
+		t.Fatal(err)
+	}
+	q.lanes = []cryptodev.Queue{cq}
+	q.wg.Add(1)
+	go q.lane(cq)
+	wg.Wait()
+	q.close()
+	if q.ops.Load() != n || q.batches.Load() != 2 || q.maxBatch.Load() != maxPartOps {
+		t.Fatalf("ops %d, batches %d (want 2), largest %d (want %d)", q.ops.Load(), q.batches.Load(), q.maxBatch.Load(), maxPartOps)
 	}
 }
 
