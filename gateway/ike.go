@@ -1,0 +1,1108 @@
+package gateway
+
+// IKE: the [[connection]]s of the configuration, negotiated by one
+// ike.Endpoint per gateway, their children installed as route-based
+// tunnels.
+//
+//  1. Datagrams in: port 4500 arrives on the ESP-in-UDP sockets, whose
+//     Control hook hands IKE (non-ESP marker) to Endpoint.Deliver, a
+//     bounded queue (nothing runs per ESP packet); port 500 has sockets of
+//     its own, one per local address (ike.UDPTransport).
+//  2. Datagrams out (ikeTransport): on 4500 from the ESP socket itself
+//     (udp.Conn.SendDatagram), so that no second SO_REUSEPORT socket takes
+//     a share of the peer's ESP; on 500 from the port-500 sockets.
+//  3. Child SAs (OnChildSA): the SA pair opens like a static SA, with its
+//     sequence numbers in the state directory, and goes into the child's
+//     tunnel make-before-break: the new inbound SA first, then the
+//     outbound switch. The old pair's inbound SA drains for DrainTime
+//     after its OnDelete, then goes. A child whose only pair goes (the
+//     peer deleted it, or died) takes its tunnel with it; a trap child
+//     keeps a tunnel without SAs, whose packets are dropped (no_sa) and
+//     start a negotiation (dataplane.Config.NoSA).
+//  4. Rekeys: the Endpoint rekeys on the lifetimes; the gateway asks it to
+//     rekey a child whose SA nears its sequence-number limit.
+
+import (
+	"context"
+	"crypto"
+	"crypto/x509"
+	"encoding/pem"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"net"
+	"net/netip"
+	"os"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/ike"
+	"github.com/sluicegw/sluice/pktio/udp"
+	"github.com/sluicegw/sluice/sad"
+)
+
+// IKEPort is the port of IKE_SA_INIT (RFC 7296 section 2): 500. Tests
+// that run several gateways in one network namespace change it.
+var IKEPort uint16 = 500
+
+// IKEReplayWindow is the replay window of negotiated inbound SAs.
+const IKEReplayWindow = 1024
+
+// ikeCheckInterval is how often the gateway looks for children whose SAs
+// near their sequence-number limit, and retries failed initiations.
+var ikeCheckInterval = time.Second
+
+// ikeState is the gateway's IKE side. mu guards the children and the
+// endpoint's generation; it is never held while calling into the Endpoint
+// (whose callbacks take it) nor with Gateway.mu wanted.
+type ikeState struct {
+	mu       sync.Mutex
+	ep       *ike.Endpoint
+	gen      uint64 // the endpoint's generation: callbacks of an older one are ignored
+	port500  *ike.UDPTransport
+	signers  []crypto.Signer // closed with the endpoint
+	keys     []*cryptodev.Key
+	children map[string]*ikeChild // by child (tunnel) name
+	conns    []config.Connection  // what the endpoint was built from
+	secrets  []config.Secret
+	closed   bool
+
+	hook     atomic.Pointer[ike.Endpoint] // what the UDP Control hook delivers to
+	natt     *udp.Conn                    // the ESP socket IKE on the NAT-T port leaves from
+	nattPort uint16
+	trap     chan string // child names whose tunnels dropped a packet for want of an SA
+	stop     chan struct{}
+	wg       sync.WaitGroup
+}
+
+// ikeChild is one configured child and what runs of it.
+type ikeChild struct {
+	conn  *config.Connection
+	child *config.Child
+	cur   *ike.ChildSA // the pair the tunnel sends with; nil when down
+	since time.Time    // when cur was installed
+	// busy is set while an initiation or rekey of the child is under
+	// way; lastTry is when the last initiation began.
+	busy       bool
+	lastTry    time.Time
+	lastErr    string
+	terminated bool // `sluice ike terminate`: no initiation until asked
+	pairs      int  // pairs installed and not yet deleted
+}
+
+// ikeControlHook is the Control function of the ESP-in-UDP sockets: IKE
+// datagrams go to the endpoint's queue; NAT-keepalives (one byte) are
+// only counted by the link. It does not allocate unless the datagram is
+// IKE (Deliver copies it).
+func (g *Gateway) ikeControlHook(pkt []byte, from, to netip.AddrPort) {
+	if len(pkt) <= 1 {
+		return
+	}
+	if ep := g.ike.hook.Load(); ep != nil {
+		ep.Deliver(to, from, pkt)
+	}
+}
+
+// ikeTransport sends the endpoint's datagrams: NAT-T from the ESP socket,
+// port 500 from its own sockets.
+type ikeTransport struct{ s *ikeState }
+
+func (t ikeTransport) Send(local, remote netip.AddrPort, pkt []byte) error {
+	if local.Port() == t.s.nattPort {
+		if t.s.natt == nil {
+			return errors.New("gateway: no ESP-in-UDP socket for IKE on the NAT-T port")
+		}
+		return t.s.natt.SendDatagram(pkt, local.Addr(), remote)
+	}
+	if t.s.port500 == nil {
+		return errors.New("gateway: no IKE socket")
+	}
+	return t.s.port500.Send(local, remote, pkt)
+}
+
+// startIKE builds the endpoint for cfg's connections (it must be called
+// before the data plane reads the sockets) and installs trap tunnels.
+func (g *Gateway) startIKE(cfg *config.Gateway) error {
+	s := &g.ike
+	s.children = map[string]*ikeChild{}
+	s.trap = make(chan string, 16)
+	s.stop = make(chan struct{})
+	if len(cfg.Connections) == 0 {
+		return nil
+	}
+	if err := g.buildEndpoint(cfg); err != nil {
+		return err
+	}
+	s.wg.Add(1)
+	go g.ikeLoop()
+	return nil
+}
+
+// kickIKE initiates the children with start_action = start; it runs once
+// the data plane carries traffic.
+func (g *Gateway) kickIKE() {
+	s := &g.ike
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ch := range s.children {
+		if ch.child.StartAction == config.StartStart {
+			g.initiateLocked(ch)
+		}
+	}
+}
+
+// buildEndpoint makes a new endpoint for cfg's connections, with their
+// credentials, and puts it in place of the current one, which it closes
+// without telling the peers. It installs the trap tunnels of new children.
+func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
+	s := &g.ike
+	var signers []crypto.Signer
+	var keys []*cryptodev.Key
+	defer func() {
+		if err != nil {
+			for _, sg := range signers {
+				closeSigner(sg)
+			}
+			for _, k := range keys {
+				k.Destroy()
+			}
+		}
+	}()
+	var peers []*ike.Peer
+	locals := map[netip.Addr]bool{}
+	for i := range cfg.Connections {
+		c := &cfg.Connections[i]
+		p, sg, k, err := g.ikePeer(cfg, i)
+		if err != nil {
+			return err
+		}
+		if sg != nil {
+			signers, keys = append(signers, sg), append(keys, k)
+		}
+		peers = append(peers, p)
+		locals[c.Local] = true
+	}
+	var conns []*net.UDPConn
+	for a := range locals {
+		uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, IKEPort)))
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return fmt.Errorf("gateway: IKE port %d on %v: %w", IKEPort, a, err)
+		}
+		conns = append(conns, uc)
+	}
+	p500, err := ike.NewUDPTransport(conns...)
+	if err != nil {
+		for _, c := range conns {
+			c.Close()
+		}
+		return fmt.Errorf("gateway: %w", err)
+	}
+	s.mu.Lock()
+	s.gen++
+	gen := s.gen
+	s.mu.Unlock()
+	ecfg := ike.Config{
+		Peers: peers, Port: IKEPort, NATTPort: s.nattPort,
+		OnChildSA: func(c *ike.ChildSA) { g.onChildSA(gen, c) },
+		OnDelete:  func(c *ike.ChildSA) { g.onChildDelete(gen, c) },
+		Log:       g.log,
+	}
+	setIKELifetimes(&ecfg, cfg)
+	ep, err := ike.NewEndpoint(ecfg, ikeTransport{s})
+	if err != nil {
+		p500.Close()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	p500.Serve(ep)
+
+	s.mu.Lock()
+	oldEP, oldP500, oldSigners, oldKeys := s.ep, s.port500, s.signers, s.keys
+	s.ep, s.port500, s.signers, s.keys = ep, p500, signers, keys
+	s.conns = slices.Clone(cfg.Connections)
+	s.secrets = slices.Clone(cfg.Secrets)
+	old := s.children
+	s.children = map[string]*ikeChild{}
+	for i := range cfg.Connections {
+		c := &cfg.Connections[i]
+		for j := range c.Children {
+			ch := &ikeChild{conn: c, child: &c.Children[j]}
+			if o := old[ch.child.Name]; o != nil {
+				ch.cur, ch.since, ch.pairs, ch.terminated = o.cur, o.since, o.pairs, o.terminated
+			}
+			s.children[ch.child.Name] = ch
+		}
+	}
+	s.mu.Unlock()
+	s.hook.Store(ep)
+	if oldEP != nil {
+		oldEP.Close()
+		oldP500.Close()
+		for _, sg := range oldSigners {
+			closeSigner(sg)
+		}
+		for _, k := range oldKeys {
+			k.Destroy()
+		}
+	}
+	for _, ch := range s.children {
+		if ch.child.StartAction == config.StartTrap && ch.cur == nil {
+			g.trapTunnel(ch)
+		}
+	}
+	return nil
+}
+
+func closeSigner(s crypto.Signer) {
+	if c, ok := s.(interface{ Close() error }); ok {
+		c.Close()
+	}
+}
+
+// ikePeer makes the ike.Peer of connection i, with its credentials: the
+// pre-shared key, or our certificates with the private key loaded into the
+// gateway's engine and signed through it (cryptodev.NewSigner).
+func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer, *cryptodev.Key, error) {
+	c := &cfg.Connections[i]
+	cf := config.ConnectionField(i)
+	ch := &c.Children[0]
+	p := &ike.Peer{
+		Name: c.Name, Local: c.Local, Remote: c.Remote,
+		LocalID: ike.ParseIdentity(c.LocalID()),
+		IKE:     c.IKE, ESP: ch.ESP, LocalTS: ch.LocalTS, RemoteTS: ch.RemoteTS,
+		ForceEncap: c.Encap,
+	}
+	if c.RemoteAuth.ID != "" {
+		p.RemoteID = ike.ParseIdentity(c.RemoteAuth.ID)
+	}
+	if c.LocalAuth.Auth == config.AuthPSK || c.RemoteAuth.Auth == config.AuthPSK {
+		p.PSK = cfg.PSK(c.LocalID(), c.RemoteAuth.ID)
+	}
+	setPeerLifetimes(p, c, ch)
+	if c.RemoteAuth.Auth == config.AuthPubkey {
+		for k, files := range [][]string{c.RemoteAuth.CACerts, c.RemoteAuth.Certs} {
+			key := "cacerts"
+			if k == 1 {
+				key = "certs"
+			}
+			for j, f := range files {
+				certs, err := readCerts(f)
+				if err != nil {
+					field := fmt.Sprintf("%s.remote.%s[%d]", cf, key, j+1)
+					return nil, nil, nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+				}
+				p.RemoteCAs = append(p.RemoteCAs, certs...)
+			}
+		}
+	}
+	if c.LocalAuth.Auth != config.AuthPubkey {
+		return p, nil, nil, nil
+	}
+	for j, f := range c.LocalAuth.Certs {
+		certs, err := readCerts(f)
+		if err != nil {
+			field := fmt.Sprintf("%s.local.certs[%d]", cf, j+1)
+			return nil, nil, nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+		}
+		p.Certificates = append(p.Certificates, certs...)
+	}
+	leaf := p.Certificates[0]
+	if c.LocalAuth.ID == "" {
+		// A certificate's identity is its first subjectAltName.
+		switch {
+		case len(leaf.DNSNames) > 0:
+			p.LocalID = ike.ParseIdentity("@" + leaf.DNSNames[0])
+		case len(leaf.EmailAddresses) > 0:
+			p.LocalID = ike.ParseIdentity(leaf.EmailAddresses[0])
+		}
+	}
+	eng := g.engines[cfg.Engine]
+	ae, ok := eng.(cryptodev.AsymEngine)
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("%s: gateway.engine: engine %q holds no private keys (auth = \"pubkey\" of connection %q needs one that does, such as soft)",
+			cfg.FieldPos("gateway.engine"), eng.Name(), c.Name)
+	}
+	for k := range cfg.Secrets {
+		sec := &cfg.Secrets[k]
+		if sec.Type != config.SecretPrivate {
+			continue
+		}
+		field := config.SecretField(k) + ".file"
+		priv, err := readPrivateKey(sec.File)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+		}
+		ps, ok := priv.(crypto.Signer)
+		pk, ok2 := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+		if !ok || !ok2 || !pk.Equal(ps.Public()) {
+			continue
+		}
+		key, err := ae.NewPrivateKey(priv)
+		if err != nil {
+			return nil, nil, nil, fmt.Errorf("%s: %s: engine %s: %w", cfg.FieldPos(field), field, eng.Name(), err)
+		}
+		sg, err := cryptodev.NewSigner(eng, key)
+		if err != nil {
+			key.Destroy()
+			return nil, nil, nil, fmt.Errorf("gateway: %w", err)
+		}
+		p.Signer = sg
+		return p, sg, key, nil
+	}
+	field := cf + ".local.certs[1]"
+	return nil, nil, nil, fmt.Errorf("%s: %s: no [[secret]] with type = \"private\" holds the key of %s", cfg.FieldPos(field), field, c.LocalAuth.Certs[0])
+}
+
+func readCerts(file string) ([]*x509.Certificate, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	var out []*x509.Certificate
+	for rest := data; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			break
+		}
+		if b.Type != "CERTIFICATE" {
+			continue
+		}
+		c, err := x509.ParseCertificate(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		out = append(out, c)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no PEM certificate", file)
+	}
+	return out, nil
+}
+
+// readPrivateKey parses the first private key of a PEM file (PKCS #8,
+// PKCS #1 or SEC 1) and wipes the file's bytes.
+func readPrivateKey(file string) (crypto.PrivateKey, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	defer clear(data)
+	for rest := data; ; {
+		var b *pem.Block
+		b, rest = pem.Decode(rest)
+		if b == nil {
+			return nil, fmt.Errorf("%s: no PEM private key", file)
+		}
+		var k any
+		switch b.Type {
+		case "PRIVATE KEY":
+			k, err = x509.ParsePKCS8PrivateKey(b.Bytes)
+		case "RSA PRIVATE KEY":
+			k, err = x509.ParsePKCS1PrivateKey(b.Bytes)
+		case "EC PRIVATE KEY":
+			k, err = x509.ParseECPrivateKey(b.Bytes)
+		default:
+			continue
+		}
+		clear(b.Bytes)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", file, err)
+		}
+		return k, nil
+	}
+}
+
+// initiateLocked starts a negotiation of ch's connection unless one is
+// under way. s.mu must be held.
+func (g *Gateway) initiateLocked(ch *ikeChild) {
+	s := &g.ike
+	if ch.busy || s.closed || s.ep == nil || !ch.conn.Remote.IsValid() {
+		return
+	}
+	ch.busy, ch.lastTry = true, time.Now()
+	ep, name := s.ep, ch.conn.Name
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		_, err := ep.Initiate(ctx, name)
+		cancel()
+		s.mu.Lock()
+		ch.busy = false
+		if err != nil {
+			ch.lastErr = err.Error()
+			g.log.Warn("IKE initiation failed", "connection", name, "err", err)
+		} else {
+			ch.lastErr = ""
+		}
+		s.mu.Unlock()
+	}()
+}
+
+// onChildSA installs a negotiated pair into the child's tunnel.
+func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
+	s := &g.ike
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || gen != s.gen {
+		return
+	}
+	ch := g.childOfLocked(c)
+	if ch == nil {
+		g.log.Warn("IKE child SA of no configured child", "connection", c.Name)
+		return
+	}
+	if err := g.installPair(ch, c); err != nil {
+		g.log.Error("IKE child SA not installed", "child", ch.child.Name, "err", err)
+		return
+	}
+	ch.cur, ch.since, ch.lastErr = c, time.Now(), ""
+	ch.pairs++
+	g.log.Info("IKE child SA installed", "child", ch.child.Name, "in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI),
+		"suite", c.Suite, "esn", c.ESN, "encap", c.Encap, "remote", c.Remote)
+}
+
+// childOfLocked finds the configured child of a negotiated SA: by its
+// connection (one child each).
+func (g *Gateway) childOfLocked(c *ike.ChildSA) *ikeChild {
+	for _, ch := range g.ike.children {
+		if ch.conn.Name == c.Name {
+			return ch
+		}
+	}
+	return nil
+}
+
+// childSAConfig is the SA definition of one direction of a negotiated
+// pair, in the configuration's terms.
+func childSAConfig(name string, c *ike.ChildSA, dir esp.Direction) (*config.SA, error) {
+	alg, err := cryptodev.ParseAlg(c.Suite)
+	if err != nil {
+		return nil, fmt.Errorf("gateway: negotiated suite %q: %w", c.Suite, err)
+	}
+	sa := &config.SA{Mode: config.ModeTunnel, Encap: config.EncapNone, Alg: alg, ESN: c.ESN, ReplayWindow: IKEReplayWindow}
+	local, remote := c.Local, c.Remote
+	if dir == esp.Outbound {
+		sa.SPI, sa.EncKey, sa.AuthKey = c.OutSPI, c.OutKey, c.OutAuthKey
+		sa.Src, sa.Dst = local.Addr().Unmap(), remote.Addr().Unmap()
+		if c.Encap {
+			sa.SPort, sa.DPort = local.Port(), remote.Port()
+		}
+		sa.Name = fmt.Sprintf("%s-out-%08x", name, c.OutSPI)
+	} else {
+		sa.SPI, sa.EncKey, sa.AuthKey = c.InSPI, c.InKey, c.InAuthKey
+		sa.Src, sa.Dst = remote.Addr().Unmap(), local.Addr().Unmap()
+		if c.Encap {
+			sa.SPort, sa.DPort = remote.Port(), local.Port()
+		}
+		sa.Name = fmt.Sprintf("%s-in-%08x", name, c.InSPI)
+	}
+	if c.Encap {
+		sa.Encap = config.EncapUDP
+	}
+	return sa, nil
+}
+
+// installPair opens both SAs of c and puts them in ch's tunnel: the
+// inbound one first, then the outbound switch (a rekey loses nothing);
+// a tunnel whose outer endpoints differ (a first pair, a NAT found) is
+// replaced. s.mu is held.
+func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
+	name := ch.child.Name
+	engine := g.ikeEngine()
+	var opened []*sad.SA
+	fail := func(err error) error {
+		for _, s := range opened {
+			s.End()
+		}
+		return err
+	}
+	var out, in *sad.SA
+	for _, dir := range []esp.Direction{esp.Inbound, esp.Outbound} {
+		def, err := childSAConfig(name, c, dir)
+		if err != nil {
+			return fail(err)
+		}
+		s, err := g.openEntry(engine, def, def.Name, dir)
+		if err != nil {
+			return fail(err)
+		}
+		forgetStateWhenRetired(s, g.cfgStateDir(), def, dir)
+		opened = append(opened, s)
+		if dir == esp.Outbound {
+			out = s
+		} else {
+			in = s
+		}
+	}
+	spec := sad.TunnelSpec{Name: name, Local: c.Local.Addr().Unmap(), Peer: c.Remote.Addr().Unmap(), Remote: ch.child.RemoteTS,
+		Owner: g.ownerOf(name), Encap: esp.EncapNone}
+	if c.Encap {
+		spec.Encap, spec.PeerPort = esp.EncapUDP, c.Remote.Port()
+	}
+	def, _ := childSAConfig(name, c, esp.Outbound)
+	spec.MTU = (UnderlayMTU - saOverhead(def, spec.Peer.Is6())) &^ 3
+	t := g.store.Load().Tunnel(name)
+	if t != nil && t.Local == spec.Local && t.Peer == spec.Peer && t.Encap == spec.Encap && t.PeerPort == spec.PeerPort && t.Out() != nil {
+		// Room for the new inbound SA: the oldest draining one goes
+		// first if the tunnel is full.
+		if ins := t.Inbound(); len(ins) >= sad.MaxInbound {
+			for _, old := range ins {
+				if old != t.Out() {
+					g.store.RemoveInbound(old.SA.SPI())
+					break
+				}
+			}
+		}
+		if err := g.store.AddInbound(name, in); err != nil {
+			return fail(err)
+		}
+		if err := g.store.SwitchOutbound(name, out); err != nil {
+			g.store.RemoveInbound(in.SA.SPI())
+			out.End()
+			return err
+		}
+		return nil
+	}
+	if t != nil {
+		g.store.RemoveTunnel(name)
+	}
+	spec.Out, spec.In = out, []*sad.SA{in}
+	if _, err := g.store.AddTunnel(spec); err != nil {
+		return fail(err)
+	}
+	return nil
+}
+
+// onChildDelete takes a pair that IKE deleted out of its tunnel: an
+// inbound SA replaced by a rekey drains for DrainTime first; a pair that
+// is still the tunnel's outbound one takes the tunnel (a trap child keeps
+// one without SAs).
+func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
+	s := &g.ike
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || gen != s.gen {
+		return
+	}
+	ch := g.childOfLocked(c)
+	if ch == nil {
+		return
+	}
+	ch.pairs--
+	name := ch.child.Name
+	t := g.store.Load().Tunnel(name)
+	if t == nil {
+		return
+	}
+	if out := t.Out(); out != nil && out.SA.SPI() == c.OutSPI {
+		ch.cur = nil
+		g.store.RemoveTunnel(name)
+		g.log.Info("IKE child SA deleted; tunnel down", "child", name, "out_spi", fmt.Sprintf("%#x", c.OutSPI))
+		if ch.child.StartAction == config.StartTrap {
+			g.trapTunnel(ch)
+		}
+		return
+	}
+	spi := c.InSPI
+	time.AfterFunc(DrainTime, func() {
+		if cur := g.store.Load().Inbound(spi); cur != nil && cur.Tunnel != nil && cur.Tunnel.Name == name {
+			g.store.RemoveInbound(spi)
+		}
+	})
+}
+
+// trapTunnel installs ch's tunnel without SAs: packets routed into it are
+// dropped (no_sa) and start a negotiation.
+func (g *Gateway) trapTunnel(ch *ikeChild) {
+	if !ch.conn.Remote.IsValid() || g.store.Load().Tunnel(ch.child.Name) != nil {
+		return
+	}
+	spec := sad.TunnelSpec{Name: ch.child.Name, Local: ch.conn.Local, Peer: ch.conn.Remote, Remote: ch.child.RemoteTS,
+		Owner: g.ownerOf(ch.child.Name), Encap: esp.EncapUDP, PeerPort: g.ike.nattPort}
+	if _, err := g.store.AddTunnel(spec); err != nil {
+		g.log.Error("trap tunnel not installed", "child", ch.child.Name, "err", err)
+	}
+}
+
+// onNoSA is dataplane.Config.NoSA: a packet for a tunnel without an
+// outbound SA. It hands the name to ikeLoop without blocking or
+// allocating.
+func (g *Gateway) onNoSA(t *sad.Tunnel) {
+	select {
+	case g.ike.trap <- t.Name:
+	default:
+	}
+}
+
+// ikeLoop initiates trap children on their first packet, and rekeys
+// children whose SAs near their sequence-number limit.
+func (g *Gateway) ikeLoop() {
+	s := &g.ike
+	defer s.wg.Done()
+	tick := time.NewTicker(ikeCheckInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case name := <-s.trap:
+			s.mu.Lock()
+			if ch := s.children[name]; ch != nil && ch.cur == nil && !ch.terminated &&
+				ch.child.StartAction == config.StartTrap && time.Since(ch.lastTry) > 2*time.Second {
+				g.initiateLocked(ch)
+			}
+			s.mu.Unlock()
+		case <-tick.C:
+			g.checkRekeys()
+		}
+	}
+}
+
+// checkRekeys asks the endpoint to rekey each child whose SAs near their
+// sequence-number limit (esp.SA.NeedsRekey).
+func (g *Gateway) checkRekeys() {
+	s := &g.ike
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed || s.ep == nil {
+		return
+	}
+	db := g.store.Load()
+	for _, ch := range s.children {
+		if ch.cur == nil || ch.busy {
+			continue
+		}
+		t := db.Tunnel(ch.child.Name)
+		if t == nil {
+			continue
+		}
+		need := false
+		if out := t.Out(); out != nil && out.SA.NeedsRekey() {
+			need = true
+		}
+		if in := db.Inbound(ch.cur.InSPI); in != nil && in.SA.NeedsRekey() {
+			need = true
+		}
+		if !need {
+			continue
+		}
+		ch.busy = true
+		ep, cur := s.ep, ch.cur
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			_, err := ep.Rekey(ctx, cur)
+			cancel()
+			s.mu.Lock()
+			ch.busy = false
+			if err != nil {
+				ch.lastErr = err.Error()
+			}
+			s.mu.Unlock()
+			if err != nil {
+				g.log.Warn("IKE rekey at the sequence-number limit failed", "child", ch.child.Name, "err", err)
+			}
+		}()
+	}
+}
+
+// closeIKE stops the IKE side: the endpoint (without telling the peers:
+// use TerminateIKE first for that), the sockets and the keys.
+func (g *Gateway) closeIKE() {
+	s := &g.ike
+	s.mu.Lock()
+	if s.closed || s.stop == nil {
+		s.closed = true
+		s.mu.Unlock()
+		return
+	}
+	s.closed = true
+	ep, p500 := s.ep, s.port500
+	s.mu.Unlock()
+	close(s.stop)
+	s.hook.Store(nil)
+	if ep != nil {
+		ep.Close()
+		p500.Close()
+	}
+	s.wg.Wait()
+	for _, sg := range s.signers {
+		closeSigner(sg)
+	}
+	for _, k := range s.keys {
+		k.Destroy()
+	}
+}
+
+// reloadIKE makes the IKE side what next says. Unchanged sections change
+// nothing; otherwise the endpoint is rebuilt: the children of connections
+// that went are deleted (the peers told) and their tunnels removed, and
+// the others are negotiated again on the new endpoint, their tunnels
+// carrying traffic on the old SAs until the new ones replace them.
+func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) error {
+	s := &g.ike
+	s.mu.Lock()
+	same := ikeSectionsEqual(s.conns, next.Connections) && reflect.DeepEqual(s.secrets, stripSecretPos(next.Secrets))
+	ep := s.ep
+	var gone []*ike.ChildSA
+	var goneNames []string
+	var again []string
+	for name, ch := range s.children {
+		_, nc := next.ChildRef(name)
+		if nc == nil || next.Connection(ch.conn.Name) == nil {
+			goneNames = append(goneNames, name)
+			if ch.cur != nil {
+				gone = append(gone, ch.cur)
+			}
+		} else if ch.cur != nil {
+			again = append(again, name)
+		}
+	}
+	s.mu.Unlock()
+	if same {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	var wg sync.WaitGroup
+	for _, c := range gone {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			ep.Delete(ctx, c)
+		}()
+	}
+	wg.Wait()
+	cancel()
+	for _, name := range goneNames {
+		if g.store.Load().Tunnel(name) != nil {
+			g.store.RemoveTunnel(name)
+			note("IKE child removed", "child", name)
+		}
+	}
+	if len(next.Connections) == 0 {
+		g.closeIKEEndpoint()
+		note("IKE stopped", "connections", 0)
+		return nil
+	}
+	if s.stop == nil || s.closed {
+		return errors.New("gateway: IKE is not running")
+	}
+	first := ep == nil
+	if err := g.buildEndpoint(next); err != nil {
+		return err
+	}
+	if first {
+		s.wg.Add(1)
+		go g.ikeLoop()
+	}
+	note("IKE endpoint rebuilt", "connections", len(next.Connections))
+	s.mu.Lock()
+	for _, ch := range s.children {
+		if ch.child.StartAction == config.StartStart || (slices.Contains(again, ch.child.Name) && !ch.terminated) {
+			g.initiateLocked(ch)
+		}
+	}
+	s.mu.Unlock()
+	return nil
+}
+
+// closeIKEEndpoint drops the endpoint when no connection is left.
+func (g *Gateway) closeIKEEndpoint() {
+	s := &g.ike
+	s.mu.Lock()
+	ep, p500, signers, keys := s.ep, s.port500, s.signers, s.keys
+	s.ep, s.port500, s.signers, s.keys, s.conns, s.secrets = nil, nil, nil, nil, nil, nil
+	s.gen++
+	s.children = map[string]*ikeChild{}
+	s.mu.Unlock()
+	s.hook.Store(nil)
+	if ep != nil {
+		ep.Close()
+		p500.Close()
+	}
+	for _, sg := range signers {
+		closeSigner(sg)
+	}
+	for _, k := range keys {
+		k.Destroy()
+	}
+}
+
+func ikeSectionsEqual(a, b []config.Connection) bool {
+	return reflect.DeepEqual(stripConnPos(a), stripConnPos(b))
+}
+
+func stripConnPos(cs []config.Connection) []config.Connection {
+	out := slices.Clone(cs)
+	for i := range out {
+		out[i].Pos = config.Pos{}
+		out[i].Children = slices.Clone(out[i].Children)
+		for j := range out[i].Children {
+			out[i].Children[j].Pos = config.Pos{}
+		}
+	}
+	return out
+}
+
+func stripSecretPos(ss []config.Secret) []config.Secret {
+	out := slices.Clone(ss)
+	for i := range out {
+		out[i].Pos = config.Pos{}
+	}
+	return out
+}
+
+// ikeEngine is the engine of negotiated SAs: the gateway's default.
+func (g *Gateway) ikeEngine() string { return g.cfg0.Engine }
+
+func (g *Gateway) cfgStateDir() string { return g.cfg0.StateDir }
+
+// ownerOf spreads the children's tunnels over the workers by name.
+func (g *Gateway) ownerOf(name string) int {
+	h := fnv.New32a()
+	h.Write([]byte(name))
+	return int(h.Sum32() % uint32(max(1, g.workers)))
+}
+
+// forgetStateWhenRetired removes a negotiated SA's state file once it is
+// retired: its keys are never installed again, so the file would only
+// accumulate.
+func forgetStateWhenRetired(s *sad.SA, dir string, def *config.SA, d esp.Direction) {
+	if dir == "" || s.Retired == nil {
+		return
+	}
+	path := seqStatePath(dir, def, d)
+	retired := s.Retired
+	s.Retired = func() {
+		retired()
+		os.Remove(path)
+	}
+}
+
+// InitiateIKE negotiates the connection named name now (`sluice ike
+// initiate`), and waits for the result or ctx.
+func (g *Gateway) InitiateIKE(ctx context.Context, name string) error {
+	s := &g.ike
+	s.mu.Lock()
+	ep := s.ep
+	var ch *ikeChild
+	for _, c := range s.children {
+		if c.conn.Name == name {
+			ch = c
+		}
+	}
+	if ch == nil || ep == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("gateway: no IKE connection %q%s", name, g.connNamesLocked())
+	}
+	ch.terminated = false
+	ch.busy, ch.lastTry = true, time.Now()
+	s.mu.Unlock()
+	_, err := ep.Initiate(ctx, name)
+	s.mu.Lock()
+	ch.busy = false
+	if err != nil {
+		ch.lastErr = err.Error()
+	}
+	s.mu.Unlock()
+	if err != nil {
+		return fmt.Errorf("gateway: initiate %q: %w", name, err)
+	}
+	return nil
+}
+
+// TerminateIKE deletes the connection's IKE SA and its child, telling the
+// peer (`sluice ike terminate`); its tunnel goes (a trap child's stays
+// without SAs). It is not initiated again until asked, whatever its
+// start action.
+func (g *Gateway) TerminateIKE(ctx context.Context, name string) error {
+	s := &g.ike
+	s.mu.Lock()
+	ep := s.ep
+	var cur *ike.ChildSA
+	found := false
+	for _, c := range s.children {
+		if c.conn.Name == name {
+			found = true
+			c.terminated = true
+			cur = c.cur
+		}
+	}
+	if !found || ep == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("gateway: no IKE connection %q%s", name, g.connNamesLocked())
+	}
+	s.mu.Unlock()
+	if cur == nil {
+		return fmt.Errorf("gateway: IKE connection %q has no SA to terminate", name)
+	}
+	if err := ep.Delete(ctx, cur); err != nil {
+		return fmt.Errorf("gateway: terminate %q: %w", name, err)
+	}
+	return nil
+}
+
+func (g *Gateway) connNamesLocked() string {
+	var names []string
+	for _, ch := range g.ike.children {
+		names = append(names, ch.conn.Name)
+	}
+	if len(names) == 0 {
+		return " (the configuration has no [[connection]])"
+	}
+	slices.Sort(names)
+	return " (connections: " + strings.Join(names, ", ") + ")"
+}
+
+// IKEInfo is the IKE side for `sluice ike list` and `sluice stats`.
+type IKEInfo struct {
+	Connections []IKEConnInfo     `json:"connections"`
+	Stats       map[string]uint64 `json:"stats"` // ike.Stats by snake_case name
+}
+
+// IKEConnInfo is one connection and its child.
+type IKEConnInfo struct {
+	Name     string         `json:"name"`
+	Local    string         `json:"local"`
+	Remote   string         `json:"remote"` // configured; "%any" for any
+	State    string         `json:"state"`  // "established", "connecting", "down" or "terminated"
+	IKESPIi  string         `json:"ike_spi_i,omitempty"`
+	IKESPIr  string         `json:"ike_spi_r,omitempty"`
+	Proposal string         `json:"proposals"`
+	Error    string         `json:"error,omitempty"` // the last failure
+	Children []IKEChildInfo `json:"children"`
+}
+
+// IKEChildInfo is one child: its current SA pair, if any.
+type IKEChildInfo struct {
+	Name        string    `json:"name"`
+	StartAction string    `json:"start_action"`
+	State       string    `json:"state"` // "installed", "trap" or "down"
+	InSPI       uint32    `json:"in_spi,omitempty"`
+	OutSPI      uint32    `json:"out_spi,omitempty"`
+	Suite       string    `json:"suite,omitempty"`
+	ESN         bool      `json:"esn"`
+	Encap       bool      `json:"encap"`
+	PeerAddr    string    `json:"peer,omitempty"` // the outer address and port ESP goes to
+	LocalTS     []string  `json:"local_ts"`
+	RemoteTS    []string  `json:"remote_ts"`
+	Established time.Time `json:"established,omitzero"`
+	RekeyTime   string    `json:"rekey_time"`
+	LifeTime    string    `json:"life_time"`
+}
+
+// IKE describes the connections and the endpoint's counters.
+func (g *Gateway) IKE() IKEInfo {
+	s := &g.ike
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	info := IKEInfo{Connections: []IKEConnInfo{}, Stats: map[string]uint64{}}
+	if s.ep != nil {
+		info.Stats = IKEStatsMap(s.ep.Stats())
+	}
+	db := g.store.Load()
+	for i := range s.conns {
+		c := &s.conns[i]
+		ci := IKEConnInfo{Name: c.Name, Local: c.Local.String(), Remote: "%any", Proposal: c.Proposals, State: "down"}
+		if c.Remote.IsValid() {
+			ci.Remote = c.Remote.String()
+		}
+		for j := range c.Children {
+			ch := s.children[c.Children[j].Name]
+			if ch == nil {
+				continue
+			}
+			cc := IKEChildInfo{Name: ch.child.Name, StartAction: ch.child.StartAction, State: "down",
+				RekeyTime: ch.child.RekeyTime.String(), LifeTime: ch.child.LifeTime.String()}
+			for _, p := range ch.child.LocalTS {
+				cc.LocalTS = append(cc.LocalTS, p.String())
+			}
+			for _, p := range ch.child.RemoteTS {
+				cc.RemoteTS = append(cc.RemoteTS, p.String())
+			}
+			switch {
+			case ch.cur != nil:
+				cc.State, cc.InSPI, cc.OutSPI, cc.Suite, cc.ESN, cc.Encap = "installed", ch.cur.InSPI, ch.cur.OutSPI, ch.cur.Suite, ch.cur.ESN, ch.cur.Encap
+				cc.PeerAddr, cc.Established = ch.cur.Remote.String(), ch.since
+				ci.State = "established"
+				ci.IKESPIi, ci.IKESPIr = fmt.Sprintf("%016x", ch.cur.IKESPIi), fmt.Sprintf("%016x", ch.cur.IKESPIr)
+			case db.Tunnel(ch.child.Name) != nil:
+				cc.State = "trap"
+			}
+			if ci.State != "established" {
+				switch {
+				case ch.busy:
+					ci.State = "connecting"
+				case ch.terminated:
+					ci.State = "terminated"
+				}
+			}
+			if ch.lastErr != "" {
+				ci.Error = ch.lastErr
+			}
+			ci.Children = append(ci.Children, cc)
+		}
+		info.Connections = append(info.Connections, ci)
+	}
+	return info
+}
+
+// IKEStatsMap names each counter of ike.Stats in snake_case, for JSON
+// and Prometheus: RxIntegrityFailed is rx_integrity_failed.
+func IKEStatsMap(st ike.Stats) map[string]uint64 {
+	m := map[string]uint64{}
+	v := reflect.ValueOf(st)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Uint64 {
+			m[snake(v.Type().Field(i).Name)] = f.Uint()
+		}
+	}
+	return m
+}
+
+// snake turns a Go name into snake_case: "TSUnacceptable" is
+// "ts_unacceptable", "IKESAEstablished" "ike_sa_established".
+func snake(s string) string {
+	var b strings.Builder
+	r := []rune(s)
+	for i, c := range r {
+		upper := c >= 'A' && c <= 'Z'
+		if upper && i > 0 {
+			prevLower := r[i-1] >= 'a' && r[i-1] <= 'z'
+			nextLower := i+1 < len(r) && r[i+1] >= 'a' && r[i+1] <= 'z'
+			if prevLower || nextLower && r[i-1] >= 'A' && r[i-1] <= 'Z' {
+				b.WriteByte('_')
+			}
+		}
+		if upper {
+			c += 'a' - 'A'
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+// setIKELifetimes and setPeerLifetimes pass the configuration's times to
+// the endpoint, as far as package ike takes them.
+func setIKELifetimes(ecfg *ike.Config, cfg *config.Gateway) {}
+
+func setPeerLifetimes(p *ike.Peer, c *config.Connection, ch *config.Child) {}
+
+// isIKEChild reports whether the tunnel named name is a child's.
+func (g *Gateway) isIKEChild(name string) bool {
+	g.ike.mu.Lock()
+	defer g.ike.mu.Unlock()
+	return g.ike.children[name] != nil
+}
