@@ -58,8 +58,8 @@ type Gateway struct {
 
 	// Fixed for the process (a change needs a restart), so read without
 	// mu: data-plane workers, the default engine, the state directory.
-	workers  int
-	cfg0     fixedConfig
+	workers int
+	cfg0    fixedConfig
 }
 
 // fixedConfig is what of the configuration a reload cannot change and
