@@ -1076,7 +1076,7 @@ func IKEStatsMap(st ike.Stats) map[string]uint64 {
 // "ts_unacceptable", "IKESAEstablished" "ike_sa_established".
 func snake(s string) string {
 	var b strings.Builder
-	r := []rune(s)
+	r := []rune(strings.ReplaceAll(s, "IKESA", "IkeSa"))
 	for i, c := range r {
 		upper := c >= 'A' && c <= 'Z'
 		if upper && i > 0 {
@@ -1105,4 +1105,11 @@ func (g *Gateway) isIKEChild(name string) bool {
 	g.ike.mu.Lock()
 	defer g.ike.mu.Unlock()
 	return g.ike.children[name] != nil
+}
+
+// hasIKE reports whether IKE runs (the configuration has connections).
+func (g *Gateway) hasIKE() bool {
+	g.ike.mu.Lock()
+	defer g.ike.mu.Unlock()
+	return g.ike.ep != nil
 }
