@@ -359,6 +359,9 @@ type gwConfig struct {
 	Tunnels  []tunnelConfig
 	Policies []policyConfig
 	SAs      []saConfig
+	// Connections are IKE [[connection]]s (ike_test.go), with their
+	// [[secret]]s.
+	Connections []connConfig
 }
 
 type tunnelConfig struct {
@@ -440,6 +443,9 @@ func (c *gwConfig) render() string {
 		if p.Tunnel != "" {
 			fmt.Fprintf(&b, "tunnel = %q\n", p.Tunnel)
 		}
+	}
+	for _, cc := range c.Connections {
+		cc.render(&b)
 	}
 	for _, sa := range c.SAs {
 		fmt.Fprintf(&b, "\n[[sa]]\nname = %q\nspi = 0x%x\nsrc = %q\ndst = %q\nmode = \"tunnel\"\nencap = %q\nesp = %q\nenc_key = %q\n",
