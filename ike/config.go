@@ -92,7 +92,59 @@ type Peer struct {
 	// NAT_DETECTION_SOURCE_IP, like strongSwan's encap = yes), so that
 	// ESP goes in UDP whatever the path.
 	ForceEncap bool
+
+	// ChildLifetime is the Child SAs' lifetime (swanctl's rekey_time,
+	// life_time and rand_time of a child): each is rekeyed by the
+	// Endpoint itself, make-before-break, and deleted if it reaches its
+	// LifeTime unrekeyed. IKELifetime is the IKE SA's (rekey_time,
+	// rekey_time + over_time, rand_time), rekeyed with CREATE_CHILD_SA
+	// (section 2.18). The zero Lifetime never rekeys; the gateway's
+	// configuration applies swanctl's defaults.
+	ChildLifetime, IKELifetime Lifetime
+	// DPDDelay is swanctl's dpd_delay: when nothing was heard from the
+	// peer for this long, an empty INFORMATIONAL request checks it is
+	// alive (section 1.4). A peer that does not answer within the
+	// retransmission schedule (RetransmitTimeout, RetransmitTries) is
+	// dead: its SAs are deleted (OnDelete), Config.OnPeerDead is told and
+	// DPDAction says what comes next. 0 sends no liveness checks (any
+	// other request that goes unanswered still finds a dead peer).
+	DPDDelay time.Duration
+	// DPDAction is what the Endpoint does when the peer is dead or its
+	// IKE SA fails otherwise after it was established: ActionNone (the
+	// default) leaves it to the caller (OnPeerDead), ActionRestart
+	// initiates to the peer again (it needs a Remote address), retrying
+	// with backoff until it succeeds or the Endpoint closes (swanctl's
+	// dpd_action = restart, or start_action = start).
+	DPDAction Action
 }
+
+// Lifetime is when an SA is rekeyed and when it expires, as swanctl
+// says it: the rekey starts at RekeyTime minus a random part of RandTime
+// (so that both sides do not rekey at once), and the SA is deleted at
+// LifeTime if no rekey replaced it.
+type Lifetime struct {
+	// RekeyTime is the time from the SA's creation to its rekey; 0
+	// never rekeys (and never expires).
+	RekeyTime time.Duration
+	// LifeTime is the hard expiry; 0 means RekeyTime plus 10%
+	// (swanctl's default life_time, and rekey_time + over_time for an
+	// IKE SA). It is raised to RekeyTime if it is below.
+	LifeTime time.Duration
+	// RandTime bounds the random time subtracted from RekeyTime; 0 means
+	// LifeTime - RekeyTime (swanctl's default). It is cut to RekeyTime.
+	RandTime time.Duration
+}
+
+// Action is what an Endpoint does about a peer whose IKE SA died.
+type Action uint8
+
+const (
+	// ActionNone deletes the SAs and leaves the rest to the caller.
+	ActionNone Action = iota
+	// ActionRestart initiates to the peer again, with backoff, until
+	// it succeeds or the Endpoint closes.
+	ActionRestart
+)
 
 // Config configures an Endpoint. The zero value of each optional field
 // selects the default named.
@@ -134,8 +186,17 @@ type Config struct {
 	// OnDelete, if set, is called when an established Child SA goes
 	// (deleted by either side, or its IKE SA failed).
 	OnDelete func(*ChildSA)
+	// OnPeerDead, if set, is called (without locks held) when an
+	// established IKE SA failed: its peer (by Peer.Name) did not answer
+	// a request within the retransmission schedule (a liveness check,
+	// see Peer.DPDDelay, or any other). OnDelete has been called for its
+	// Child SAs before. err says what failed.
+	OnPeerDead func(peer string, err error)
 	// Log receives events; nil discards.
 	Log *slog.Logger
+
+	// clock is the time source; nil is the real one (tests set a fake).
+	clock clock
 }
 
 func (c *Config) defaults() error {
@@ -172,6 +233,9 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.clock == nil {
+		c.clock = realClock{}
+	}
 	for _, p := range c.Peers {
 		if p == nil || len(p.IKE) == 0 || len(p.ESP) == 0 || !p.Local.IsValid() {
 			return fmt.Errorf("ike: peer %q needs Local, IKE and ESP proposals", peerName(p))
@@ -192,6 +256,12 @@ func (c *Config) defaults() error {
 		}
 		if p.LocalID.IsZero() {
 			return fmt.Errorf("ike: peer %q needs LocalID", p.Name)
+		}
+		if p.ChildLifetime.RekeyTime < 0 || p.IKELifetime.RekeyTime < 0 || p.DPDDelay < 0 {
+			return fmt.Errorf("ike: peer %q: negative lifetime or DPD delay", p.Name)
+		}
+		if p.DPDAction == ActionRestart && !p.Remote.IsValid() {
+			return fmt.Errorf("ike: peer %q: DPDAction restart needs a Remote address", p.Name)
 		}
 	}
 	return nil
@@ -266,6 +336,17 @@ type Stats struct {
 	ChildSAEstablished uint64 // IKE_AUTH and rekeys
 	ChildSARekeyed     uint64 // Child SAs made by CREATE_CHILD_SA (either side)
 	Deleted            uint64 // IKE SAs deleted (either side)
+
+	IKESARekeyed     uint64 // IKE SAs replaced by CREATE_CHILD_SA (section 2.18, either side)
+	RekeyCollisions  uint64 // simultaneous rekeys resolved (section 2.8.1): the one with the lowest nonce lost
+	TempFailures     uint64 // TEMPORARY_FAILURE sent or received (section 2.25)
+	ChildSAExpired   uint64 // Child SAs deleted at their LifeTime, unrekeyed
+	IKESAExpired     uint64 // IKE SAs deleted at their LifeTime, unrekeyed
+	LivenessChecks   uint64 // empty INFORMATIONAL requests sent (DPD)
+	PeersDead        uint64 // established IKE SAs whose peer stopped answering
+	Restarts         uint64 // initiations started by DPDAction restart
+	InitialContacts  uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
+	RequestQueueFull uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
 }
 
 // Selector helpers -------------------------------------------------------

@@ -12,7 +12,6 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
-	"time"
 )
 
 // Transport sends IKE datagrams. Send sends pkt (the UDP payload; on the
@@ -36,12 +35,15 @@ type Endpoint struct {
 	cfg Config
 	tr  Transport
 
-	mu       sync.Mutex
-	sas      map[uint64]*ikeSA      // by our SPI
-	halfOpen map[halfOpenKey]*ikeSA // responder SAs before IKE_AUTH, by the initiator's
-	secret   [32]byte               // cookie secret (section 2.6)
-	stats    Stats
-	closed   bool
+	mu         sync.Mutex
+	sas        map[uint64]*ikeSA      // by our SPI
+	halfOpen   map[halfOpenKey]*ikeSA // responder SAs before IKE_AUTH, by the initiator's
+	children   map[uint32]*childEntry // established Child SAs, by our inbound SPI
+	restarting map[string]bool        // peers that DPDAction restart initiates to
+	secret     [32]byte               // cookie secret (section 2.6)
+	stats      Stats
+	stopping   bool // Close has begun: start no goroutines
+	closed     bool
 
 	queue     chan datagram // Deliver's hand-off to the goroutine in run
 	queueFull atomic.Uint64
@@ -70,6 +72,7 @@ func NewEndpoint(cfg Config, tr Transport) (*Endpoint, error) {
 		return nil, err
 	}
 	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{},
+		children: map[uint32]*childEntry{}, restarting: map[string]bool{},
 		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{})}
 	if _, err := rand.Read(e.secret[:]); err != nil {
 		return nil, fmt.Errorf("ike: %w", err)
@@ -127,6 +130,9 @@ func (e *Endpoint) Stats() Stats {
 // idempotent. It must not be called from OnChildSA or OnDelete, which may
 // run on the goroutine it waits for.
 func (e *Endpoint) Close() error {
+	e.mu.Lock()
+	e.stopping = true
+	e.mu.Unlock()
 	e.closeOnce.Do(func() { close(e.done) })
 	e.wg.Wait()
 	e.mu.Lock()
@@ -232,17 +238,12 @@ func (e *Endpoint) newChildSPILocked() uint32 {
 		if s < 256 {
 			continue
 		}
-		inUse := false
+		inUse := e.children[s] != nil
 		for _, sa := range e.sas {
-			if sa.childSPI == s || (sa.pending != nil && sa.pending.rekey != nil && sa.pending.rekey.spi == s) {
-				inUse = true
-			}
-			for _, c := range sa.children {
-				inUse = inUse || c.InSPI == s
-			}
 			if inUse {
 				break
 			}
+			inUse = sa.childSPI == s || (sa.pending != nil && sa.pending.rekey != nil && sa.pending.rekey.spi == s)
 		}
 		if !inUse {
 			return s
@@ -277,9 +278,7 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		delete(e.halfOpen, sa.hoKey)
 	}
 	sa.stopTimerLocked()
-	if sa.halfOpenTimer != nil {
-		sa.halfOpenTimer.Stop()
-	}
+	stop(sa.halfOpenTimer)
 	if k := sa.keys; k != nil {
 		// The SK payload ciphers keep their own expanded keys; the raw
 		// ones go now (the ChildSA's keys belong to whoever got it).
@@ -288,9 +287,23 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		}
 		sa.keys = nil
 	}
-	var after []func()
-	if f := e.cfg.OnDelete; f != nil {
-		for _, c := range sa.children {
+	sa.stopLifeTimersLocked()
+	if why == nil {
+		why = errors.New("ike: IKE SA deleted")
+	}
+	after := sa.failQueueLocked(why)
+	if sa.pending != nil {
+		if r := sa.pending.rekey; r != nil {
+			after = append(after, reply(r.waiter, nil, why)...)
+		}
+		if r := sa.pending.ikeRekey; r != nil {
+			after = append(after, reply(r.waiter, nil, why)...)
+		}
+		after = append(after, reply(sa.pending.waiter, nil, why)...)
+	}
+	for _, c := range sa.children {
+		e.forgetChildLocked(c)
+		if f := e.cfg.OnDelete; f != nil {
 			after = append(after, func() { f(c) })
 		}
 	}
@@ -298,12 +311,18 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	if sa.waiter != nil {
 		w := sa.waiter
 		sa.waiter = nil
-		if why == nil {
-			why = errors.New("ike: IKE SA deleted")
-		}
 		after = append(after, func() { w <- result{err: why} })
 	}
 	return after
+}
+
+// forgetChildLocked stops a Child SA's timers and forgets its entry.
+func (e *Endpoint) forgetChildLocked(c *ChildSA) {
+	if ent := e.children[c.InSPI]; ent != nil && ent.c == c {
+		stop(ent.rekeyT)
+		stop(ent.expireT)
+		delete(e.children, c.InSPI)
+	}
 }
 
 // natHash is the NAT detection hash of section 2.23:
@@ -421,26 +440,28 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
 	w := make(chan result, 1)
 	e.mu.Lock()
-	spi := child.IKESPIr
-	if child.Initiator {
-		spi = child.IKESPIi
-	}
-	sa := e.sas[spi]
-	if sa == nil || sa.state != stateEstablished {
+	sa := e.ikeSAOfLocked(child)
+	if sa == nil || sa.state != stateEstablished || sa.rekeyed || e.closed {
 		e.mu.Unlock()
 		return errors.New("ike: no such IKE SA")
 	}
-	if sa.pending != nil || sa.waiter != nil {
-		e.mu.Unlock()
-		return errors.New("ike: the IKE SA has a request outstanding")
-	}
-	sa.state = stateDeleting
-	sa.waiter = w
-	err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}})
+	after := sa.enqueueLocked(op{
+		run: func(sa *ikeSA) []func() {
+			if sa.waiter != nil {
+				return reply(w, nil, errors.New("ike: the IKE SA is being deleted"))
+			}
+			sa.state = stateDeleting
+			sa.waiter = w
+			if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}}); err != nil {
+				sa.waiter = nil
+				return reply(w, nil, err)
+			}
+			return nil
+		},
+		fail: func(err error) []func() { return reply(w, nil, err) },
+	})
 	e.mu.Unlock()
-	if err != nil {
-		return err
-	}
+	run(after)
 	select {
 	case r := <-w:
 		if r.err != nil && !errors.Is(r.err, errDeleted) {
@@ -471,7 +492,7 @@ func (sa *ikeSA) armLocked() {
 	sa.stopTimerLocked()
 	d := sa.ep.cfg.RetransmitTimeout << sa.pending.tries
 	id, gen := sa.pending.id, sa.timerGen
-	sa.timer = time.AfterFunc(d, func() { sa.ep.retransmit(sa, id, gen) })
+	sa.timer = sa.ep.cfg.clock.AfterFunc(d, func() { sa.ep.retransmit(sa, id, gen) })
 }
 
 func (sa *ikeSA) stopTimerLocked() {
@@ -490,7 +511,12 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 	case sa.pending.tries >= e.cfg.RetransmitTries:
 		e.stats.Timeouts++
 		e.stats.Deleted++
-		after = e.removeLocked(sa, fmt.Errorf("ike: no answer from %v after %d retransmissions", sa.remote, sa.pending.tries))
+		err := fmt.Errorf("ike: no answer from %v after %d retransmissions", sa.remote, sa.pending.tries)
+		dead := sa.state == stateEstablished && !sa.rekeyed
+		after = e.removeLocked(sa, err)
+		if dead {
+			after = append(after, e.peerDeadLocked(sa, err)...)
+		}
 	default:
 		sa.pending.tries++
 		e.stats.TxRetransmits++

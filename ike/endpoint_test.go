@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -22,8 +23,10 @@ type memNet struct {
 	// deliver, if set, takes over a delivery when it returns true.
 	deliver func(to, from netip.AddrPort, pkt []byte) bool
 	sent    int
-	done    chan struct{}
-	wg      sync.WaitGroup
+	// inflight counts datagrams queued or being delivered (quiet).
+	inflight atomic.Int64
+	done     chan struct{}
+	wg       sync.WaitGroup
 }
 
 type memPkt struct {
@@ -42,12 +45,12 @@ func newMemNet(t *testing.T) *memNet {
 				n.mu.Lock()
 				e, d := n.eps[p.to.Addr()], n.deliver
 				n.mu.Unlock()
-				if d != nil && d(p.to, p.from, p.pkt) {
-					continue
+				if d == nil || !d(p.to, p.from, p.pkt) {
+					if e != nil {
+						e.Receive(p.to, p.from, p.pkt)
+					}
 				}
-				if e != nil {
-					e.Receive(p.to, p.from, p.pkt)
-				}
+				n.inflight.Add(-1)
 			case <-n.done:
 				return
 			}
@@ -79,9 +82,11 @@ func (p memPort) Send(local, remote netip.AddrPort, pkt []byte) error {
 	if drop {
 		return nil
 	}
+	n.inflight.Add(1)
 	select {
 	case n.q <- memPkt{local, remote, append([]byte(nil), pkt...)}:
 	default: // a full queue drops, like a network
+		n.inflight.Add(-1)
 	}
 	return nil
 }

@@ -27,14 +27,16 @@ const (
 
 // request is our outstanding request (window size 1, section 2.3).
 type request struct {
-	id    uint32
-	exch  ExchangeType
-	raw   []byte
-	tries int
-	kind  requestKind
-	rekey *rekeyState // kind reqRekey
-	old   *ChildSA    // kind reqDeleteChild: the Child SA being deleted
-	next  *ChildSA    // kind reqDeleteChild: the Child SA that replaced it
+	id       uint32
+	exch     ExchangeType
+	raw      []byte
+	tries    int
+	kind     requestKind
+	rekey    *rekeyState    // kind reqRekey
+	ikeRekey *ikeRekeyState // kind reqRekeyIKE
+	old      *ChildSA       // kind reqDeleteChild: the Child SA being deleted
+	next     *ChildSA       // kind reqDeleteChild: the Child SA that replaced it
+	waiter   chan result    // kind reqDeleteChild: learns next
 }
 
 type requestKind uint8
@@ -43,6 +45,8 @@ const (
 	reqOther       requestKind = iota
 	reqRekey                   // CREATE_CHILD_SA rekeying a Child SA
 	reqDeleteChild             // INFORMATIONAL deleting a rekeyed Child SA
+	reqRekeyIKE                // CREATE_CHILD_SA rekeying the IKE SA (section 2.18)
+	reqDeleteIKE               // INFORMATIONAL deleting an IKE SA replaced by a rekey
 )
 
 // maxChildren bounds the Child SAs of one IKE SA: the current one and
@@ -57,7 +61,8 @@ type rekeyState struct {
 	ni       []byte
 	dh       DH // nil without PFS
 	tsi, tsr []Selector
-	retries  int // INVALID_KE restarts
+	retries  int         // INVALID_KE restarts
+	waiter   chan result // Rekey's caller, if any
 }
 
 // ikeSA is one IKE SA and its (at most one) Child SA. Endpoint.mu guards
@@ -96,10 +101,19 @@ type ikeSA struct {
 	childSPI           uint32     // initiator: the inbound SPI we proposed in IKE_AUTH
 	tsi, tsr           []Selector
 	waiter             chan result
-	timer              *time.Timer
+	timer              stopper
 	timerGen           uint64
-	halfOpenTimer      *time.Timer
+	halfOpenTimer      stopper
 	respLocal, respRem netip.AddrPort
+
+	remoteID        Identity  // the peer's authenticated identity
+	queue           []op      // requests waiting for the window (maxQueued)
+	lastHeard       time.Time // last authenticated message from the peer
+	rekeyT, expireT stopper   // the IKE SA's Lifetime
+	dpdT            stopper   // liveness check (Peer.DPDDelay)
+	rekeying        bool      // our IKE SA rekey is queued or outstanding
+	rekeyed         bool      // replaced by a new IKE SA; waits for its Delete
+	peerRekey       *collision
 }
 
 func (sa *ikeSA) ourSPI() uint64 {
@@ -379,6 +393,12 @@ func (sa *ikeSA) keyLocked(suite Suite, shared []byte) error {
 	if err != nil {
 		return err
 	}
+	return sa.installKeysLocked(suite, prf, keys)
+}
+
+// installKeysLocked makes keys the IKE SA's, with the SK payload's
+// ciphers for each direction.
+func (sa *ikeSA) installKeysLocked(suite Suite, prf PRF, keys *Keys) error {
 	ei, ai, er, ar := keys.Ei, keys.Ai, keys.Er, keys.Ar
 	if !sa.initiator {
 		ei, ai, er, ar = er, ar, ei, ai
@@ -434,6 +454,7 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 	if !ok1 || !ok2 {
 		return sa.failLocked(errors.New("ike: IKE_AUTH response lacks IDr or AUTH"))
 	}
+	sa.remoteID = Identity{idr.IDType, append([]byte(nil), idr.Data...)}
 	if !sa.peer.RemoteID.IsZero() && !sa.peer.RemoteID.equal(idr) {
 		e.stats.AuthFailed++
 		sa.deleteBestEffortLocked()
@@ -478,6 +499,7 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 func (sa *ikeSA) establishLocked(c *ChildSA) []func() {
 	sa.state = stateEstablished
 	sa.ep.stats.IKESAEstablished++
+	sa.startTimersLocked()
 	after := sa.addChildLocked(c)
 	if w := sa.waiter; w != nil {
 		sa.waiter = nil
@@ -491,6 +513,9 @@ func (sa *ikeSA) establishLocked(c *ChildSA) []func() {
 func (sa *ikeSA) addChildLocked(c *ChildSA) []func() {
 	e := sa.ep
 	sa.children = append(sa.children, c)
+	ent := &childEntry{c: c, sa: sa}
+	e.children[c.InSPI] = ent
+	e.scheduleChildLocked(ent)
 	e.stats.ChildSAEstablished++
 	e.cfg.Log.Info("ike: Child SA established", "peer", sa.peer.Name, "in", fmt.Sprintf("%08x", c.InSPI),
 		"out", fmt.Sprintf("%08x", c.OutSPI), "suite", c.Suite, "encap", c.Encap)
@@ -505,6 +530,7 @@ func (sa *ikeSA) dropChildLocked(c *ChildSA) []func() {
 	for i, x := range sa.children {
 		if x == c {
 			sa.children = append(sa.children[:i], sa.children[i+1:]...)
+			sa.ep.forgetChildLocked(c)
 			if f := sa.ep.cfg.OnDelete; f != nil {
 				return []func(){func() { f(c) }}
 			}
@@ -644,7 +670,7 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 	sa.nextPeer = 1
 	e.sas[sa.spir] = sa
 	e.halfOpen[key] = sa
-	sa.halfOpenTimer = time.AfterFunc(e.cfg.HalfOpenTimeout, func() {
+	sa.halfOpenTimer = e.cfg.clock.AfterFunc(e.cfg.HalfOpenTimeout, func() {
 		e.mu.Lock()
 		var after []func()
 		if !sa.removed && sa.state == stateHalfOpen {
@@ -690,6 +716,7 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 		e.stats.RxUnsupportedCrit++
 	}
 	sa.nextPeer++
+	sa.lastHeard = e.cfg.clock.Now()
 	var resp []Payload
 	var after []func()
 	remove := false
@@ -763,6 +790,21 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 		return authFailed, nil, true
 	}
 	sa.peer = peer
+	sa.remoteID = Identity{idi.IDType, append([]byte(nil), idi.Data...)}
+	var dropped []func()
+	if findNotify(inner, InitialContact) != nil {
+		// Section 2.4: the peer has no other IKE SA with us (it
+		// restarted); whatever we still hold for it is stale.
+		for _, o := range e.sas {
+			if o != sa && o.peer == peer && o.state >= stateEstablished && o.remoteID.Type == sa.remoteID.Type &&
+				string(o.remoteID.Data) == string(sa.remoteID.Data) {
+				e.stats.InitialContacts++
+				e.stats.Deleted++
+				e.cfg.Log.Info("ike: INITIAL_CONTACT: dropping the peer's old IKE SA", "peer", peer.Name)
+				dropped = append(dropped, e.removeLocked(o, errors.New("ike: the peer restarted (INITIAL_CONTACT)"))...)
+			}
+		}
+	}
 	ourID := &ID{Responder: true, IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
 	ourAuth, err := sa.authPayload(peer, sa.initResp, sa.ni, sa.keys.Pr, ourID)
 	if err != nil {
@@ -781,7 +823,8 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 	sa.state = stateEstablished
 	childFail := func(n NotifyType) ([]Payload, []func(), bool) {
 		e.stats.IKESAEstablished++
-		return append(resp, &Notify{NType: n}), nil, false
+		sa.startTimersLocked()
+		return append(resp, &Notify{NType: n}), dropped, false
 	}
 	sap, ok1 := find[*SA](inner, nil)
 	tsi, ok2 := find[*TS](inner, isInitiatorTS)
@@ -814,7 +857,7 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,
 		LocalTS: nTSr, RemoteTS: nTSi, Encap: sa.encap,
 		IKESPIi: sa.spii, IKESPIr: sa.spir}
-	return resp, sa.establishLocked(c), false
+	return resp, append(dropped, sa.establishLocked(c)...), false
 }
 
 // infoRequestLocked handles an INFORMATIONAL request (section 1.4):
@@ -868,26 +911,27 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 		e.stats.RxIntegrityFailed++
 		return nil
 	}
+	sa.lastHeard = e.cfg.clock.Now()
 	sa.stopTimerLocked()
 	sa.pending = nil
+	var after []func()
 	switch {
 	case sa.state == stateAuthSent:
-		return sa.authResponseLocked(inner)
-	case sa.state == stateDeleting:
+		after = sa.authResponseLocked(inner)
+	case sa.state == stateDeleting || p.kind == reqDeleteIKE:
 		e.stats.Deleted++
 		return e.removeLocked(sa, errDeleted)
 	case p.kind == reqRekey:
-		return sa.rekeyResponseLocked(p.rekey, inner)
+		after = sa.rekeyResponseLocked(p.rekey, inner)
+	case p.kind == reqRekeyIKE:
+		after = sa.ikeRekeyResponseLocked(p.ikeRekey, inner)
 	case p.kind == reqDeleteChild:
-		after := sa.dropChildLocked(p.old)
-		if w := sa.waiter; w != nil {
-			sa.waiter = nil
-			c := p.next
-			after = append(after, func() { w <- result{child: c} })
-		}
-		return after
+		after = append(sa.dropChildLocked(p.old), reply(p.waiter, p.next, nil)...)
 	}
-	return nil
+	if !sa.removed {
+		after = append(after, sa.idleLocked()...)
+	}
+	return after
 }
 
 // authPayload returns our AUTH payload: a signature when the peer

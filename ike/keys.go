@@ -114,6 +114,24 @@ func DeriveIKEKeys(s Suite, ni, nr, gir []byte, spii, spir uint64) (*Keys, error
 		return nil, err
 	}
 	skeyseed := prf.Sum(append(append([]byte(nil), ni...), nr...), gir)
+	return expandIKEKeys(prf, s, skeyseed, ni, nr, spii, spir)
+}
+
+// deriveRekeyedIKEKeys computes the keys of an IKE SA made by rekeying
+// another (section 2.18): SKEYSEED = prf(SK_d (old), g^ir (new) | Ni | Nr)
+// with the old IKE SA's PRF, then prf+ of the new suite's PRF over
+// Ni | Nr | SPIi | SPIr of the new SA, as in section 2.14.
+func deriveRekeyedIKEKeys(oldPRF PRF, oldD []byte, s Suite, ni, nr, gir []byte, spii, spir uint64) (*Keys, error) {
+	prf, err := NewPRF(s.PRF)
+	if err != nil {
+		return nil, err
+	}
+	return expandIKEKeys(prf, s, oldPRF.Sum(oldD, gir, ni, nr), ni, nr, spii, spir)
+}
+
+// expandIKEKeys cuts the seven keys of section 2.14 from
+// prf+(SKEYSEED, Ni | Nr | SPIi | SPIr) and zeroes skeyseed.
+func expandIKEKeys(prf PRF, s Suite, skeyseed, ni, nr []byte, spii, spir uint64) (*Keys, error) {
 	seed := make([]byte, 0, len(ni)+len(nr)+16)
 	seed = append(append(seed, ni...), nr...)
 	seed = binary.BigEndian.AppendUint64(seed, spii)

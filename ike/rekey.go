@@ -14,75 +14,42 @@ package ike
 //
 // The new Child SA is reported (OnChildSA) as soon as it exists, so the
 // data plane installs it before the old one goes; OnDelete reports the old
-// one once the Delete exchange is done. Simultaneous rekeys from both sides
-// (section 2.8.1) are not resolved yet; neither is rekeying the IKE SA,
-// which is refused with NO_PROPOSAL_CHOSEN.
+// one once the Delete exchange is done. When both sides rekey one Child SA
+// at once (section 2.8.1), both exchanges complete; the one that used the
+// lowest of the four nonces made the redundant SA, which its initiator
+// deletes, and the other initiator deletes the old one. Rekeying the IKE
+// SA itself is in ikerekey.go.
 
 import (
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Rekey replaces child with a new Child SA negotiated on its IKE SA, with
 // a fresh Diffie-Hellman exchange when the peer's ESP proposals carry a
 // group (PFS), then deletes child. It returns the new Child SA once the
-// old one is deleted on both sides, or an error (the old one then stays).
+// old one is deleted on both sides, or an error (the old one then stays,
+// unless the peer rekeyed it at the same time and won, section 2.8.1).
+// When another request of the IKE SA is outstanding, the rekey waits for
+// it.
 func (e *Endpoint) Rekey(ctx context.Context, child *ChildSA) (*ChildSA, error) {
 	w := make(chan result, 1)
 	e.mu.Lock()
-	spi := child.IKESPIr
-	if child.Initiator {
-		spi = child.IKESPIi
-	}
-	sa := e.sas[spi]
-	var old *ChildSA
-	if sa != nil {
-		for _, c := range sa.children {
-			if c.InSPI == child.InSPI {
-				old = c
-			}
-		}
-	}
-	switch {
-	case sa == nil || sa.state != stateEstablished || old == nil:
+	ent := e.children[child.InSPI]
+	if ent == nil || ent.c != child || ent.sa.state != stateEstablished || e.closed {
 		e.mu.Unlock()
 		return nil, errors.New("ike: no such Child SA")
-	case sa.pending != nil || sa.waiter != nil:
-		e.mu.Unlock()
-		return nil, errors.New("ike: the IKE SA has a request outstanding")
-	case len(sa.children) >= maxChildren:
-		e.mu.Unlock()
-		return nil, errors.New("ike: too many Child SAs on the IKE SA")
 	}
-	r := &rekeyState{old: old, spi: e.newChildSPILocked(), ni: randomNonce(), tsi: old.LocalTS, tsr: old.RemoteTS}
-	if g := firstDH(sa.peer.ESP); g != 0 {
-		dh, err := NewDH(g)
-		if err != nil {
-			e.mu.Unlock()
-			return nil, err
-		}
-		r.dh = dh
-	}
-	sa.waiter = w
-	err := sa.sendRekeyLocked(r)
-	if err != nil {
-		sa.waiter = nil
-	}
+	after := e.rekeyChildLocked(ent, w)
 	e.mu.Unlock()
-	if err != nil {
-		return nil, err
-	}
+	run(after)
 	select {
 	case res := <-w:
 		return res.child, res.err
 	case <-ctx.Done():
-		e.mu.Lock()
-		if sa.waiter == w {
-			sa.waiter = nil
-		}
-		e.mu.Unlock()
 		return nil, fmt.Errorf("ike: rekeying: %w", ctx.Err())
 	}
 }
@@ -108,15 +75,14 @@ func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
 	return nil
 }
 
-// failRequestLocked ends a request of ours that is not the IKE SA's
-// first: the waiter learns err, the SA stays.
-func (sa *ikeSA) failRequestLocked(err error) []func() {
-	sa.ep.cfg.Log.Info("ike: request failed", "peer", sa.peer.Name, "err", err)
-	if w := sa.waiter; w != nil {
-		sa.waiter = nil
-		return []func(){func() { w <- result{err: err} }}
+// failRekeyLocked ends a rekey of ours that failed: its waiter learns
+// err, the SAs stay.
+func (sa *ikeSA) failRekeyLocked(r *rekeyState, err error) []func() {
+	sa.ep.cfg.Log.Info("ike: rekey failed", "peer", sa.peer.Name, "err", err)
+	if ent := sa.ep.children[r.old.InSPI]; ent != nil && ent.c == r.old {
+		ent.rekeying, ent.ours = false, nil
 	}
-	return nil
+	return reply(r.waiter, nil, err)
 }
 
 // rekeyResponseLocked handles the answer to our CREATE_CHILD_SA.
@@ -132,16 +98,16 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 			}
 		}
 		if !offered || (r.dh != nil && r.dh.Group() == g) {
-			return sa.failRequestLocked(fmt.Errorf("ike: peer wants DH group %d for the Child SA, which we did not offer", g))
+			return sa.failRekeyLocked(r, fmt.Errorf("ike: peer wants DH group %d for the Child SA, which we did not offer", g))
 		}
 		dh, err := NewDH(g)
 		if err != nil {
-			return sa.failRequestLocked(err)
+			return sa.failRekeyLocked(r, err)
 		}
 		r.retries++
 		r.dh = dh
 		if err := sa.sendRekeyLocked(r); err != nil {
-			return sa.failRequestLocked(err)
+			return sa.failRekeyLocked(r, err)
 		}
 		return nil
 	}
@@ -151,38 +117,52 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 			e.stats.NoProposalChosen++
 		case TSUnacceptable:
 			e.stats.TSUnacceptable++
+		case TemporaryFailure:
+			// Section 2.25: the peer is busy with the same SA (or the
+			// IKE SA); unless its own rekey replaced ours, try again
+			// a little later.
+			e.stats.TempFailures++
+			ent := e.children[r.old.InSPI]
+			if ent != nil && ent.peer != nil {
+				ent.replaced = true // the peer's rekey made its successor
+			}
+			if ent != nil && ent.c == r.old && !ent.replaced && r.waiter == nil {
+				after := sa.failRekeyLocked(r, errors.New("ike: TEMPORARY_FAILURE"))
+				ent.rekeyT = e.cfg.clock.AfterFunc(e.retryDelay(), func() { e.childRekeyDue(r.old.InSPI, ent) })
+				return after
+			}
 		}
-		return sa.failRequestLocked(fmt.Errorf("ike: peer answered CREATE_CHILD_SA with %s", notifyName(n.NType)))
+		return sa.failRekeyLocked(r, fmt.Errorf("ike: peer answered CREATE_CHILD_SA with %s", notifyName(n.NType)))
 	}
 	sap, ok1 := find[*SA](inner, nil)
 	nr, ok2 := find[*Nonce](inner, nil)
 	tsi, ok3 := find[*TS](inner, isInitiatorTS)
 	tsr, ok4 := find[*TS](inner, isResponderTS)
 	if !ok1 || !ok2 || !ok3 || !ok4 || len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 {
-		return sa.failRequestLocked(errors.New("ike: CREATE_CHILD_SA response lacks SA, Nonce or TS"))
+		return sa.failRekeyLocked(r, errors.New("ike: CREATE_CHILD_SA response lacks SA, Nonce or TS"))
 	}
 	esp, err := checkChosen(sa.peer.ESP, sap.Proposals[0], false)
 	if err != nil {
-		return sa.failRequestLocked(err)
+		return sa.failRekeyLocked(r, err)
 	}
 	var gir []byte
 	if esp.DH != 0 {
 		ke, ok := find[*KE](inner, nil)
 		if !ok || r.dh == nil || ke.Group != esp.DH || r.dh.Group() != esp.DH {
-			return sa.failRequestLocked(errors.New("ike: CREATE_CHILD_SA response without the KE of the chosen group"))
+			return sa.failRekeyLocked(r, errors.New("ike: CREATE_CHILD_SA response without the KE of the chosen group"))
 		}
 		if gir, err = r.dh.Shared(ke.Data); err != nil {
-			return sa.failRequestLocked(err)
+			return sa.failRekeyLocked(r, err)
 		}
 	}
 	if !within(tsi.Selectors, r.tsi) || !within(tsr.Selectors, r.tsr) {
 		e.stats.TSUnacceptable++
-		return sa.failRequestLocked(errors.New("ike: peer's traffic selectors are not within ours"))
+		return sa.failRekeyLocked(r, errors.New("ike: peer's traffic selectors are not within ours"))
 	}
 	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, gir, r.ni, nr.Data)
 	clear(gir)
 	if err != nil {
-		return sa.failRequestLocked(err)
+		return sa.failRekeyLocked(r, err)
 	}
 	c := &ChildSA{Name: sa.peer.Name, Initiator: sa.initiator, Local: sa.local, Remote: sa.remote,
 		InSPI: r.spi, OutSPI: binary.BigEndian.Uint32(sap.Proposals[0].SPI),
@@ -191,13 +171,47 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 		LocalTS: tsi.Selectors, RemoteTS: tsr.Selectors, Encap: sa.encap,
 		IKESPIi: sa.spii, IKESPIr: sa.spir}
 	e.stats.ChildSARekeyed++
-	after := sa.addChildLocked(c)
-	// Now the old one goes (section 2.8).
-	if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{r.old.InSPI}}}); err != nil {
-		return append(after, sa.failRequestLocked(err)...)
+	ent := e.children[r.old.InSPI]
+	if ent != nil && ent.c != r.old {
+		ent = nil
 	}
-	sa.pending.kind, sa.pending.old, sa.pending.next = reqDeleteChild, r.old, c
+	if ent != nil {
+		ent.ours, ent.rekeying = nil, false
+	}
+	after := sa.addChildLocked(c)
+	// Now the old one goes (section 2.8), unless the peer rekeyed it at
+	// the same time (section 2.8.1): then the exchange with the lowest
+	// nonce made the redundant Child SA, and its initiator deletes that
+	// one; the other deletes the old.
+	doomed, next := r.old, c
+	switch {
+	case ent == nil:
+		// The old one is gone already (the peer deleted it, or it expired).
+		return append(after, reply(r.waiter, c, nil)...)
+	case ent.peer != nil:
+		e.stats.RekeyCollisions++
+		if lowestIsOurs(r.ni, nr.Data, ent.peer.ni, ent.peer.nr) {
+			doomed, next = c, ent.peer.child
+			e.cfg.Log.Info("ike: simultaneous Child SA rekey: ours lost", "peer", sa.peer.Name)
+		}
+	}
+	ent.replaced = true
+	if doomed == r.old {
+		ent.deleting = true
+	}
+	if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{doomed.InSPI}}}); err != nil {
+		return append(after, reply(r.waiter, nil, err)...)
+	}
+	sa.pending.kind, sa.pending.old, sa.pending.next, sa.pending.waiter = reqDeleteChild, doomed, next, r.waiter
 	return after
+}
+
+// retryDelay is how long a rekey refused with TEMPORARY_FAILURE waits
+// before it tries again: a few retransmission timeouts, randomised so
+// that two peers do not collide again.
+func (e *Endpoint) retryDelay() time.Duration {
+	base := 2 * e.cfg.RetransmitTimeout
+	return base + randDuration(2*base)
 }
 
 // createChildRequestLocked answers the peer's CREATE_CHILD_SA: a rekey of
@@ -215,9 +229,12 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 	}
 	for _, p := range sap.Proposals {
 		if p.Protocol == ProtoIKE {
-			e.stats.NoProposalChosen++
-			return fail(NoProposalChosen, nil) // IKE SA rekeying: not yet
+			return sa.ikeRekeyRequestLocked(sap, ni, inner)
 		}
+	}
+	if sa.rekeyed {
+		e.stats.TempFailures++
+		return fail(TemporaryFailure, nil) // section 2.25: the IKE SA is going
 	}
 	rk := findNotify(inner, RekeySA)
 	if rk == nil {
@@ -234,6 +251,13 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 	}
 	if old == nil {
 		return fail(ChildSANotFound, nil)
+	}
+	ent := e.children[old.InSPI]
+	if ent.deleting || ent.replaced || (sa.pending != nil && sa.pending.kind == reqRekeyIKE) {
+		// Section 2.25: we are deleting it, replaced it already, or
+		// are rekeying the IKE SA.
+		e.stats.TempFailures++
+		return fail(TemporaryFailure, nil)
 	}
 	if len(sa.children) >= maxChildren {
 		return fail(NoAdditionalSAs, nil)
@@ -295,5 +319,12 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 		LocalTS: nTSr, RemoteTS: nTSi, Encap: sa.encap,
 		IKESPIi: sa.spii, IKESPIr: sa.spir}
 	e.stats.ChildSARekeyed++
+	if ent.ours != nil {
+		// Our rekey of the same SA is outstanding (section 2.8.1): the
+		// nonces decide once its answer is in.
+		ent.peer = &collision{ni: append([]byte(nil), ni.Data...), nr: nr, child: c}
+	} else {
+		ent.replaced = true // a queued rekey of ours is moot
+	}
 	return resp, sa.addChildLocked(c)
 }

@@ -1,0 +1,322 @@
+package ike
+
+// Rekeying the IKE SA (RFC 7296 section 2.18):
+//
+//	Requester (old IKE SA)                  Responder
+//	HDR, SK{SA(IKE, new SPIi), Ni, KEi} -->
+//	                                    <-- HDR, SK{SA(IKE, new SPIr), Nr, KEr}
+//	  SKEYSEED = prf(SK_d (old), g^ir (new) | Ni | Nr), then section 2.14
+//	  with the new SPIs; the requester is the new SA's initiator, both
+//	  message IDs start at 0, and the Child SAs move to the new SA
+//	HDR, SK{D(IKE)} (old IKE SA)        -->
+//	                                    <-- HDR, SK{}
+//
+// When both sides rekey the IKE SA at once (section 2.8.2), both
+// exchanges complete and the new SA made by the exchange with the lowest
+// of the four nonces is deleted by its initiator; the other initiator
+// deletes the old one. While either side rekeys the IKE SA, requests to
+// rekey or make Child SAs are refused with TEMPORARY_FAILURE (section
+// 2.25), and our own wait in the queue.
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// ikeRekeyState is a CREATE_CHILD_SA we initiated to rekey the IKE SA.
+type ikeRekeyState struct {
+	spi     uint64 // our SPI of the new IKE SA
+	ni      []byte
+	dh      DH
+	retries int // INVALID_KE restarts
+	waiter  chan result
+}
+
+// RekeyIKE rekeys the IKE SA that carries child (section 2.18): a new
+// IKE SA with fresh keys takes over its Child SAs, and the old one is
+// deleted. It returns once the new IKE SA is up (the old one's Delete may
+// still be under way), or with an error.
+func (e *Endpoint) RekeyIKE(ctx context.Context, child *ChildSA) error {
+	w := make(chan result, 1)
+	e.mu.Lock()
+	sa := e.ikeSAOfLocked(child)
+	if sa == nil || sa.state != stateEstablished || sa.rekeyed || e.closed {
+		e.mu.Unlock()
+		return errors.New("ike: no such IKE SA")
+	}
+	after := e.rekeyIKELocked(sa, w)
+	e.mu.Unlock()
+	run(after)
+	select {
+	case r := <-w:
+		return r.err
+	case <-ctx.Done():
+		return fmt.Errorf("ike: rekeying the IKE SA: %w", ctx.Err())
+	}
+}
+
+// rekeyIKELocked queues a rekey of sa.
+func (e *Endpoint) rekeyIKELocked(sa *ikeSA, w chan result) []func() {
+	if sa.rekeying {
+		return reply(w, nil, errors.New("ike: the IKE SA is being rekeyed"))
+	}
+	sa.rekeying = true
+	return sa.enqueueLocked(op{
+		run: func(cur *ikeSA) []func() {
+			if cur != sa || sa.rekeyed {
+				sa.rekeying = false
+				return reply(w, nil, errors.New("ike: the IKE SA was rekeyed meanwhile"))
+			}
+			dh, err := NewDH(sa.suite.DH)
+			if err != nil {
+				sa.rekeying = false
+				return reply(w, nil, err)
+			}
+			r := &ikeRekeyState{spi: e.newSPILocked(), ni: randomNonce(), dh: dh, waiter: w}
+			if err := sa.sendIKERekeyLocked(r); err != nil {
+				sa.rekeying = false
+				return reply(w, nil, err)
+			}
+			return nil
+		},
+		fail: func(err error) []func() {
+			sa.rekeying = false
+			return reply(w, nil, err)
+		},
+	})
+}
+
+func (sa *ikeSA) sendIKERekeyLocked(r *ikeRekeyState) error {
+	props := make([]Proposal, len(sa.peer.IKE))
+	for i, p := range sa.peer.IKE {
+		p.SPI = binary.BigEndian.AppendUint64(nil, r.spi)
+		props[i] = p
+	}
+	// KEi of the group in use, which every proposal of ours should
+	// carry; INVALID_KE_PAYLOAD names another.
+	inner := []Payload{&SA{Proposals: props}, &Nonce{Data: r.ni}, &KE{Group: r.dh.Group(), Data: r.dh.Public()}}
+	if err := sa.requestOutLocked(CREATE_CHILD_SA, inner); err != nil {
+		return err
+	}
+	sa.pending.kind, sa.pending.ikeRekey = reqRekeyIKE, r
+	return nil
+}
+
+// newRekeyedLocked makes the IKE SA that a rekey of sa creates; initiator
+// says we requested it.
+func (sa *ikeSA) newRekeyedLocked(initiator bool, suite Suite, spii, spir uint64, ni, nr, gir []byte) (*ikeSA, error) {
+	keys, err := deriveRekeyedIKEKeys(sa.prf, sa.keys.D, suite, ni, nr, gir, spii, spir)
+	clear(gir)
+	if err != nil {
+		return nil, err
+	}
+	prf, err := NewPRF(suite.PRF)
+	if err != nil {
+		return nil, err
+	}
+	ns := &ikeSA{ep: sa.ep, peer: sa.peer, initiator: initiator, state: stateEstablished,
+		spii: spii, spir: spir, local: sa.local, remote: sa.remote, encap: sa.encap,
+		ni: append([]byte(nil), ni...), nr: append([]byte(nil), nr...), remoteID: sa.remoteID, hashes: sa.hashes}
+	if err := ns.installKeysLocked(suite, prf, keys); err != nil {
+		return nil, err
+	}
+	sa.ep.sas[ns.ourSPI()] = ns
+	sa.ep.stats.IKESARekeyed++
+	ns.startTimersLocked()
+	return ns, nil
+}
+
+// moveChildrenLocked makes to carry from's Child SAs and queued requests.
+func (from *ikeSA) moveChildrenLocked(to *ikeSA) {
+	for _, c := range from.children {
+		if ent := from.ep.children[c.InSPI]; ent != nil {
+			ent.sa = to
+		}
+	}
+	to.children = append(to.children, from.children...)
+	from.children = nil
+	to.queue = append(to.queue, from.queue...)
+	from.queue = nil
+}
+
+// ikeRekeyResponseLocked handles the answer to our IKE SA rekey.
+func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []func() {
+	e := sa.ep
+	fail := func(err error) []func() {
+		sa.rekeying = false
+		e.cfg.Log.Info("ike: IKE SA rekey failed", "peer", sa.peer.Name, "err", err)
+		var after []func()
+		if c := sa.peerRekey; c != nil {
+			// The peer's rekey, answered meanwhile, stands alone.
+			sa.retireLocked()
+			after = c.ike.idleLocked()
+		}
+		return append(after, reply(r.waiter, nil, err)...)
+	}
+	if n := findNotify(inner, InvalidKEPayload); n != nil && len(n.Data) == 2 && r.retries < 2 {
+		e.stats.InvalidKE++
+		g := binary.BigEndian.Uint16(n.Data)
+		if g == r.dh.Group() || !offersGroup(sa.peer.IKE, g) {
+			return fail(fmt.Errorf("ike: peer wants DH group %d for the IKE SA, which we did not offer", g))
+		}
+		dh, err := NewDH(g)
+		if err != nil {
+			return fail(err)
+		}
+		r.retries++
+		r.dh = dh
+		if err := sa.sendIKERekeyLocked(r); err != nil {
+			return fail(err)
+		}
+		return nil
+	}
+	if n := firstError(inner); n != nil {
+		switch n.NType {
+		case NoProposalChosen:
+			e.stats.NoProposalChosen++
+		case TemporaryFailure:
+			e.stats.TempFailures++
+			if r.waiter == nil && sa.rekeyT != nil {
+				// Try again a little later (section 2.25).
+				stop(sa.rekeyT)
+				sa.rekeyT = e.cfg.clock.AfterFunc(e.retryDelay(), func() { e.ikeRekeyDue(sa) })
+			}
+		}
+		return fail(fmt.Errorf("ike: peer answered the IKE SA rekey with %s", notifyName(n.NType)))
+	}
+	sap, ok1 := find[*SA](inner, nil)
+	nr, ok2 := find[*Nonce](inner, nil)
+	ke, ok3 := find[*KE](inner, nil)
+	if !ok1 || !ok2 || !ok3 || len(sap.Proposals) != 1 || sap.Proposals[0].Protocol != ProtoIKE || len(sap.Proposals[0].SPI) != 8 {
+		return fail(errors.New("ike: IKE SA rekey response lacks SA, Nonce or KE"))
+	}
+	suite, err := checkChosen(sa.peer.IKE, sap.Proposals[0], false)
+	if err != nil {
+		return fail(err)
+	}
+	if suite.DH != r.dh.Group() || ke.Group != suite.DH {
+		return fail(fmt.Errorf("ike: peer chose DH group %d with a KE of group %d (ours %d)", suite.DH, ke.Group, r.dh.Group()))
+	}
+	gir, err := r.dh.Shared(ke.Data)
+	if err != nil {
+		return fail(err)
+	}
+	spir := binary.BigEndian.Uint64(sap.Proposals[0].SPI)
+	if spir == 0 {
+		return fail(errors.New("ike: peer's new IKE SPI is zero"))
+	}
+	ns, err := sa.newRekeyedLocked(true, suite, r.spi, spir, r.ni, nr.Data, gir)
+	if err != nil {
+		return fail(err)
+	}
+	sa.rekeying = false
+	e.cfg.Log.Info("ike: IKE SA rekeyed", "peer", sa.peer.Name, "spii", fmt.Sprintf("%016x", ns.spii), "spir", fmt.Sprintf("%016x", ns.spir))
+	after := reply(r.waiter, nil, nil)
+	doomed := sa
+	if c := sa.peerRekey; c != nil {
+		// Section 2.8.2: both of us rekeyed it; we answered the peer's
+		// first, which made c.ike and moved the Child SAs there.
+		e.stats.RekeyCollisions++
+		if lowestIsOurs(r.ni, nr.Data, c.ni, c.nr) {
+			doomed = ns // ours is redundant: we delete it, the peer the old
+			e.cfg.Log.Info("ike: simultaneous IKE SA rekey: ours lost", "peer", sa.peer.Name)
+		} else {
+			c.ike.moveChildrenLocked(ns) // the peer deletes the one it made
+		}
+	} else {
+		sa.moveChildrenLocked(ns)
+	}
+	sa.rekeyed = true
+	sa.stopLifeTimersLocked()
+	if doomed == ns {
+		ns.rekeyed = true
+		ns.stopLifeTimersLocked()
+	}
+	if err := doomed.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}}); err == nil {
+		doomed.pending.kind = reqDeleteIKE
+	}
+	return append(after, ns.idleLocked()...)
+}
+
+// offersGroup reports whether one of ps carries DH group g.
+func offersGroup(ps []Proposal, g uint16) bool {
+	for _, p := range ps {
+		for _, t := range p.Transforms {
+			if t.Type == TransformDH && t.ID == g {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// retireLocked marks sa as replaced by the peer's rekey: the peer deletes
+// it; should its Delete be lost, it goes after HalfOpenTimeout.
+func (sa *ikeSA) retireLocked() {
+	e := sa.ep
+	sa.rekeyed = true
+	sa.stopLifeTimersLocked()
+	stop(sa.halfOpenTimer)
+	sa.halfOpenTimer = e.cfg.clock.AfterFunc(e.cfg.HalfOpenTimeout, func() {
+		e.mu.Lock()
+		var after []func()
+		if !sa.removed {
+			after = e.removeLocked(sa, errDeleted)
+		}
+		e.mu.Unlock()
+		run(after)
+	})
+}
+
+// ikeRekeyRequestLocked answers the peer's CREATE_CHILD_SA that rekeys
+// the IKE SA (section 2.18).
+func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]Payload, []func()) {
+	e := sa.ep
+	fail := func(n NotifyType, data []byte) ([]Payload, []func()) {
+		return []Payload{&Notify{NType: n, Data: data}}, nil
+	}
+	ours := sa.pending != nil && sa.pending.kind == reqRekeyIKE
+	if sa.rekeyed || (sa.pending != nil && !ours) {
+		// Section 2.25: we are deleting or replacing it, or a Child SA
+		// exchange of ours is outstanding.
+		e.stats.TempFailures++
+		return fail(TemporaryFailure, nil)
+	}
+	suite, chosen, ok := selectProposal(sa.peer.IKE, sap.Proposals, false)
+	if !ok || len(chosen.SPI) != 8 || binary.BigEndian.Uint64(chosen.SPI) == 0 {
+		e.stats.NoProposalChosen++
+		return fail(NoProposalChosen, nil)
+	}
+	ke, ok := find[*KE](inner, nil)
+	if !ok || ke.Group != suite.DH {
+		e.stats.InvalidKE++
+		return fail(InvalidKEPayload, []byte{byte(suite.DH >> 8), byte(suite.DH)})
+	}
+	dh, err := NewDH(suite.DH)
+	if err != nil {
+		return fail(NoProposalChosen, nil)
+	}
+	gir, err := dh.Shared(ke.Data)
+	if err != nil {
+		return fail(InvalidSyntax, nil)
+	}
+	nr := randomNonce()
+	ns, err := sa.newRekeyedLocked(false, suite, binary.BigEndian.Uint64(chosen.SPI), e.newSPILocked(), ni.Data, nr, gir)
+	if err != nil {
+		return fail(NoProposalChosen, nil)
+	}
+	e.cfg.Log.Info("ike: IKE SA rekeyed by the peer", "peer", sa.peer.Name, "spii", fmt.Sprintf("%016x", ns.spii), "spir", fmt.Sprintf("%016x", ns.spir))
+	sa.moveChildrenLocked(ns)
+	if ours {
+		// Ours is outstanding: the nonces decide when its answer comes
+		// (ikeRekeyResponseLocked); until then the new SA carries the
+		// Child SAs.
+		sa.peerRekey = &collision{ni: append([]byte(nil), ni.Data...), nr: nr, ike: ns}
+	} else {
+		sa.retireLocked()
+	}
+	chosenOut := Proposal{Num: chosen.Num, Protocol: ProtoIKE, SPI: binary.BigEndian.AppendUint64(nil, ns.spir), Transforms: suite.transforms()}
+	return []Payload{&SA{Proposals: []Proposal{chosenOut}}, &Nonce{Data: nr}, &KE{Group: dh.Group(), Data: dh.Public()}}, nil
+}

@@ -1,0 +1,397 @@
+package ike
+
+// What an established IKE SA does on its own (RFC 7296 sections 1.4, 2.4,
+// 2.8): requests wait their turn for the window in a short queue; Child
+// SAs and the IKE SA are rekeyed at their Lifetime's rekey time minus a
+// random jitter and deleted at its life time; a peer not heard from for
+// Peer.DPDDelay is sent an empty INFORMATIONAL, and a peer that does not
+// answer a request within the retransmission schedule is dead: its SAs go
+// (OnDelete), OnPeerDead is told, and Peer.DPDAction may initiate again.
+//
+//	timer fires ──> op queued on the IKE SA ──> window free? ──> request out
+//	                                                ^                 │
+//	                                                └── response ─────┘
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// maxQueued bounds the requests waiting for one IKE SA's window.
+const maxQueued = 8
+
+// op is a request waiting for an IKE SA's window: run sends it (with
+// Endpoint.mu held, on whichever IKE SA then carries the work: an IKE SA
+// rekey moves the queue to the new one); fail tells its waiter it will
+// never run.
+type op struct {
+	run  func(sa *ikeSA) []func()
+	fail func(err error) []func()
+}
+
+// childEntry is the Endpoint's record of an established Child SA: which
+// IKE SA carries it now, its lifetime timers and its rekey state.
+type childEntry struct {
+	c               *ChildSA
+	sa              *ikeSA
+	rekeyT, expireT stopper
+	rekeying        bool        // a rekey of ours is queued or in flight
+	ours            *rekeyState // our CREATE_CHILD_SA for it, while outstanding
+	peer            *collision  // the peer's rekey of it that we answered meanwhile
+	replaced        bool        // a rekey made its successor
+	deleting        bool        // our Delete of it is out
+}
+
+// collision is a rekey by the peer that we answered while one of ours of
+// the same SA was outstanding (section 2.8.1): the exchange with the
+// lowest of the four nonces made the redundant SA.
+type collision struct {
+	ni, nr []byte
+	child  *ChildSA // the Child SA that the peer's exchange made
+	ike    *ikeSA   // or the IKE SA
+}
+
+// lowestIsOurs reports whether the lowest of the four nonces of two
+// colliding exchanges is one of ours (then our new SA is redundant).
+func lowestIsOurs(ourNi, ourNr, peerNi, peerNr []byte) bool {
+	low := func(a, b []byte) []byte {
+		if bytes.Compare(a, b) <= 0 {
+			return a
+		}
+		return b
+	}
+	return bytes.Compare(low(ourNi, ourNr), low(peerNi, peerNr)) < 0
+}
+
+// times resolves a Lifetime's defaults: rekey (0: never), the hard
+// expiry and the jitter bound.
+func (l Lifetime) times() (rekey, life, jitter time.Duration) {
+	if l.RekeyTime <= 0 {
+		return 0, 0, 0
+	}
+	rekey, life, jitter = l.RekeyTime, l.LifeTime, l.RandTime
+	if life == 0 {
+		life = rekey + rekey/10
+	}
+	life = max(life, rekey)
+	if jitter == 0 {
+		jitter = life - rekey
+	}
+	return rekey, life, min(jitter, rekey)
+}
+
+// randDuration returns a uniformly random duration in [0, d).
+func randDuration(d time.Duration) time.Duration {
+	if d <= 0 {
+		return 0
+	}
+	var b [8]byte
+	rand.Read(b[:])
+	return time.Duration(binary.BigEndian.Uint64(b[:]) % uint64(d))
+}
+
+// enqueueLocked runs o on sa at once when its window is free, else
+// queues it; a full queue fails o (counted).
+func (sa *ikeSA) enqueueLocked(o op) []func() {
+	if sa.pending == nil && len(sa.queue) == 0 && sa.state == stateEstablished && !sa.rekeyed {
+		return o.run(sa)
+	}
+	if len(sa.queue) >= maxQueued {
+		sa.ep.stats.RequestQueueFull++
+		return o.fail(errors.New("ike: too many requests waiting on the IKE SA"))
+	}
+	sa.queue = append(sa.queue, o)
+	return nil
+}
+
+// idleLocked runs queued requests while sa's window is free.
+func (sa *ikeSA) idleLocked() []func() {
+	var after []func()
+	for sa.pending == nil && len(sa.queue) > 0 && !sa.removed && sa.state == stateEstablished && !sa.rekeyed {
+		o := sa.queue[0]
+		sa.queue = sa.queue[1:]
+		after = append(after, o.run(sa)...)
+	}
+	return after
+}
+
+// failQueueLocked fails every queued request of sa.
+func (sa *ikeSA) failQueueLocked(err error) []func() {
+	var after []func()
+	for _, o := range sa.queue {
+		after = append(after, o.fail(err)...)
+	}
+	sa.queue = nil
+	return after
+}
+
+func reply(w chan result, c *ChildSA, err error) []func() {
+	if w == nil {
+		return nil
+	}
+	return []func(){func() { w <- result{child: c, err: err} }}
+}
+
+// startTimersLocked starts an established IKE SA's lifetime and liveness
+// timers.
+func (sa *ikeSA) startTimersLocked() {
+	e := sa.ep
+	now := e.cfg.clock.Now()
+	sa.lastHeard = now
+	if rekey, life, jitter := sa.peer.IKELifetime.times(); rekey > 0 {
+		sa.rekeyT = e.cfg.clock.AfterFunc(rekey-randDuration(jitter), func() { e.ikeRekeyDue(sa) })
+		sa.expireT = e.cfg.clock.AfterFunc(life, func() { e.ikeExpired(sa) })
+	}
+	if d := sa.peer.DPDDelay; d > 0 {
+		sa.dpdT = e.cfg.clock.AfterFunc(d, func() { e.dpdDue(sa) })
+	}
+}
+
+func (sa *ikeSA) stopLifeTimersLocked() {
+	stop(sa.rekeyT)
+	stop(sa.expireT)
+	stop(sa.dpdT)
+	sa.rekeyT, sa.expireT, sa.dpdT = nil, nil, nil
+}
+
+// scheduleChildLocked starts the lifetime timers of a new Child SA.
+func (e *Endpoint) scheduleChildLocked(ent *childEntry) {
+	rekey, life, jitter := ent.sa.peer.ChildLifetime.times()
+	if rekey == 0 {
+		return
+	}
+	spi := ent.c.InSPI
+	ent.rekeyT = e.cfg.clock.AfterFunc(rekey-randDuration(jitter), func() { e.childRekeyDue(spi, ent) })
+	ent.expireT = e.cfg.clock.AfterFunc(life, func() { e.childExpired(spi, ent) })
+}
+
+// childRekeyDue starts the rekey of a Child SA whose rekey time came.
+func (e *Endpoint) childRekeyDue(spi uint32, ent *childEntry) {
+	e.mu.Lock()
+	var after []func()
+	if e.children[spi] == ent && !e.closed {
+		e.cfg.Log.Info("ike: Child SA rekey time", "peer", ent.sa.peer.Name, "in", fmt.Sprintf("%08x", spi))
+		after = e.rekeyChildLocked(ent, nil)
+	}
+	e.mu.Unlock()
+	run(after)
+}
+
+// childExpired deletes a Child SA that reached its life time unrekeyed.
+func (e *Endpoint) childExpired(spi uint32, ent *childEntry) {
+	e.mu.Lock()
+	var after []func()
+	if e.children[spi] == ent && !e.closed {
+		sa := ent.sa
+		e.stats.ChildSAExpired++
+		e.cfg.Log.Info("ike: Child SA expired", "peer", sa.peer.Name, "in", fmt.Sprintf("%08x", spi))
+		after = sa.dropChildLocked(ent.c)
+		after = append(after, sa.enqueueLocked(op{
+			run: func(sa *ikeSA) []func() {
+				sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{spi}}})
+				return nil
+			},
+			fail: func(error) []func() { return nil },
+		})...)
+	}
+	e.mu.Unlock()
+	run(after)
+}
+
+// rekeyChildLocked queues a rekey of ent's Child SA; w, if set, learns the
+// new Child SA once the old one is deleted.
+func (e *Endpoint) rekeyChildLocked(ent *childEntry, w chan result) []func() {
+	if ent.rekeying || ent.replaced || ent.deleting {
+		if w != nil {
+			return reply(w, nil, errors.New("ike: the Child SA is being rekeyed or deleted"))
+		}
+		return nil
+	}
+	ent.rekeying = true
+	gone := func(err error) []func() {
+		ent.rekeying = false
+		return reply(w, nil, err)
+	}
+	return ent.sa.enqueueLocked(op{
+		run: func(sa *ikeSA) []func() {
+			if e.children[ent.c.InSPI] != ent || ent.replaced || ent.deleting {
+				return gone(errors.New("ike: no such Child SA"))
+			}
+			if len(sa.children) >= maxChildren {
+				return gone(errors.New("ike: too many Child SAs on the IKE SA"))
+			}
+			r := &rekeyState{old: ent.c, spi: e.newChildSPILocked(), ni: randomNonce(), tsi: ent.c.LocalTS, tsr: ent.c.RemoteTS, waiter: w}
+			if g := firstDH(sa.peer.ESP); g != 0 {
+				dh, err := NewDH(g)
+				if err != nil {
+					return gone(err)
+				}
+				r.dh = dh
+			}
+			if err := sa.sendRekeyLocked(r); err != nil {
+				return gone(err)
+			}
+			ent.ours = r
+			return nil
+		},
+		fail: gone,
+	})
+}
+
+// RequestRekey asks for child to be rekeyed now, make-before-break,
+// without waiting: the new Child SA is reported through OnChildSA and the
+// old one through OnDelete once it is gone. It is meant for the data
+// plane, for an SA close to its sequence-number or byte limit. It returns
+// an error if child is not established here; a rekey already under way
+// makes it do nothing. It does not block and is safe for concurrent use.
+func (e *Endpoint) RequestRekey(child *ChildSA) error {
+	e.mu.Lock()
+	ent := e.children[child.InSPI]
+	if ent == nil || ent.c != child || e.closed {
+		e.mu.Unlock()
+		return errors.New("ike: no such Child SA")
+	}
+	after := e.rekeyChildLocked(ent, nil)
+	e.mu.Unlock()
+	run(after)
+	return nil
+}
+
+// ikeSAOfLocked finds the IKE SA that carries child now (an IKE SA rekey
+// moves Child SAs) or, failing that, the one that made it.
+func (e *Endpoint) ikeSAOfLocked(child *ChildSA) *ikeSA {
+	if ent := e.children[child.InSPI]; ent != nil && ent.c == child {
+		return ent.sa
+	}
+	spi := child.IKESPIr
+	if child.Initiator {
+		spi = child.IKESPIi
+	}
+	return e.sas[spi]
+}
+
+// ikeRekeyDue starts the rekey of an IKE SA whose rekey time came.
+func (e *Endpoint) ikeRekeyDue(sa *ikeSA) {
+	e.mu.Lock()
+	var after []func()
+	if !sa.removed && !sa.rekeyed && !e.closed {
+		after = e.rekeyIKELocked(sa, nil)
+	}
+	e.mu.Unlock()
+	run(after)
+}
+
+// ikeExpired deletes an IKE SA that reached its life time unrekeyed.
+func (e *Endpoint) ikeExpired(sa *ikeSA) {
+	e.mu.Lock()
+	var after []func()
+	if !sa.removed && !e.closed {
+		e.stats.IKESAExpired++
+		e.stats.Deleted++
+		e.cfg.Log.Info("ike: IKE SA expired", "peer", sa.peer.Name)
+		sa.deleteBestEffortLocked()
+		after = e.removeLocked(sa, errors.New("ike: IKE SA expired"))
+	}
+	e.mu.Unlock()
+	run(after)
+}
+
+// dpdDue runs when an IKE SA may not have heard from its peer for
+// DPDDelay: it sends an empty INFORMATIONAL if so and nothing else is
+// outstanding (an outstanding request checks the peer already), and
+// re-arms.
+func (e *Endpoint) dpdDue(sa *ikeSA) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if sa.removed || sa.rekeyed || e.closed {
+		return
+	}
+	d := sa.peer.DPDDelay
+	idle := e.cfg.clock.Now().Sub(sa.lastHeard)
+	next := d
+	if idle < d {
+		next = d - idle
+	} else if sa.pending == nil && len(sa.queue) == 0 && sa.state == stateEstablished {
+		if err := sa.requestOutLocked(INFORMATIONAL, nil); err == nil {
+			e.stats.LivenessChecks++
+		}
+	}
+	sa.dpdT = e.cfg.clock.AfterFunc(next, func() { e.dpdDue(sa) })
+}
+
+// peerDeadLocked handles an established IKE SA whose peer stopped
+// answering: OnPeerDead and, by the peer's DPDAction, a restart. The
+// caller removes the SA.
+func (e *Endpoint) peerDeadLocked(sa *ikeSA, err error) []func() {
+	e.stats.PeersDead++
+	e.cfg.Log.Info("ike: peer is dead", "peer", sa.peer.Name, "err", err)
+	var after []func()
+	if f := e.cfg.OnPeerDead; f != nil {
+		name := sa.peer.Name
+		after = append(after, func() { f(name, err) })
+	}
+	if sa.peer.DPDAction == ActionRestart {
+		e.restartLocked(sa.peer)
+	}
+	return after
+}
+
+// restartLocked starts initiating to peer again in the background, once
+// per peer at a time.
+func (e *Endpoint) restartLocked(peer *Peer) {
+	if e.stopping || e.restarting[peer.Name] {
+		return
+	}
+	e.restarting[peer.Name] = true
+	e.wg.Add(1)
+	go e.restart(peer)
+}
+
+// restart initiates to peer until it succeeds or the Endpoint closes,
+// waiting RetransmitTimeout after the first failure and doubling up to
+// maxRestartWait.
+func (e *Endpoint) restart(peer *Peer) {
+	defer e.wg.Done()
+	defer func() {
+		e.mu.Lock()
+		delete(e.restarting, peer.Name)
+		e.mu.Unlock()
+	}()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-e.done:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	wait := e.cfg.RetransmitTimeout
+	for {
+		e.mu.Lock()
+		e.stats.Restarts++
+		e.mu.Unlock()
+		_, err := e.Initiate(ctx, peer.Name)
+		if err == nil || ctx.Err() != nil {
+			return
+		}
+		e.cfg.Log.Info("ike: restart failed", "peer", peer.Name, "err", err, "again in", wait)
+		tick := make(chan struct{})
+		t := e.cfg.clock.AfterFunc(wait, func() { close(tick) })
+		select {
+		case <-tick:
+		case <-ctx.Done():
+			t.Stop()
+			return
+		}
+		wait = min(2*wait, maxRestartWait)
+	}
+}
+
+// maxRestartWait bounds the wait between two restart attempts.
+const maxRestartWait = 30 * time.Second
