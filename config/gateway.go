@@ -124,6 +124,8 @@ type Gateway struct {
 	// (ike.go). Secrets are the [[secret]] tables.
 	Connections []Connection
 	Secrets     []Secret
+	// IKE is the [ike] section; its Port is DefaultIKEPort when left out.
+	IKE IKEOptions
 
 	// TLS are the [[tls]] termination listeners and TLSOrigins the
 	// [[tls_origin]] origination listeners, in file order (tls.go).
@@ -289,6 +291,7 @@ func ParseGateway(filename string, data []byte) (*Gateway, error) {
 			Oversize:      DefaultOversize,
 			StateDir:      DefaultStateDir,
 			TUN:           TUN{Name: DefaultTUNName},
+			IKE:           IKEOptions{Port: DefaultIKEPort},
 		},
 		fields: fieldPositions(doc),
 	}
@@ -417,7 +420,7 @@ func (d *gwDecoder) where(field string) string {
 }
 
 // gatewaySections are the top-level keys, in documentation order.
-var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "connection", "secret", "tls", "tls_origin"}
+var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "ike", "connection", "secret", "tls", "tls_origin"}
 
 func (d *gwDecoder) document(root *Table) {
 	for _, e := range root.Entries() {
@@ -443,6 +446,8 @@ func (d *gwDecoder) document(root *Table) {
 			}
 		case "sa":
 			d.g.SAs, d.saTables = d.decodeSAs(f, e.Value)
+		case "ike":
+			d.ikeSection(f, e.Value)
 		case "connection":
 			tables, _ := d.arrayOfTables(f, e.Value)
 			for _, te := range tables {

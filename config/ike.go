@@ -63,6 +63,53 @@ const (
 	SecretPrivate = "private"
 )
 
+// IKEOptions is the [ike] section: what all connections share, named as
+// in strongswan.conf's charon section.
+type IKEOptions struct {
+	// Port is the IKE port (500) on each connection's local address; the
+	// NAT-T port is the [udp] socket's.
+	Port uint16
+	// RetransmitTimeout is the first retransmission timeout of a request;
+	// it doubles with each retransmission. 0 is package ike's default
+	// (1s).
+	RetransmitTimeout time.Duration
+	// RetransmitTries is how many times a request is retransmitted
+	// before the peer is given up (0: package ike's default, 5).
+	RetransmitTries int
+}
+
+// DefaultIKEPort is the port of IKE_SA_INIT (RFC 7296 section 2).
+const DefaultIKEPort = 500
+
+var ikeKeys = []string{"port", "retransmit_timeout", "retransmit_tries"}
+
+func (d *gwDecoder) ikeSection(f string, v *Value) {
+	t, ok := d.table(f, v)
+	if !ok {
+		return
+	}
+	o := &d.g.IKE
+	for _, e := range t.Entries() {
+		kf, v := fieldPath(f, e.Key), e.Value
+		switch e.Key {
+		case "port":
+			if i, ok := d.intIn(kf, v, "port", 1, 65535, "1..65535; default 500"); ok {
+				o.Port = uint16(i)
+			}
+		case "retransmit_timeout":
+			if t, ok := d.duration(kf, v); ok {
+				o.RetransmitTimeout = t
+			}
+		case "retransmit_tries":
+			if i, ok := d.intIn(kf, v, "", 1, 20, "1..20; default 5"); ok {
+				o.RetransmitTries = int(i)
+			}
+		default:
+			d.errs = append(d.errs, unknownKey(e, kf, ikeKeys, ""))
+		}
+	}
+}
+
 // Connection is a [[connection]]: one IKE peer.
 type Connection struct {
 	Name string // unique among connections

@@ -88,8 +88,15 @@ func TestIKEDefaults(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.Connections[0].Remote.IsValid() || len(g.PSK("a.example", "x")) != 16 {
-		t.Errorf("%+v", g.Connections[0])
+	if g.Connections[0].Remote.IsValid() || len(g.PSK("a.example", "x")) != 16 || g.IKE != (IKEOptions{Port: DefaultIKEPort}) {
+		t.Errorf("%+v %+v", g.Connections[0], g.IKE)
+	}
+	g, err = ParseGateway("gw.toml", []byte("[ike]\nport = 1500\nretransmit_timeout = \"250ms\"\nretransmit_tries = 2\n"+ikeTun+ikeConn("")+ikeSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.IKE != (IKEOptions{Port: 1500, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 2}) {
+		t.Errorf("[ike] %+v", g.IKE)
 	}
 	// Beside a static tunnel.
 	if _, err := ParseGateway("gw.toml", []byte(tun1+sas1+strings.Replace(ikeConn(""), "10.2.0.0/24", "10.9.0.0/24", 1)+ikeSecret)); err != nil {
@@ -103,6 +110,8 @@ func TestIKEErrors(t *testing.T) {
 		doc  string
 		want []wantErr
 	}{
+		{"ike port", "[ike]\nport = 0\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.port", "port 0 out of range (want 1..65535"}}},
+		{"ike key", "[ike]\nretransmit_base = 1.8\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.retransmit_base", "unknown key (valid: port, retransmit_timeout, retransmit_tries)"}}},
 		{"version", ikeConn("version = 1") + ikeSecret, []wantErr{{5, "connection[1].version", "IKE version 1 out of range (want 2"}}},
 		{"unknown key", ikeConn("mobike = true") + ikeSecret, []wantErr{{5, "connection[1].mobike", "unknown key (valid: name, version"}}},
 		{"bad proposal", ikeConn(`proposals = "aes256gcm16-prfsha384-ecp999"`) + ikeSecret, []wantErr{{5, "connection[1].proposals", "want strongSwan IKE proposals"}}},

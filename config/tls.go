@@ -772,7 +772,7 @@ func listenClash(a, b string) bool {
 // [[tunnel]] but with TLS sections: such a gateway is TLS-only, and has no
 // TUN device, sockets, policies or SAs for them to configure.
 func (d *gwDecoder) tlsOnlySections() {
-	for _, s := range []string{"tun", "udp", "rawesp", "policy", "sa", "secret"} {
+	for _, s := range []string{"tun", "udp", "rawesp", "policy", "sa", "ike", "secret"} {
 		if !d.has(s) {
 			continue
 		}

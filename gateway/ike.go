@@ -48,10 +48,6 @@ import (
 	"github.com/sluicegw/sluice/sad"
 )
 
-// IKEPort is the port of IKE_SA_INIT (RFC 7296 section 2): 500. Tests
-// that run several gateways in one network namespace change it.
-var IKEPort uint16 = 500
-
 // IKEReplayWindow is the replay window of negotiated inbound SAs.
 const IKEReplayWindow = 1024
 
@@ -72,6 +68,7 @@ type ikeState struct {
 	children map[string]*ikeChild // by child (tunnel) name
 	conns    []config.Connection  // what the endpoint was built from
 	secrets  []config.Secret
+	ikeOpts  config.IKEOptions
 	closed   bool
 
 	hook     atomic.Pointer[ike.Endpoint] // what the UDP Control hook delivers to
@@ -87,6 +84,7 @@ type ikeChild struct {
 	conn  *config.Connection
 	child *config.Child
 	cur   *ike.ChildSA // the pair the tunnel sends with; nil when down
+	gen   uint64       // the endpoint generation that made cur
 	since time.Time    // when cur was installed
 	// busy is set while an initiation or rekey of the child is under
 	// way; lastTry is when the last initiation began.
@@ -189,61 +187,15 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		peers = append(peers, p)
 		locals[c.Local] = true
 	}
-	var conns []*net.UDPConn
-	for a := range locals {
-		uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, IKEPort)))
-		if err != nil {
-			for _, c := range conns {
-				c.Close()
-			}
-			return fmt.Errorf("gateway: IKE port %d on %v: %w", IKEPort, a, err)
-		}
-		conns = append(conns, uc)
-	}
-	p500, err := ike.NewUDPTransport(conns...)
-	if err != nil {
-		for _, c := range conns {
-			c.Close()
-		}
-		return fmt.Errorf("gateway: %w", err)
-	}
+	// The old endpoint goes first: the new one binds the same port-500
+	// sockets. Its callbacks are ignored from here on (gen).
 	s.mu.Lock()
 	s.gen++
 	gen := s.gen
-	s.mu.Unlock()
-	ecfg := ike.Config{
-		Peers: peers, Port: IKEPort, NATTPort: s.nattPort,
-		OnChildSA: func(c *ike.ChildSA) { g.onChildSA(gen, c) },
-		OnDelete:  func(c *ike.ChildSA) { g.onChildDelete(gen, c) },
-		Log:       g.log,
-	}
-	setIKELifetimes(&ecfg, cfg)
-	ep, err := ike.NewEndpoint(ecfg, ikeTransport{s})
-	if err != nil {
-		p500.Close()
-		return fmt.Errorf("gateway: %w", err)
-	}
-	p500.Serve(ep)
-
-	s.mu.Lock()
 	oldEP, oldP500, oldSigners, oldKeys := s.ep, s.port500, s.signers, s.keys
-	s.ep, s.port500, s.signers, s.keys = ep, p500, signers, keys
-	s.conns = slices.Clone(cfg.Connections)
-	s.secrets = slices.Clone(cfg.Secrets)
-	old := s.children
-	s.children = map[string]*ikeChild{}
-	for i := range cfg.Connections {
-		c := &cfg.Connections[i]
-		for j := range c.Children {
-			ch := &ikeChild{conn: c, child: &c.Children[j]}
-			if o := old[ch.child.Name]; o != nil {
-				ch.cur, ch.since, ch.pairs, ch.terminated = o.cur, o.since, o.pairs, o.terminated
-			}
-			s.children[ch.child.Name] = ch
-		}
-	}
+	s.ep, s.port500, s.signers, s.keys = nil, nil, nil, nil
 	s.mu.Unlock()
-	s.hook.Store(ep)
+	s.hook.Store(nil)
 	if oldEP != nil {
 		oldEP.Close()
 		oldP500.Close()
@@ -254,6 +206,59 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 			k.Destroy()
 		}
 	}
+	port := cfg.IKE.Port
+	var conns []*net.UDPConn
+	for a := range locals {
+		uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, port)))
+		if err != nil {
+			for _, c := range conns {
+				c.Close()
+			}
+			return fmt.Errorf("%s: ike.port: IKE port %d on %v: %w", cfg.FieldPos("ike.port"), port, a, err)
+		}
+		conns = append(conns, uc)
+	}
+	p500, err := ike.NewUDPTransport(conns...)
+	if err != nil {
+		for _, c := range conns {
+			c.Close()
+		}
+		return fmt.Errorf("gateway: %w", err)
+	}
+	ecfg := ike.Config{
+		Peers: peers, Port: port, NATTPort: s.nattPort,
+		RetransmitTimeout: cfg.IKE.RetransmitTimeout, RetransmitTries: cfg.IKE.RetransmitTries,
+		OnChildSA: func(c *ike.ChildSA) { g.onChildSA(gen, c) },
+		OnDelete:  func(c *ike.ChildSA) { g.onChildDelete(gen, c) },
+		Log:       g.log,
+	}
+	setIKELifetimes(&ecfg, g)
+	ep, err := ike.NewEndpoint(ecfg, ikeTransport{s})
+	if err != nil {
+		p500.Close()
+		return fmt.Errorf("gateway: %w", err)
+	}
+	p500.Serve(ep)
+
+	s.mu.Lock()
+	s.ep, s.port500, s.signers, s.keys = ep, p500, signers, keys
+	s.conns = slices.Clone(cfg.Connections)
+	s.secrets = slices.Clone(cfg.Secrets)
+	s.ikeOpts = cfg.IKE
+	old := s.children
+	s.children = map[string]*ikeChild{}
+	for i := range cfg.Connections {
+		c := &cfg.Connections[i]
+		for j := range c.Children {
+			ch := &ikeChild{conn: c, child: &c.Children[j]}
+			if o := old[ch.child.Name]; o != nil {
+				ch.cur, ch.gen, ch.since, ch.pairs, ch.terminated = o.cur, o.gen, o.since, o.pairs, o.terminated
+			}
+			s.children[ch.child.Name] = ch
+		}
+	}
+	s.mu.Unlock()
+	s.hook.Store(ep)
 	for _, ch := range s.children {
 		if ch.child.StartAction == config.StartTrap && ch.cur == nil {
 			g.trapTunnel(ch)
@@ -466,7 +471,13 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 		g.log.Error("IKE child SA not installed", "child", ch.child.Name, "err", err)
 		return
 	}
-	ch.cur, ch.since, ch.lastErr = c, time.Now(), ""
+	if prev := ch.cur; prev != nil && ch.gen != gen {
+		// A pair of an endpoint replaced by a reload: no OnDelete will
+		// come for it, so its inbound SA drains now.
+		g.drainInbound(ch.child.Name, prev.InSPI)
+		ch.pairs = 0
+	}
+	ch.cur, ch.gen, ch.since, ch.lastErr = c, gen, time.Now(), ""
 	ch.pairs++
 	g.log.Info("IKE child SA installed", "child", ch.child.Name, "in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI),
 		"suite", c.Suite, "esn", c.ESN, "encap", c.Encap, "remote", c.Remote)
@@ -614,7 +625,12 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 		}
 		return
 	}
-	spi := c.InSPI
+	g.drainInbound(name, c.InSPI)
+}
+
+// drainInbound removes the inbound SA spi of tunnel name after DrainTime,
+// so that packets the peer sent with it before its rekey still arrive.
+func (g *Gateway) drainInbound(name string, spi uint32) {
 	time.AfterFunc(DrainTime, func() {
 		if cur := g.store.Load().Inbound(spi); cur != nil && cur.Tunnel != nil && cur.Tunnel.Name == name {
 			g.store.RemoveInbound(spi)
@@ -670,51 +686,37 @@ func (g *Gateway) ikeLoop() {
 }
 
 // checkRekeys asks the endpoint to rekey each child whose SAs near their
-// sequence-number limit (esp.SA.NeedsRekey).
+// sequence-number limit (esp.SA.NeedsRekey); the endpoint's own schedule
+// rekeys the others at their rekey_time.
 func (g *Gateway) checkRekeys() {
 	s := &g.ike
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if s.closed || s.ep == nil {
+		s.mu.Unlock()
 		return
 	}
+	ep := s.ep
 	db := g.store.Load()
+	var due []*ike.ChildSA
 	for _, ch := range s.children {
-		if ch.cur == nil || ch.busy {
+		if ch.cur == nil {
 			continue
 		}
 		t := db.Tunnel(ch.child.Name)
 		if t == nil {
 			continue
 		}
-		need := false
-		if out := t.Out(); out != nil && out.SA.NeedsRekey() {
-			need = true
+		out, in := t.Out(), db.Inbound(ch.cur.InSPI)
+		if (out != nil && out.SA.NeedsRekey()) || (in != nil && in.SA.NeedsRekey()) {
+			due = append(due, ch.cur)
 		}
-		if in := db.Inbound(ch.cur.InSPI); in != nil && in.SA.NeedsRekey() {
-			need = true
+	}
+	s.mu.Unlock()
+	for _, c := range due {
+		// A rekey already under way makes it do nothing.
+		if err := ep.RequestRekey(c); err != nil {
+			g.log.Debug("IKE rekey at the sequence-number limit not requested", "connection", c.Name, "err", err)
 		}
-		if !need {
-			continue
-		}
-		ch.busy = true
-		ep, cur := s.ep, ch.cur
-		s.wg.Add(1)
-		go func() {
-			defer s.wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			_, err := ep.Rekey(ctx, cur)
-			cancel()
-			s.mu.Lock()
-			ch.busy = false
-			if err != nil {
-				ch.lastErr = err.Error()
-			}
-			s.mu.Unlock()
-			if err != nil {
-				g.log.Warn("IKE rekey at the sequence-number limit failed", "child", ch.child.Name, "err", err)
-			}
-		}()
 	}
 }
 
@@ -754,7 +756,8 @@ func (g *Gateway) closeIKE() {
 func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) error {
 	s := &g.ike
 	s.mu.Lock()
-	same := ikeSectionsEqual(s.conns, next.Connections) && reflect.DeepEqual(s.secrets, stripSecretPos(next.Secrets))
+	same := ikeSectionsEqual(s.conns, next.Connections) && reflect.DeepEqual(stripSecretPos(s.secrets), stripSecretPos(next.Secrets)) &&
+		s.ikeOpts == next.IKE
 	ep := s.ep
 	var gone []*ike.ChildSA
 	var goneNames []string
@@ -1096,9 +1099,25 @@ func snake(s string) string {
 
 // setIKELifetimes and setPeerLifetimes pass the configuration's times to
 // the endpoint, as far as package ike takes them.
-func setIKELifetimes(ecfg *ike.Config, cfg *config.Gateway) {}
+func setIKELifetimes(ecfg *ike.Config, g *Gateway) {
+	ecfg.OnPeerDead = func(peer string, err error) {
+		g.log.Warn("IKE peer dead", "connection", peer, "err", err)
+	}
+}
 
-func setPeerLifetimes(p *ike.Peer, c *config.Connection, ch *config.Child) {}
+// setPeerLifetimes gives the endpoint the connection's times: it rekeys
+// the child at rekey_time (less a random part, swanctl's rand_time) and
+// the IKE SA at its rekey_time, checks the peer's liveness every
+// dpd_delay, and initiates again to a dead peer when the child starts
+// with the gateway (a trap child is negotiated again by its next packet).
+func setPeerLifetimes(p *ike.Peer, c *config.Connection, ch *config.Child) {
+	p.ChildLifetime = ike.Lifetime{RekeyTime: ch.RekeyTime, LifeTime: ch.LifeTime}
+	p.IKELifetime = ike.Lifetime{RekeyTime: c.RekeyTime}
+	p.DPDDelay = c.DPDDelay
+	if ch.StartAction == config.StartStart && c.Remote.IsValid() {
+		p.DPDAction = ike.ActionRestart
+	}
+}
 
 // isIKEChild reports whether the tunnel named name is a child's.
 func (g *Gateway) isIKEChild(name string) bool {
