@@ -360,8 +360,9 @@ type gwConfig struct {
 	Policies []policyConfig
 	SAs      []saConfig
 	// Connections are IKE [[connection]]s (ike_test.go), with their
-	// [[secret]]s.
+	// [[secret]]s; IKE is the body of an [ike] section.
 	Connections []connConfig
+	IKE         string
 }
 
 type tunnelConfig struct {
@@ -443,6 +444,9 @@ func (c *gwConfig) render() string {
 		if p.Tunnel != "" {
 			fmt.Fprintf(&b, "tunnel = %q\n", p.Tunnel)
 		}
+	}
+	if c.IKE != "" {
+		fmt.Fprintf(&b, "\n[ike]\n%s", c.IKE)
 	}
 	for _, cc := range c.Connections {
 		cc.render(&b)
