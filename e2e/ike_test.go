@@ -36,6 +36,7 @@ type connConfig struct {
 	ESP               string
 	Start             string
 	ChildRekeyTime    string
+	ChildLifeTime     string
 }
 
 func (c *connConfig) render(b *strings.Builder) {
@@ -77,6 +78,9 @@ func (c *connConfig) render(b *strings.Builder) {
 	}
 	if c.ChildRekeyTime != "" {
 		fmt.Fprintf(b, "  rekey_time = %q\n", c.ChildRekeyTime)
+	}
+	if c.ChildLifeTime != "" {
+		fmt.Fprintf(b, "  life_time = %q\n", c.ChildLifeTime)
 	}
 	if c.PSK != "" {
 		fmt.Fprintf(b, "\n[[secret]]\ntype = \"ike\"\nids = [%q, %q]\nsecret = \"0x%s\"\n", c.LocalID, c.RemoteID, c.PSK)
@@ -202,4 +206,38 @@ func TestIKESluicePair(t *testing.T) {
 		t.Errorf("the child came back with its old SPI %#x", c2.InSPI)
 	}
 	waitPing(t, ctx, b.ns, aIn)
+}
+
+// TestIKERekeyUnderTraffic: between two sluice gateways, A rekeys the
+// Child SA every one to two seconds and the IKE SA every three, B answers;
+// pings both ways lose nothing.
+func TestIKERekeyUnderTraffic(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	cfgs := ikePairConfigs("aes256gcm16-esn", true)
+	c := &cfgs[0].Connections[0]
+	c.ChildRekeyTime, c.ChildLifeTime, c.RekeyTime = "2s", "3s", "3s"
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	first := a.waitChild(tb.ctx, "net-b", 20*time.Second, nil)
+	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+	const n, interval = 500, 10 * time.Millisecond
+	done := make(chan pingResult, 1)
+	go func() {
+		r, _ := ping(tb.ctx, b.ns, inner4[0].Addr(), n, interval)
+		done <- r
+	}()
+	mustPing(t, tb.ctx, "IKE rekeys A->B", a.ns, inner4[1].Addr(), n, interval)
+	if r := <-done; r.Received != n {
+		t.Errorf("B->A: %d of %d pings answered across the rekeys", r.Received, n)
+	}
+	for _, s := range tb.sites {
+		st := s.stats().IKE
+		if st == nil || st.Stats["child_sa_rekeyed"] < 2 || st.Stats["ike_sa_rekeyed"] < 1 || st.Stats["child_sa_expired"] > 0 {
+			t.Errorf("gateway %s: want at least 2 Child SA and 1 IKE SA rekeys, none expired: %v", s.name, st)
+		}
+	}
+	if now := a.waitChild(tb.ctx, "net-b", time.Second, nil); now.InSPI == first.InSPI {
+		t.Errorf("the child still has its first SPI %#x", first.InSPI)
+	}
 }

@@ -23,6 +23,7 @@ package gateway
 //     rekey a child whose SA nears its sequence-number limit.
 
 import (
+	"bytes"
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -93,6 +94,9 @@ type ikeChild struct {
 	lastErr    string
 	terminated bool // `sluice ike terminate`: no initiation until asked
 	pairs      int  // pairs installed and not yet deleted
+	// draining are the inbound SPIs of pairs IKE deleted that still take
+	// the peer's packets in flight, oldest first.
+	draining []uint32
 }
 
 // ikeControlHook is the Control function of the ESP-in-UDP sockets: IKE
@@ -113,6 +117,38 @@ func (g *Gateway) ikeControlHook(pkt []byte, from, to netip.AddrPort) {
 type ikeTransport struct{ s *ikeState }
 
 func (t ikeTransport) Send(local, remote netip.AddrPort, pkt []byte) error {
+	if isInformationalRequest(pkt, local.Port() == t.s.nattPort) {
+		// An INFORMATIONAL request may delete a rekeyed Child SA, and a
+		// peer such as strongSwan removes its inbound SA as soon as it
+		// reads it. ESP sealed under that SA just before the outbound
+		// switch may still be in a lane's batch or the socket: it leaves
+		// first, and the Delete InformationalHold later.
+		p := bytes.Clone(pkt)
+		time.AfterFunc(InformationalHold, func() { t.send(local, remote, p) })
+		return nil
+	}
+	return t.send(local, remote, pkt)
+}
+
+// InformationalHold is how long the gateway holds its INFORMATIONAL
+// requests (Deletes, liveness checks) before sending them: the time ESP
+// packets sealed under an SA take to leave after the outbound switch.
+var InformationalHold = 50 * time.Millisecond
+
+// isInformationalRequest reports whether pkt (with the non-ESP marker if
+// marked) is an IKE INFORMATIONAL request, by its unencrypted header.
+func isInformationalRequest(pkt []byte, marked bool) bool {
+	if marked {
+		if len(pkt) < 4 {
+			return false
+		}
+		pkt = pkt[4:]
+	}
+	h, err := ike.ParseHeader(pkt)
+	return err == nil && h.Exchange == ike.INFORMATIONAL && !h.IsResponse()
+}
+
+func (t ikeTransport) send(local, remote netip.AddrPort, pkt []byte) error {
 	if local.Port() == t.s.nattPort {
 		if t.s.natt == nil {
 			return errors.New("gateway: no ESP-in-UDP socket for IKE on the NAT-T port")
@@ -474,7 +510,7 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 	if prev := ch.cur; prev != nil && ch.gen != gen {
 		// A pair of an endpoint replaced by a reload: no OnDelete will
 		// come for it, so its inbound SA drains now.
-		g.drainInbound(ch.child.Name, prev.InSPI)
+		g.drainInbound(ch, prev.InSPI)
 		ch.pairs = 0
 	}
 	ch.cur, ch.gen, ch.since, ch.lastErr = c, gen, time.Now(), ""
@@ -566,14 +602,11 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 	t := g.store.Load().Tunnel(name)
 	if t != nil && t.Local == spec.Local && t.Peer == spec.Peer && t.Encap == spec.Encap && t.PeerPort == spec.PeerPort && t.Out() != nil {
 		// Room for the new inbound SA: the oldest draining one goes
-		// first if the tunnel is full.
-		if ins := t.Inbound(); len(ins) >= sad.MaxInbound {
-			for _, old := range ins {
-				if old != t.Out() {
-					g.store.RemoveInbound(old.SA.SPI())
-					break
-				}
-			}
+		// first if the tunnel is full. The current pair's inbound SA
+		// stays: the peer may send with it until our Delete of it.
+		for len(t.Inbound()) >= sad.MaxInbound && len(ch.draining) > 0 {
+			g.store.RemoveInbound(ch.draining[0])
+			ch.draining = ch.draining[1:]
 		}
 		if err := g.store.AddInbound(name, in); err != nil {
 			return fail(err)
@@ -625,13 +658,24 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 		}
 		return
 	}
-	g.drainInbound(name, c.InSPI)
+	g.drainInbound(ch, c.InSPI)
 }
 
-// drainInbound removes the inbound SA spi of tunnel name after DrainTime,
+// drainInbound removes the inbound SA spi of ch's tunnel after DrainTime,
 // so that packets the peer sent with it before its rekey still arrive.
-func (g *Gateway) drainInbound(name string, spi uint32) {
+// s.mu is held.
+func (g *Gateway) drainInbound(ch *ikeChild, spi uint32) {
+	s := &g.ike
+	name := ch.child.Name
+	ch.draining = append(ch.draining, spi)
 	time.AfterFunc(DrainTime, func() {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		i := slices.Index(ch.draining, spi)
+		if i < 0 {
+			return // made room for a newer one already
+		}
+		ch.draining = slices.Delete(ch.draining, i, i+1)
 		if cur := g.store.Load().Inbound(spi); cur != nil && cur.Tunnel != nil && cur.Tunnel.Name == name {
 			g.store.RemoveInbound(spi)
 		}
