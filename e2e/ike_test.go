@@ -241,3 +241,54 @@ func TestIKERekeyUnderTraffic(t *testing.T) {
 		t.Errorf("the child still has its first SPI %#x", first.InSPI)
 	}
 }
+
+// TestIKETrapAndReload: A's child has start_action = "trap": its tunnel
+// exists without SAs, the first packet into it is dropped (no_sa) and
+// starts the negotiation, and ping then goes through. A reload that takes
+// the connection out deletes it (B removes its tunnel too); one that puts
+// it back installs the trap again.
+func TestIKETrapAndReload(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	cfgs := ikePairConfigs("aes128gcm16", true)
+	cfgs[0].Connections[0].Start = "trap"
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	ts := a.tunnels()
+	if len(ts) != 1 || ts[0].Name != "net-b" || ts[0].Out != "" {
+		t.Fatalf("A's trap tunnel: %+v, want net-b without SAs", ts)
+	}
+	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+	a.waitChild(tb.ctx, "net-b", 5*time.Second, nil)
+	if d := drops(a.stats()); d["no_sa"] == 0 {
+		t.Errorf("A counted no packet dropped while the trap negotiated: %v", d)
+	}
+	mustPing(t, tb.ctx, "trap A->B", a.ns, inner4[1].Addr(), 10, 10*time.Millisecond)
+
+	// Out of the file: deleted, here and at B.
+	conns := cfgs[0].Connections
+	cfgs[0].Connections = nil
+	cfgs[0].SAs = []saConfig{newSA(t, "x-out", 0x7001, wan4[0].Addr(), wan4[1].Addr(), "udp", "aes128gcm16"),
+		newSA(t, "x-in", 0x7002, wan4[1].Addr(), wan4[0].Addr(), "udp", "aes128gcm16")}
+	cfgs[0].Tunnels = []tunnelConfig{{Name: "static", Local: wan4[0].Addr(), Peer: wan4[1].Addr(), Encap: "udp",
+		Remote: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/24")}, Out: "x-out", In: []string{"x-in"}}}
+	a.writeConfig(cfgs[0])
+	a.mustReload()
+	if ts := a.tunnels(); len(ts) != 1 || ts[0].Name != "static" {
+		t.Errorf("A after the connection left the file: %+v, want the static tunnel only", ts)
+	}
+	err := lab.WaitFor(tb.ctx, "B to remove its tunnel", 10*time.Second, 100*time.Millisecond, func() (bool, error) {
+		return len(b.tunnels()) == 0, fmt.Errorf("B still has %d tunnels", len(b.tunnels()))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back in the file: the trap again, beside the static tunnel.
+	cfgs[0].Connections = conns
+	a.writeConfig(cfgs[0])
+	a.mustReload()
+	if ts := a.tunnels(); len(ts) != 2 {
+		t.Errorf("A after the connection came back: %+v, want the static and the trap tunnel", ts)
+	}
+	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+}
