@@ -206,6 +206,15 @@ func TestIKESluicePair(t *testing.T) {
 		t.Errorf("the child came back with its old SPI %#x", c2.InSPI)
 	}
 	waitPing(t, ctx, b.ns, aIn)
+
+	// A gateway that stops deletes its IKE SAs: B's tunnel goes with them.
+	a.stop()
+	err = lab.WaitFor(ctx, "B to remove its tunnel after A stopped", 5*time.Second, 100*time.Millisecond, func() (bool, error) {
+		return len(b.tunnels()) == 0, fmt.Errorf("B still has %d tunnels", len(b.tunnels()))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
 }
 
 // TestIKERekeyUnderTraffic: between two sluice gateways, A rekeys the

@@ -764,8 +764,13 @@ func (g *Gateway) checkRekeys() {
 	}
 }
 
-// closeIKE stops the IKE side: the endpoint (without telling the peers:
-// use TerminateIKE first for that), the sockets and the keys.
+// IKECloseTimeout bounds how long closing the gateway waits for the peers
+// to answer the Deletes of its IKE SAs.
+var IKECloseTimeout = time.Second
+
+// closeIKE stops the IKE side: it deletes the IKE SAs, telling the peers
+// (waiting at most IKECloseTimeout), then closes the endpoint, the
+// sockets and the keys.
 func (g *Gateway) closeIKE() {
 	s := &g.ike
 	s.mu.Lock()
@@ -776,7 +781,26 @@ func (g *Gateway) closeIKE() {
 	}
 	s.closed = true
 	ep, p500 := s.ep, s.port500
+	var live []*ike.ChildSA
+	for _, ch := range s.children {
+		if ch.cur != nil {
+			live = append(live, ch.cur)
+		}
+	}
 	s.mu.Unlock()
+	if ep != nil && len(live) > 0 {
+		ctx, cancel := context.WithTimeout(context.Background(), IKECloseTimeout)
+		var wg sync.WaitGroup
+		for _, c := range live {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				ep.Delete(ctx, c)
+			}()
+		}
+		wg.Wait()
+		cancel()
+	}
 	close(s.stop)
 	s.hook.Store(nil)
 	if ep != nil {
