@@ -842,7 +842,7 @@ func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) err
 		}
 	}
 	s.mu.Unlock()
-	if same {
+	if same || (ep == nil && len(next.Connections) == 0) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
