@@ -235,17 +235,30 @@ func runDemo(ctx context.Context, e *env, cmd *cobra.Command, o *demoOptions) (e
 	if err != nil {
 		return r.fail(ctx, err)
 	}
-	if o.json {
-		enc := json.NewEncoder(e.stdout)
+	return emitDemoReport(e.stdout, o.json, rep, "demo")
+}
+
+// demoReporter is what a demo prints: a table, or JSON with --json.
+type demoReporter interface {
+	print(w io.Writer)
+	// failure says why the run counts as failed, or "".
+	failure() string
+}
+
+// emitDemoReport writes rep as JSON or as its table and turns its failure
+// into the demo's error (exit status exitNoTraffic), named by what.
+func emitDemoReport(w io.Writer, asJSON bool, rep demoReporter, what string) error {
+	if asJSON {
+		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return err
 		}
 	} else {
-		rep.print(e.stdout)
+		rep.print(w)
 	}
 	if msg := rep.failure(); msg != "" {
-		return withCode(exitNoTraffic, errors.New("demo: "+msg))
+		return withCode(exitNoTraffic, errors.New(what+": "+msg))
 	}
 	return nil
 }

@@ -24,7 +24,6 @@ import (
 	"context"
 	"crypto/rand"
 	cryptotls "crypto/tls"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -198,19 +197,7 @@ func runDemoTLS(ctx context.Context, e *env, o *demoTLSOptions) (err error) {
 			rep.MeanSignBatch = float64(rep.Listener.SignOps) / float64(b)
 		}
 	}
-	if o.json {
-		enc := json.NewEncoder(e.stdout)
-		enc.SetIndent("", "  ")
-		if err := enc.Encode(rep); err != nil {
-			return err
-		}
-	} else {
-		rep.print(e.stdout)
-	}
-	if msg := rep.failure(); msg != "" {
-		return withCode(exitNoTraffic, errors.New("demo tls: "+msg))
-	}
-	return nil
+	return emitDemoReport(e.stdout, o.json, rep, "demo tls")
 }
 
 // demoTLSFiles is the demo's site on disk.

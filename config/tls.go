@@ -58,52 +58,47 @@ type TLSCert struct {
 	Cert, Key string
 }
 
-// TLSListener is a [[tls]] table: a TLS termination listener.
-type TLSListener struct {
+// TLSCommon holds what [[tls]] and [[tls_origin]] tables share.
+type TLSCommon struct {
 	Name   string // unique among [[tls]] and [[tls_origin]]
 	Listen string // "host:port"; host may be empty (every address)
-	// Backend is "static:DIR" (DIR resolved like the other paths) or
-	// "tcp://HOST:PORT"; BackendKind says which.
-	Backend       string
-	BackendKind   string // BackendStatic or BackendTCP
-	ProxyProtocol bool   // a PROXY v2 header to a tcp:// backend
-	Engine        string // engine holding the keys; "" = Gateway.Engine
+	Engine string // engine holding the keys; "" = Gateway.Engine
 	// MinVersion and MaxVersion are crypto/tls's VersionTLS12 or
 	// VersionTLS13; versions = ["1.2", "1.3"] (the default) gives both.
 	MinVersion, MaxVersion uint16
 	ALPN                   []string // in preference order; nil = none
-	ClientAuth             string   // ClientAuthNone (default), ClientAuthOptional or ClientAuthRequire
-	ClientCA               string   // PEM bundle; set when ClientAuth is not none
-	SessionTickets         bool     // default true
-	TicketRotation         time.Duration
 	HandshakeTimeout       time.Duration
 	IdleTimeout            time.Duration
 	MaxConns               int
+	Pos                    Pos // where its table starts
+}
+
+// TLSListener is a [[tls]] table: a TLS termination listener.
+type TLSListener struct {
+	TLSCommon
+	// Backend is "static:DIR" (DIR resolved like the other paths) or
+	// "tcp://HOST:PORT"; BackendKind says which.
+	Backend        string
+	BackendKind    string // BackendStatic or BackendTCP
+	ProxyProtocol  bool   // a PROXY v2 header to a tcp:// backend
+	ClientAuth     string // ClientAuthNone (default), ClientAuthOptional or ClientAuthRequire
+	ClientCA       string // PEM bundle; set when ClientAuth is not none
+	SessionTickets bool   // default true
+	TicketRotation time.Duration
 	// Certs are served by SNI; Certs[0] is the default. At least one.
 	Certs []TLSCert
-	Pos   Pos // where its [[tls]] table starts
 }
 
 // TLSOrigin is a [[tls_origin]] table: plaintext TCP from clients on
 // Listen, carried over TLS to Backend, whose certificate is verified.
 type TLSOrigin struct {
-	Name    string
-	Listen  string
+	TLSCommon
 	Backend string // "tls://HOST:PORT"
 	// ServerName is sent as SNI and verified in the backend's
 	// certificate; it defaults to HOST of Backend.
 	ServerName string
 	CA         string   // PEM bundle verifying the backend; "" = system roots
 	Cert       *TLSCert // optional client certificate; nil = none
-	Engine     string
-	MinVersion uint16
-	MaxVersion uint16
-	ALPN       []string
-
-	HandshakeTimeout time.Duration
-	IdleTimeout      time.Duration
-	MaxConns         int
-	Pos              Pos
 }
 
 // TLSOnly reports whether g is a TLS-only gateway: TLS sections and no
@@ -209,28 +204,70 @@ func (d *gwDecoder) path(s string) string {
 	return filepath.Join(filepath.Dir(d.g.File), s)
 }
 
+// newTLSCommon returns the shared keys' defaults.
+func newTLSCommon(pos Pos) TLSCommon {
+	return TLSCommon{MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
+		HandshakeTimeout: DefaultTLSHandshakeTimeout, IdleTimeout: DefaultTLSIdleTimeout, MaxConns: DefaultTLSMaxConns,
+		Pos: pos}
+}
+
+// tlsCommon decodes e into c if it is one of the keys [[tls]] and
+// [[tls_origin]] share, and reports whether it was; what names the table's
+// kind in errors.
+func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bool {
+	v := e.Value
+	switch e.Key {
+	case "name":
+		if s, ok := d.name(kf, v, "empty name ("+what+" needs a name, unique among [[tls]] and [[tls_origin]])"); ok {
+			c.Name = s
+		}
+	case "listen":
+		if s, ok := d.checked(kf, v, checkTLSListen); ok {
+			c.Listen = s
+		}
+	case "engine":
+		if s, ok := d.engine(kf, v, `"" uses the [gateway] engine`); ok {
+			c.Engine = s
+		}
+	case "versions":
+		if lo, hi, ok := d.tlsVersions(kf, v); ok {
+			c.MinVersion, c.MaxVersion = lo, hi
+		}
+	case "alpn":
+		if p, ok := d.alpn(kf, v); ok {
+			c.ALPN = p
+		}
+	case "handshake_timeout":
+		if t, ok := d.duration(kf, v); ok {
+			c.HandshakeTimeout = t
+		}
+	case "idle_timeout":
+		if t, ok := d.duration(kf, v); ok {
+			c.IdleTimeout = t
+		}
+	case "max_conns":
+		if n, ok := d.maxConns(kf, v); ok {
+			c.MaxConns = n
+		}
+	default:
+		return false
+	}
+	return true
+}
+
 func (d *gwDecoder) tlsListener(te tableElem) {
 	f := te.field
-	l := TLSListener{
-		MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
-		ClientAuth: ClientAuthNone, SessionTickets: true, TicketRotation: DefaultTLSTicketRotation,
-		HandshakeTimeout: DefaultTLSHandshakeTimeout, IdleTimeout: DefaultTLSIdleTimeout, MaxConns: DefaultTLSMaxConns,
-		Pos: te.pos,
-	}
+	l := TLSListener{TLSCommon: newTLSCommon(te.pos),
+		ClientAuth: ClientAuthNone, SessionTickets: true, TicketRotation: DefaultTLSTicketRotation}
 	seen := make(map[string]*Entry)
 	authOK, backendOK := true, false
 	for _, e := range te.t.Entries() {
 		kf, v := fieldPath(f, e.Key), e.Value
 		seen[e.Key] = e
+		if d.tlsCommon(&l.TLSCommon, kf, e, "a TLS listener") {
+			continue
+		}
 		switch e.Key {
-		case "name":
-			if s, ok := d.name(kf, v, "empty name (a TLS listener needs a name, unique among [[tls]] and [[tls_origin]])"); ok {
-				l.Name = s
-			}
-		case "listen":
-			if s, ok := d.checked(kf, v, checkTLSListen); ok {
-				l.Listen = s
-			}
 		case "backend":
 			if kind, s, ok := d.backend(kf, v, false); ok {
 				l.BackendKind, l.Backend, backendOK = kind, s, true
@@ -238,18 +275,6 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 		case "proxy_protocol":
 			if b, ok := d.boolean(kf, v); ok {
 				l.ProxyProtocol = b
-			}
-		case "engine":
-			if s, ok := d.engine(kf, v, `"" uses the [gateway] engine`); ok {
-				l.Engine = s
-			}
-		case "versions":
-			if lo, hi, ok := d.tlsVersions(kf, v); ok {
-				l.MinVersion, l.MaxVersion = lo, hi
-			}
-		case "alpn":
-			if p, ok := d.alpn(kf, v); ok {
-				l.ALPN = p
 			}
 		case "client_auth":
 			var s string
@@ -268,18 +293,6 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 		case "ticket_rotation":
 			if t, ok := d.duration(kf, v); ok {
 				l.TicketRotation = t
-			}
-		case "handshake_timeout":
-			if t, ok := d.duration(kf, v); ok {
-				l.HandshakeTimeout = t
-			}
-		case "idle_timeout":
-			if t, ok := d.duration(kf, v); ok {
-				l.IdleTimeout = t
-			}
-		case "max_conns":
-			if n, ok := d.maxConns(kf, v); ok {
-				l.MaxConns = n
 			}
 		case "cert":
 			l.Certs = d.tlsCerts(kf, v)
@@ -371,26 +384,17 @@ func (d *gwDecoder) tlsCerts(f string, v *Value) []TLSCert {
 
 func (d *gwDecoder) tlsOrigin(te tableElem) {
 	f := te.field
-	o := TLSOrigin{
-		MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
-		HandshakeTimeout: DefaultTLSHandshakeTimeout, IdleTimeout: DefaultTLSIdleTimeout, MaxConns: DefaultTLSMaxConns,
-		Pos: te.pos,
-	}
+	o := TLSOrigin{TLSCommon: newTLSCommon(te.pos)}
 	seen := make(map[string]*Entry)
 	var cert, key string
 	backendOK := false
 	for _, e := range te.t.Entries() {
 		kf, v := fieldPath(f, e.Key), e.Value
 		seen[e.Key] = e
+		if d.tlsCommon(&o.TLSCommon, kf, e, "a TLS origin") {
+			continue
+		}
 		switch e.Key {
-		case "name":
-			if s, ok := d.name(kf, v, "empty name (a TLS origin needs a name, unique among [[tls]] and [[tls_origin]])"); ok {
-				o.Name = s
-			}
-		case "listen":
-			if s, ok := d.checked(kf, v, checkTLSListen); ok {
-				o.Listen = s
-			}
 		case "backend":
 			if _, s, ok := d.backend(kf, v, true); ok {
 				o.Backend, backendOK = s, true
@@ -410,30 +414,6 @@ func (d *gwDecoder) tlsOrigin(te tableElem) {
 		case "key":
 			if s, ok := d.str(kf, v); ok {
 				key = d.path(s)
-			}
-		case "engine":
-			if s, ok := d.engine(kf, v, `"" uses the [gateway] engine`); ok {
-				o.Engine = s
-			}
-		case "versions":
-			if lo, hi, ok := d.tlsVersions(kf, v); ok {
-				o.MinVersion, o.MaxVersion = lo, hi
-			}
-		case "alpn":
-			if p, ok := d.alpn(kf, v); ok {
-				o.ALPN = p
-			}
-		case "handshake_timeout":
-			if t, ok := d.duration(kf, v); ok {
-				o.HandshakeTimeout = t
-			}
-		case "idle_timeout":
-			if t, ok := d.duration(kf, v); ok {
-				o.IdleTimeout = t
-			}
-		case "max_conns":
-			if n, ok := d.maxConns(kf, v); ok {
-				o.MaxConns = n
 			}
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, tlsOriginKeys, ""))

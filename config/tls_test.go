@@ -34,18 +34,20 @@ func TestTLSValid(t *testing.T) {
 	}
 	wantTLS := []TLSListener{
 		{
-			Name: "web", Listen: "0.0.0.0:8443", Backend: "static:testdata/www", BackendKind: BackendStatic, Engine: "sched",
-			MinVersion: cryptotls.VersionTLS13, MaxVersion: cryptotls.VersionTLS13, ALPN: []string{"h2", "http/1.1"},
+			TLSCommon: TLSCommon{Name: "web", Listen: "0.0.0.0:8443", Engine: "sched",
+				MinVersion: cryptotls.VersionTLS13, MaxVersion: cryptotls.VersionTLS13, ALPN: []string{"h2", "http/1.1"},
+				HandshakeTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 500, Pos: pos(6)},
+			Backend: "static:testdata/www", BackendKind: BackendStatic,
 			ClientAuth: ClientAuthRequire, ClientCA: "/etc/sluice/clients.pem", SessionTickets: true,
-			TicketRotation: 30 * time.Minute, HandshakeTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 500,
-			Certs: []TLSCert{{"testdata/site.pem", "testdata/site.key"}, {"/etc/sluice/other.pem", "testdata/keys/other.key"}},
-			Pos:   pos(6),
+			TicketRotation: 30 * time.Minute,
+			Certs:          []TLSCert{{"testdata/site.pem", "testdata/site.key"}, {"/etc/sluice/other.pem", "testdata/keys/other.key"}},
 		},
 		{
-			Name: "api", Listen: "[::1]:8444", Backend: "tcp://127.0.0.1:8080", BackendKind: BackendTCP, ProxyProtocol: true,
-			MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13, ClientAuth: ClientAuthNone,
-			SessionTickets: true, TicketRotation: time.Hour, HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute,
-			MaxConns: 10000, Certs: []TLSCert{{"testdata/api.pem", "testdata/api.key"}}, Pos: pos(27),
+			TLSCommon: TLSCommon{Name: "api", Listen: "[::1]:8444",
+				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
+				HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000, Pos: pos(27)},
+			Backend: "tcp://127.0.0.1:8080", BackendKind: BackendTCP, ProxyProtocol: true, ClientAuth: ClientAuthNone,
+			SessionTickets: true, TicketRotation: time.Hour, Certs: []TLSCert{{"testdata/api.pem", "testdata/api.key"}},
 		},
 	}
 	if !reflect.DeepEqual(g.TLS, wantTLS) {
@@ -53,15 +55,17 @@ func TestTLSValid(t *testing.T) {
 	}
 	wantOrigins := []TLSOrigin{
 		{
-			Name: "upstream", Listen: "127.0.0.1:9080", Backend: "tls://api.example.com:443", ServerName: "api.example.com",
-			CA: "testdata/ca.pem", Cert: &TLSCert{"testdata/client.pem", "testdata/client.key"}, Engine: "soft",
-			MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13, ALPN: []string{"http/1.1"},
-			HandshakeTimeout: 3 * time.Second, IdleTimeout: 2 * time.Minute, MaxConns: 100, Pos: pos(36),
+			TLSCommon: TLSCommon{Name: "upstream", Listen: "127.0.0.1:9080", Engine: "soft",
+				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13, ALPN: []string{"http/1.1"},
+				HandshakeTimeout: 3 * time.Second, IdleTimeout: 2 * time.Minute, MaxConns: 100, Pos: pos(36)},
+			Backend: "tls://api.example.com:443", ServerName: "api.example.com",
+			CA: "testdata/ca.pem", Cert: &TLSCert{"testdata/client.pem", "testdata/client.key"},
 		},
 		{
-			Name: "plain-default", Listen: "localhost:9081", Backend: "tls://[2001:db8::5]:8443", ServerName: "internal.example",
-			MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
-			HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000, Pos: pos(50),
+			TLSCommon: TLSCommon{Name: "plain-default", Listen: "localhost:9081",
+				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
+				HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000, Pos: pos(50)},
+			Backend: "tls://[2001:db8::5]:8443", ServerName: "internal.example",
 		},
 	}
 	if !reflect.DeepEqual(g.TLSOrigins, wantOrigins) {

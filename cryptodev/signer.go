@@ -72,36 +72,10 @@ type signCtx struct {
 func (s *signer) Public() crypto.PublicKey { return s.pub }
 
 func (s *signer) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
-	var hash crypto.Hash
-	if opts != nil {
-		hash = opts.HashFunc()
-	}
-	pss := false
 	alg := s.key.Alg()
-	switch o := opts.(type) {
-	case *rsa.PSSOptions:
-		if alg.RSABits() == 0 {
-			return nil, fmt.Errorf("cryptodev: PSS options for a %v key", alg)
-		}
-		if !knownHash(hash) {
-			return nil, fmt.Errorf("cryptodev: PSS with unknown hash %v", hash)
-		}
-		switch o.SaltLength {
-		case rsa.PSSSaltLengthEqualsHash, rsa.PSSSaltLengthAuto, hash.Size():
-		default:
-			return nil, fmt.Errorf("cryptodev: PSS salt length %d; the engine only signs with salt length = hash length (%d)", o.SaltLength, hash.Size())
-		}
-		pss = true
-	case *ed25519.Options:
-		if o.Context != "" {
-			return nil, errors.New("cryptodev: Ed25519ctx is not supported")
-		}
-	}
-	if alg == Ed25519 && hash != 0 {
-		return nil, fmt.Errorf("cryptodev: Ed25519 signs whole messages (hash 0), not %v digests (Ed25519ph is not supported)", hash)
-	}
-	if alg != Ed25519 && (!knownHash(hash) || len(digest) != hash.Size()) {
-		return nil, fmt.Errorf("cryptodev: %d-byte digest for hash %v", len(digest), hash)
+	hash, pss, err := SignParams(alg, digest, opts)
+	if err != nil {
+		return nil, err
 	}
 
 	c, err := s.get()
@@ -128,6 +102,43 @@ func (s *signer) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byt
 		return nil, fmt.Errorf("cryptodev: sign with %v key on engine %s: %v", alg, s.eng.Name(), st)
 	}
 	return sig, nil
+}
+
+// SignParams checks what a crypto.Signer's Sign was given for a key of
+// type alg, as NewSigner's doc comment states it, and returns the Hash and
+// PSS fields of the Sign op that makes that signature. Signers over an
+// engine (this package's, and the batching ones of packages such as tls)
+// share it so that they accept the same things.
+func SignParams(alg Alg, digest []byte, opts crypto.SignerOpts) (hash crypto.Hash, pss bool, err error) {
+	if opts != nil {
+		hash = opts.HashFunc()
+	}
+	switch o := opts.(type) {
+	case *rsa.PSSOptions:
+		if alg.RSABits() == 0 {
+			return 0, false, fmt.Errorf("cryptodev: PSS options for a %v key", alg)
+		}
+		if !knownHash(hash) {
+			return 0, false, fmt.Errorf("cryptodev: PSS with unknown hash %v", hash)
+		}
+		switch o.SaltLength {
+		case rsa.PSSSaltLengthEqualsHash, rsa.PSSSaltLengthAuto, hash.Size():
+		default:
+			return 0, false, fmt.Errorf("cryptodev: PSS salt length %d; the engine only signs with salt length = hash length (%d)", o.SaltLength, hash.Size())
+		}
+		pss = true
+	case *ed25519.Options:
+		if o.Context != "" {
+			return 0, false, errors.New("cryptodev: Ed25519ctx is not supported")
+		}
+	}
+	if alg == Ed25519 && hash != 0 {
+		return 0, false, fmt.Errorf("cryptodev: Ed25519 signs whole messages (hash 0), not %v digests (Ed25519ph is not supported)", hash)
+	}
+	if alg != Ed25519 && (!knownHash(hash) || len(digest) != hash.Size()) {
+		return 0, false, fmt.Errorf("cryptodev: %d-byte digest for hash %v", len(digest), hash)
+	}
+	return hash, pss, nil
 }
 
 // knownHash reports whether h is a crypto.Hash value whose Size does not

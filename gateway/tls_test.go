@@ -71,7 +71,7 @@ func TestTLSConfigMapping(t *testing.T) {
 // TestFixedPartsTLSOnly: a reload may not turn a TLS-only gateway into
 // one with tunnels, nor the other way round.
 func TestFixedPartsTLSOnly(t *testing.T) {
-	tlsOnly := &config.Gateway{File: "gw.toml", TLS: []config.TLSListener{{Name: "web"}}}
+	tlsOnly := &config.Gateway{File: "gw.toml", TLS: []config.TLSListener{{TLSCommon: config.TLSCommon{Name: "web"}}}}
 	withTunnel := &config.Gateway{File: "gw.toml", TLS: tlsOnly.TLS, Tunnels: []config.Tunnel{{Name: "t"}}}
 	for _, pair := range [][2]*config.Gateway{{tlsOnly, withTunnel}, {withTunnel, tlsOnly}} {
 		err := fixedPartsEqual(pair[0], pair[1])
@@ -80,7 +80,7 @@ func TestFixedPartsTLSOnly(t *testing.T) {
 		}
 	}
 	more := *tlsOnly
-	more.TLSOrigins = []config.TLSOrigin{{Name: "o"}}
+	more.TLSOrigins = []config.TLSOrigin{{TLSCommon: config.TLSCommon{Name: "o"}}}
 	if err := fixedPartsEqual(tlsOnly, &more); err != nil {
 		t.Errorf("adding an origin refused: %v", err)
 	}

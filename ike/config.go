@@ -56,7 +56,7 @@ func (i Identity) IsZero() bool { return i.Type == 0 && len(i.Data) == 0 }
 func (i Identity) equal(p *ID) bool { return p.IDType == i.Type && bytes.Equal(p.Data, i.Data) }
 
 // Peer is the configuration of one peer: addresses, identities, the
-// pre-shared key, proposals and the one Child SA's traffic selectors.
+// pre-shared key, proposals and its Child SAs' traffic selectors.
 type Peer struct {
 	// Name names the peer in logs and in ChildSA.Name.
 	Name string
@@ -86,8 +86,18 @@ type Peer struct {
 	// ParseProposals).
 	IKE, ESP []Proposal
 	// LocalTS and RemoteTS are the Child SA's traffic selectors: our
-	// side's networks and the peer's.
+	// side's networks and the peer's. That Child SA is the one IKE_AUTH
+	// makes; ChildName, if set, names it (ChildSA.Child).
 	LocalTS, RemoteTS []netip.Prefix
+	ChildName         string
+	// Children are the connection's further Child SAs (swanctl's
+	// children beyond the first), each with its own traffic selectors
+	// and proposals, made on the established IKE SA with CREATE_CHILD_SA
+	// (RFC 7296 section 1.3.1): by us with Endpoint.InitiateChild, or by
+	// the peer, whose request is matched against LocalTS/RemoteTS and
+	// then each of these in order (the first whose selectors intersect
+	// the proposed ones and whose proposals fit).
+	Children []Child
 	// ForceEncap makes the peer believe we are behind a NAT (a made-up
 	// NAT_DETECTION_SOURCE_IP, like strongSwan's encap = yes), so that
 	// ESP goes in UDP whatever the path.
@@ -116,6 +126,24 @@ type Peer struct {
 	// with backoff until it succeeds or the Endpoint closes (swanctl's
 	// dpd_action = restart, or start_action = start).
 	DPDAction Action
+}
+
+// Child is one Child SA of a connection beyond the one IKE_AUTH makes
+// (Peer.Children).
+type Child struct {
+	// Name names it in InitiateChild and ChildSA.Child; it is unique
+	// within the Peer.
+	Name string
+	// LocalTS and RemoteTS are its traffic selectors: our side's
+	// networks and the peer's.
+	LocalTS, RemoteTS []netip.Prefix
+	// ESP are its proposals in order of preference; nil takes the
+	// Peer's. A DH group in them asks for PFS when it is made and
+	// rekeyed.
+	ESP []Proposal
+	// Lifetime is its lifetime; the zero value takes the Peer's
+	// ChildLifetime.
+	Lifetime Lifetime
 }
 
 // Lifetime is when an SA is rekeyed and when it expires, as swanctl
@@ -180,8 +208,9 @@ type Config struct {
 	// goroutine (default 256); beyond it Deliver drops and counts.
 	QueueLen int
 	// OnChildSA, if set, is called (without locks held, from the
-	// goroutine that delivered the completing message) for each Child
-	// SA established, as initiator or responder.
+	// goroutine that delivered the completing message, or from the one
+	// that computed its signature or Diffie-Hellman off the lock) for
+	// each Child SA established, as initiator or responder.
 	OnChildSA func(*ChildSA)
 	// OnDelete, if set, is called when an established Child SA goes
 	// (deleted by either side, or its IKE SA failed).
@@ -194,9 +223,29 @@ type Config struct {
 	OnPeerDead func(peer string, err error)
 	// Log receives events; nil discards.
 	Log *slog.Logger
+	// FragmentSize is the largest IKE message sent in one datagram (the
+	// UDP payload, the non-ESP marker included) once both sides announced
+	// IKE fragmentation (RFC 7383); longer encrypted messages go in
+	// fragments of at most this size. The default, 1232, is IPv6's
+	// minimum MTU (1280) less the IPv6 and UDP headers. A negative value
+	// turns fragmentation off: it is not announced, and fragments are
+	// dropped.
+	FragmentSize int
+	// MaxChildSAs bounds the Child SAs of one IKE SA (default 8), not
+	// counting those a rekey is replacing: a CREATE_CHILD_SA for one more
+	// is refused with NO_ADDITIONAL_SAS (Stats.ChildSALimit) and
+	// InitiateChild fails.
+	MaxChildSAs int
+	// MaxCryptoJobs bounds the signatures and Diffie-Hellman computations
+	// running outside the Endpoint's lock at once (default 64); a message
+	// that would start one more is dropped and counted
+	// (Stats.CryptoBusy), and the peer's retransmission tries again.
+	MaxCryptoJobs int
 
 	// clock is the time source; nil is the real one (tests set a fake).
 	clock clock
+	// newDH, if set, replaces NewDH for IKE_SA_INIT (tests: a slow DH).
+	newDH func(group uint16) (DH, error)
 }
 
 func (c *Config) defaults() error {
@@ -233,6 +282,18 @@ func (c *Config) defaults() error {
 	if c.Log == nil {
 		c.Log = slog.New(slog.DiscardHandler)
 	}
+	if c.FragmentSize == 0 {
+		c.FragmentSize = 1232
+	}
+	if c.FragmentSize > 0 && c.FragmentSize < 256 {
+		return fmt.Errorf("ike: FragmentSize %d is below 256", c.FragmentSize)
+	}
+	if c.MaxChildSAs <= 0 {
+		c.MaxChildSAs = 8
+	}
+	if c.MaxCryptoJobs <= 0 {
+		c.MaxCryptoJobs = 64
+	}
 	if c.clock == nil {
 		c.clock = realClock{}
 	}
@@ -253,6 +314,19 @@ func (c *Config) defaults() error {
 		}
 		if len(p.LocalTS) == 0 || len(p.RemoteTS) == 0 {
 			return fmt.Errorf("ike: peer %q needs traffic selectors", p.Name)
+		}
+		names := map[string]bool{p.ChildName: true}
+		for _, c := range p.Children {
+			if c.Name == "" || names[c.Name] {
+				return fmt.Errorf("ike: peer %q: child %q: each child needs a name of its own", p.Name, c.Name)
+			}
+			names[c.Name] = true
+			if len(c.LocalTS) == 0 || len(c.RemoteTS) == 0 {
+				return fmt.Errorf("ike: peer %q: child %q needs traffic selectors", p.Name, c.Name)
+			}
+			if c.Lifetime.RekeyTime < 0 {
+				return fmt.Errorf("ike: peer %q: child %q: negative lifetime", p.Name, c.Name)
+			}
 		}
 		if p.LocalID.IsZero() {
 			return fmt.Errorf("ike: peer %q needs LocalID", p.Name)
@@ -303,7 +377,14 @@ type ChildSA struct {
 	// Encap is true when ESP must travel in UDP (RFC 3948): a NAT was
 	// detected on the path or either side forced it.
 	Encap bool
-	// IKESPIi and IKESPIr name the IKE SA that made the Child SA.
+	// Child is the name of the connection's child it was negotiated
+	// for: Peer.ChildName for the one of IKE_AUTH, or one of
+	// Peer.Children. A rekey keeps it.
+	Child string
+	// IKESPIi and IKESPIr name the IKE SA that made the Child SA. An IKE
+	// SA rekey moves the Child SA to the new IKE SA without changing
+	// them: the Endpoint finds a Child SA by InSPI (IKESAs lists where
+	// each is now).
 	IKESPIi, IKESPIr uint64
 }
 
@@ -333,7 +414,7 @@ type Stats struct {
 	TSUnacceptable     uint64 // no traffic selector intersection
 	InvalidKE          uint64 // INVALID_KE_PAYLOAD sent or received
 	IKESAEstablished   uint64
-	ChildSAEstablished uint64 // IKE_AUTH and rekeys
+	ChildSAEstablished uint64 // IKE_AUTH, rekeys and additional Child SAs
 	ChildSARekeyed     uint64 // Child SAs made by CREATE_CHILD_SA (either side)
 	Deleted            uint64 // IKE SAs deleted (either side)
 
@@ -347,6 +428,21 @@ type Stats struct {
 	Restarts         uint64 // initiations started by DPDAction restart
 	InitialContacts  uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
 	RequestQueueFull uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
+
+	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
+	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)
+
+	TxFragments     uint64 // SKF fragments sent (RFC 7383), retransmissions aside
+	RxFragments     uint64 // SKF fragments received, checked and kept
+	RxReassembled   uint64 // messages reassembled from fragments
+	RxFragInvalid   uint64 // fragment dropped: fragmentation not negotiated, too many, or fewer than before
+	RxFragDuplicate uint64 // fragment dropped: already held
+	RxFragTooLarge  uint64 // message dropped: its fragments exceed MaxMessageLen
+	RxFragTimeout   uint64 // incomplete message dropped after HalfOpenTimeout
+
+	RxBusy      uint64 // message for an IKE SA whose signature or DH is being computed (the peer retransmits)
+	CryptoBusy  uint64 // message dropped: Config.MaxCryptoJobs computations already in flight
+	CryptoStale uint64 // a computation's result dropped: its IKE SA moved on (deleted, timed out) meanwhile
 }
 
 // Selector helpers -------------------------------------------------------
@@ -474,4 +570,40 @@ func selectors(ps []netip.Prefix) []Selector {
 		out[i] = SelectorFromPrefix(p)
 	}
 	return out
+}
+
+// childConf is what one child of a connection negotiates: the Peer's own
+// (IKE_AUTH's) or one of its Children.
+type childConf struct {
+	name              string
+	esp               []Proposal
+	localTS, remoteTS []netip.Prefix
+	life              Lifetime
+}
+
+// childConfs returns the peer's children, IKE_AUTH's first.
+func (p *Peer) childConfs() []childConf {
+	out := []childConf{{p.ChildName, p.ESP, p.LocalTS, p.RemoteTS, p.ChildLifetime}}
+	for _, c := range p.Children {
+		cc := childConf{c.Name, c.ESP, c.LocalTS, c.RemoteTS, c.Lifetime}
+		if cc.esp == nil {
+			cc.esp = p.ESP
+		}
+		if cc.life == (Lifetime{}) {
+			cc.life = p.ChildLifetime
+		}
+		out = append(out, cc)
+	}
+	return out
+}
+
+// childConf returns the child named name (the Peer's own for its
+// ChildName); ok is false when there is none.
+func (p *Peer) childConf(name string) (childConf, bool) {
+	for _, c := range p.childConfs() {
+		if c.name == name {
+			return c, true
+		}
+	}
+	return childConf{}, false
 }

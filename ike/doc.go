@@ -44,8 +44,29 @@
 //	HDR, SK{N(REKEY_SA), SA, Ni, [KEi,] TSi, TSr} -->
 //	                                   <--  HDR, SK{SA, Nr, [KEr,] TSi, TSr}
 //
+//	CREATE_CHILD_SA (either side; an additional Child SA, section 1.3.1:
+//	another child of the connection, Peer.Children, InitiateChild)
+//	HDR, SK{SA, Ni, [KEi,] TSi, TSr}   -->
+//	                                   <--  HDR, SK{SA, Nr, [KEr,] TSi, TSr}
+//	  the responder takes the first child whose proposals fit and whose
+//	  selectors intersect; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs
+//
+//	CREATE_CHILD_SA (either side; rekeying the IKE SA, see ikerekey.go)
+//	HDR, SK{SA(IKE, new SPIi), Ni, KEi} -->
+//	                                   <--  HDR, SK{SA(IKE, new SPIr), Nr, KEr}
+//	  the Child SAs move to the new IKE SA; the old one is deleted
+//
+//	  both sides rekeying one SA at once (2.8.1): both exchanges
+//	  complete, the one with the lowest of the four nonces made the
+//	  redundant SA; TEMPORARY_FAILURE while the SA is going (2.25)
+//
+//	IKE fragmentation (RFC 7383; see frag.go): both announce
+//	N(IKEV2_FRAGMENTATION_SUPPORTED) in IKE_SA_INIT; an encrypted
+//	message longer than Config.FragmentSize then goes as
+//	HDR, SKF{1/n} ... HDR, SKF{n/n}, each fragment protected on its own
+//
 //	INFORMATIONAL (either side, next message ID)
-//	HDR, SK{D(IKE) | D(ESP, SPIs) | }  -->
+//	HDR, SK{D(IKE) | D(ESP, SPIs) | }  -->   (empty: a liveness check)
 //	                                   <--  HDR, SK{[D(ESP, SPIs)]}
 //
 // # Shape
@@ -56,30 +77,53 @@
 // and selects proposals; keys.go, dh.go and sk.go are the keying, the
 // Diffie-Hellman groups (14, 19, 20, 31) and the SK payload's protection
 // (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with HMAC-SHA-2); auth.go the
-// signatures and certificates. endpoint.go, exchange.go and rekey.go are
-// the state machine: an Endpoint owns every IKE SA of a
-// set of peers, behind one mutex; it learns datagrams through Receive and
+// signatures and certificates; frag.go IKE fragmentation (RFC 7383).
+// endpoint.go, exchange.go, rekey.go (which also makes additional Child
+// SAs) and ikerekey.go are the state machine, job.go the computations
+// that run off its lock, life.go what an IKE SA does on its
+// own (lifetimes, liveness checks, dead peers, the request queue) on
+// clock.go's time: an Endpoint owns every IKE SA of a set of peers, behind
+// one mutex; it learns datagrams through Receive and
 // sends through a Transport, so it runs over plain UDP sockets
 // (UDPTransport) or behind the gateway's ESP-in-UDP link.
 //
+// Signing AUTH (a crypto.Signer may be an engine's queue) and the
+// Diffie-Hellman of IKE_SA_INIT run off that mutex (job.go): the exchange
+// snapshots what the work needs, the work runs on its own goroutine, and
+// the result is used only if the IKE SA is still where it was left
+// (Stats.CryptoStale otherwise), so one slow key does not stall the other
+// IKE SAs. Such computations are bounded (Config.MaxCryptoJobs).
+//
 // Each side has at most one request outstanding (window size 1, section
-// 2.3); a request is retransmitted with doubling timeouts and the SA is
-// given up after Config.RetransmitTries. A retransmitted request from the
-// peer is answered from a cache of the last response. Whatever cannot be
-// processed (malformed, unknown SPI, outside the message ID window, failing
-// its integrity check) is dropped and counted in Stats, never answered
-// with state changes. Half-open SAs are bounded (Config.MaxHalfOpen), and
-// cookies are demanded beyond Config.CookieThreshold.
+// 2.3); further requests of ours (rekeys, deletes, checks) wait in a short
+// queue per IKE SA. A request is retransmitted with doubling timeouts and
+// the SA is given up after Config.RetransmitTries: an established one's
+// peer is then dead (Config.OnPeerDead, Peer.DPDAction). A retransmitted
+// request from the peer is answered from a cache of the last response.
+// Whatever cannot be processed (malformed, unknown SPI, outside the
+// message ID window, failing its integrity check) is dropped and counted
+// in Stats, never answered with state changes. Half-open SAs are bounded
+// (Config.MaxHalfOpen), and cookies are demanded beyond
+// Config.CookieThreshold.
+//
+// Child SAs and the IKE SA are rekeyed by the Endpoint at their
+// Lifetime's rekey time less a random jitter (Peer.ChildLifetime,
+// Peer.IKELifetime, swanctl's semantics), make-before-break: OnChildSA
+// reports the new Child SA before OnDelete the old. The data plane asks
+// for an early rekey with RequestRekey. A peer not heard from for
+// Peer.DPDDelay gets an empty INFORMATIONAL. A responder that sees
+// INITIAL_CONTACT in IKE_AUTH drops the IKE SAs it still holds for that
+// peer's identity (section 2.4).
 //
 // The result of a negotiation is a ChildSA: SPIs, keys in the form
 // sluice's configuration takes (an AEAD key followed by its salt), the ESP
 // suite's keyword, ESN, the narrowed traffic selectors and whether ESP
 // goes in UDP.
 //
-// Not yet: rekeying the IKE SA itself (refused with NO_PROPOSAL_CHOSEN),
-// resolving simultaneous rekeys (section 2.8.1), Child SAs beyond the one of
-// IKE_AUTH other than rekeys (refused with NO_ADDITIONAL_SAS), lifetimes
-// that trigger rekeys on their own, dead peer detection, EAP, IKE
-// fragmentation (RFC 7383), MOBIKE, configuration payloads, CRL/OCSP checks,
-// and signing outside Endpoint's lock.
+// Not yet: deleting one Child SA of several on its own (Delete takes the
+// IKE SA with all its Child SAs), the Diffie-Hellman of CREATE_CHILD_SA
+// (PFS and IKE SA rekeys) outside Endpoint's lock, reauthentication
+// (reauth_time), lifetimes in bytes or packets (the data plane calls
+// RequestRekey), start_action = trap, EAP, MOBIKE, configuration payloads
+// and CRL/OCSP checks.
 package ike

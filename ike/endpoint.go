@@ -44,6 +44,10 @@ type Endpoint struct {
 	stats      Stats
 	stopping   bool // Close has begun: start no goroutines
 	closed     bool
+	tap        func(pkt []byte) // tests: sees each received datagram (export_test.go)
+
+	jobs   chan struct{} // one token per computation off the lock (job.go)
+	jobSeq uint64        // numbers the jobs
 
 	queue     chan datagram // Deliver's hand-off to the goroutine in run
 	queueFull atomic.Uint64
@@ -73,7 +77,7 @@ func NewEndpoint(cfg Config, tr Transport) (*Endpoint, error) {
 	}
 	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{},
 		children: map[uint32]*childEntry{}, restarting: map[string]bool{},
-		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{})}
+		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{}), jobs: make(chan struct{}, cfg.MaxCryptoJobs)}
 	if _, err := rand.Read(e.secret[:]); err != nil {
 		return nil, fmt.Errorf("ike: %w", err)
 	}
@@ -126,7 +130,9 @@ func (e *Endpoint) Stats() Stats {
 
 // Close stops all timers and the endpoint's goroutine and forgets all SAs
 // without telling the peers (use Delete first for that). Initiate calls in
-// progress fail; datagrams still queued by Deliver are dropped. It is
+// progress fail; datagrams still queued by Deliver are dropped; a
+// signature or Diffie-Hellman computation in progress (a Signer may take
+// its time) is not waited for, and its result is dropped. It is
 // idempotent. It must not be called from OnChildSA or OnDelete, which may
 // run on the goroutine it waits for.
 func (e *Endpoint) Close() error {
@@ -167,6 +173,9 @@ func (e *Endpoint) Receive(local, remote netip.AddrPort, pkt []byte) {
 
 func (e *Endpoint) receiveLocked(local, remote netip.AddrPort, pkt []byte) []func() {
 	e.stats.RxPackets++
+	if e.tap != nil {
+		e.tap(pkt)
+	}
 	if e.closed {
 		return nil
 	}
@@ -279,6 +288,8 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	}
 	sa.stopTimerLocked()
 	stop(sa.halfOpenTimer)
+	sa.dropReassemblyLocked(&sa.fragReq)
+	sa.dropReassemblyLocked(&sa.fragResp)
 	if k := sa.keys; k != nil {
 		// The SK payload ciphers keep their own expanded keys; the raw
 		// ones go now (the ChildSA's keys belong to whoever got it).
@@ -405,6 +416,11 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 	if !peer.Remote.IsValid() {
 		return nil, fmt.Errorf("ike: peer %q has no Remote address to initiate to", name)
 	}
+	// The key pair is made before the lock is taken (job.go).
+	dh, err := e.newDH(firstDH(peer.IKE))
+	if err != nil {
+		return nil, err
+	}
 	w := make(chan result, 1)
 	e.mu.Lock()
 	if e.closed {
@@ -415,7 +431,7 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 		e.mu.Unlock()
 		return nil, errors.New("ike: too many IKE SAs")
 	}
-	sa, err := e.newInitiatorLocked(peer, w)
+	sa, err := e.newInitiatorLocked(peer, dh, w)
 	if err != nil {
 		e.mu.Unlock()
 		return nil, err
@@ -433,10 +449,12 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 	}
 }
 
-// Delete deletes the IKE SA (and with it its Child SA) that made child,
-// telling the peer with an INFORMATIONAL exchange (section 1.4.1). It
-// waits for the peer's answer (retransmitting) or ctx; the SA is gone
-// either way when it returns.
+// Delete deletes the IKE SA that carries child (the one that made it, or
+// the one a rekey moved it to), and with it its Child SAs, telling the
+// peer with an INFORMATIONAL exchange (section 1.4.1); when another
+// request of the IKE SA is outstanding, it waits for it first. It waits
+// for the peer's answer (retransmitting) or ctx; the SA is gone either way
+// when it returns.
 func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
 	w := make(chan result, 1)
 	e.mu.Lock()
@@ -520,7 +538,7 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 	default:
 		sa.pending.tries++
 		e.stats.TxRetransmits++
-		e.sendLocked(sa.local, sa.remote, sa.pending.raw)
+		e.sendAllLocked(sa.local, sa.remote, sa.pending.pkts)
 		sa.armLocked()
 	}
 	e.mu.Unlock()

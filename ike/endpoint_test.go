@@ -434,10 +434,18 @@ func TestHalfOpenBound(t *testing.T) {
 	if len(e.halfOpen) != 2 || s.CookiesSent != 8 {
 		t.Fatalf("half-open %d, stats %+v", len(e.halfOpen), s)
 	}
+	// 8 cookies, and 2 responses sent once their keys are computed off
+	// the lock.
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sent) == 10 })
 	// The answer to a repeated request comes from the cache.
 	first := initRequest(t, 100, DHCurve25519, pb.IKE)
 	e.cfg.CookieThreshold = 100
+	mu.Lock()
+	n := len(sent)
+	mu.Unlock()
 	e.Receive(local, remote, first)
+	// The response goes out once its keys are computed off the lock.
+	waitFor(t, func() bool { mu.Lock(); defer mu.Unlock(); return len(sent) > n })
 	e.Receive(local, remote, first)
 	if s := e.Stats(); s.RxRetransmits != 1 || len(e.halfOpen) != 3 {
 		t.Fatalf("stats %+v, half-open %d", s, len(e.halfOpen))
@@ -567,7 +575,9 @@ func TestDeliver(t *testing.T) {
 
 	_, pc := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
 	block := make(chan struct{})
-	e, err := NewEndpoint(Config{Peers: []*Peer{pc}, QueueLen: 2, CookieThreshold: 100},
+	// Every request is answered with a cookie, at once, in Receive (a
+	// response that needs keys would be sent by a job, off this path).
+	e, err := NewEndpoint(Config{Peers: []*Peer{pc}, QueueLen: 2, CookieThreshold: -1},
 		transportFunc(func(netip.AddrPort, netip.AddrPort, []byte) error { <-block; return nil }))
 	if err != nil {
 		t.Fatal(err)

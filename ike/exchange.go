@@ -6,6 +6,7 @@ package ike
 // it is released.
 
 import (
+	"bytes"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
@@ -29,7 +30,7 @@ const (
 type request struct {
 	id       uint32
 	exch     ExchangeType
-	raw      []byte
+	pkts     [][]byte // the datagrams: the message, or its fragments
 	tries    int
 	kind     requestKind
 	rekey    *rekeyState    // kind reqRekey
@@ -47,17 +48,15 @@ const (
 	reqDeleteChild             // INFORMATIONAL deleting a rekeyed Child SA
 	reqRekeyIKE                // CREATE_CHILD_SA rekeying the IKE SA (section 2.18)
 	reqDeleteIKE               // INFORMATIONAL deleting an IKE SA replaced by a rekey
+	reqNewChild                // CREATE_CHILD_SA making an additional Child SA (section 1.3.1)
 )
 
-// maxChildren bounds the Child SAs of one IKE SA: the current one and
-// those being replaced.
-const maxChildren = 4
-
 // rekeyState is a CREATE_CHILD_SA we initiated to rekey old (section
-// 2.8).
+// 2.8), or, with old nil, to make an additional Child SA (section 1.3.1).
 type rekeyState struct {
 	old      *ChildSA
-	spi      uint32 // our inbound SPI for the new SA
+	conf     childConf // the child it is for: proposals, selectors
+	spi      uint32    // our inbound SPI for the new SA
 	ni       []byte
 	dh       DH // nil without PFS
 	tsi, tsr []Selector
@@ -65,14 +64,18 @@ type rekeyState struct {
 	waiter   chan result // Rekey's caller, if any
 }
 
-// ikeSA is one IKE SA and its (at most one) Child SA. Endpoint.mu guards
-// every field.
+// ikeSA is one IKE SA and its Child SAs. Endpoint.mu guards every
+// field.
 type ikeSA struct {
 	ep        *Endpoint
 	peer      *Peer
 	initiator bool
 	state     saState
 	removed   bool
+	job       uint64 // a computation off the lock is in flight (job.go)
+	frag      bool   // both sides announced IKE fragmentation (frag.go)
+
+	fragReq, fragResp *reassembly // the peer's request, the response to ours, arriving in fragments
 
 	spii, spir    uint64
 	local, remote netip.AddrPort
@@ -94,10 +97,10 @@ type ikeSA struct {
 	nextReq  uint32   // message ID of our next request
 	pending  *request // our outstanding request
 	nextPeer uint32   // message ID of the peer's next request
-	lastReq  []byte   // the peer's last request and our response to it
-	lastResp []byte
+	lastReq  []byte   // the peer's last request (its fragment 1 if fragmented)
+	lastResp [][]byte // our response to it: the message or its fragments
 
-	children           []*ChildSA // established, oldest first (at most maxChildren)
+	children           []*ChildSA // established, oldest first (bounded: Config.MaxChildSAs, twice during rekeys)
 	childSPI           uint32     // initiator: the inbound SPI we proposed in IKE_AUTH
 	tsi, tsr           []Selector
 	waiter             chan result
@@ -109,10 +112,11 @@ type ikeSA struct {
 	remoteID        Identity  // the peer's authenticated identity
 	queue           []op      // requests waiting for the window (maxQueued)
 	lastHeard       time.Time // last authenticated message from the peer
-	rekeyT, expireT stopper   // the IKE SA's Lifetime
-	dpdT            stopper   // liveness check (Peer.DPDDelay)
-	rekeying        bool      // our IKE SA rekey is queued or outstanding
-	rekeyed         bool      // replaced by a new IKE SA; waits for its Delete
+	established     time.Time
+	rekeyT, expireT stopper // the IKE SA's Lifetime
+	dpdT            stopper // liveness check (Peer.DPDDelay)
+	rekeying        bool    // our IKE SA rekey is queued or outstanding
+	rekeyed         bool    // replaced by a new IKE SA; waits for its Delete
 	peerRekey       *collision
 }
 
@@ -189,6 +193,12 @@ func notifyName(t NotifyType) string {
 		return "INVALID_MESSAGE_ID"
 	case UnsupportedCriticalPayload:
 		return "UNSUPPORTED_CRITICAL_PAYLOAD"
+	case NoAdditionalSAs:
+		return "NO_ADDITIONAL_SAS"
+	case TemporaryFailure:
+		return "TEMPORARY_FAILURE"
+	case ChildSANotFound:
+		return "CHILD_SA_NOT_FOUND"
 	}
 	return fmt.Sprintf("notify %d", uint16(t))
 }
@@ -196,17 +206,12 @@ func notifyName(t NotifyType) string {
 // ---------------------------------------------------------------------
 // Initiator
 
-func (e *Endpoint) newInitiatorLocked(peer *Peer, w chan result) (*ikeSA, error) {
+func (e *Endpoint) newInitiatorLocked(peer *Peer, dh DH, w chan result) (*ikeSA, error) {
 	sa := &ikeSA{ep: e, peer: peer, initiator: true, waiter: w,
 		local:  netip.AddrPortFrom(peer.Local, e.cfg.Port),
 		remote: netip.AddrPortFrom(peer.Remote, e.cfg.Port),
-		ni:     randomNonce()}
+		ni:     randomNonce(), dh: dh}
 	sa.spii = e.newSPILocked()
-	dh, err := NewDH(firstDH(peer.IKE))
-	if err != nil {
-		return nil, err
-	}
-	sa.dh = dh
 	e.sas[sa.spii] = sa
 	if err := sa.sendInitLocked(); err != nil {
 		delete(e.sas, sa.spii)
@@ -236,6 +241,7 @@ func (sa *ikeSA) sendInitLocked() error {
 	ps = append(ps, &SA{Proposals: sa.peer.IKE}, &KE{Group: sa.dh.Group(), Data: sa.dh.Public()}, &Nonce{Data: sa.ni})
 	ps = append(ps, natNotifies(sa.spii, 0, sa.local, sa.remote, sa.peer.ForceEncap)...)
 	ps = append(ps, signatureHashesNotify())
+	ps = append(ps, sa.ep.fragmentSupported()...)
 	m := &Message{Header: sa.header(IKE_SA_INIT, 0, false), Payloads: ps}
 	raw, err := m.Encode()
 	if err != nil {
@@ -244,7 +250,7 @@ func (sa *ikeSA) sendInitLocked() error {
 	sa.state = stateInitSent
 	sa.initReq = raw
 	sa.nextReq = 1
-	sa.pending = &request{id: 0, exch: IKE_SA_INIT, raw: raw}
+	sa.pending = &request{id: 0, exch: IKE_SA_INIT, pkts: [][]byte{raw}}
 	sa.ep.sendLocked(sa.local, sa.remote, raw)
 	sa.armLocked()
 	return nil
@@ -317,17 +323,63 @@ func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 	if ke.Group != suite.DH || suite.DH != sa.dh.Group() {
 		return sa.failLocked(fmt.Errorf("ike: responder chose DH group %d with a KE of group %d (ours %d)", suite.DH, ke.Group, sa.dh.Group()))
 	}
-	shared, err := sa.dh.Shared(ke.Data)
-	if err != nil {
-		return sa.failLocked(err)
+	// g^ir, the keys and our AUTH (a signature perhaps by a slow engine)
+	// are computed off the lock (job.go), then IKE_AUTH goes out.
+	dh, peer, ni, initReq, spii, spir := sa.dh, sa.peer, sa.ni, sa.initReq, sa.spii, m.Header.SPIr
+	nrData, hashes := append([]byte(nil), nr.Data...), peerHashes(ps)
+	idi := &ID{IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
+	started := e.goLocked(sa, stateInitSent, func() func() []func() {
+		keys, prf, auth, err := initKeysAndAuth(dh, ke.Data, suite, ni, nrData, spii, spir, initReq, hashes, peer, idi)
+		return func() []func() {
+			if err != nil {
+				return sa.failLocked(err)
+			}
+			return sa.authRequestOutLocked(m, raw, suite, prf, keys, nrData, hashes, idi, auth)
+		}
+	})
+	if started {
+		sa.stopTimerLocked() // until the job is done: a retransmission would be dropped as busy
 	}
+	return nil
+}
+
+// initKeysAndAuth is the initiator's work between IKE_SA_INIT's response
+// and IKE_AUTH's request, without the lock: g^ir, the IKE SA's keys
+// (section 2.14) and our AUTH payload.
+func initKeysAndAuth(dh DH, peerKE []byte, suite Suite, ni, nr []byte, spii, spir uint64, initReq []byte, hashes []uint16, peer *Peer, idi *ID) (*Keys, PRF, *Auth, error) {
+	prf, err := NewPRF(suite.PRF)
+	if err != nil {
+		return nil, prf, nil, err
+	}
+	shared, err := dh.Shared(peerKE)
+	if err != nil {
+		return nil, prf, nil, err
+	}
+	keys, err := DeriveIKEKeys(suite, ni, nr, shared, spii, spir)
+	clear(shared)
+	if err != nil {
+		return nil, prf, nil, err
+	}
+	auth, err := makeAuth(prf, hashes, peer, initReq, nr, keys.Pi, idi)
+	if err != nil {
+		return nil, prf, nil, err
+	}
+	return keys, prf, auth, nil
+}
+
+// authRequestOutLocked installs the keys the initiator computed off the
+// lock and sends the IKE_AUTH request.
+func (sa *ikeSA) authRequestOutLocked(m *Message, raw []byte, suite Suite, prf PRF, keys *Keys, nr []byte, hashes []uint16, idi *ID, auth *Auth) []func() {
+	e := sa.ep
+	ps := m.Payloads
 	sa.spir = m.Header.SPIr
-	sa.nr = append([]byte(nil), nr.Data...)
-	if err := sa.keyLocked(suite, shared); err != nil {
+	sa.nr = nr
+	if err := sa.installKeysLocked(suite, prf, keys); err != nil {
 		return sa.failLocked(err)
 	}
 	sa.initResp = raw
-	sa.hashes = peerHashes(ps)
+	sa.hashes = hashes
+	sa.frag = e.cfg.FragmentSize > 0 && findNotify(ps, FragmentationSupported) != nil
 	ourNAT, peerNAT := natCheck(ps, sa.spii, sa.spir, sa.local, sa.remote)
 	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
 	if sa.encap {
@@ -340,11 +392,6 @@ func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 	sa.pending = nil
 
 	// IKE_AUTH request: SK {IDi, [IDr], AUTH, N(INITIAL_CONTACT), SAi2, TSi, TSr}.
-	idi := &ID{IDType: sa.peer.LocalID.Type, Data: sa.peer.LocalID.Data}
-	auth, err := sa.authPayload(sa.peer, sa.initReq, sa.nr, sa.keys.Pi, idi)
-	if err != nil {
-		return sa.failLocked(err)
-	}
 	sa.childSPI = e.newChildSPILocked()
 	esp := make([]Proposal, len(sa.peer.ESP))
 	for i, p := range sa.peer.ESP {
@@ -381,21 +428,6 @@ func withoutDH(ts []Transform) []Transform {
 	return out
 }
 
-// keyLocked derives the IKE SA's keys once SPIs, nonces and g^ir are
-// known.
-func (sa *ikeSA) keyLocked(suite Suite, shared []byte) error {
-	prf, err := NewPRF(suite.PRF)
-	if err != nil {
-		return err
-	}
-	keys, err := DeriveIKEKeys(suite, sa.ni, sa.nr, shared, sa.spii, sa.spir)
-	clear(shared)
-	if err != nil {
-		return err
-	}
-	return sa.installKeysLocked(suite, prf, keys)
-}
-
 // installKeysLocked makes keys the IKE SA's, with the SK payload's
 // ciphers for each direction.
 func (sa *ikeSA) installKeysLocked(suite Suite, prf PRF, keys *Keys) error {
@@ -422,13 +454,13 @@ func (sa *ikeSA) requestOutLocked(exch ExchangeType, inner []Payload) error {
 	if sa.pending != nil {
 		return errors.New("ike: a request is already outstanding")
 	}
-	raw, err := sa.out.seal(sa.header(exch, sa.nextReq, false), nil, inner)
+	pkts, err := sa.sealLocked(sa.header(exch, sa.nextReq, false), inner)
 	if err != nil {
 		return err
 	}
-	sa.pending = &request{id: sa.nextReq, exch: exch, raw: raw}
+	sa.pending = &request{id: sa.nextReq, exch: exch, pkts: pkts}
 	sa.nextReq++
-	sa.ep.sendLocked(sa.local, sa.remote, raw)
+	sa.ep.sendAllLocked(sa.local, sa.remote, pkts)
 	sa.armLocked()
 	return nil
 }
@@ -460,7 +492,7 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 		sa.deleteBestEffortLocked()
 		return sa.failLocked(fmt.Errorf("ike: responder identified as %v, not %v", Identity{idr.IDType, idr.Data}, sa.peer.RemoteID))
 	}
-	if err := sa.checkAuth(sa.peer, inner, auth, sa.initResp, sa.ni, sa.keys.Pr, idr); err != nil {
+	if err := checkAuth(sa.prf, sa.peer, inner, auth, sa.initResp, sa.ni, sa.keys.Pr, idr); err != nil {
 		e.stats.AuthFailed++
 		sa.deleteBestEffortLocked()
 		return sa.failLocked(fmt.Errorf("ike: the responder's AUTH: %w", err))
@@ -486,7 +518,7 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 	if err != nil {
 		return sa.failLocked(err)
 	}
-	c := &ChildSA{Name: sa.peer.Name, Initiator: true, Local: sa.local, Remote: sa.remote,
+	c := &ChildSA{Name: sa.peer.Name, Child: sa.peer.ChildName, Initiator: true, Local: sa.local, Remote: sa.remote,
 		InSPI: sa.childSPI, OutSPI: binary.BigEndian.Uint32(sap.Proposals[0].SPI),
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncR, InAuthKey: ck.IntegR, OutKey: ck.EncI, OutAuthKey: ck.IntegI,
@@ -546,10 +578,10 @@ func (sa *ikeSA) deleteBestEffortLocked() {
 	if sa.out == nil || sa.pending != nil {
 		return
 	}
-	raw, err := sa.out.seal(sa.header(INFORMATIONAL, sa.nextReq, false), nil, []Payload{&Delete{Protocol: ProtoIKE}})
+	pkts, err := sa.sealLocked(sa.header(INFORMATIONAL, sa.nextReq, false), []Payload{&Delete{Protocol: ProtoIKE}})
 	if err == nil {
 		sa.nextReq++
-		sa.ep.sendLocked(sa.local, sa.remote, raw)
+		sa.ep.sendAllLocked(sa.local, sa.remote, pkts)
 	}
 }
 
@@ -563,6 +595,10 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 	key := halfOpenKey{remote, h.SPIi}
 	if old := e.halfOpen[key]; old != nil {
 		if string(old.initReq) == string(raw) {
+			if old.initResp == nil {
+				e.stats.RxBusy++ // its keys are being computed
+				return nil
+			}
 			e.stats.RxRetransmits++
 			e.sendLocked(local, remote, old.initResp)
 			return nil
@@ -623,17 +659,6 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		reply(&Notify{NType: InvalidKEPayload, Data: []byte{byte(suite.DH >> 8), byte(suite.DH)}})
 		return nil
 	}
-	dh, err := NewDH(suite.DH)
-	if err != nil {
-		e.stats.NoProposalChosen++
-		return nil
-	}
-	shared, err := dh.Shared(ke.Data)
-	if err != nil {
-		e.stats.RxMalformed++
-		reply(&Notify{NType: InvalidSyntax})
-		return nil
-	}
 	var chosenNum uint8
 	for _, p := range sap.Proposals {
 		if _, ok := matchProposal(Proposal{Protocol: ProtoIKE, Transforms: suite.transforms()}, p, false); ok {
@@ -641,33 +666,30 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 			break
 		}
 	}
-	sa := &ikeSA{ep: e, peer: peer, local: local, remote: remote, hoKey: key,
-		spii: h.SPIi, ni: append([]byte(nil), ni.Data...), nr: randomNonce(), dh: dh}
+	// The SA is half open from here (it counts against MaxHalfOpen and
+	// catches retransmissions); its key pair, g^ir and keys are computed
+	// off the lock (job.go) before the response goes out.
+	sa := &ikeSA{ep: e, peer: peer, local: local, remote: remote, hoKey: key, state: stateHalfOpen,
+		spii: h.SPIi, ni: append([]byte(nil), ni.Data...), nr: randomNonce(), initReq: raw, nextPeer: 1}
 	sa.spir = e.newSPILocked()
-	if err := sa.keyLocked(suite, shared); err != nil {
-		return nil
+	spii, spir, nonceI, nonceR, kei := sa.spii, sa.spir, sa.ni, sa.nr, ke.Data
+	started := e.goLocked(sa, stateHalfOpen, func() func() []func() {
+		dh, keys, prf, err := e.respKeys(suite, kei, nonceI, nonceR, spii, spir)
+		return func() []func() {
+			if err != nil {
+				e.cfg.Log.Debug("ike: IKE_SA_INIT refused", "from", remote, "err", err)
+				if dh != nil {
+					e.stats.RxMalformed++ // the peer's KE data
+					reply(&Notify{NType: InvalidSyntax})
+				}
+				return e.removeLocked(sa, err)
+			}
+			return sa.initResponseOutLocked(m, suite, chosenNum, dh, prf, keys)
+		}
+	})
+	if !started {
+		return nil // counted; the initiator retransmits
 	}
-	ourNAT, peerNAT := natCheck(ps, sa.spii, 0, local, remote)
-	sa.encap = ourNAT || peerNAT || peer.ForceEncap
-	resp := []Payload{
-		&SA{Proposals: []Proposal{{Num: chosenNum, Protocol: ProtoIKE, Transforms: suite.transforms()}}},
-		&KE{Group: suite.DH, Data: dh.Public()},
-		&Nonce{Data: sa.nr},
-	}
-	resp = append(resp, natNotifies(sa.spii, sa.spir, local, remote, peer.ForceEncap)...)
-	resp = append(resp, signatureHashesNotify())
-	if len(peer.RemoteCAs) > 0 {
-		resp = append(resp, certRequest(peer.RemoteCAs))
-	}
-	sa.hashes = peerHashes(ps)
-	r := &Message{Header: sa.header(IKE_SA_INIT, 0, true), Payloads: resp}
-	b, err := r.Encode()
-	if err != nil {
-		return nil
-	}
-	sa.state = stateHalfOpen
-	sa.initReq, sa.initResp = raw, b
-	sa.nextPeer = 1
 	e.sas[sa.spir] = sa
 	e.halfOpen[key] = sa
 	sa.halfOpenTimer = e.cfg.clock.AfterFunc(e.cfg.HalfOpenTimeout, func() {
@@ -680,6 +702,66 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		e.mu.Unlock()
 		run(after)
 	})
+	return nil
+}
+
+// respKeys is the responder's work for IKE_SA_INIT, without the lock: its
+// key pair, g^ir with the initiator's KE data kei, and the IKE SA's keys
+// (section 2.14). A nil dh with an error means no key pair could be made;
+// a dh with one, that the peer's KE data is bad.
+func (e *Endpoint) respKeys(suite Suite, kei, ni, nr []byte, spii, spir uint64) (DH, *Keys, PRF, error) {
+	prf, err := NewPRF(suite.PRF)
+	if err != nil {
+		return nil, nil, prf, err
+	}
+	dh, err := e.newDH(suite.DH)
+	if err != nil {
+		return nil, nil, prf, err
+	}
+	shared, err := dh.Shared(kei)
+	if err != nil {
+		return dh, nil, prf, err
+	}
+	keys, err := DeriveIKEKeys(suite, ni, nr, shared, spii, spir)
+	clear(shared)
+	if err != nil {
+		return nil, nil, prf, err
+	}
+	return dh, keys, prf, nil
+}
+
+// initResponseOutLocked sends the responder's IKE_SA_INIT response once
+// its keys are computed.
+func (sa *ikeSA) initResponseOutLocked(m *Message, suite Suite, chosenNum uint8, dh DH, prf PRF, keys *Keys) []func() {
+	e := sa.ep
+	ps := m.Payloads
+	peer, local, remote := sa.peer, sa.local, sa.remote
+	if err := sa.installKeysLocked(suite, prf, keys); err != nil {
+		return e.removeLocked(sa, err)
+	}
+	ourNAT, peerNAT := natCheck(ps, sa.spii, 0, local, remote)
+	sa.encap = ourNAT || peerNAT || peer.ForceEncap
+	resp := []Payload{
+		&SA{Proposals: []Proposal{{Num: chosenNum, Protocol: ProtoIKE, Transforms: sa.suite.transforms()}}},
+		&KE{Group: dh.Group(), Data: dh.Public()},
+		&Nonce{Data: sa.nr},
+	}
+	resp = append(resp, natNotifies(sa.spii, sa.spir, local, remote, peer.ForceEncap)...)
+	resp = append(resp, signatureHashesNotify())
+	if len(peer.RemoteCAs) > 0 {
+		resp = append(resp, certRequest(peer.RemoteCAs))
+	}
+	if f := e.fragmentSupported(); f != nil && findNotify(ps, FragmentationSupported) != nil {
+		sa.frag = true // RFC 7383 section 2.3: only in answer to the initiator's
+		resp = append(resp, f...)
+	}
+	sa.hashes = peerHashes(ps)
+	r := &Message{Header: sa.header(IKE_SA_INIT, 0, true), Payloads: resp}
+	b, err := r.Encode()
+	if err != nil {
+		return e.removeLocked(sa, err)
+	}
+	sa.initResp = b
 	e.sendLocked(local, remote, b)
 	return nil
 }
@@ -689,16 +771,27 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 // window is dropped, and the rest is decrypted and answered.
 func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
 	e := sa.ep
+	if sa.job != 0 {
+		e.stats.RxBusy++
+		return nil
+	}
 	if sa.in == nil || sa.state == stateInitSent {
 		e.stats.RxUnexpected++
 		return nil
 	}
 	id := m.Header.MessageID
 	if sa.lastResp != nil && id == sa.nextPeer-1 {
-		if string(raw) == string(sa.lastReq) {
+		// A retransmission, whole or its fragment 1 (RFC 7383 section
+		// 2.6.1), brings back the whole response; its other
+		// fragments are ignored.
+		f, isFrag := fragment(m)
+		switch {
+		case string(raw) == string(sa.lastReq):
 			e.stats.RxRetransmits++
-			e.sendLocked(sa.respLocal, sa.respRem, sa.lastResp)
-		} else {
+			e.sendAllLocked(sa.respLocal, sa.respRem, sa.lastResp)
+		case isFrag && f.Number != 1:
+			e.stats.RxRetransmits++
+		default:
 			e.stats.RxOutOfWindow++
 		}
 		return nil
@@ -707,13 +800,15 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 		e.stats.RxOutOfWindow++
 		return nil
 	}
-	inner, err := sa.in.open(raw, m)
-	if err != nil {
-		e.stats.RxIntegrityFailed++
+	inner, raw, done := sa.openLocked(&sa.fragReq, raw, m)
+	if !done {
 		return nil
 	}
 	if _, ok := find[*Unknown](inner, func(u *Unknown) bool { return u.Critical }); ok {
 		e.stats.RxUnsupportedCrit++
+	}
+	if m.Header.Exchange == IKE_AUTH && !sa.initiator && sa.state == stateHalfOpen {
+		return sa.authRequestLocked(local, remote, raw, id, inner)
 	}
 	sa.nextPeer++
 	sa.lastHeard = e.cfg.clock.Now()
@@ -721,10 +816,6 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 	var after []func()
 	remove := false
 	switch {
-	case m.Header.Exchange == IKE_AUTH && !sa.initiator && sa.state == stateHalfOpen:
-		// The initiator may have moved to the NAT-T port (section 2.23).
-		sa.local, sa.remote = local, remote
-		resp, after, remove = sa.authRequestLocked(inner)
 	case m.Header.Exchange == INFORMATIONAL && sa.state >= stateEstablished:
 		resp, after, remove = sa.infoRequestLocked(inner)
 	case m.Header.Exchange == CREATE_CHILD_SA && sa.state == stateEstablished:
@@ -733,11 +824,19 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 		resp = []Payload{&Notify{NType: InvalidSyntax}}
 		remove = sa.state == stateHalfOpen
 	}
-	b, err := sa.out.seal(sa.header(m.Header.Exchange, id, true), nil, resp)
+	return sa.respondLocked(local, remote, raw, m.Header.Exchange, id, resp, after, remove)
+}
+
+// respondLocked sends (and caches, for retransmissions) the response
+// with inner payloads resp to the request raw with message ID id; remove
+// deletes the IKE SA once it is sent. after is passed through.
+func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch ExchangeType, id uint32, resp []Payload, after []func(), remove bool) []func() {
+	e := sa.ep
+	pkts, err := sa.sealLocked(sa.header(exch, id, true), resp)
 	if err == nil {
-		sa.lastReq, sa.lastResp = raw, b
+		sa.lastReq, sa.lastResp = raw, pkts
 		sa.respLocal, sa.respRem = local, remote
-		e.sendLocked(local, remote, b)
+		e.sendAllLocked(local, remote, pkts)
 	}
 	if remove {
 		e.stats.Deleted++
@@ -746,22 +845,28 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 	return after
 }
 
-// authRequestLocked handles the IKE_AUTH request of section 1.2 with a
-// pre-shared key and returns the response's inner payloads; remove says
-// the SA must go once the response is sent.
-func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []func(), remove bool) {
+// authRequestLocked handles the IKE_AUTH request of section 1.2 (message
+// ID id, already decrypted to inner): it finds the peer's configuration,
+// then verifies the peer's AUTH and makes ours off the lock (job.go), and
+// answers once both are done.
+func (sa *ikeSA) authRequestLocked(local, remote netip.AddrPort, raw []byte, id uint32, inner []Payload) []func() {
 	e := sa.ep
 	authFailed := []Payload{&Notify{NType: AuthenticationFailed}}
+	refuse := func() []func() {
+		e.stats.AuthFailed++
+		sa.nextPeer++
+		sa.local, sa.remote = local, remote
+		return sa.respondLocked(local, remote, raw, IKE_AUTH, id, authFailed, nil, true)
+	}
 	idi, ok1 := find[*ID](inner, isInitiatorID)
 	auth, ok2 := find[*Auth](inner, nil)
 	if !ok1 || !ok2 {
-		e.stats.AuthFailed++
-		return authFailed, nil, true
+		return refuse()
 	}
 	idr, hasIDr := find[*ID](inner, isResponderID)
 	var peer *Peer
 	for _, p := range e.cfg.Peers {
-		if p.Local != sa.local.Addr().Unmap() || (p.Remote.IsValid() && p.Remote != sa.remote.Addr().Unmap()) {
+		if p.Local != local.Addr().Unmap() || (p.Remote.IsValid() && p.Remote != remote.Addr().Unmap()) {
 			continue
 		}
 		if !p.RemoteID.IsZero() && !p.RemoteID.equal(idi) {
@@ -780,15 +885,47 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 		break
 	}
 	if peer == nil {
-		e.stats.AuthFailed++
-		e.cfg.Log.Info("ike: no peer configuration for", "id", Identity{idi.IDType, idi.Data}, "from", sa.remote)
-		return authFailed, nil, true
+		e.cfg.Log.Info("ike: no peer configuration for", "id", Identity{idi.IDType, idi.Data}, "from", remote)
+		return refuse()
 	}
-	if err := sa.checkAuth(peer, inner, auth, sa.initReq, sa.nr, sa.keys.Pi, idi); err != nil {
-		e.stats.AuthFailed++
-		e.cfg.Log.Info("ike: AUTH of initiator does not verify", "id", Identity{idi.IDType, idi.Data}, "from", sa.remote, "err", err)
-		return authFailed, nil, true
-	}
+	// The job works on copies: removeLocked clears the keys.
+	prf, hashes, initReq, initResp, ni, nr := sa.prf, sa.hashes, sa.initReq, sa.initResp, sa.ni, sa.nr
+	pi, pr := bytes.Clone(sa.keys.Pi), bytes.Clone(sa.keys.Pr)
+	ourID := &ID{Responder: true, IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
+	started := e.goLocked(sa, stateHalfOpen, func() func() []func() {
+		verr := checkAuth(prf, peer, inner, auth, initReq, nr, pi, idi)
+		var ourAuth *Auth
+		var serr error
+		if verr == nil {
+			ourAuth, serr = makeAuth(prf, hashes, peer, initResp, ni, pr, ourID)
+		}
+		return func() []func() {
+			switch {
+			case verr != nil:
+				e.cfg.Log.Info("ike: AUTH of initiator does not verify", "id", Identity{idi.IDType, idi.Data}, "from", remote, "err", verr)
+				return refuse()
+			case serr != nil:
+				e.cfg.Log.Info("ike: cannot make our AUTH", "peer", peer.Name, "err", serr)
+				return refuse()
+			}
+			sa.nextPeer++
+			sa.lastHeard = e.cfg.clock.Now()
+			// The initiator may have moved to the NAT-T port (section 2.23).
+			sa.local, sa.remote = local, remote
+			resp, after := sa.authDoneLocked(peer, inner, idi, ourID, ourAuth)
+			return sa.respondLocked(local, remote, raw, IKE_AUTH, id, resp, after, false)
+		}
+	})
+	_ = started // not started: counted (CryptoBusy); the initiator retransmits
+	return nil
+}
+
+// authDoneLocked completes the responder's IKE_AUTH once the initiator's
+// AUTH verified and ours is made: the IKE SA is established and the
+// Child SA of the request negotiated. It returns the response's inner
+// payloads.
+func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, ourAuth *Auth) (resp []Payload, after []func()) {
+	e := sa.ep
 	sa.peer = peer
 	sa.remoteID = Identity{idi.IDType, append([]byte(nil), idi.Data...)}
 	var dropped []func()
@@ -805,12 +942,6 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 			}
 		}
 	}
-	ourID := &ID{Responder: true, IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
-	ourAuth, err := sa.authPayload(peer, sa.initResp, sa.ni, sa.keys.Pr, ourID)
-	if err != nil {
-		e.cfg.Log.Info("ike: cannot make our AUTH", "peer", peer.Name, "err", err)
-		return authFailed, nil, true
-	}
 	resp = append(append([]Payload{ourID}, certPayloads(peer)...), ourAuth)
 
 	// The IKE SA is up from here; the Child SA may still fail.
@@ -821,10 +952,10 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 		delete(e.halfOpen, sa.hoKey)
 	}
 	sa.state = stateEstablished
-	childFail := func(n NotifyType) ([]Payload, []func(), bool) {
+	childFail := func(n NotifyType) ([]Payload, []func()) {
 		e.stats.IKESAEstablished++
 		sa.startTimersLocked()
-		return append(resp, &Notify{NType: n}), dropped, false
+		return append(resp, &Notify{NType: n}), dropped
 	}
 	sap, ok1 := find[*SA](inner, nil)
 	tsi, ok2 := find[*TS](inner, isInitiatorTS)
@@ -851,13 +982,13 @@ func (sa *ikeSA) authRequestLocked(inner []Payload) (resp []Payload, after []fun
 	resp = append(resp,
 		&SA{Proposals: []Proposal{{Num: chosen.Num, Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, inSPI), Transforms: esp.transforms()}}},
 		&TS{Selectors: nTSi}, &TS{Responder: true, Selectors: nTSr})
-	c := &ChildSA{Name: peer.Name, Local: sa.local, Remote: sa.remote,
+	c := &ChildSA{Name: peer.Name, Child: peer.ChildName, Local: sa.local, Remote: sa.remote,
 		InSPI: inSPI, OutSPI: binary.BigEndian.Uint32(chosen.SPI),
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,
 		LocalTS: nTSr, RemoteTS: nTSi, Encap: sa.encap,
 		IKESPIi: sa.spii, IKESPIr: sa.spir}
-	return resp, append(dropped, sa.establishLocked(c)...), false
+	return resp, append(dropped, sa.establishLocked(c)...)
 }
 
 // infoRequestLocked handles an INFORMATIONAL request (section 1.4):
@@ -898,6 +1029,10 @@ func (sa *ikeSA) infoRequestLocked(inner []Payload) (resp []Payload, after []fun
 // responseLocked handles a response to our outstanding request.
 func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
 	e := sa.ep
+	if sa.job != 0 {
+		e.stats.RxBusy++
+		return nil
+	}
 	p := sa.pending
 	if p == nil || m.Header.MessageID != p.id || m.Header.Exchange != p.exch {
 		e.stats.RxUnexpected++
@@ -906,9 +1041,8 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	if sa.state == stateInitSent {
 		return sa.initResponseLocked(m, raw)
 	}
-	inner, err := sa.in.open(raw, m)
-	if err != nil {
-		e.stats.RxIntegrityFailed++
+	inner, _, done := sa.openLocked(&sa.fragResp, raw, m)
+	if !done {
 		return nil
 	}
 	sa.lastHeard = e.cfg.clock.Now()
@@ -921,7 +1055,7 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	case sa.state == stateDeleting || p.kind == reqDeleteIKE:
 		e.stats.Deleted++
 		return e.removeLocked(sa, errDeleted)
-	case p.kind == reqRekey:
+	case p.kind == reqRekey || p.kind == reqNewChild:
 		after = sa.rekeyResponseLocked(p.rekey, inner)
 	case p.kind == reqRekeyIKE:
 		after = sa.ikeRekeyResponseLocked(p.ikeRekey, inner)
@@ -934,21 +1068,23 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	return after
 }
 
-// authPayload returns our AUTH payload: a signature when the peer
+// makeAuth returns our AUTH payload: a signature when the peer
 // configuration has a Signer, else the PSK MAC (section 2.15). firstMsg is
-// our first message, peerNonce the other side's nonce, skp our SK_p.
-func (sa *ikeSA) authPayload(peer *Peer, firstMsg, peerNonce, skp []byte, id *ID) (*Auth, error) {
+// our first message, peerNonce the other side's nonce, skp our SK_p,
+// hashes the peer's N(SIGNATURE_HASH_ALGORITHMS). It uses no IKE SA state,
+// so it runs off the lock (job.go).
+func makeAuth(prf PRF, hashes []uint16, peer *Peer, firstMsg, peerNonce, skp []byte, id *ID) (*Auth, error) {
 	if peer.Signer != nil {
-		return signAuth(peer.AuthMethod, peer.Signer, signedOctets(sa.prf, firstMsg, peerNonce, skp, idBody(id)), sa.hashes)
+		return signAuth(peer.AuthMethod, peer.Signer, signedOctets(prf, firstMsg, peerNonce, skp, idBody(id)), hashes)
 	}
-	return &Auth{Method: AuthPSK, Data: PSKAuth(sa.prf, peer.PSK, firstMsg, peerNonce, skp, idBody(id))}, nil
+	return &Auth{Method: AuthPSK, Data: PSKAuth(prf, peer.PSK, firstMsg, peerNonce, skp, idBody(id))}, nil
 }
 
 // checkAuth verifies the peer's AUTH: a signature by a certificate that
 // chains to RemoteCAs and names id when those are configured, else the
 // PSK MAC. firstMsg is the peer's first message, ourNonce ours, skp the
-// peer's SK_p.
-func (sa *ikeSA) checkAuth(peer *Peer, inner []Payload, auth *Auth, firstMsg, ourNonce, skp []byte, id *ID) error {
+// peer's SK_p. It uses no IKE SA state, so it runs off the lock.
+func checkAuth(prf PRF, peer *Peer, inner []Payload, auth *Auth, firstMsg, ourNonce, skp []byte, id *ID) error {
 	if len(peer.RemoteCAs) > 0 {
 		if auth.Method == AuthPSK {
 			return errors.New("ike: PSK AUTH where a certificate is required")
@@ -957,9 +1093,9 @@ func (sa *ikeSA) checkAuth(peer *Peer, inner []Payload, auth *Auth, firstMsg, ou
 		if err != nil {
 			return err
 		}
-		return verifyAuth(auth, pub, signedOctets(sa.prf, firstMsg, ourNonce, skp, idBody(id)))
+		return verifyAuth(auth, pub, signedOctets(prf, firstMsg, ourNonce, skp, idBody(id)))
 	}
-	want := PSKAuth(sa.prf, peer.PSK, firstMsg, ourNonce, skp, idBody(id))
+	want := PSKAuth(prf, peer.PSK, firstMsg, ourNonce, skp, idBody(id))
 	if auth.Method != AuthPSK || subtle.ConstantTimeCompare(want, auth.Data) != 1 {
 		return errors.New("ike: PSK AUTH does not verify")
 	}

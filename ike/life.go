@@ -19,6 +19,8 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"net/netip"
+	"sort"
 	"time"
 )
 
@@ -142,7 +144,7 @@ func reply(w chan result, c *ChildSA, err error) []func() {
 func (sa *ikeSA) startTimersLocked() {
 	e := sa.ep
 	now := e.cfg.clock.Now()
-	sa.lastHeard = now
+	sa.lastHeard, sa.established = now, now
 	if rekey, life, jitter := sa.peer.IKELifetime.times(); rekey > 0 {
 		sa.rekeyT = e.cfg.clock.AfterFunc(rekey-randDuration(jitter), func() { e.ikeRekeyDue(sa) })
 		sa.expireT = e.cfg.clock.AfterFunc(life, func() { e.ikeExpired(sa) })
@@ -161,7 +163,7 @@ func (sa *ikeSA) stopLifeTimersLocked() {
 
 // scheduleChildLocked starts the lifetime timers of a new Child SA.
 func (e *Endpoint) scheduleChildLocked(ent *childEntry) {
-	rekey, life, jitter := ent.sa.peer.ChildLifetime.times()
+	rekey, life, jitter := ent.sa.confOf(ent.c).life.times()
 	if rekey == 0 {
 		return
 	}
@@ -222,11 +224,12 @@ func (e *Endpoint) rekeyChildLocked(ent *childEntry, w chan result) []func() {
 			if e.children[ent.c.InSPI] != ent || ent.replaced || ent.deleting {
 				return gone(errors.New("ike: no such Child SA"))
 			}
-			if len(sa.children) >= maxChildren {
+			if len(sa.children) >= 2*e.cfg.MaxChildSAs {
 				return gone(errors.New("ike: too many Child SAs on the IKE SA"))
 			}
-			r := &rekeyState{old: ent.c, spi: e.newChildSPILocked(), ni: randomNonce(), tsi: ent.c.LocalTS, tsr: ent.c.RemoteTS, waiter: w}
-			if g := firstDH(sa.peer.ESP); g != 0 {
+			conf := sa.confOf(ent.c)
+			r := &rekeyState{old: ent.c, conf: conf, spi: e.newChildSPILocked(), ni: randomNonce(), tsi: ent.c.LocalTS, tsr: ent.c.RemoteTS, waiter: w}
+			if g := firstDH(conf.esp); g != 0 {
 				dh, err := NewDH(g)
 				if err != nil {
 					return gone(err)
@@ -395,3 +398,55 @@ func (e *Endpoint) restart(peer *Peer) {
 
 // maxRestartWait bounds the wait between two restart attempts.
 const maxRestartWait = 30 * time.Second
+
+// IKESAInfo describes one IKE SA for listings (sluice ike list).
+type IKESAInfo struct {
+	// Peer is the peer's configured name.
+	Peer string
+	// SPIi and SPIr are the IKE SA's SPIs; Initiator is true when we are
+	// its original initiator (for a rekeyed IKE SA: we requested the
+	// rekey).
+	SPIi, SPIr uint64
+	Initiator  bool
+	// Local and Remote are the addresses and ports IKE uses.
+	Local, Remote netip.AddrPort
+	// State is "connecting", "established", "rekeyed" (replaced by a
+	// rekey, waiting for its Delete) or "deleting".
+	State string
+	// Established is when it was established (zero while connecting).
+	Established time.Time
+	// Children are its Child SAs, oldest first (shared with what
+	// OnChildSA reported: do not modify them).
+	Children []*ChildSA
+}
+
+// IKESAs lists the Endpoint's IKE SAs, half-open ones aside.
+func (e *Endpoint) IKESAs() []IKESAInfo {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	var out []IKESAInfo
+	for _, sa := range e.sas {
+		if sa.state == stateHalfOpen {
+			continue
+		}
+		st := "connecting"
+		switch {
+		case sa.rekeyed:
+			st = "rekeyed"
+		case sa.state == stateDeleting:
+			st = "deleting"
+		case sa.state == stateEstablished:
+			st = "established"
+		}
+		out = append(out, IKESAInfo{Peer: sa.peer.Name, SPIi: sa.spii, SPIr: sa.spir, Initiator: sa.initiator,
+			Local: sa.local, Remote: sa.remote, State: st, Established: sa.established,
+			Children: append([]*ChildSA(nil), sa.children...)})
+	}
+	sort.Slice(out, func(i, j int) bool {
+		if out[i].Peer != out[j].Peer {
+			return out[i].Peer < out[j].Peer
+		}
+		return out[i].Established.Before(out[j].Established)
+	})
+	return out
+}

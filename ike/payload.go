@@ -33,6 +33,7 @@ const (
 	PayloadSK       PayloadType = 46
 	PayloadCP       PayloadType = 47
 	PayloadEAP      PayloadType = 48
+	PayloadSKF      PayloadType = 53 // Encrypted Fragment (RFC 7383 section 2.5)
 )
 
 var payloadNames = map[PayloadType]string{
@@ -40,7 +41,7 @@ var payloadNames = map[PayloadType]string{
 	PayloadCERT: "CERT", PayloadCERTREQ: "CERTREQ", PayloadAUTH: "AUTH",
 	PayloadNonce: "Nonce", PayloadNotify: "Notify", PayloadDelete: "Delete",
 	PayloadVendorID: "VendorID", PayloadTSi: "TSi", PayloadTSr: "TSr",
-	PayloadSK: "SK", PayloadCP: "CP", PayloadEAP: "EAP",
+	PayloadSK: "SK", PayloadCP: "CP", PayloadEAP: "EAP", PayloadSKF: "SKF",
 }
 
 func (t PayloadType) String() string {
@@ -581,6 +582,25 @@ type Encrypted struct {
 
 func (p *Encrypted) Type() PayloadType                   { return PayloadSK }
 func (p *Encrypted) appendBody(b []byte) ([]byte, error) { return append(b, p.Data...), nil }
+
+// EncryptedFragment is the Encrypted Fragment (SKF) payload of RFC 7383
+// section 2.5: one piece of an SK payload's plaintext, protected on its
+// own, always the last (and only) payload of its message. Number counts
+// from 1 to Total; Inner is the type of the first inner payload in
+// fragment 1 and 0 in the others; Data is as an Encrypted's: IV,
+// ciphertext (with padding and pad length) and ICV.
+type EncryptedFragment struct {
+	Inner         PayloadType
+	Number, Total uint16
+	Data          []byte
+}
+
+func (p *EncryptedFragment) Type() PayloadType { return PayloadSKF }
+func (p *EncryptedFragment) appendBody(b []byte) ([]byte, error) {
+	b = binary.BigEndian.AppendUint16(b, p.Number)
+	b = binary.BigEndian.AppendUint16(b, p.Total)
+	return append(b, p.Data...), nil
+}
 
 // Configuration payload types (section 3.15).
 const (

@@ -54,16 +54,27 @@ func (e *Endpoint) Rekey(ctx context.Context, child *ChildSA) (*ChildSA, error) 
 	}
 }
 
+// confOf returns the configuration of the child that c was made for.
+func (sa *ikeSA) confOf(c *ChildSA) childConf {
+	if cc, ok := sa.peer.childConf(c.Child); ok {
+		return cc
+	}
+	return sa.peer.childConfs()[0]
+}
+
 func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
-	esp := make([]Proposal, len(sa.peer.ESP))
-	for i, p := range sa.peer.ESP {
+	esp := make([]Proposal, len(r.conf.esp))
+	for i, p := range r.conf.esp {
 		p.SPI = binary.BigEndian.AppendUint32(nil, r.spi)
 		esp[i] = p
 	}
-	inner := []Payload{
-		&Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, r.old.InSPI), NType: RekeySA},
-		&SA{Proposals: esp}, &Nonce{Data: r.ni},
+	var inner []Payload
+	kind := reqNewChild
+	if r.old != nil {
+		inner = append(inner, &Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, r.old.InSPI), NType: RekeySA})
+		kind = reqRekey
 	}
+	inner = append(inner, &SA{Proposals: esp}, &Nonce{Data: r.ni})
 	if r.dh != nil {
 		inner = append(inner, &KE{Group: r.dh.Group(), Data: r.dh.Public()})
 	}
@@ -71,13 +82,17 @@ func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
 	if err := sa.requestOutLocked(CREATE_CHILD_SA, inner); err != nil {
 		return err
 	}
-	sa.pending.kind, sa.pending.rekey = reqRekey, r
+	sa.pending.kind, sa.pending.rekey = kind, r
 	return nil
 }
 
 // failRekeyLocked ends a rekey of ours that failed: its waiter learns
 // err, the SAs stay.
 func (sa *ikeSA) failRekeyLocked(r *rekeyState, err error) []func() {
+	if r.old == nil {
+		sa.ep.cfg.Log.Info("ike: additional Child SA failed", "peer", sa.peer.Name, "child", r.conf.name, "err", err)
+		return reply(r.waiter, nil, err)
+	}
 	sa.ep.cfg.Log.Info("ike: rekey failed", "peer", sa.peer.Name, "err", err)
 	if ent := sa.ep.children[r.old.InSPI]; ent != nil && ent.c == r.old {
 		ent.rekeying, ent.ours = false, nil
@@ -91,13 +106,7 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 	if n := findNotify(inner, InvalidKEPayload); n != nil && len(n.Data) == 2 && r.retries < 2 {
 		e.stats.InvalidKE++
 		g := binary.BigEndian.Uint16(n.Data)
-		offered := false
-		for _, p := range sa.peer.ESP {
-			for _, t := range p.Transforms {
-				offered = offered || (t.Type == TransformDH && t.ID == g)
-			}
-		}
-		if !offered || (r.dh != nil && r.dh.Group() == g) {
+		if !offersGroup(r.conf.esp, g) || (r.dh != nil && r.dh.Group() == g) {
 			return sa.failRekeyLocked(r, fmt.Errorf("ike: peer wants DH group %d for the Child SA, which we did not offer", g))
 		}
 		dh, err := NewDH(g)
@@ -122,6 +131,9 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 			// IKE SA); unless its own rekey replaced ours, try again
 			// a little later.
 			e.stats.TempFailures++
+			if r.old == nil {
+				break
+			}
 			ent := e.children[r.old.InSPI]
 			if ent != nil && ent.peer != nil {
 				ent.replaced = true // the peer's rekey made its successor
@@ -141,7 +153,7 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 	if !ok1 || !ok2 || !ok3 || !ok4 || len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 {
 		return sa.failRekeyLocked(r, errors.New("ike: CREATE_CHILD_SA response lacks SA, Nonce or TS"))
 	}
-	esp, err := checkChosen(sa.peer.ESP, sap.Proposals[0], false)
+	esp, err := checkChosen(r.conf.esp, sap.Proposals[0], false)
 	if err != nil {
 		return sa.failRekeyLocked(r, err)
 	}
@@ -164,12 +176,16 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 	if err != nil {
 		return sa.failRekeyLocked(r, err)
 	}
-	c := &ChildSA{Name: sa.peer.Name, Initiator: sa.initiator, Local: sa.local, Remote: sa.remote,
+	c := &ChildSA{Name: sa.peer.Name, Child: r.conf.name, Initiator: sa.initiator, Local: sa.local, Remote: sa.remote,
 		InSPI: r.spi, OutSPI: binary.BigEndian.Uint32(sap.Proposals[0].SPI),
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncR, InAuthKey: ck.IntegR, OutKey: ck.EncI, OutAuthKey: ck.IntegI,
 		LocalTS: tsi.Selectors, RemoteTS: tsr.Selectors, Encap: sa.encap,
 		IKESPIi: sa.spii, IKESPIr: sa.spir}
+	if r.old == nil {
+		e.stats.ChildSAAdded++
+		return append(sa.addChildLocked(c), reply(r.waiter, c, nil)...)
+	}
 	e.stats.ChildSARekeyed++
 	ent := e.children[r.old.InSPI]
 	if ent != nil && ent.c != r.old {
@@ -215,8 +231,9 @@ func (e *Endpoint) retryDelay() time.Duration {
 }
 
 // createChildRequestLocked answers the peer's CREATE_CHILD_SA: a rekey of
-// one of our Child SAs. New Child SAs without REKEY_SA are refused with
-// NO_ADDITIONAL_SAS, IKE SA rekeys with NO_PROPOSAL_CHOSEN.
+// one of our Child SAs (N(REKEY_SA)), an additional Child SA (section
+// 1.3.1; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs) or a rekey of the
+// IKE SA (ikerekey.go).
 func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func()) {
 	e := sa.ep
 	fail := func(n NotifyType, data []byte) ([]Payload, []func()) {
@@ -236,41 +253,83 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 		e.stats.TempFailures++
 		return fail(TemporaryFailure, nil) // section 2.25: the IKE SA is going
 	}
-	rk := findNotify(inner, RekeySA)
-	if rk == nil {
-		return fail(NoAdditionalSAs, nil)
-	}
+	ikeRekeying := sa.pending != nil && sa.pending.kind == reqRekeyIKE
 	var old *ChildSA
-	if len(rk.SPI) == 4 {
-		spi := binary.BigEndian.Uint32(rk.SPI)
-		for _, c := range sa.children {
-			if c.OutSPI == spi {
-				old = c
+	var ent *childEntry
+	if rk := findNotify(inner, RekeySA); rk != nil {
+		if len(rk.SPI) == 4 {
+			spi := binary.BigEndian.Uint32(rk.SPI)
+			for _, c := range sa.children {
+				if c.OutSPI == spi {
+					old = c
+				}
 			}
 		}
-	}
-	if old == nil {
-		return fail(ChildSANotFound, nil)
-	}
-	ent := e.children[old.InSPI]
-	if ent.deleting || ent.replaced || (sa.pending != nil && sa.pending.kind == reqRekeyIKE) {
-		// Section 2.25: we are deleting it, replaced it already, or
-		// are rekeying the IKE SA.
-		e.stats.TempFailures++
-		return fail(TemporaryFailure, nil)
-	}
-	if len(sa.children) >= maxChildren {
-		return fail(NoAdditionalSAs, nil)
+		if old == nil {
+			return fail(ChildSANotFound, nil)
+		}
+		ent = e.children[old.InSPI]
+		if ent.deleting || ent.replaced || ikeRekeying {
+			// Section 2.25: we are deleting it, replaced it already, or
+			// are rekeying the IKE SA.
+			e.stats.TempFailures++
+			return fail(TemporaryFailure, nil)
+		}
+		if len(sa.children) >= 2*e.cfg.MaxChildSAs {
+			return fail(NoAdditionalSAs, nil)
+		}
+	} else {
+		// An additional Child SA (section 1.3.1).
+		if ikeRekeying {
+			e.stats.TempFailures++
+			return fail(TemporaryFailure, nil)
+		}
+		if sa.liveChildrenLocked() >= e.cfg.MaxChildSAs {
+			e.stats.ChildSALimit++
+			return fail(NoAdditionalSAs, nil)
+		}
 	}
 	tsi, ok1 := find[*TS](inner, isInitiatorTS)
 	tsr, ok2 := find[*TS](inner, isResponderTS)
 	if !ok1 || !ok2 {
 		return fail(InvalidSyntax, nil)
 	}
-	esp, chosen, ok := selectProposal(sa.peer.ESP, sap.Proposals, false)
-	if !ok || len(chosen.SPI) != 4 {
+	// A rekey keeps its child's configuration; a new Child SA takes the
+	// first child whose proposals fit and whose selectors intersect the
+	// proposed ones. The peer is the requester here, so its TSi is its
+	// side.
+	confs := sa.peer.childConfs()
+	if old != nil {
+		confs = []childConf{sa.confOf(old)}
+	}
+	var (
+		conf       childConf
+		esp        Suite
+		chosen     *Proposal
+		nTSi, nTSr []Selector
+		found      bool
+		propFit    bool
+	)
+	for _, cc := range confs {
+		s, ch, ok := selectProposal(cc.esp, sap.Proposals, false)
+		if !ok || len(ch.SPI) != 4 {
+			continue
+		}
+		propFit = true
+		ti, tr := narrow(tsi.Selectors, selectors(cc.remoteTS)), narrow(tsr.Selectors, selectors(cc.localTS))
+		if len(ti) == 0 || len(tr) == 0 {
+			continue
+		}
+		conf, esp, chosen, nTSi, nTSr, found = cc, s, ch, ti, tr, true
+		break
+	}
+	if !propFit {
 		e.stats.NoProposalChosen++
 		return fail(NoProposalChosen, nil)
+	}
+	if !found {
+		e.stats.TSUnacceptable++
+		return fail(TSUnacceptable, nil)
 	}
 	var ke *KE
 	var dh DH
@@ -290,13 +349,6 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 			return fail(InvalidSyntax, nil)
 		}
 	}
-	// The peer is the requester here, so its TSi is its side.
-	nTSi := narrow(tsi.Selectors, selectors(sa.peer.RemoteTS))
-	nTSr := narrow(tsr.Selectors, selectors(sa.peer.LocalTS))
-	if len(nTSi) == 0 || len(nTSr) == 0 {
-		e.stats.TSUnacceptable++
-		return fail(TSUnacceptable, nil)
-	}
 	nr := randomNonce()
 	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, gir, ni.Data, nr)
 	clear(gir)
@@ -312,12 +364,17 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 		resp = append(resp, &KE{Group: dh.Group(), Data: dh.Public()})
 	}
 	resp = append(resp, &TS{Selectors: nTSi}, &TS{Responder: true, Selectors: nTSr})
-	c := &ChildSA{Name: sa.peer.Name, Initiator: sa.initiator, Local: sa.local, Remote: sa.remote,
+	c := &ChildSA{Name: sa.peer.Name, Child: conf.name, Initiator: sa.initiator, Local: sa.local, Remote: sa.remote,
 		InSPI: inSPI, OutSPI: binary.BigEndian.Uint32(chosen.SPI),
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,
 		LocalTS: nTSr, RemoteTS: nTSi, Encap: sa.encap,
 		IKESPIi: sa.spii, IKESPIr: sa.spir}
+	if old == nil {
+		e.stats.ChildSAAdded++
+		e.cfg.Log.Info("ike: additional Child SA made by the peer", "peer", sa.peer.Name, "child", conf.name)
+		return resp, sa.addChildLocked(c)
+	}
 	e.stats.ChildSARekeyed++
 	if ent.ours != nil {
 		// Our rekey of the same SA is outstanding (section 2.8.1): the
@@ -327,4 +384,99 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 		ent.replaced = true // a queued rekey of ours is moot
 	}
 	return resp, sa.addChildLocked(c)
+}
+
+// liveChildrenLocked counts sa's Child SAs that no rekey or delete of
+// ours is replacing.
+func (sa *ikeSA) liveChildrenLocked() int {
+	n := 0
+	for _, c := range sa.children {
+		if ent := sa.ep.children[c.InSPI]; ent == nil || (!ent.replaced && !ent.deleting) {
+			n++
+		}
+	}
+	return n
+}
+
+// InitiateChild negotiates an additional Child SA (RFC 7296 section
+// 1.3.1) for the child named child of the configured peer named peer
+// (one of Peer.Children, or Peer.ChildName for another SA with the
+// selectors of IKE_AUTH's), on the established IKE SA with that peer; if
+// there is none, it initiates one first (Initiate). A DH group in the
+// child's ESP proposals asks for PFS. It returns the new Child SA, also
+// reported through OnChildSA, or an error: the peer refused
+// (NO_ADDITIONAL_SAS, TS_UNACCEPTABLE, ...), the IKE SA carries
+// Config.MaxChildSAs already, or ctx ended. When another request of the
+// IKE SA is outstanding, it waits for it.
+func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*ChildSA, error) {
+	var p *Peer
+	for _, x := range e.cfg.Peers {
+		if x.Name == peer {
+			p = x
+		}
+	}
+	if p == nil {
+		return nil, fmt.Errorf("ike: no peer named %q", peer)
+	}
+	conf, ok := p.childConf(child)
+	if !ok {
+		return nil, fmt.Errorf("ike: peer %q has no child named %q", peer, child)
+	}
+	e.mu.Lock()
+	sa := e.establishedLocked(p)
+	e.mu.Unlock()
+	if sa == nil {
+		if _, err := e.Initiate(ctx, peer); err != nil {
+			return nil, err
+		}
+	}
+	w := make(chan result, 1)
+	e.mu.Lock()
+	if sa = e.establishedLocked(p); sa == nil || e.closed {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("ike: no established IKE SA with peer %q", peer)
+	}
+	after := sa.enqueueLocked(op{
+		run: func(sa *ikeSA) []func() {
+			if sa.liveChildrenLocked() >= e.cfg.MaxChildSAs {
+				e.stats.ChildSALimit++
+				return reply(w, nil, errors.New("ike: the IKE SA carries MaxChildSAs Child SAs already"))
+			}
+			r := &rekeyState{conf: conf, spi: e.newChildSPILocked(), ni: randomNonce(),
+				tsi: selectors(conf.localTS), tsr: selectors(conf.remoteTS), waiter: w}
+			if g := firstDH(conf.esp); g != 0 {
+				dh, err := NewDH(g)
+				if err != nil {
+					return reply(w, nil, err)
+				}
+				r.dh = dh
+			}
+			if err := sa.sendRekeyLocked(r); err != nil {
+				return reply(w, nil, err)
+			}
+			return nil
+		},
+		fail: func(err error) []func() { return reply(w, nil, err) },
+	})
+	e.mu.Unlock()
+	run(after)
+	select {
+	case r := <-w:
+		return r.child, r.err
+	case <-ctx.Done():
+		return nil, fmt.Errorf("ike: initiating child %q of %s: %w", child, peer, ctx.Err())
+	}
+}
+
+// establishedLocked returns the newest established IKE SA with peer p
+// that no rekey replaced, or nil.
+func (e *Endpoint) establishedLocked(p *Peer) *ikeSA {
+	var best *ikeSA
+	for _, sa := range e.sas {
+		if sa.peer == p && sa.state == stateEstablished && !sa.rekeyed && !sa.removed &&
+			(best == nil || sa.established.After(best.established)) {
+			best = sa
+		}
+	}
+	return best
 }

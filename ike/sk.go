@@ -105,18 +105,31 @@ func (c *skCrypto) seal(h Header, clear, inner []Payload) ([]byte, error) {
 	if len(inner) > 0 {
 		first = inner[0].Type()
 	}
+	return c.sealPlain(h, clear, first, plain, 0, 0)
+}
+
+// sealPlain protects plain (an encoded payload chain whose first payload
+// is of type first) in an SK payload, or with total > 0 in the SKF
+// payload of fragment number of total (RFC 7383 section 2.5), whose
+// header the ICV covers as well.
+func (c *skCrypto) sealPlain(h Header, clear []Payload, first PayloadType, plain []byte, number, total uint16) ([]byte, error) {
 	// Padding: to the block size, with the pad length byte last.
 	pad := 0
 	if c.blkSize > 1 {
 		pad = (c.blkSize - (len(plain)+1)%c.blkSize) % c.blkSize
 	}
 	ptLen := len(plain) + pad + 1
-	m := &Message{Header: h, Payloads: append(append([]Payload(nil), clear...), &Encrypted{Inner: first, Data: make([]byte, c.ivLen+ptLen+c.icvLen)})}
+	body := make([]byte, c.ivLen+ptLen+c.icvLen)
+	var sk Payload = &Encrypted{Inner: first, Data: body}
+	if total > 0 {
+		sk = &EncryptedFragment{Inner: first, Number: number, Total: total, Data: body}
+	}
+	m := &Message{Header: h, Payloads: append(append([]Payload(nil), clear...), sk)}
 	b, err := m.Encode()
 	if err != nil {
 		return nil, err
 	}
-	skBody := len(b) - (c.ivLen + ptLen + c.icvLen)
+	skBody := len(b) - len(body)
 	iv := b[skBody : skBody+c.ivLen]
 	if _, err := rand.Read(iv); err != nil {
 		return nil, fmt.Errorf("ike: %w", err)
@@ -142,6 +155,59 @@ func (c *skCrypto) seal(h Header, clear, inner []Payload) ([]byte, error) {
 	return b, nil
 }
 
+// fragmentRoom returns how many plaintext bytes one fragment of a message
+// at most max bytes long carries: max less the IKE header, the SKF
+// payload's header and fields, IV, ICV and the pad length octet, cut to
+// the cipher's block size.
+func (c *skCrypto) fragmentRoom(max int) int {
+	room := max - HeaderLen - genericLen - 4 - c.ivLen - c.icvLen
+	if c.blkSize > 1 {
+		room -= room % c.blkSize
+	}
+	return room - 1
+}
+
+// sealFragments returns the message with header h and the payloads inner
+// in an SK payload, or, when that would be longer than max (max > 0),
+// in SKF fragments of at most max bytes each (RFC 7383 section 2.5), each
+// protected on its own and all with h's message ID.
+func (c *skCrypto) sealFragments(h Header, inner []Payload, max int) ([][]byte, error) {
+	plain, err := appendPayloads(nil, inner)
+	if err != nil {
+		return nil, err
+	}
+	first := NoNextPayload
+	if len(inner) > 0 {
+		first = inner[0].Type()
+	}
+	room := c.fragmentRoom(max)
+	if max <= 0 || HeaderLen+genericLen+c.ivLen+len(plain)+c.blkSize+c.icvLen <= max {
+		b, err := c.sealPlain(h, nil, first, plain, 0, 0)
+		return [][]byte{b}, err
+	}
+	if room < 1 {
+		return nil, fmt.Errorf("ike: fragment size %d leaves no room for data", max)
+	}
+	n := (len(plain) + room - 1) / room
+	if n > maxFragments {
+		return nil, fmt.Errorf("ike: a message of %d bytes needs %d fragments of %d", len(plain), n, max)
+	}
+	out := make([][]byte, 0, n)
+	for i := 0; i < n; i++ {
+		chunk := plain[i*room : min((i+1)*room, len(plain))]
+		inType := NoNextPayload
+		if i == 0 {
+			inType = first
+		}
+		b, err := c.sealPlain(h, nil, inType, chunk, uint16(i+1), uint16(n))
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, b)
+	}
+	return out, nil
+}
+
 // open checks and decrypts the SK payload of raw (whose decoded form is
 // m, with the *Encrypted last) and returns the inner payloads. It fails
 // without detail on any integrity failure.
@@ -153,13 +219,30 @@ func (c *skCrypto) open(raw []byte, m *Message) ([]Payload, error) {
 	if !ok {
 		return nil, errors.New("ike: no SK payload")
 	}
-	raw = raw[:m.Header.Length]
-	skBody := len(raw) - len(e.Data)
-	if len(e.Data) < c.ivLen+c.icvLen+1 || skBody < HeaderLen+genericLen {
-		return nil, fmt.Errorf("ike: SK payload of %d bytes", len(e.Data))
+	pt, err := c.openData(raw, m, e.Data)
+	if err != nil {
+		return nil, err
 	}
-	iv := e.Data[:c.ivLen]
-	body := e.Data[c.ivLen:]
+	return parsePayloads(e.Inner, pt, false)
+}
+
+// openFragment checks and decrypts the SKF payload f of raw (decoded as
+// m) and returns its piece of the plaintext (RFC 7383 section 2.5).
+func (c *skCrypto) openFragment(raw []byte, m *Message, f *EncryptedFragment) ([]byte, error) {
+	return c.openData(raw, m, f.Data)
+}
+
+// openData checks and decrypts data, the body of the SK or SKF payload
+// that ends raw after IV (raw's length is m's header's), and returns
+// the plaintext without its padding.
+func (c *skCrypto) openData(raw []byte, m *Message, data []byte) ([]byte, error) {
+	raw = raw[:m.Header.Length]
+	skBody := len(raw) - len(data)
+	if len(data) < c.ivLen+c.icvLen+1 || skBody < HeaderLen+genericLen {
+		return nil, fmt.Errorf("ike: SK payload of %d bytes", len(data))
+	}
+	iv := data[:c.ivLen]
+	body := data[c.ivLen:]
 	var pt []byte
 	if c.aead != nil {
 		nonce := append(append(make([]byte, 0, 12), c.salt...), iv...)
@@ -188,5 +271,5 @@ func (c *skCrypto) open(raw []byte, m *Message) ([]Payload, error) {
 	if padLen+1 > len(pt) {
 		return nil, fmt.Errorf("ike: SK pad length %d in %d bytes", padLen, len(pt))
 	}
-	return parsePayloads(e.Inner, pt[:len(pt)-1-padLen], false)
+	return pt[:len(pt)-1-padLen], nil
 }

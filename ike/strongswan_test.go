@@ -24,8 +24,10 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/rsa"
+	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
 	"fmt"
@@ -164,6 +166,15 @@ func newTestCreds(t *testing.T, dir string, a *certAuth) *testCreds {
 		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: email},
 			EmailAddresses: []string{email}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
 			KeyUsage: x509.KeyUsageDigitalSignature}
+		if a.pad > 0 {
+			// A private, non-critical extension: an OCTET STRING of
+			// padding that both sides skip.
+			v, err := asn1.Marshal(make([]byte, a.pad))
+			if err != nil {
+				t.Fatal(err)
+			}
+			tmpl.ExtraExtensions = []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 32473, 1}, Value: v}}
+		}
 		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
 		if err != nil {
 			t.Fatal(err)
@@ -223,9 +234,43 @@ type charon struct {
 type certAuth struct {
 	sluiceKey, charonKey string
 	method               ike.AuthMethod
+	// pad, if set, pads each end-entity certificate with an extension of
+	// that many bytes (IKE fragmentation).
+	pad int
 }
 
-func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert *certAuth) {
+// bed is one interop test bed: charon in namespace "ss", sluice's
+// Endpoint in "sl", and what the Endpoint reported.
+type bed struct {
+	ctx                  context.Context
+	l                    *lab.Lab
+	c                    *charon
+	swconf               string
+	ep                   *ike.Endpoint
+	mu                   sync.Mutex
+	established, deleted []*ike.ChildSA
+	dead                 []string
+}
+
+func (b *bed) counts() (est, del int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.established), len(b.deleted)
+}
+
+// newBed builds the namespaces, starts charon with the connection
+// (PSK, or certificates with cert) and sluice's Endpoint; tweak, if set,
+// adjusts sluice's peer and configuration first.
+func newBed(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(*ike.Peer, *ike.Config)) *bed {
+	t.Helper()
+	return newBedVars(t, ikeProps, espProps, cert, tweak, nil)
+}
+
+// newBedVars is newBed with more variables for charon's swanctl.conf and
+// strongswan.conf templates (LocalTS2 and RemoteTS2: a second child;
+// FragSize: charon's fragment_size).
+func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(*ike.Peer, *ike.Config), extra map[string]string) *bed {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
 	l := lab.New(nil)
@@ -273,12 +318,19 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 			}
 		}
 	})
-	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, map[string]string{"Vici": c.vici, "Log": c.log})
+	confVars := map[string]string{"Vici": c.vici, "Log": c.log}
+	for k, v := range extra {
+		confVars[k] = v
+	}
+	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, confVars)
 	swconf := filepath.Join(dir, "swanctl.conf")
 	vars := map[string]string{
 		"Local": ssWAN.Addr().String(), "Remote": slWAN.Addr().String(),
 		"LocalID": ssIDStr, "RemoteID": slIDStr, "LocalTS": ssSite.String(), "RemoteTS": slSite.String(),
 		"IKE": ikeProps, "ESP": espProps, "PSK": pskHex,
+	}
+	for k, v := range extra {
+		vars[k] = v
 	}
 	tmpl := "testdata/strongswan/swanctl.conf.tmpl"
 	var creds *testCreds
@@ -289,11 +341,7 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 	}
 	render(t, tmpl, swconf, vars)
 	c.start(t, ctx, l)
-	if out, err := c.swanctl(ctx, "--load-all", "--file", swconf); err != nil {
-		t.Fatal(err)
-	} else if !strings.Contains(out, "successfully loaded 1 connections") {
-		t.Fatalf("swanctl --load-all: %s", out)
-	}
+	c.load(t, ctx, swconf)
 
 	// 2. sluice's endpoint in "sl".
 	var conns []*net.UDPConn
@@ -324,18 +372,60 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 		peer.PSK = nil
 		peer.Signer, peer.Certificates, peer.RemoteCAs, peer.AuthMethod = creds.signer, []*x509.Certificate{creds.sluiceCert}, []*x509.Certificate{creds.ca}, cert.method
 	}
-	var mu sync.Mutex
-	var established, deleted []*ike.ChildSA
-	ep, err := ike.NewEndpoint(ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
-		OnChildSA: func(c *ike.ChildSA) { mu.Lock(); established = append(established, c); mu.Unlock() },
-		OnDelete:  func(c *ike.ChildSA) { mu.Lock(); deleted = append(deleted, c); mu.Unlock() },
-	}, tr)
-	if err != nil {
+	b := &bed{ctx: ctx, l: l, c: c, swconf: swconf}
+	cfg := ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
+		OnChildSA:  func(c *ike.ChildSA) { b.mu.Lock(); b.established = append(b.established, c); b.mu.Unlock() },
+		OnDelete:   func(c *ike.ChildSA) { b.mu.Lock(); b.deleted = append(b.deleted, c); b.mu.Unlock() },
+		OnPeerDead: func(name string, _ error) { b.mu.Lock(); b.dead = append(b.dead, name); b.mu.Unlock() },
+	}
+	if tweak != nil {
+		tweak(peer, &cfg)
+	}
+	if b.ep, err = ike.NewEndpoint(cfg, tr); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { ep.Close() })
-	tr.Serve(ep)
+	t.Cleanup(func() { b.ep.Close() })
+	if os.Getenv("IKE_WRITE_SEEDS") == "1" {
+		ike.SetTap(b.ep, writeSeed(t))
+	}
+	tr.Serve(b.ep)
+	return b
+}
 
+// writeSeed returns a tap that writes each IKE message charon sends to
+// testdata/fuzz/FuzzParseMessage (IKE_WRITE_SEEDS=1), named by exchange
+// and content, so that the fuzz target starts from real exchanges.
+func writeSeed(t *testing.T) func([]byte) {
+	dir := filepath.Join("testdata", "fuzz", "FuzzParseMessage")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return func(pkt []byte) {
+		if len(pkt) >= 4 && bytes.Equal(pkt[:4], []byte{0, 0, 0, 0}) {
+			pkt = pkt[4:]
+		}
+		h, err := ike.ParseHeader(pkt)
+		if err != nil {
+			return
+		}
+		sum := sha256.Sum256(pkt)
+		dir := "req"
+		if h.IsResponse() {
+			dir = "resp"
+		}
+		name := fmt.Sprintf("strongswan-%s-%s-%x", strings.ToLower(h.Exchange.String()), dir, sum[:6])
+		data := fmt.Sprintf("go test fuzz v1\n[]byte(%q)\n", pkt)
+		if err := os.WriteFile(filepath.Join("testdata", "fuzz", "FuzzParseMessage", name), []byte(data), 0o644); err != nil {
+			t.Error(err)
+		}
+	}
+}
+
+func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert *certAuth) {
+	b := newBed(t, ikeProps, espProps, cert, nil)
+	ctx, c, ep := b.ctx, b.c, b.ep
+	var err error
+	mu := &b.mu
 	// 3. The negotiation.
 	start := time.Now()
 	var child *ike.ChildSA
@@ -353,8 +443,8 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 		err := lab.WaitFor(ctx, "sluice's Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
 			mu.Lock()
 			defer mu.Unlock()
-			if len(established) > 0 {
-				child = established[0]
+			if len(b.established) > 0 {
+				child = b.established[0]
 				return true, nil
 			}
 			return false, nil
@@ -412,8 +502,8 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 			err := lab.WaitFor(ctx, "sluice to replace the Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
 				mu.Lock()
 				defer mu.Unlock()
-				if len(established) == 2 && len(deleted) == 1 {
-					fresh = established[1]
+				if len(b.established) == 2 && len(b.deleted) == 1 {
+					fresh = b.established[1]
 					return true, nil
 				}
 				return false, nil
@@ -464,7 +554,7 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 			mu.Lock()
 			defer mu.Unlock()
 			// The rekey already deleted one Child SA.
-			return len(deleted) == 2 || (cert != nil && len(deleted) == 1), nil
+			return len(b.deleted) == 2 || (cert != nil && len(b.deleted) == 1), nil
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -519,6 +609,16 @@ func (c *charon) start(t *testing.T, ctx context.Context, l *lab.Lab) {
 	})
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// load loads the swanctl configuration swconf into charon.
+func (c *charon) load(t *testing.T, ctx context.Context, swconf string) {
+	t.Helper()
+	if out, err := c.swanctl(ctx, "--load-all", "--file", swconf); err != nil {
+		t.Fatal(err)
+	} else if !strings.Contains(out, "successfully loaded 1 connections") {
+		t.Fatalf("swanctl --load-all: %s", out)
 	}
 }
 
@@ -676,4 +776,265 @@ func readCharonKeys(path string) ([]*charonKeys, error) {
 		return nil, fmt.Errorf("no Child SA with keys yet (is chd = 4 set in the filelog?)")
 	}
 	return all, nil
+}
+
+// waitChild waits until sluice has reported n Child SAs and returns the
+// last.
+func (b *bed) waitChild(t *testing.T, n int, what string) *ike.ChildSA {
+	t.Helper()
+	var c *ike.ChildSA
+	err := lab.WaitFor(b.ctx, what, 30*time.Second, 10*time.Millisecond, func() (bool, error) {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if len(b.established) >= n {
+			c = b.established[n-1]
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
+	}
+	return c
+}
+
+// oneIKESA returns sluice's one established IKE SA.
+func (b *bed) oneIKESA(t *testing.T) ike.IKESAInfo {
+	t.Helper()
+	var got ike.IKESAInfo
+	err := lab.WaitFor(b.ctx, "sluice to hold one established IKE SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
+		l := b.ep.IKESAs()
+		if len(l) == 1 && l[0].State == "established" {
+			got = l[0]
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil {
+		t.Fatalf("%v: %+v", err, b.ep.IKESAs())
+	}
+	return got
+}
+
+// charonHasIKESA waits until charon lists an IKE SA with the SPIs of sa
+// and no other.
+func (b *bed) charonHasIKESA(t *testing.T, sa ike.IKESAInfo) {
+	t.Helper()
+	spis := fmt.Sprintf("%016x", sa.SPIi)
+	err := lab.WaitFor(b.ctx, "charon to list IKE SA "+spis, 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+		out, err := b.c.swanctl(b.ctx, "--list-sas")
+		return err == nil && strings.Contains(out, spis) && strings.Count(out, "interop: #") == 1, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestStrongSwanIKERekey rekeys the IKE SA (section 2.18), by sluice and
+// by charon (swanctl --rekey --ike): both must end with the one new IKE
+// SA, and the Child SA, now on it, must still rekey with matching keys.
+func TestStrongSwanIKERekey(t *testing.T) {
+	for _, by := range []string{"sluice", "charon"} {
+		t.Run("by-"+by, func(t *testing.T) {
+			requireStrongSwan(t)
+			b := newBed(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, nil)
+			child, err := b.ep.Initiate(b.ctx, "strongswan")
+			if err != nil {
+				t.Fatal(err)
+			}
+			before := b.oneIKESA(t)
+			b.charonHasIKESA(t, before)
+			if by == "sluice" {
+				rctx, cancel := context.WithTimeout(b.ctx, 15*time.Second)
+				err = b.ep.RekeyIKE(rctx, child)
+				cancel()
+				if err != nil {
+					t.Fatal(err)
+				}
+			} else if out, err := b.c.swanctl(b.ctx, "--rekey", "--ike", "interop"); err != nil {
+				t.Fatalf("%v\n%s", err, out)
+			}
+			err = lab.WaitFor(b.ctx, "the IKE SA to be replaced", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
+				l := b.ep.IKESAs()
+				return len(l) == 1 && l[0].SPIi != before.SPIi && l[0].State == "established", nil
+			})
+			if err != nil {
+				t.Fatalf("%v: %+v", err, b.ep.IKESAs())
+			}
+			after := b.oneIKESA(t)
+			if after.Initiator != (by == "sluice") || len(after.Children) != 1 || after.Children[0] != child {
+				t.Fatalf("new IKE SA %+v", after)
+			}
+			b.charonHasIKESA(t, after)
+			// The Child SA rekeys on the new IKE SA with keys from its SK_d.
+			fresh, err := b.ep.Rekey(b.ctx, child)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkKeys(t, fresh, charonChild(t, b.ctx, b.c.log, fresh), true, "aes128gcm16")
+			if err := b.ep.Delete(b.ctx, fresh); err != nil {
+				t.Fatal(err)
+			}
+			err = lab.WaitFor(b.ctx, "charon to forget the IKE SA", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+				out, err := b.c.swanctl(b.ctx, "--list-sas")
+				return err == nil && !strings.Contains(out, "interop:"), err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := b.ep.Stats()
+			t.Logf("sluice stats: %+v", s)
+			if s.IKESARekeyed != 1 || s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow != 0 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// TestStrongSwanRestart kills charon (SIGKILL) under an established IKE
+// SA and starts it again: sluice's liveness checks (dpd_delay) find the
+// peer dead, delete its Child SA, and DPDAction restart negotiates a new
+// one with the new charon.
+func TestStrongSwanRestart(t *testing.T) {
+	requireStrongSwan(t)
+	b := newBed(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, func(p *ike.Peer, c *ike.Config) {
+		p.DPDDelay = time.Second
+		p.DPDAction = ike.ActionRestart
+		c.RetransmitTimeout = 300 * time.Millisecond
+		c.RetransmitTries = 2
+	})
+	first, err := b.ep.Initiate(b.ctx, "strongswan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkKeys(t, first, charonChild(t, b.ctx, b.c.log, first), true, "aes128gcm16")
+	b.c.proc.Kill()
+	killed := time.Now()
+	err = lab.WaitFor(b.ctx, "sluice to find charon dead", 15*time.Second, 10*time.Millisecond, func() (bool, error) {
+		_, del := b.counts()
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		return del == 1 && len(b.dead) == 1, nil
+	})
+	if err != nil {
+		t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
+	}
+	t.Logf("charon found dead %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
+	b.c.start(t, b.ctx, b.l)
+	b.c.load(t, b.ctx, b.swconf)
+	second := b.waitChild(t, 2, "sluice to re-establish with the new charon")
+	t.Logf("re-established %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
+	checkKeys(t, second, charonChild(t, b.ctx, b.c.log, second), true, "aes128gcm16")
+	b.charonHasIKESA(t, b.oneIKESA(t))
+	s := b.ep.Stats()
+	t.Logf("sluice stats: %+v", s)
+	if s.PeersDead != 1 || s.Restarts < 1 || s.LivenessChecks < 1 || s.IKESAEstablished != 2 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestStrongSwanChildren: a connection with two children of different
+// traffic selectors, the second made on the IKE SA with CREATE_CHILD_SA
+// (section 1.3.1), by sluice (InitiateChild) and by charon (swanctl
+// --initiate --child net2); both Child SAs are up on both sides with
+// matching keys and selectors.
+func TestStrongSwanChildren(t *testing.T) {
+	ss2, sl2 := netip.MustParsePrefix("10.1.1.0/24"), netip.MustParsePrefix("10.2.1.0/24")
+	for _, by := range []string{"sluice", "charon"} {
+		t.Run("by-"+by, func(t *testing.T) {
+			requireStrongSwan(t)
+			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, func(p *ike.Peer, _ *ike.Config) {
+				p.ChildName = "net"
+				p.Children = []ike.Child{{Name: "net2", LocalTS: []netip.Prefix{sl2}, RemoteTS: []netip.Prefix{ss2}}}
+			}, map[string]string{"LocalTS2": ss2.String(), "RemoteTS2": sl2.String()})
+			// charon needs an address in each local selector.
+			if err := b.c.ns.AddAddr("lo", netip.PrefixFrom(ss2.Addr().Next(), 32)); err != nil {
+				t.Fatal(err)
+			}
+			first, err := b.ep.Initiate(b.ctx, "strongswan")
+			if err != nil {
+				t.Fatal(err)
+			}
+			checkKeys(t, first, charonChild(t, b.ctx, b.c.log, first), true, "aes128gcm16")
+			var second *ike.ChildSA
+			if by == "sluice" {
+				if second, err = b.ep.InitiateChild(b.ctx, "strongswan", "net2"); err != nil {
+					t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
+				}
+			} else {
+				if out, err := b.c.swanctl(b.ctx, "--initiate", "--child", "net2", "--timeout", "20"); err != nil {
+					t.Fatalf("charon initiating net2: %v\n%s (sluice stats %+v)", err, out, b.ep.Stats())
+				}
+				second = b.waitChild(t, 2, "sluice to report net2")
+			}
+			if second.Child != "net2" || len(second.LocalTS) != 1 || len(second.RemoteTS) != 1 {
+				t.Fatalf("second Child SA %+v", second)
+			}
+			if p, _ := second.LocalTS[0].Prefix(); p != sl2 {
+				t.Errorf("local TS %v, want %v", second.LocalTS, sl2)
+			}
+			if p, _ := second.RemoteTS[0].Prefix(); p != ss2 {
+				t.Errorf("remote TS %v, want %v", second.RemoteTS, ss2)
+			}
+			// Keys of a CREATE_CHILD_SA: "initiator" is whoever requested it.
+			checkKeys(t, second, charonChild(t, b.ctx, b.c.log, second), by == "sluice", "aes128gcm16")
+			sa := b.oneIKESA(t)
+			if len(sa.Children) != 2 {
+				t.Fatalf("sluice's IKE SA carries %d Child SAs", len(sa.Children))
+			}
+			err = lab.WaitFor(b.ctx, "charon to list both children", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+				out, err := b.c.swanctl(b.ctx, "--list-sas")
+				return err == nil && strings.Contains(out, "net: #") && strings.Contains(out, "net2: #") &&
+					strings.Contains(out, fmt.Sprintf("%08x", second.InSPI)) && strings.Count(out, "interop: #") == 1, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			s := b.ep.Stats()
+			t.Logf("sluice stats: %+v", s)
+			if s.ChildSAAdded != 1 || s.IKESAEstablished != 1 || s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow != 0 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// TestStrongSwanFragmentation authenticates with certificates padded to
+// about 3 kB, so that IKE_AUTH does not fit sluice's default fragment
+// size (1232) nor charon's fragment_size (600): both send IKE_AUTH in
+// fragments (RFC 7383), both reassemble, and the negotiation completes
+// with matching keys, sluice initiating and responding.
+func TestStrongSwanFragmentation(t *testing.T) {
+	for _, role := range []string{"initiator", "responder"} {
+		t.Run("sluice-"+role, func(t *testing.T) {
+			requireStrongSwan(t)
+			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &certAuth{sluiceKey: "rsa", charonKey: "p384", pad: 3000}, nil,
+				map[string]string{"FragSize": "600"})
+			var child *ike.ChildSA
+			if role == "initiator" {
+				var err error
+				if child, err = b.ep.Initiate(b.ctx, "strongswan"); err != nil {
+					t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
+				}
+			} else {
+				if out, err := b.c.swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
+					t.Fatalf("charon initiating: %v\n%s (sluice stats %+v)", err, out, b.ep.Stats())
+				}
+				child = b.waitChild(t, 1, "sluice's Child SA")
+			}
+			checkKeys(t, child, charonChild(t, b.ctx, b.c.log, child), role == "initiator", "aes128gcm16")
+			data, err := os.ReadFile(b.c.log)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !strings.Contains(string(data), "reassembled fragmented IKE message") {
+				t.Error("charon logged no reassembled fragmented IKE message")
+			}
+			s := b.ep.Stats()
+			t.Logf("sluice stats: %+v", s)
+			if s.TxFragments < 2 || s.RxFragments < 2 || s.RxReassembled != 1 || s.RxIntegrityFailed+s.RxMalformed+s.RxFragInvalid+s.RxFragDuplicate != 0 {
+				t.Errorf("IKE_AUTH did not go in fragments both ways: %+v", s)
+			}
+		})
+	}
 }

@@ -167,15 +167,28 @@ func parsePayloads(first PayloadType, b []byte, outer bool) ([]Payload, error) {
 		typ, critical, body := next, b[1]&0x80 != 0, b[genericLen:n]
 		next = PayloadType(b[0])
 		b = b[n:]
-		if typ == PayloadSK {
+		if typ == PayloadSK || typ == PayloadSKF {
 			if !outer {
-				return nil, errors.New("ike: SK payload inside an SK payload")
+				return nil, fmt.Errorf("ike: %v payload inside an SK payload", typ)
 			}
 			if len(b) != 0 {
-				return nil, errors.New("ike: SK payload is not the last payload")
+				return nil, fmt.Errorf("ike: %v payload is not the last payload", typ)
 			}
-			ps = append(ps, &Encrypted{Inner: next, Data: body})
-			return ps, nil
+			if typ == PayloadSK {
+				return append(ps, &Encrypted{Inner: next, Data: body}), nil
+			}
+			// RFC 7383 section 2.5: Fragment Number and Total
+			// Fragments, then what an SK payload carries; 1 <= number
+			// <= total.
+			if len(body) < 4 {
+				return nil, fmt.Errorf("ike: SKF payload of %d bytes", len(body))
+			}
+			f := &EncryptedFragment{Inner: next, Number: binary.BigEndian.Uint16(body[0:2]),
+				Total: binary.BigEndian.Uint16(body[2:4]), Data: body[4:]}
+			if f.Number == 0 || f.Number > f.Total {
+				return nil, fmt.Errorf("ike: SKF fragment %d of %d", f.Number, f.Total)
+			}
+			return append(ps, f), nil
 		}
 		p, err := decodePayload(typ, critical, body)
 		if err != nil {
@@ -203,6 +216,12 @@ func appendPayloads(b []byte, ps []Payload) ([]byte, error) {
 				return nil, errors.New("ike: SK payload must be last")
 			}
 			next = e.Inner
+		}
+		if f, ok := p.(*EncryptedFragment); ok {
+			if i+1 != len(ps) {
+				return nil, errors.New("ike: SKF payload must be last")
+			}
+			next = f.Inner
 		}
 		start := len(b)
 		b = append(b, byte(next), 0, 0, 0)

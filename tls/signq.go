@@ -20,8 +20,6 @@ package tls
 import (
 	"context"
 	"crypto"
-	"crypto/ed25519"
-	"crypto/rsa"
 	"errors"
 	"fmt"
 	"io"
@@ -294,28 +292,9 @@ func (s *handshakeSigner) Public() crypto.PublicKey { return s.k.pub }
 // Sign implements crypto.Signer; rand is ignored (the engine draws its
 // own randomness).
 func (s *handshakeSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
-	var hash crypto.Hash
-	if opts != nil {
-		hash = opts.HashFunc()
-	}
-	alg := s.k.key.Alg()
-	pss := false
-	switch o := opts.(type) {
-	case *rsa.PSSOptions:
-		if alg.RSABits() == 0 {
-			return nil, fmt.Errorf("%w: PSS options for a %v key", errSign, alg)
-		}
-		if o.SaltLength != rsa.PSSSaltLengthEqualsHash && o.SaltLength != rsa.PSSSaltLengthAuto && o.SaltLength != hash.Size() {
-			return nil, fmt.Errorf("%w: PSS salt length %d", errSign, o.SaltLength)
-		}
-		pss = true
-	case *ed25519.Options:
-		if o.Context != "" || o.Hash != 0 {
-			return nil, fmt.Errorf("%w: Ed25519ph/ctx are not supported", errSign)
-		}
-	}
-	if alg != cryptodev.Ed25519 && (hash == 0 || !hash.Available() || len(digest) != hash.Size()) {
-		return nil, fmt.Errorf("%w: %d-byte digest for hash %v", errSign, len(digest), hash)
+	hash, pss, err := cryptodev.SignParams(s.k.key.Alg(), digest, opts)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errSign, err)
 	}
 	return s.k.q.sign(s.ctx, s.k.key, digest, hash, pss)
 }

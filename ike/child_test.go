@@ -1,0 +1,132 @@
+package ike
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+)
+
+func prefixes(s ...string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, x := range s {
+		out = append(out, netip.MustParsePrefix(x))
+	}
+	return out
+}
+
+// childPeers are peers with two further children each: "second"
+// (10.3/24 on a's side, 10.4/24 on b's) and "pfs" (10.5/24, 10.6/24,
+// with a DH group for PFS); a also has "stray", which b does not
+// know.
+func childPeers(t *testing.T) (*Peer, *Peer) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pa.ChildName, pb.ChildName = "net", "net"
+	pa.Children = []Child{
+		{Name: "second", LocalTS: prefixes("10.3.0.0/24"), RemoteTS: prefixes("10.4.0.0/24")},
+		{Name: "pfs", LocalTS: prefixes("10.5.0.0/24"), RemoteTS: prefixes("10.6.0.0/24"), ESP: mustProps(t, ProtoESP, "aes256gcm16-ecp256")},
+		{Name: "stray", LocalTS: prefixes("10.7.0.0/24"), RemoteTS: prefixes("10.8.0.0/24")},
+	}
+	pb.Children = []Child{
+		{Name: "second", LocalTS: prefixes("10.4.0.0/24"), RemoteTS: prefixes("10.3.0.0/24")},
+		{Name: "pfs", LocalTS: prefixes("10.6.0.0/24"), RemoteTS: prefixes("10.5.0.0/24"), ESP: mustProps(t, ProtoESP, "aes256gcm16-ecp256")},
+	}
+	return pa, pb
+}
+
+// bChildFor waits for b to report the Child SA that mirrors a's c.
+func (p *pair) bChildFor(t *testing.T, c *ChildSA) *ChildSA {
+	t.Helper()
+	var got *ChildSA
+	waitFor(t, func() bool {
+		p.bChildMu.Lock()
+		defer p.bChildMu.Unlock()
+		for _, x := range p.bChild {
+			if x.InSPI == c.OutSPI {
+				got = x
+				return true
+			}
+		}
+		return false
+	})
+	return got
+}
+
+func checkTS(t *testing.T, c *ChildSA, local, remote string) {
+	t.Helper()
+	if len(c.LocalTS) != 1 || len(c.RemoteTS) != 1 || c.LocalTS[0].String() != local || c.RemoteTS[0].String() != remote {
+		t.Fatalf("child %q: TS %v === %v, want %s === %s", c.Child, c.LocalTS, c.RemoteTS, local, remote)
+	}
+}
+
+// TestAdditionalChild: either side adds Child SAs to the IKE SA with
+// CREATE_CHILD_SA (section 1.3.1), each for its own child's selectors
+// and proposals (PFS included); they rekey as themselves; a child the
+// responder has no selectors for is refused, and so is one beyond
+// MaxChildSAs.
+func TestAdditionalChild(t *testing.T) {
+	pa, pb := childPeers(t)
+	p := newPair(t, pa, pb, func(a, b *Config) { b.MaxChildSAs = 3 })
+	// No IKE SA yet: InitiateChild makes it first.
+	second, err := p.a.InitiateChild(ctx(t), "to-b", "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := p.bChildFor(t, second) // b's view of "second"
+	checkMirror(t, second, first, "aes128gcm16", false)
+	if second.Child != "second" || first.Child != "second" {
+		t.Fatalf("child names %q and %q", second.Child, first.Child)
+	}
+	checkTS(t, second, "10.3.0.0/24", "10.4.0.0/24")
+	checkTS(t, first, "10.4.0.0/24", "10.3.0.0/24")
+	if l := p.a.IKESAs(); len(l) != 1 || len(l[0].Children) != 2 || l[0].Children[0].Child != "net" {
+		t.Fatalf("a's IKE SAs %+v", l)
+	}
+
+	// b (the IKE SA's responder) adds one with PFS.
+	pfsB, err := p.b.InitiateChild(ctx(t), "to-a", "pfs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pfsB.Child != "pfs" || pfsB.Suite != "aes256gcm16" {
+		t.Fatalf("b's pfs child %+v", pfsB)
+	}
+	checkTS(t, pfsB, "10.6.0.0/24", "10.5.0.0/24")
+
+	// "second" rekeys as "second".
+	fresh, err := p.a.Rekey(ctx(t), second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fresh.Child != "second" {
+		t.Fatalf("rekeyed child %q", fresh.Child)
+	}
+	checkTS(t, fresh, "10.3.0.0/24", "10.4.0.0/24")
+	checkMirror(t, fresh, p.bChildFor(t, fresh), "aes128gcm16", false)
+
+	// b knows no "stray"; and b carries MaxChildSAs (3) already.
+	if _, err := p.a.InitiateChild(ctx(t), "to-b", "stray"); err == nil || !strings.Contains(err.Error(), "NO_ADDITIONAL_SAS") {
+		t.Fatalf("a child beyond MaxChildSAs: %v", err)
+	}
+	p.b.mu.Lock()
+	p.b.cfg.MaxChildSAs = 8
+	p.b.mu.Unlock()
+	if _, err := p.a.InitiateChild(ctx(t), "to-b", "stray"); err == nil || !strings.Contains(err.Error(), "TS_UNACCEPTABLE") {
+		t.Fatalf("a child b has no selectors for: %v", err)
+	}
+	if _, err := p.a.InitiateChild(ctx(t), "to-b", "nonesuch"); err == nil {
+		t.Fatal("a child that is not configured")
+	}
+	waitFor(t, func() bool { return idle(p.a) && idle(p.b) })
+	sa, sb := p.a.Stats(), p.b.Stats()
+	if sa.ChildSAAdded != 2 || sb.ChildSAAdded != 2 || sb.ChildSALimit != 1 || sb.TSUnacceptable != 1 || sa.ChildSARekeyed != 1 {
+		t.Fatalf("stats\n%+v\n%+v", sa, sb)
+	}
+	if got := len(childSPIs(p.a)); got != 3 {
+		t.Fatalf("a holds %d Child SAs, want 3", got)
+	}
+	// Deleting the IKE SA takes every Child SA with it.
+	if err := p.a.Delete(ctx(t), fresh); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(childSPIs(p.a)) == 0 && len(childSPIs(p.b)) == 0 })
+}
