@@ -336,10 +336,6 @@ func (d *gwDecoder) connection(te tableElem) {
 			d.errorf(d.at(f+".remote_addrs"), f+".remote_addrs", "remote %s is the local address too (%s)", c.Remote, d.line(f+".local_addrs"))
 		}
 	}
-	if len(c.Children) > 1 {
-		cf := elemPath(f+".children", 1)
-		d.errorf(d.at(cf), cf, "a connection has one child for now: package ike negotiates one Child SA per IKE SA besides rekeys (make a second [[connection]] for it)")
-	}
 	d.g.Connections = append(d.g.Connections, c)
 	d.connFields = append(d.connFields, f)
 }

@@ -37,6 +37,14 @@ type connConfig struct {
 	Start             string
 	ChildRekeyTime    string
 	ChildLifeTime     string
+	More              []connChild // further children
+}
+
+// connChild is a further [[connection.children]] table.
+type connChild struct {
+	Name              string
+	LocalTS, RemoteTS []netip.Prefix
+	Start             string
 }
 
 func (c *connConfig) render(b *strings.Builder) {
@@ -81,6 +89,13 @@ func (c *connConfig) render(b *strings.Builder) {
 	}
 	if c.ChildLifeTime != "" {
 		fmt.Fprintf(b, "  life_time = %q\n", c.ChildLifeTime)
+	}
+	for _, m := range c.More {
+		fmt.Fprintf(b, "  [[connection.children]]\n  name = %q\n  local_ts = [%s]\n  remote_ts = [%s]\n  start_action = %q\n",
+			m.Name, quoteList(m.LocalTS), quoteList(m.RemoteTS), m.Start)
+		if c.ESP != "" {
+			fmt.Fprintf(b, "  esp_proposals = %q\n", c.ESP)
+		}
 	}
 	if c.PSK != "" {
 		fmt.Fprintf(b, "\n[[secret]]\ntype = \"ike\"\nids = [%q, %q]\nsecret = \"0x%s\"\n", c.LocalID, c.RemoteID, c.PSK)
@@ -300,4 +315,42 @@ func TestIKETrapAndReload(t *testing.T) {
 		t.Errorf("A after the connection came back: %+v, want the static and the trap tunnel", ts)
 	}
 	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+}
+
+// TestIKETwoChildren: a connection with two children: the second comes on
+// the same IKE SA (CREATE_CHILD_SA), each child is a tunnel of its own
+// with its own routes, and ping goes through both.
+func TestIKETwoChildren(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	more := [2]netip.Prefix{netip.MustParsePrefix("10.11.0.1/24"), netip.MustParsePrefix("10.12.0.1/24")}
+	cfgs := ikePairConfigs("aes128gcm16", true)
+	for i := range 2 {
+		cfgs[i].TUN = append(cfgs[i].TUN, more[i])
+		c := &cfgs[i].Connections[0]
+		c.More = []connChild{{Name: c.Child + "-2", LocalTS: []netip.Prefix{more[i].Masked()}, RemoteTS: []netip.Prefix{more[1-i].Masked()}, Start: c.Start}}
+	}
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	c1 := a.waitChild(tb.ctx, "net-b", 20*time.Second, nil)
+	c2 := a.waitChild(tb.ctx, "net-b-2", 20*time.Second, nil)
+	b.waitChild(tb.ctx, "net-a-2", 5*time.Second, nil)
+	if c1.InSPI == c2.InSPI {
+		t.Errorf("two children with one SPI: %+v %+v", c1, c2)
+	}
+	var spis []string
+	for _, c := range a.ike().Connections {
+		spis = append(spis, c.IKESPIi)
+	}
+	if len(spis) != 1 {
+		t.Errorf("IKE SAs: %v, want one connection", spis)
+	}
+	if ts := a.tunnels(); len(ts) != 2 {
+		t.Errorf("A's tunnels %+v, want one per child", ts)
+	}
+	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+	waitPing(t, tb.ctx, a.ns, more[1].Addr(), "-I", more[0].Addr().String())
+	if st := a.stats().IKE; st == nil || st.Stats["ike_sa_established"] != 1 {
+		t.Errorf("want one IKE SA for both children: %v", st)
+	}
 }

@@ -175,6 +175,9 @@ func TestStrongSwanNAT(t *testing.T) {
 	if !ch.Encap || !strings.HasSuffix(ch.PeerAddr, ":4500") {
 		t.Errorf("behind a NAT the child must use ESP in UDP to port 4500: %+v", ch)
 	}
+	if cs := b.gw.ike().Connections; len(cs) != 1 || !strings.HasSuffix(cs[0].IKERemote, ":4500") {
+		t.Errorf("behind a NAT IKE must move to port 4500: %+v", cs)
+	}
 	waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
 	mustPing(t, b.ctx, "NAT-T sluice->strongSwan", b.gw.ns, ssInner[0].Addr(), 20, 10*time.Millisecond)
 	mustPing(t, b.ctx, "NAT-T strongSwan->sluice", b.ssNS, ssInner[1].Addr(), 20, 10*time.Millisecond)

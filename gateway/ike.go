@@ -114,7 +114,10 @@ func (g *Gateway) ikeControlHook(pkt []byte, from, to netip.AddrPort) {
 
 // ikeTransport sends the endpoint's datagrams: NAT-T from the ESP socket,
 // port 500 from its own sockets.
-type ikeTransport struct{ s *ikeState }
+type ikeTransport struct {
+	s    *ikeState
+	p500 *ike.UDPTransport // this endpoint's port-500 sockets
+}
 
 func (t ikeTransport) Send(local, remote netip.AddrPort, pkt []byte) error {
 	if isInformationalRequest(pkt, local.Port() == t.s.nattPort) {
@@ -155,10 +158,7 @@ func (t ikeTransport) send(local, remote netip.AddrPort, pkt []byte) error {
 		}
 		return t.s.natt.SendDatagram(pkt, local.Addr(), remote)
 	}
-	if t.s.port500 == nil {
-		return errors.New("gateway: no IKE socket")
-	}
-	return t.s.port500.Send(local, remote, pkt)
+	return t.p500.Send(local, remote, pkt)
 }
 
 // startIKE builds the endpoint for cfg's connections (it must be called
@@ -180,16 +180,23 @@ func (g *Gateway) startIKE(cfg *config.Gateway) error {
 }
 
 // kickIKE initiates the children with start_action = start; it runs once
-// the data plane carries traffic.
+// the data plane carries traffic. A connection's children go one after
+// the other, the first (IKE_AUTH's) first, so that they share one IKE SA.
 func (g *Gateway) kickIKE() {
 	s := &g.ike
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for _, ch := range s.children {
-		if ch.child.StartAction == config.StartStart {
-			g.initiateLocked(ch)
+	g.initiateGroupsLocked(func(ch *ikeChild) bool { return ch.child.StartAction == config.StartStart })
+}
+
+// childIndex is ch's place among its connection's children.
+func childIndex(ch *ikeChild) int {
+	for i := range ch.conn.Children {
+		if &ch.conn.Children[i] == ch.child {
+			return i
 		}
 	}
+	return 0
 }
 
 // buildEndpoint makes a new endpoint for cfg's connections, with their
@@ -269,7 +276,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		Log:       g.log,
 	}
 	setIKELifetimes(&ecfg, g)
-	ep, err := ike.NewEndpoint(ecfg, ikeTransport{s})
+	ep, err := ike.NewEndpoint(ecfg, ikeTransport{s: s, p500: p500})
 	if err != nil {
 		p500.Close()
 		return fmt.Errorf("gateway: %w", err)
@@ -329,6 +336,13 @@ func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer,
 		p.PSK = cfg.PSK(c.LocalID(), c.RemoteAuth.ID)
 	}
 	setPeerLifetimes(p, c, ch)
+	// The first child comes with IKE_AUTH; the others with
+	// CREATE_CHILD_SA on the same IKE SA (ike.Peer.Children).
+	p.ChildName = ch.Name
+	for _, more := range c.Children[1:] {
+		p.Children = append(p.Children, ike.Child{Name: more.Name, LocalTS: more.LocalTS, RemoteTS: more.RemoteTS, ESP: more.ESP,
+			Lifetime: ike.Lifetime{RekeyTime: more.RekeyTime, LifeTime: more.LifeTime}})
+	}
 	if c.RemoteAuth.Auth == config.AuthPubkey {
 		for k, files := range [][]string{c.RemoteAuth.CACerts, c.RemoteAuth.Certs} {
 			key := "cacerts"
@@ -463,30 +477,45 @@ func readPrivateKey(file string) (crypto.PrivateKey, error) {
 	}
 }
 
-// initiateLocked starts a negotiation of ch's connection unless one is
-// under way. s.mu must be held.
-func (g *Gateway) initiateLocked(ch *ikeChild) {
+// initiateLocked negotiates ch's child unless that is under way, then
+// each of then in turn, in one goroutine: the first child of a connection
+// comes with its IKE SA (Initiate), the others on it (InitiateChild,
+// which makes the IKE SA first if there is none). s.mu must be held.
+func (g *Gateway) initiateLocked(ch *ikeChild, then ...*ikeChild) {
 	s := &g.ike
-	if ch.busy || s.closed || s.ep == nil || !ch.conn.Remote.IsValid() {
+	if s.closed || s.ep == nil || !ch.conn.Remote.IsValid() {
 		return
 	}
-	ch.busy, ch.lastTry = true, time.Now()
-	ep, name := s.ep, ch.conn.Name
+	var todo []*ikeChild
+	for _, c := range append([]*ikeChild{ch}, then...) {
+		if !c.busy {
+			c.busy, c.lastTry = true, time.Now()
+			todo = append(todo, c)
+		}
+	}
+	ep := s.ep
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		_, err := ep.Initiate(ctx, name)
-		cancel()
-		s.mu.Lock()
-		ch.busy = false
-		if err != nil {
-			ch.lastErr = err.Error()
-			g.log.Warn("IKE initiation failed", "connection", name, "err", err)
-		} else {
-			ch.lastErr = ""
+		for _, c := range todo {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			var err error
+			if childIndex(c) == 0 {
+				_, err = ep.Initiate(ctx, c.conn.Name)
+			} else {
+				_, err = ep.InitiateChild(ctx, c.conn.Name, c.child.Name)
+			}
+			cancel()
+			s.mu.Lock()
+			c.busy = false
+			if err != nil {
+				c.lastErr = err.Error()
+				g.log.Warn("IKE initiation failed", "connection", c.conn.Name, "child", c.child.Name, "err", err)
+			} else {
+				c.lastErr = ""
+			}
+			s.mu.Unlock()
 		}
-		s.mu.Unlock()
 	}()
 }
 
@@ -520,10 +549,13 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 }
 
 // childOfLocked finds the configured child of a negotiated SA: by its
-// connection (one child each).
+// connection and child names.
 func (g *Gateway) childOfLocked(c *ike.ChildSA) *ikeChild {
+	if ch := g.ike.children[c.Child]; ch != nil && ch.conn.Name == c.Name {
+		return ch
+	}
 	for _, ch := range g.ike.children {
-		if ch.conn.Name == c.Name {
+		if ch.conn.Name == c.Name && c.Child == "" && ch.child == &ch.conn.Children[0] {
 			return ch
 		}
 	}
@@ -880,13 +912,27 @@ func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) err
 	}
 	note("IKE endpoint rebuilt", "connections", len(next.Connections))
 	s.mu.Lock()
-	for _, ch := range s.children {
-		if ch.child.StartAction == config.StartStart || (slices.Contains(again, ch.child.Name) && !ch.terminated) {
-			g.initiateLocked(ch)
-		}
-	}
+	g.initiateGroupsLocked(func(ch *ikeChild) bool {
+		return ch.child.StartAction == config.StartStart || (slices.Contains(again, ch.child.Name) && !ch.terminated)
+	})
 	s.mu.Unlock()
 	return nil
+}
+
+// initiateGroupsLocked initiates the children want picks, a connection's
+// one after the other in file order (so that they share its IKE SA).
+// s.mu must be held.
+func (g *Gateway) initiateGroupsLocked(want func(*ikeChild) bool) {
+	byConn := map[string][]*ikeChild{}
+	for _, ch := range g.ike.children {
+		if want(ch) {
+			byConn[ch.conn.Name] = append(byConn[ch.conn.Name], ch)
+		}
+	}
+	for _, chs := range byConn {
+		slices.SortFunc(chs, func(a, b *ikeChild) int { return childIndex(a) - childIndex(b) })
+		g.initiateLocked(chs[0], chs[1:]...)
+	}
 }
 
 // closeIKEEndpoint drops the endpoint when no connection is left.
@@ -968,27 +1014,39 @@ func (g *Gateway) InitiateIKE(ctx context.Context, name string) error {
 	s := &g.ike
 	s.mu.Lock()
 	ep := s.ep
-	var ch *ikeChild
+	var chs []*ikeChild
 	for _, c := range s.children {
 		if c.conn.Name == name {
-			ch = c
+			chs = append(chs, c)
 		}
 	}
-	if ch == nil || ep == nil {
+	if len(chs) == 0 || ep == nil {
 		s.mu.Unlock()
 		return fmt.Errorf("gateway: no IKE connection %q%s", name, g.connNamesLocked())
 	}
-	ch.terminated = false
-	ch.busy, ch.lastTry = true, time.Now()
-	s.mu.Unlock()
-	_, err := ep.Initiate(ctx, name)
-	s.mu.Lock()
-	ch.busy = false
-	if err != nil {
-		ch.lastErr = err.Error()
+	slices.SortFunc(chs, func(a, b *ikeChild) int { return childIndex(a) - childIndex(b) })
+	for _, c := range chs {
+		c.terminated = false
+		c.busy, c.lastTry = true, time.Now()
 	}
 	s.mu.Unlock()
-	if err != nil {
+	var errs []error
+	for _, c := range chs {
+		var err error
+		if childIndex(c) == 0 {
+			_, err = ep.Initiate(ctx, name)
+		} else {
+			_, err = ep.InitiateChild(ctx, name, c.child.Name)
+		}
+		s.mu.Lock()
+		c.busy = false
+		if err != nil {
+			c.lastErr = err.Error()
+			errs = append(errs, fmt.Errorf("child %q: %w", c.child.Name, err))
+		}
+		s.mu.Unlock()
+	}
+	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("gateway: initiate %q: %w", name, err)
 	}
 	return nil
@@ -1008,7 +1066,9 @@ func (g *Gateway) TerminateIKE(ctx context.Context, name string) error {
 		if c.conn.Name == name {
 			found = true
 			c.terminated = true
-			cur = c.cur
+			if c.cur != nil {
+				cur = c.cur
+			}
 		}
 	}
 	if !found || ep == nil {
@@ -1045,15 +1105,21 @@ type IKEInfo struct {
 
 // IKEConnInfo is one connection and its child.
 type IKEConnInfo struct {
-	Name     string         `json:"name"`
-	Local    string         `json:"local"`
-	Remote   string         `json:"remote"` // configured; "%any" for any
-	State    string         `json:"state"`  // "established", "connecting", "down" or "terminated"
-	IKESPIi  string         `json:"ike_spi_i,omitempty"`
-	IKESPIr  string         `json:"ike_spi_r,omitempty"`
-	Proposal string         `json:"proposals"`
-	Error    string         `json:"error,omitempty"` // the last failure
-	Children []IKEChildInfo `json:"children"`
+	Name    string `json:"name"`
+	Local   string `json:"local"`
+	Remote  string `json:"remote"` // configured; "%any" for any
+	State   string `json:"state"`  // "established", "connecting", "down" or "terminated"
+	IKESPIi string `json:"ike_spi_i,omitempty"`
+	IKESPIr string `json:"ike_spi_r,omitempty"`
+	// IKEEstablished is when the IKE SA in use was made (a rekey makes a
+	// new one); IKEInitiator whether we made it; IKERemote the peer's
+	// address and port IKE uses now (4500 after a NAT was found).
+	IKEEstablished time.Time      `json:"ike_established,omitzero"`
+	IKEInitiator   bool           `json:"ike_initiator,omitempty"`
+	IKERemote      string         `json:"ike_remote,omitempty"`
+	Proposal       string         `json:"proposals"`
+	Error          string         `json:"error,omitempty"` // the last failure
+	Children       []IKEChildInfo `json:"children"`
 }
 
 // IKEChildInfo is one child: its current SA pair, if any.
@@ -1078,11 +1144,20 @@ type IKEChildInfo struct {
 func (g *Gateway) IKE() IKEInfo {
 	s := &g.ike
 	s.mu.Lock()
-	defer s.mu.Unlock()
+	ep := s.ep
+	s.mu.Unlock()
 	info := IKEInfo{Connections: []IKEConnInfo{}, Stats: map[string]uint64{}}
-	if s.ep != nil {
-		info.Stats = IKEStatsMap(s.ep.Stats())
+	ikeSAs := map[string]ike.IKESAInfo{} // the established IKE SA of each peer
+	if ep != nil {
+		info.Stats = IKEStatsMap(ep.Stats())
+		for _, sa := range ep.IKESAs() {
+			if sa.State == "established" {
+				ikeSAs[sa.Peer] = sa
+			}
+		}
 	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	db := g.store.Load()
 	for i := range s.conns {
 		c := &s.conns[i]
@@ -1108,7 +1183,6 @@ func (g *Gateway) IKE() IKEInfo {
 				cc.State, cc.InSPI, cc.OutSPI, cc.Suite, cc.ESN, cc.Encap = "installed", ch.cur.InSPI, ch.cur.OutSPI, ch.cur.Suite, ch.cur.ESN, ch.cur.Encap
 				cc.PeerAddr, cc.Established = ch.cur.Remote.String(), ch.since
 				ci.State = "established"
-				ci.IKESPIi, ci.IKESPIr = fmt.Sprintf("%016x", ch.cur.IKESPIi), fmt.Sprintf("%016x", ch.cur.IKESPIr)
 			case db.Tunnel(ch.child.Name) != nil:
 				cc.State = "trap"
 			}
@@ -1124,6 +1198,10 @@ func (g *Gateway) IKE() IKEInfo {
 				ci.Error = ch.lastErr
 			}
 			ci.Children = append(ci.Children, cc)
+		}
+		if sa, ok := ikeSAs[c.Name]; ok {
+			ci.IKESPIi, ci.IKESPIr = fmt.Sprintf("%016x", sa.SPIi), fmt.Sprintf("%016x", sa.SPIr)
+			ci.IKEEstablished, ci.IKEInitiator, ci.IKERemote = sa.Established, sa.Initiator, sa.Remote.String()
 		}
 		info.Connections = append(info.Connections, ci)
 	}
