@@ -516,6 +516,11 @@ func printStats(w io.Writer, st gateway.Stats) error {
 	if err := printESPStats(w, st); err != nil {
 		return err
 	}
+	if st.IKE != nil {
+		if err := printIKEStats(w, st.IKE.Stats); err != nil {
+			return err
+		}
+	}
 	if len(st.TLS) == 0 {
 		return nil
 	}

@@ -8,8 +8,12 @@ package cli
 //     site's subnet (10.1.0.1/24, 10.2.0.1/24). Without root (or with
 //     --in-memory), two data planes in this process joined by in-memory
 //     links (internal/lab MemoryPair).
-//  2. Keys: one tunnel, ESP in UDP 4500, its two SAs keyed from crypto/rand;
-//     two gateway configurations, each the other's mirror image.
+//  2. Keys: one tunnel, ESP in UDP 4500, keyed over IKEv2: each gateway has
+//     one [[connection]] with a pre-shared key fresh from crypto/rand, A
+//     initiates at start and B responds, and the child is the tunnel. With
+//     --static-keys (and always over in-memory links, which have no IKE
+//     sockets) the two SAs are [[sa]] tables keyed from crypto/rand
+//     instead. Two configurations, each the other's mirror image.
 //  3. Gateways: `sluice run` daemons inside the namespaces (this executable),
 //     or, when this build has no run command, gateway.Start in this process
 //     with its TUN device and sockets created inside the namespaces. Up
@@ -88,6 +92,7 @@ type demoOptions struct {
 	engine   string
 	alg      string
 	inMemory bool   // hidden: in-memory links even as root
+	static   bool   // [[sa]] tables keyed from crypto/rand instead of IKE
 	gateways string // hidden: "auto", "daemon" or "in-process"
 	size     int    // hidden: UDP payload bytes; 0 = the most the tunnel MTU takes
 	window   int    // hidden: datagrams in flight per direction
@@ -101,13 +106,16 @@ func newDemoCommand(e *env) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "demo [--duration 5s] [--json] [--engine soft|sched] [--alg aes128gcm16]",
 		Short: "Run two gateways back to back and measure the tunnel between them",
-		Long: `Run two gateways with one ESP tunnel between them (ESP in UDP 4500, keys
-fresh from crypto/rand), send UDP traffic through it both ways and measure it.
+		Long: `Run two gateways with one ESP tunnel between them (ESP in UDP 4500, keyed
+over IKEv2 with a pre-shared key fresh from crypto/rand), send UDP traffic
+through it both ways and measure it. --static-keys keys the tunnel with two
+[[sa]] tables instead (keys from crypto/rand, no IKE).
 
 As root, each site is a network namespace with a gateway daemon (sluice run),
 its TUN device holding the site's subnet (10.1.0.1/24 and 10.2.0.1/24), and
 the two are joined by a veth (192.0.2.1 and 192.0.2.2). Without root the same
-traffic runs over in-memory links between two data planes in this process.
+traffic runs over in-memory links between two data planes in this process,
+keyed statically (in-memory links carry no IKE).
 
 For four fifths of --duration a flood goes each way at once (at most 24
 datagrams in flight each way); for the last fifth, UDP echo probes go from A
@@ -126,6 +134,7 @@ Exit status: 0; 1 if no traffic got through or the demo could not run.`,
 	f.StringVar(&o.engine, "engine", "soft", "crypto engine (registered: "+strings.Join(cryptodev.Engines(), ", ")+")")
 	f.StringVar(&o.alg, "alg", "aes128gcm16", "ESP algorithm (strongSwan keyword)")
 	f.BoolVar(&o.inMemory, "in-memory", false, "use in-memory links even as root")
+	f.BoolVar(&o.static, "static-keys", false, "key the tunnel with [[sa]] tables from crypto/rand instead of IKEv2")
 	f.StringVar(&o.gateways, "gateways", "auto", `as root: "daemon" (sluice run), "in-process", or "auto" (daemon if this build has run)`)
 	f.IntVar(&o.size, "size", 0, "UDP payload bytes per datagram (0: the most the tunnel MTU takes)")
 	f.IntVar(&o.window, "window", demoWindow, "datagrams in flight per direction, at most")
@@ -154,13 +163,14 @@ type demoSite struct {
 
 // demoRun is one run of the demo.
 type demoRun struct {
-	o     *demoOptions
-	e     *env
-	lab   *lab.Lab
-	log   *slog.Logger
-	sites [2]*demoSite
-	mode  string // "netns" or "in-memory"
-	gws   string // "daemon", "in-process" or "in-memory"
+	o      *demoOptions
+	e      *env
+	lab    *lab.Lab
+	log    *slog.Logger
+	sites  [2]*demoSite
+	mode   string // "netns" or "in-memory"
+	gws    string // "daemon", "in-process" or "in-memory"
+	keying string // "ike" or "static"
 }
 
 func runDemo(ctx context.Context, e *env, cmd *cobra.Command, o *demoOptions) (err error) {
@@ -195,17 +205,22 @@ func runDemo(ctx context.Context, e *env, cmd *cobra.Command, o *demoOptions) (e
 	if err != nil {
 		return withCode(exitNoTraffic, fmt.Errorf("demo: %w", err))
 	}
-	texts := demoConfigs(alg, o.engine, dir)
+	static := demoConfigs(alg, o.engine, dir)
+	r.keying = "static"
 	switch {
 	case o.inMemory:
-		err = r.setupMemory(ctx, texts)
+		err = r.setupMemory(ctx, static)
 	case os.Geteuid() != 0:
-		fmt.Fprintln(e.stderr, "sluice demo: not root: running the demo over in-memory links in one process")
-		err = r.setupMemory(ctx, texts)
+		fmt.Fprintln(e.stderr, "sluice demo: not root: running the demo over in-memory links in one process, keyed statically (no IKE)")
+		err = r.setupMemory(ctx, static)
 	case lab.Available() != nil:
-		fmt.Fprintf(e.stderr, "sluice demo: %v: running the demo over in-memory links in one process\n", lab.Available())
-		err = r.setupMemory(ctx, texts)
+		fmt.Fprintf(e.stderr, "sluice demo: %v: running the demo over in-memory links in one process, keyed statically (no IKE)\n", lab.Available())
+		err = r.setupMemory(ctx, static)
 	default:
+		texts := static
+		if !o.static {
+			texts, r.keying = demoIKEConfigs(alg, o.engine, dir), "ike"
+		}
 		daemon := o.gateways == "daemon"
 		if o.gateways == "auto" {
 			daemon = hasRunCommand(cmd)
@@ -324,6 +339,38 @@ func demoConfigs(alg cryptodev.Alg, engine, dir string) [2][]byte {
 	return out
 }
 
+// demoIKEConfigs writes the two gateways' configuration files keyed over
+// IKEv2: one [[connection]] each, with a pre-shared key from crypto/rand
+// and the demo's ESP algorithm; A starts the negotiation, B waits for it.
+// ESP goes in UDP 4500 (encap = true), as with static keys.
+func demoIKEConfigs(alg cryptodev.Alg, engine, dir string) [2][]byte {
+	psk := make([]byte, 32)
+	rand.Read(psk)
+	ids := [2]string{"a.demo.sluice", "b.demo.sluice"}
+	names := [2]string{"a", "b"}
+	var out [2][]byte
+	for i := range 2 {
+		j := 1 - i
+		start := "none"
+		if i == 0 {
+			start = "start"
+		}
+		var b strings.Builder
+		fmt.Fprintf(&b, "# sluice demo, site %s: written by `sluice demo`, keyed over IKEv2 with a fresh pre-shared key\n", strings.ToUpper(names[i]))
+		fmt.Fprintf(&b, "\n[gateway]\nengine = %q\nlog_level = \"warn\"\nstate_dir = %q\n", engine, filepath.Join(dir, "state-"+names[i]))
+		fmt.Fprintf(&b, "\n[tun]\nname = %q\naddresses = [%q]\n", demoTUN, demoInner[i])
+		fmt.Fprintf(&b, "\n[udp]\nlisten = \"%s:4500\"\n", demoWAN[i].Addr())
+		fmt.Fprintf(&b, "\n[[connection]]\nname = \"to-%s\"\nlocal_addrs = [%q]\nremote_addrs = [%q]\nencap = true\n",
+			names[j], demoWAN[i].Addr(), demoWAN[j].Addr())
+		fmt.Fprintf(&b, "  [connection.local]\n  auth = \"psk\"\n  id = %q\n  [connection.remote]\n  auth = \"psk\"\n  id = %q\n", ids[i], ids[j])
+		fmt.Fprintf(&b, "  [[connection.children]]\n  name = \"net-%s\"\n  local_ts = [%q]\n  remote_ts = [%q]\n  esp_proposals = %q\n  start_action = %q\n",
+			names[j], demoInner[i].Masked(), demoInner[j].Masked(), alg, start)
+		fmt.Fprintf(&b, "\n[[secret]]\ntype = \"ike\"\nids = [%q, %q]\nsecret = \"0x%s\"\n", ids[0], ids[1], hex.EncodeToString(psk))
+		out[i] = []byte(b.String())
+	}
+	return out
+}
+
 // parseSites parses the two configurations into the run's sites.
 func (r *demoRun) parseSites(texts [2][]byte, files [2]string) error {
 	for i, name := range []string{"A", "B"} {
@@ -400,7 +447,8 @@ func (r *demoRun) setupNetns(ctx context.Context, texts [2][]byte, daemon bool) 
 			return c, nil
 		}
 	}
-	for _, s := range r.sites {
+	// B first: A initiates IKE as it starts, and B then answers at once.
+	for _, s := range []*demoSite{r.sites[1], r.sites[0]} {
 		var err error
 		if daemon {
 			r.gws = "daemon"
@@ -460,7 +508,7 @@ func (r *demoRun) startInProcess(ctx context.Context, s *demoSite) error {
 // traffic runs the floods and the probes and reads the counters.
 func (r *demoRun) traffic(ctx context.Context) (*demoReport, error) {
 	a, b := r.sites[0], r.sites[1]
-	rep := &demoReport{Mode: r.mode, Gateways: r.gws, Engine: r.o.engine, Alg: a.cfg.SAs[0].Alg.String(), Window: r.o.window}
+	rep := &demoReport{Mode: r.mode, Gateways: r.gws, Keying: r.keying, Engine: r.o.engine, Alg: r.o.alg, Window: r.o.window}
 	for _, s := range r.sites {
 		if s.ns != nil {
 			rep.Namespaces = append(rep.Namespaces, s.ns.Name())
@@ -468,24 +516,6 @@ func (r *demoRun) traffic(ctx context.Context) (*demoReport, error) {
 		if s.pid != 0 {
 			rep.Pids = append(rep.Pids, s.pid)
 		}
-	}
-
-	// The largest payload both tunnels carry whole.
-	mtu := 0
-	for _, s := range r.sites {
-		ts, err := s.tuns(ctx)
-		if err != nil {
-			return nil, err
-		}
-		for _, t := range ts {
-			if mtu == 0 || t.MTU < mtu {
-				mtu = t.MTU
-			}
-		}
-	}
-	rep.PayloadBytes = r.o.size
-	if rep.PayloadBytes <= 0 {
-		rep.PayloadBytes = mtu - 28 // IPv4 and UDP headers
 	}
 
 	open := func(s *demoSite, port uint16) (lab.Conn, error) {
@@ -528,6 +558,24 @@ func (r *demoRun) traffic(ctx context.Context) (*demoReport, error) {
 		return nil, fmt.Errorf("no traffic got through: %w%s", err, r.counterHint(ctx))
 	}
 	rep.FirstPacket = seconds(time.Since(start))
+
+	// The largest payload both tunnels carry whole.
+	mtu := 0
+	for _, s := range r.sites {
+		ts, err := s.tuns(ctx)
+		if err != nil {
+			return nil, err
+		}
+		for _, t := range ts {
+			if mtu == 0 || t.MTU < mtu {
+				mtu = t.MTU
+			}
+		}
+	}
+	rep.PayloadBytes = r.o.size
+	if rep.PayloadBytes <= 0 {
+		rep.PayloadBytes = mtu - 28 // IPv4 and UDP headers
+	}
 
 	// The floods, both ways at once.
 	floodFor := r.o.duration * 4 / 5
@@ -680,6 +728,7 @@ type demoReport struct {
 	Gateways     string                      `json:"gateways"` // "daemon", "in-process" or "in-memory"
 	Namespaces   []string                    `json:"namespaces,omitempty"`
 	Pids         []int                       `json:"pids,omitempty"`
+	Keying       string                      `json:"keying"` // "ike" (IKEv2, PSK) or "static" ([[sa]] tables)
 	Engine       string                      `json:"engine"`
 	Alg          string                      `json:"alg"`
 	PayloadBytes int                         `json:"payload_bytes"` // UDP payload per datagram
@@ -775,7 +824,13 @@ func (rep *demoReport) print(w io.Writer) {
 	fmt.Fprintf(w, "sluice demo: site A %s <-> site B %s, one ESP tunnel (UDP 4500, %s, %s engine)\n",
 		demoInner[0].Masked(), demoInner[1].Masked(), rep.Alg, rep.Engine)
 	fmt.Fprintf(w, "  over %s\n", where)
-	fmt.Fprintf(w, "  first packet through after %s\n\n", fmtDur(time.Duration(rep.FirstPacket*float64(time.Second))))
+	if rep.Keying == "ike" {
+		fmt.Fprintf(w, "  keyed over IKEv2: A initiated to B with a fresh pre-shared key; the child SA is the tunnel (--static-keys: [[sa]] tables instead)\n")
+	} else {
+		fmt.Fprintf(w, "  keyed statically: two [[sa]] tables with keys fresh from crypto/rand, no IKE\n")
+	}
+	fmt.Fprintf(w, "  first packet through after %s%s\n\n", fmtDur(time.Duration(rep.FirstPacket*float64(time.Second))),
+		map[bool]string{true: " (the IKE negotiation included)", false: ""}[rep.Keying == "ike"])
 
 	secs := 0.0
 	if len(rep.Traffic) > 0 {

@@ -136,11 +136,27 @@ func TestDemoNetns(t *testing.T) {
 	}
 	rep := checkDemoJSON(t, stdout)
 	want := demoGatewaysMode()
-	if rep.Mode != "netns" || rep.Gateways != want || len(rep.Namespaces) != 2 {
-		t.Errorf("mode %q, gateways %q, namespaces %v; want netns, %s, two", rep.Mode, rep.Gateways, rep.Namespaces, want)
+	if rep.Mode != "netns" || rep.Gateways != want || len(rep.Namespaces) != 2 || rep.Keying != "ike" {
+		t.Errorf("mode %q, gateways %q, namespaces %v, keying %q; want netns, %s, two, ike", rep.Mode, rep.Gateways, rep.Namespaces, rep.Keying, want)
 	}
 	if left := labNamespaces(t); len(left) > 0 {
 		t.Errorf("namespaces left behind: %v", left)
+	}
+}
+
+// TestDemoStaticKeys: --static-keys keys the demo's tunnel with [[sa]]
+// tables, and the report says so.
+func TestDemoStaticKeys(t *testing.T) {
+	lab.Require(t)
+	useTestBinaryAsGateway(t)
+	code, stdout, stderr := runDemoCmd(t, nil, "--duration", "500ms", "--static-keys")
+	if code != 0 {
+		t.Fatalf("exit %d\nstderr: %s\nstdout: %s", code, stderr, stdout)
+	}
+	for _, want := range []string{"keyed statically", "a-to-b", "b-to-a"} {
+		if !strings.Contains(stdout, want) {
+			t.Errorf("report lacks %q:\n%s", want, stdout)
+		}
 	}
 }
 
@@ -180,8 +196,8 @@ func TestDemoInMemory(t *testing.T) {
 		t.Fatalf("exit %d\nstderr: %s\nstdout: %s", code, stderr, stdout)
 	}
 	rep := checkDemoJSON(t, stdout)
-	if rep.Mode != "in-memory" || rep.Gateways != "in-memory" || len(rep.Namespaces) != 0 {
-		t.Errorf("mode %q gateways %q namespaces %v", rep.Mode, rep.Gateways, rep.Namespaces)
+	if rep.Mode != "in-memory" || rep.Gateways != "in-memory" || len(rep.Namespaces) != 0 || rep.Keying != "static" {
+		t.Errorf("mode %q gateways %q namespaces %v keying %q", rep.Mode, rep.Gateways, rep.Namespaces, rep.Keying)
 	}
 }
 

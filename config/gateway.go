@@ -11,6 +11,8 @@ package config
 //	[[tunnel]]   a peer: outer addresses, inner routes, its SAs by name
 //	[[policy]]   optional SPD (RFC 4301 section 4.4.1), first match wins
 //	[[sa]]       the SAs, in the SA file's syntax (DecodeSAs)
+//	[[connection]], [[secret]]
+//	             IKEv2 peers whose children become tunnels (ike.go)
 //	[[tls]]      TLS termination listeners, [[tls_origin]] TLS
 //	             origination (tls.go)
 //
@@ -116,6 +118,14 @@ type Gateway struct {
 	Policies []Policy
 	// SAs are every [[sa]] of the file, including any no tunnel uses.
 	SAs []SA
+
+	// Connections are the [[connection]] tables: IKE peers whose
+	// children, once negotiated, are route-based tunnels beside Tunnels
+	// (ike.go). Secrets are the [[secret]] tables.
+	Connections []Connection
+	Secrets     []Secret
+	// IKE is the [ike] section; its Port is DefaultIKEPort when left out.
+	IKE IKEOptions
 
 	// TLS are the [[tls]] termination listeners and TLSOrigins the
 	// [[tls_origin]] origination listeners, in file order (tls.go).
@@ -281,6 +291,7 @@ func ParseGateway(filename string, data []byte) (*Gateway, error) {
 			Oversize:      DefaultOversize,
 			StateDir:      DefaultStateDir,
 			TUN:           TUN{Name: DefaultTUNName},
+			IKE:           IKEOptions{Port: DefaultIKEPort},
 		},
 		fields: fieldPositions(doc),
 	}
@@ -345,6 +356,8 @@ type gwDecoder struct {
 	saTables     []tableElem // the table of g.SAs[i]
 	tlsFields    []string    // "tls[1]" of g.TLS[i]
 	originFields []string    // "tls_origin[1]" of g.TLSOrigins[i]
+	connFields   []string    // "connection[1]" of g.Connections[i]
+	secretFields []string    // "secret[1]" of g.Secrets[i]
 	refs         []saRef     // every SA name a tunnel gives
 
 	failedFields map[string]bool // see failed
@@ -407,7 +420,7 @@ func (d *gwDecoder) where(field string) string {
 }
 
 // gatewaySections are the top-level keys, in documentation order.
-var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "tls", "tls_origin"}
+var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "ike", "connection", "secret", "tls", "tls_origin"}
 
 func (d *gwDecoder) document(root *Table) {
 	for _, e := range root.Entries() {
@@ -433,6 +446,18 @@ func (d *gwDecoder) document(root *Table) {
 			}
 		case "sa":
 			d.g.SAs, d.saTables = d.decodeSAs(f, e.Value)
+		case "ike":
+			d.ikeSection(f, e.Value)
+		case "connection":
+			tables, _ := d.arrayOfTables(f, e.Value)
+			for _, te := range tables {
+				d.connection(te)
+			}
+		case "secret":
+			tables, _ := d.arrayOfTables(f, e.Value)
+			for _, te := range tables {
+				d.secret(te)
+			}
 		case "tls":
 			tables, _ := d.arrayOfTables(f, e.Value)
 			for _, te := range tables {
@@ -1120,15 +1145,16 @@ func (d *gwDecoder) crossCheck() {
 	g := d.g
 	hasTLS := len(g.TLS) > 0 || len(g.TLSOrigins) > 0 || d.failed("tls") || d.failed("tls_origin")
 	switch {
-	case len(g.Tunnels) > 0 || d.failed("tunnel"):
+	case len(g.Tunnels) > 0 || d.failed("tunnel") || len(g.Connections) > 0 || d.failed("connection"):
 	case hasTLS:
 		d.tlsOnlySections()
 	default:
 		pos := d.at("tunnel")
-		d.errorf(pos, "tunnel", "no [[tunnel]]: the gateway needs at least one (name, local, peer, out, in), or TLS sections ([[tls]], [[tls_origin]]) for a TLS-only gateway")
+		d.errorf(pos, "tunnel", "no [[tunnel]] or [[connection]]: the gateway needs at least one (a [[tunnel]] with name, local, peer, out, in; or an IKE [[connection]]), or TLS sections ([[tls]], [[tls_origin]]) for a TLS-only gateway")
 	}
 	d.crossCheckTLS()
 	d.uniqueTunnelNames()
+	d.crossCheckIKE()
 	d.sockets()
 	d.linkSAs()
 	d.routes()
@@ -1178,6 +1204,21 @@ func (d *gwDecoder) sockets() {
 			need6[tn.Encap] = true
 		}
 	}
+	// IKE runs on the ESP-in-UDP socket's port (4500, with the non-ESP
+	// marker); a connection without encap may carry ESP as protocol 50.
+	for i := range g.Connections {
+		c := &g.Connections[i]
+		encs := []Encap{EncapUDP}
+		if !c.Encap {
+			encs = append(encs, EncapNone)
+		}
+		for _, e := range encs {
+			need[e] = true
+			if c.Local.Is6() {
+				need6[e] = true
+			}
+		}
+	}
 	unspecified := func(v6 bool) netip.Addr {
 		if v6 {
 			return netip.IPv6Unspecified()
@@ -1219,6 +1260,20 @@ func (d *gwDecoder) sockets() {
 		case !listen.IsUnspecified() && listen != tn.Local:
 			d.errorf(d.at(tf+".local"), tf+".local", "local %s is not %s %s (%s): the tunnel sends and receives on that socket",
 				tn.Local, field, listen, d.where(field))
+		}
+	}
+	for i := range g.Connections {
+		c, cf := &g.Connections[i], d.connFields[i]+".local_addrs"
+		if !c.Local.IsValid() || d.failed(cf) || g.UDP == nil || d.failed("udp.listen") {
+			continue
+		}
+		switch listen := g.UDP.Listen.Addr(); {
+		case listen.IsUnspecified() && listen.Is4() && c.Local.Is6():
+			d.errorf(d.at(cf), cf, "IPv6 local address %s, but udp.listen %s (%s) takes IPv4 only: listen on :: for both families",
+				c.Local, g.UDP.Listen, d.where("udp.listen"))
+		case !listen.IsUnspecified() && listen != c.Local:
+			d.errorf(d.at(cf), cf, "local %s is not udp.listen %s (%s): IKE and ESP in UDP use that socket",
+				c.Local, listen, d.where("udp.listen"))
 		}
 	}
 }
@@ -1436,7 +1491,8 @@ func (g *Gateway) CheckTunnelSA(tunnel string, sa *SA, out bool) error {
 func (d *gwDecoder) routes() {
 	g := d.g
 	type route struct {
-		tunnel int
+		tunnel int // index into tunnels, then children
+		name   string
 		field  string
 		p      netip.Prefix
 	}
@@ -1447,14 +1503,26 @@ func (d *gwDecoder) routes() {
 			continue
 		}
 		for k, p := range g.Tunnels[i].Remote {
-			rs = append(rs, route{i, elemPath(tf, k), p})
+			rs = append(rs, route{i, "tunnel " + shortQuote(g.Tunnels[i].Name), elemPath(tf, k), p})
+		}
+	}
+	n := len(g.Tunnels)
+	for i := range g.Connections {
+		for j, ch := range g.Connections[i].Children {
+			cf := elemPath(d.connFields[i]+".children", j) + ".remote_ts"
+			if !d.failed(cf) {
+				for k, p := range ch.RemoteTS {
+					rs = append(rs, route{n, "child " + shortQuote(ch.Name), elemPath(cf, k), p})
+				}
+			}
+			n++
 		}
 	}
 	for j, r := range rs {
 		for _, q := range rs[:j] {
 			if q.tunnel != r.tunnel && q.p.Overlaps(r.p) {
-				d.errorf(d.at(r.field), r.field, "%s overlaps %s of tunnel %s (%s): routes into two tunnels would be ambiguous",
-					r.p, q.p, shortQuote(g.Tunnels[q.tunnel].Name), d.line(q.field))
+				d.errorf(d.at(r.field), r.field, "%s overlaps %s of %s (%s): routes into two tunnels would be ambiguous",
+					r.p, q.p, q.name, d.line(q.field))
 				break
 			}
 		}

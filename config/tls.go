@@ -105,7 +105,7 @@ type TLSOrigin struct {
 // [[tunnel]]. Such a gateway has no TUN device, no ESP sockets, no SAs and
 // no state directory.
 func (g *Gateway) TLSOnly() bool {
-	return len(g.Tunnels) == 0 && (len(g.TLS) > 0 || len(g.TLSOrigins) > 0)
+	return len(g.Tunnels) == 0 && len(g.Connections) == 0 && (len(g.TLS) > 0 || len(g.TLSOrigins) > 0)
 }
 
 // TLSEngines lists the engines the TLS sections use, each once, in file
@@ -752,7 +752,7 @@ func listenClash(a, b string) bool {
 // [[tunnel]] but with TLS sections: such a gateway is TLS-only, and has no
 // TUN device, sockets, policies or SAs for them to configure.
 func (d *gwDecoder) tlsOnlySections() {
-	for _, s := range []string{"tun", "udp", "rawesp", "policy", "sa"} {
+	for _, s := range []string{"tun", "udp", "rawesp", "policy", "sa", "ike", "secret"} {
 		if !d.has(s) {
 			continue
 		}

@@ -174,6 +174,23 @@ func (c *Client) AddSA(ctx context.Context, tunnel, dir, saTOML string) (SAAddRe
 	return r, c.Call(ctx, OpSAAdd, SAAddArgs{Tunnel: tunnel, Dir: dir, SA: saTOML}, &r)
 }
 
+// IKE is ike.list: the IKE connections and counters.
+func (c *Client) IKE(ctx context.Context) (gateway.IKEInfo, error) {
+	var r gateway.IKEInfo
+	err := c.Call(ctx, OpIKEList, nil, &r)
+	return r, err
+}
+
+// InitiateIKE is ike.initiate.
+func (c *Client) InitiateIKE(ctx context.Context, name string) error {
+	return c.Call(ctx, OpIKEInit, IKEArgs{Name: name}, nil)
+}
+
+// TerminateIKE is ike.terminate.
+func (c *Client) TerminateIKE(ctx context.Context, name string) error {
+	return c.Call(ctx, OpIKETerm, IKEArgs{Name: name}, nil)
+}
+
 // DelSA removes the inbound SA with the given SPI.
 func (c *Client) DelSA(ctx context.Context, spi uint32) error {
 	return c.Call(ctx, OpSADel, SADelArgs{SPI: spi}, nil)

@@ -21,6 +21,9 @@
 //	policy.list  -                                []gateway.PolicyInfo
 //	stats        -                                gateway.Stats
 //	reload       -                                ReloadResult
+//	ike.list     -                                gateway.IKEInfo
+//	ike.initiate {"name":CONNECTION}              IKEResult
+//	ike.terminate {"name":CONNECTION}             IKEResult
 //
 // Lists are never null: an empty list is []. Unknown fields, in the request
 // or its args, are errors, so that a misspelt argument is not ignored. A
@@ -32,7 +35,9 @@
 package control
 
 import (
+	"context"
 	"encoding/json"
+	"time"
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/gateway"
@@ -50,10 +55,13 @@ const (
 	OpPolicyList = "policy.list"
 	OpStats      = "stats"
 	OpReload     = "reload"
+	OpIKEList    = "ike.list"
+	OpIKEInit    = "ike.initiate"
+	OpIKETerm    = "ike.terminate"
 )
 
 // Ops lists every operation, in documentation order.
-var Ops = []string{OpSAList, OpSAAdd, OpSADel, OpTunnelList, OpPolicyList, OpStats, OpReload}
+var Ops = []string{OpSAList, OpSAAdd, OpSADel, OpTunnelList, OpPolicyList, OpStats, OpReload, OpIKEList, OpIKEInit, OpIKETerm}
 
 // Request is one line a client sends.
 type Request struct {
@@ -102,6 +110,23 @@ type ReloadResult struct {
 	Changes []string `json:"changes"`
 }
 
+// IKEArgs are the arguments of ike.initiate and ike.terminate: the name
+// of a [[connection]].
+type IKEArgs struct {
+	Name string `json:"name"`
+}
+
+// IKEResult is the connection ike.initiate negotiated or ike.terminate
+// deleted.
+type IKEResult struct {
+	Name string `json:"name"`
+}
+
+// IKETimeout bounds ike.initiate and ike.terminate: an answer comes
+// within it, whatever the peer does (the write timeout of the socket
+// follows).
+const IKETimeout = 30 * time.Second
+
 // Backend is what the server needs from a gateway. *gateway.Gateway serves
 // it through GatewayBackend; tests use controltest.Backend. Every method
 // may be called from several goroutines at once.
@@ -118,4 +143,9 @@ type Backend interface {
 	// and applies it. An invalid file is refused with its errors and the
 	// running configuration stays. It returns what it changed.
 	Reload() ([]string, error)
+	// IKE describes the IKE connections; InitiateIKE and TerminateIKE
+	// negotiate and delete one, waiting up to ctx.
+	IKE() gateway.IKEInfo
+	InitiateIKE(ctx context.Context, name string) error
+	TerminateIKE(ctx context.Context, name string) error
 }

@@ -1,6 +1,7 @@
 package control
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -50,6 +51,19 @@ func (b *GatewayBackend) Stats() gateway.Stats { return b.g.Stats() }
 // AddSA installs sa on a running tunnel (gateway.Gateway.AddSA).
 func (b *GatewayBackend) AddSA(tunnel, dir string, sa *config.SA) error {
 	return b.g.AddSA(tunnel, dir, sa)
+}
+
+// IKE describes the IKE connections (gateway.Gateway.IKE).
+func (b *GatewayBackend) IKE() gateway.IKEInfo { return b.g.IKE() }
+
+// InitiateIKE negotiates a connection (gateway.Gateway.InitiateIKE).
+func (b *GatewayBackend) InitiateIKE(ctx context.Context, name string) error {
+	return b.g.InitiateIKE(ctx, name)
+}
+
+// TerminateIKE deletes a connection's SAs (gateway.Gateway.TerminateIKE).
+func (b *GatewayBackend) TerminateIKE(ctx context.Context, name string) error {
+	return b.g.TerminateIKE(ctx, name)
 }
 
 // DelSA removes an inbound SA (gateway.Gateway.DelSA).

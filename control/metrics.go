@@ -34,6 +34,13 @@ package control
 //	sluice_tls_sign_batches_total{listener}
 //	sluice_tls_sign_max_batch{listener}
 //
+//	sluice_ike_packets_total{direction}
+//	sluice_ike_drops_total{reason}
+//	sluice_ike_failures_total{reason}
+//	sluice_ike_retransmits_total{direction}
+//	sluice_ike_exchanges_total{event}
+//	sluice_ike_connection_up{connection}
+//
 // The TLS series are per [[tls]] listener and [[tls_origin]], named by the
 // listener label.
 //
@@ -48,6 +55,7 @@ import (
 	"net/http"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -125,7 +133,27 @@ var (
 		"Batches of handshake signatures submitted to the engine (sign_ops / sign_batches is the mean batch).", tlsLabels, nil)
 	tlsSignMaxBatch = prometheus.NewDesc("sluice_tls_sign_max_batch",
 		"The largest batch of handshake signatures submitted to the engine.", tlsLabels, nil)
+
+	ikePackets = prometheus.NewDesc("sluice_ike_packets_total",
+		"IKE datagrams received (rx) and sent (tx, retransmissions included).", []string{"direction"}, nil)
+	ikeDrops = prometheus.NewDesc("sluice_ike_drops_total",
+		"IKE datagrams dropped, by reason (ike.Stats).", []string{"reason"}, nil)
+	ikeFailures = prometheus.NewDesc("sluice_ike_failures_total",
+		"IKE negotiations that failed, by reason.", []string{"reason"}, nil)
+	ikeRetransmits = prometheus.NewDesc("sluice_ike_retransmits_total",
+		"IKE requests retransmitted by us (tx) and by the peers, answered from the cache (rx).", []string{"direction"}, nil)
+	ikeExchanges = prometheus.NewDesc("sluice_ike_exchanges_total",
+		"IKE SAs and Child SAs established, rekeyed and deleted, and the other events the endpoint counts.", []string{"event"}, nil)
+	ikeUp = prometheus.NewDesc("sluice_ike_connection_up",
+		"1 while the IKE connection has an established child installed, else 0.", []string{"connection"}, nil)
 )
+
+// ikeFailureReasons are the ike.Stats counters (snake_case) that count
+// failed negotiations; the other rx_ ones count dropped datagrams.
+var ikeFailureReasons = map[string]bool{
+	"auth_failed": true, "no_proposal_chosen": true, "ts_unacceptable": true, "invalid_ke": true,
+	"timeouts": true, "temp_failures": true, "peers_dead": true,
+}
 
 // Collector is a prometheus.Collector over a gateway's counters. Stats is
 // called once per scrape, from the scraping goroutine.
@@ -141,7 +169,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{saPackets, saBytes, saDrops, saNeedsRekey, saStateFailing, saStateFailures,
 		workerSealed, workerOpened, workerTx, workerTxErrors, workerDrops, rxPackets, rxBytes, rxDrops,
 		tlsAccepted, tlsRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytesIn, tlsBytesOut,
-		tlsIdleClosed, tlsRequests, tlsHeaderTimeouts, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch} {
+		tlsIdleClosed, tlsRequests, tlsHeaderTimeouts, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch,
+		ikePackets, ikeDrops, ikeFailures, ikeRetransmits, ikeExchanges, ikeUp} {
 		ch <- d
 	}
 }
@@ -227,6 +256,45 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(tlsSignOps, l.SignOps, l.Name)
 		counter(tlsSignBatches, l.SignBatches, l.Name)
 		gauge(tlsSignMaxBatch, l.SignMaxBatch, l.Name)
+	}
+	if st.IKE != nil {
+		collectIKE(st.IKE, counter, gauge)
+	}
+}
+
+// collectIKE sends the IKE series: each counter of ike.Stats in one
+// family by what it counts.
+func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v uint64, labels ...string)) {
+	for _, k := range sortedKeys(info.Stats) {
+		v := info.Stats[k]
+		switch {
+		case k == "rx_packets":
+			counter(ikePackets, v, "rx")
+		case k == "tx_packets":
+			counter(ikePackets, v, "tx")
+		case k == "rx_retransmits":
+			counter(ikeRetransmits, v, "rx")
+		case k == "tx_retransmits":
+			counter(ikeRetransmits, v, "tx")
+		case ikeFailureReasons[k]:
+			counter(ikeFailures, v, k)
+		case strings.HasPrefix(k, "rx_"):
+			counter(ikeDrops, v, strings.TrimPrefix(k, "rx_"))
+		default:
+			counter(ikeExchanges, v, k)
+		}
+	}
+	seen := map[string]bool{}
+	for _, c := range info.Connections {
+		if seen[c.Name] {
+			continue
+		}
+		seen[c.Name] = true
+		up := uint64(0)
+		if c.State == "established" {
+			up = 1
+		}
+		gauge(ikeUp, up, c.Name)
 	}
 }
 

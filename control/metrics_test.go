@@ -233,3 +233,43 @@ sluice_sa_state_failures_total{direction="out",sa="o",spi="0x00001001",tunnel="t
 		t.Fatal(err)
 	}
 }
+
+// TestCollectorIKE: the IKE counters as sluice_ike_* families, by what
+// each counts, and each connection's state.
+func TestCollectorIKE(t *testing.T) {
+	b := controltest.New()
+	b.SetIKE(&gateway.IKEInfo{
+		Connections: []gateway.IKEConnInfo{{Name: "site-b", State: "established"}, {Name: "site-c", State: "down"}},
+		Stats: map[string]uint64{"rx_packets": 12, "tx_packets": 11, "rx_malformed": 2, "auth_failed": 1,
+			"tx_retransmits": 3, "rx_retransmits": 4, "ike_sa_established": 1, "child_sa_rekeyed": 5},
+	})
+	c := NewCollector(b.Stats)
+	const want = `
+# HELP sluice_ike_packets_total IKE datagrams received (rx) and sent (tx, retransmissions included).
+# TYPE sluice_ike_packets_total counter
+sluice_ike_packets_total{direction="rx"} 12
+sluice_ike_packets_total{direction="tx"} 11
+# HELP sluice_ike_drops_total IKE datagrams dropped, by reason (ike.Stats).
+# TYPE sluice_ike_drops_total counter
+sluice_ike_drops_total{reason="malformed"} 2
+# HELP sluice_ike_failures_total IKE negotiations that failed, by reason.
+# TYPE sluice_ike_failures_total counter
+sluice_ike_failures_total{reason="auth_failed"} 1
+# HELP sluice_ike_retransmits_total IKE requests retransmitted by us (tx) and by the peers, answered from the cache (rx).
+# TYPE sluice_ike_retransmits_total counter
+sluice_ike_retransmits_total{direction="rx"} 4
+sluice_ike_retransmits_total{direction="tx"} 3
+# HELP sluice_ike_exchanges_total IKE SAs and Child SAs established, rekeyed and deleted, and the other events the endpoint counts.
+# TYPE sluice_ike_exchanges_total counter
+sluice_ike_exchanges_total{event="child_sa_rekeyed"} 5
+sluice_ike_exchanges_total{event="ike_sa_established"} 1
+# HELP sluice_ike_connection_up 1 while the IKE connection has an established child installed, else 0.
+# TYPE sluice_ike_connection_up gauge
+sluice_ike_connection_up{connection="site-b"} 1
+sluice_ike_connection_up{connection="site-c"} 0
+`
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "sluice_ike_packets_total", "sluice_ike_drops_total",
+		"sluice_ike_failures_total", "sluice_ike_retransmits_total", "sluice_ike_exchanges_total", "sluice_ike_connection_up"); err != nil {
+		t.Error(err)
+	}
+}

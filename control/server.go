@@ -16,6 +16,7 @@ package control
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -315,7 +316,7 @@ func (s *Server) handle(line []byte) (resp Response) {
 func (s *Server) dispatch(req Request) (any, error) {
 	log := s.opt.Log
 	switch req.Op {
-	case OpSAList, OpTunnelList, OpPolicyList, OpStats, OpReload:
+	case OpSAList, OpTunnelList, OpPolicyList, OpStats, OpReload, OpIKEList:
 		if err := decodeArgs(req, &struct{}{}); err != nil {
 			return nil, err
 		}
@@ -370,6 +371,31 @@ func (s *Server) dispatch(req Request) (any, error) {
 		}
 		log.Info("control: SA deleted", "spi", fmt.Sprintf("%#x", a.SPI))
 		return SADelResult{SPI: a.SPI}, nil
+	case OpIKEList:
+		info := s.b.IKE()
+		info.Connections = nonNil(info.Connections)
+		return info, nil
+	case OpIKEInit, OpIKETerm:
+		var a IKEArgs
+		if err := decodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		if a.Name == "" {
+			return nil, fmt.Errorf("control: %s: args.name is required: the name of a [[connection]]", req.Op)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), IKETimeout)
+		defer cancel()
+		var err error
+		if req.Op == OpIKEInit {
+			err = s.b.InitiateIKE(ctx, a.Name)
+		} else {
+			err = s.b.TerminateIKE(ctx, a.Name)
+		}
+		if err != nil {
+			return nil, err
+		}
+		log.Info("control: "+req.Op, "connection", a.Name)
+		return IKEResult{Name: a.Name}, nil
 	}
 	return nil, fmt.Errorf("control: unknown op %q (valid: %s)", req.Op, strings.Join(Ops, ", "))
 }

@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/control/controltest"
+	"github.com/sluicegw/sluice/gateway"
 )
 
 var _ Backend = (*controltest.Backend)(nil)
@@ -204,7 +205,7 @@ func TestBadRequests(t *testing.T) {
 		{`{"op":"stats"} {"op":"stats"}`, "control: bad request: trailing data after the JSON value"},
 		{``, "control: empty request"},
 		{`   `, "control: empty request"},
-		{`null`, "control: request has no op (valid: sa.list, sa.add, sa.del, tunnel.list, policy.list, stats, reload)"},
+		{`null`, "control: request has no op (valid: sa.list, sa.add, sa.del, tunnel.list, policy.list, stats, reload, ike.list, ike.initiate, ike.terminate)"},
 		{`{}`, "control: request has no op"},
 		{`[1,2]`, "control: bad request: got JSON array, want an object"},
 		{`{"op":5}`, "control: bad request: op: got JSON number, want a string"},
@@ -708,5 +709,37 @@ func TestStatsTLSKeys(t *testing.T) {
 	}
 	if got := string(st.TLS[0]["handshake_failures"]); got != `{"protocol":1,"timeout":1}` {
 		t.Errorf("handshake_failures %s", got)
+	}
+}
+
+// TestIKEOps: ike.list, ike.initiate and ike.terminate reach the backend;
+// an unknown connection and a missing name are errors.
+func TestIKEOps(t *testing.T) {
+	b := controltest.New()
+	b.SetIKE(&gateway.IKEInfo{Connections: []gateway.IKEConnInfo{{Name: "site-b", State: "established"}}, Stats: map[string]uint64{"rx_packets": 4}})
+	s := start(t, b, nil)
+	c := dial(t, s.Path())
+	ctx := context.Background()
+	info, err := c.IKE(ctx)
+	if err != nil || len(info.Connections) != 1 || info.Connections[0].Name != "site-b" || info.Stats["rx_packets"] != 4 {
+		t.Fatalf("ike.list = %+v, %v", info, err)
+	}
+	if err := c.InitiateIKE(ctx, "site-b"); err != nil {
+		t.Errorf("ike.initiate: %v", err)
+	}
+	if err := c.TerminateIKE(ctx, "site-b"); err != nil {
+		t.Errorf("ike.terminate: %v", err)
+	}
+	if err := c.InitiateIKE(ctx, "nope"); err == nil || !strings.Contains(err.Error(), `no IKE connection "nope"`) {
+		t.Errorf("ike.initiate of an unknown connection: %v", err)
+	}
+	if err := c.TerminateIKE(ctx, ""); err == nil || !strings.Contains(err.Error(), "args.name is required") {
+		t.Errorf("ike.terminate without a name: %v", err)
+	}
+	if st, err := c.Stats(ctx); err != nil || st.IKE == nil || st.IKE.Stats["rx_packets"] != 4 {
+		t.Errorf("stats with IKE: %+v, %v", st.IKE, err)
+	}
+	if b.Calls("InitiateIKE") != 2 || b.Calls("TerminateIKE") != 1 {
+		t.Errorf("calls: initiate %d, terminate %d", b.Calls("InitiateIKE"), b.Calls("TerminateIKE"))
 	}
 }

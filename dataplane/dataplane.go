@@ -123,6 +123,12 @@ type Config struct {
 	// InboundCheck, if set, checks a decrypted inner packet against the
 	// policy of its tunnel (RFC 4301 section 5.2 step 4); false drops it.
 	InboundCheck func(t *sad.Tunnel, inner []byte) bool
+	// NoSA, if set, is told of each outbound packet dropped because its
+	// tunnel has no outbound SA yet (ReasonNoSA): a tunnel keyed on
+	// demand (IKE's start_action = trap) starts its negotiation there.
+	// It runs on the lane, per such packet: it must not block or
+	// allocate.
+	NoSA func(t *sad.Tunnel)
 	// Pool supplies packet buffers; its slots must hold a tunnel MTU packet
 	// plus esp.MaxHeadroom and esp.MaxTailroom.
 	Pool      *packet.Pool

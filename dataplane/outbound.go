@@ -37,6 +37,9 @@ func (ln *lane) outbound(db *sad.DB, pkts []*packet.Buf) {
 		sa := t.Out()
 		if sa == nil {
 			ln.drop(p, ReasonNoSA)
+			if f := ln.d.cfg.NoSA; f != nil {
+				f(t)
+			}
 			continue
 		}
 		if t.MTU > 0 && p.Len() > t.MTU {

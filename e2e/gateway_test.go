@@ -359,6 +359,10 @@ type gwConfig struct {
 	Tunnels  []tunnelConfig
 	Policies []policyConfig
 	SAs      []saConfig
+	// Connections are IKE [[connection]]s (ike_test.go), with their
+	// [[secret]]s; IKE is the body of an [ike] section.
+	Connections []connConfig
+	IKE         string
 }
 
 type tunnelConfig struct {
@@ -440,6 +444,12 @@ func (c *gwConfig) render() string {
 		if p.Tunnel != "" {
 			fmt.Fprintf(&b, "tunnel = %q\n", p.Tunnel)
 		}
+	}
+	if c.IKE != "" {
+		fmt.Fprintf(&b, "\n[ike]\n%s", c.IKE)
+	}
+	for _, cc := range c.Connections {
+		cc.render(&b)
 	}
 	for _, sa := range c.SAs {
 		fmt.Fprintf(&b, "\n[[sa]]\nname = %q\nspi = 0x%x\nsrc = %q\ndst = %q\nmode = \"tunnel\"\nencap = %q\nesp = %q\nenc_key = %q\n",

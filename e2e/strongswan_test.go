@@ -1,85 +1,216 @@
 package e2e_test
 
 // A sluice gateway opposite strongSwan's userspace data plane
-// (kernel-libipsec), with the SAs strongSwan negotiated. sluice has no IKE
-// yet, so the SAs come from a real IKEv2 negotiation between two charons,
-// and sluice then takes the responder's place:
+// (kernel-libipsec), the two keyed by IKEv2 between charon and sluice:
 //
-//  1. Namespaces "ss" (strongSwan, site 10.1.0.0/24) and "gw" (the
-//     responder's, later sluice's, site 10.2.0.0/24), joined by a veth
-//     (192.0.2.1 - 192.0.2.2). Each charon runs in its namespace with its
-//     own strongswan.conf (STRONGSWAN_CONF) and a private /run (unshare -m
-//     and a tmpfs), driven by swanctl over its own vici socket.
-//  2. The charon in "ss" initiates IKEv2 (PSK) with the one in "gw"; the
-//     CHILD_SA is ESP in UDP 4500, tunnel mode, with the suite under test.
-//  3. The initiator's log (chd = 4) holds the ESP keys of both directions
-//     and its SPIs; the test reads them from there.
-//  4. The responder charon is stopped without telling the initiator (a
-//     blackhole route eats its DELETE), and a sluice gateway starts in
-//     "gw" with exactly those SAs, on 192.0.2.2:4500.
-//  5. ping both ways and iperf3 TCP both ways through strongSwan <-> sluice.
+//  1. Namespaces "ss" (strongSwan, site 10.1.0.0/24) and "gw" (sluice, site
+//     10.2.0.0/24), joined by a veth (192.0.2.1 - 192.0.2.2); for NAT-T a
+//     third, "nat", sits between them and masquerades sluice's side
+//     (nftables). charon runs in "ss" with its own strongswan.conf
+//     (STRONGSWAN_CONF) and a private /run (unshare -m and a tmpfs),
+//     driven by swanctl over its own vici socket.
+//  2. Either charon initiates (swanctl --initiate) and sluice responds, or
+//     sluice initiates (start_action = "start"); PSK or certificates from
+//     a test CA. ESP goes in UDP 4500 (libipsec does nothing else).
+//  3. sluice's child and charon's CHILD_SA must have the same SPIs; ping
+//     and iperf3 TCP go through both ways.
+//
+// The other tests here rekey the Child SA and the IKE SA under traffic,
+// kill charon with SIGKILL and restart it (sluice's DPD finds it dead and
+// initiates again), and put a NAT between the two.
 //
 // e2e/strongswan/README.md says the same for people who run it by hand.
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"encoding/hex"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
 	"fmt"
+	"math/big"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"strconv"
 	"strings"
 	"testing"
 	"text/template"
 	"time"
 
+	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
 // charonPath is Debian's charon daemon (strongswan-charon).
 const charonPath = "/usr/lib/ipsec/charon"
 
-// The network of the interop test.
+// The network of the interop tests.
 var (
 	ssWAN   = [2]netip.Prefix{netip.MustParsePrefix("192.0.2.1/24"), netip.MustParsePrefix("192.0.2.2/24")}
 	ssInner = [2]netip.Prefix{netip.MustParsePrefix("10.1.0.1/24"), netip.MustParsePrefix("10.2.0.1/24")}
+	// With a NAT between them: charon on the far side, the NAT's outside.
+	natOut   = [2]netip.Prefix{netip.MustParsePrefix("198.51.100.2/24"), netip.MustParsePrefix("198.51.100.1/24")}
+	natIn    = netip.MustParsePrefix("192.0.2.254/24") // the NAT's inside, sluice's default route
+	ssIDs    = [2]string{"strongswan@e2e.sluice", "sluice@e2e.sluice"}
+	ssIKE    = "aes128-sha256-x25519"
+	ssIPerfS = 1
 )
 
-// TestStrongSwanInterop puts a sluice gateway opposite strongSwan 5.9.8's
-// kernel-libipsec data plane, with the SAs strongSwan negotiated, for each
-// ESP suite both support, and sends ping and TCP through it both ways.
+// requireCharon skips without charon, except under CI=true.
+func requireCharon(t *testing.T) {
+	t.Helper()
+	lab.Require(t)
+	requireTool(t, "swanctl", "unshare", "ping", "iperf3")
+	if _, err := os.Stat(charonPath); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("%s: %v (CI=true: not skipping; .ci/run installs strongswan-charon)", charonPath, err)
+		}
+		t.Skipf("strongSwan's charon is not installed: %v", err)
+	}
+}
+
+// TestStrongSwanInterop negotiates with strongSwan 5.9.8 (charon with
+// kernel-libipsec) over IKEv2, sluice as responder for each ESP suite both
+// data planes support, sluice as initiator, and with certificates both
+// ways, and sends ping and TCP through the tunnel both ways.
 func TestStrongSwanInterop(t *testing.T) {
-	for _, alg := range []string{"aes128gcm16", "aes256gcm16", "chacha20poly1305", "aes128-sha256", "aes256-sha256"} {
-		t.Run(alg, func(t *testing.T) {
-			lab.Require(t)
-			requireTool(t, "swanctl", "unshare", "ping", "iperf3", "ss")
-			if _, err := os.Stat(charonPath); err != nil {
-				if os.Getenv("CI") == "true" {
-					t.Fatalf("%s: %v (CI=true: not skipping; .ci/run installs strongswan-charon)", charonPath, err)
-				}
-				t.Skipf("strongSwan's charon is not installed: %v", err)
-			}
-			strongSwanInterop(t, alg)
+	cases := []struct {
+		name, esp       string
+		sluiceInitiates bool
+		auth            string
+		iperf           bool
+	}{
+		{"responder/aes128gcm16", "aes128gcm16", false, "psk", true},
+		{"responder/aes256gcm16", "aes256gcm16", false, "psk", true},
+		{"responder/chacha20poly1305", "chacha20poly1305", false, "psk", true},
+		{"responder/aes128-sha256", "aes128-sha256", false, "psk", true},
+		{"responder/aes256-sha256", "aes256-sha256", false, "psk", true},
+		{"initiator/aes256gcm16", "aes256gcm16", true, "psk", true},
+		{"initiator/certs", "aes128gcm16", true, "pubkey", false},
+		{"responder/certs", "aes256-sha256", false, "pubkey", false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			requireCharon(t)
+			b := newSSBed(t, ssOptions{esp: tc.esp, auth: tc.auth, sluiceInitiates: tc.sluiceInitiates})
+			ch := b.establish()
+			b.traffic(tc.esp, tc.iperf)
+			b.checkCharonSPIs(ch)
 		})
 	}
 }
 
-// charon is one strongSwan daemon in a namespace.
-type charon struct {
-	name string
-	ns   *lab.Netns
-	conf string // strongswan.conf
-	vici string // socket path
-	log  string // filelog path
-	proc *lab.Process
+// TestStrongSwanRekeyUnderTraffic: sluice rekeys the Child SA every few
+// seconds and the IKE SA once, while pings flow both ways; not one is
+// lost, and the counters show the rekeys.
+func TestStrongSwanRekeyUnderTraffic(t *testing.T) {
+	requireCharon(t)
+	b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, childRekey: "2s", ikeRekey: "3s"})
+	first := b.establish()
+	const n, interval = 500, 10 * time.Millisecond // 5 s: two Child SA rekeys and an IKE SA rekey at least
+	done := make(chan pingResult, 1)
+	go func() {
+		r, _ := ping(b.ctx, b.gw.ns, ssInner[0].Addr(), n, interval)
+		done <- r
+	}()
+	r := mustPing(t, b.ctx, "strongSwan rekeys: strongSwan->sluice", b.ssNS, ssInner[1].Addr(), n, interval)
+	r2 := <-done
+	measuref(t, "strongSwan rekeys: sluice->strongSwan: %v", r2)
+	if r2.Received != n {
+		t.Errorf("sluice->strongSwan: %d of %d pings answered across the rekeys", r2.Received, n)
+	}
+	if r.Received != n || r2.Received != n {
+		gs := b.gw.stats()
+		t.Logf("sluice data plane drops %v; IKE %v", drops(gs), gs.IKE.Stats)
+		for _, sa := range gs.SAs {
+			t.Logf("sluice SA %#x %s: %d packets, drops %v", sa.SPI, sa.Direction, sa.Packets, sa.Drops)
+		}
+	}
+	st := b.gw.stats().IKE
+	if st == nil || st.Stats["child_sa_rekeyed"] < 2 || st.Stats["ike_sa_rekeyed"] < 1 || st.Stats["child_sa_expired"] > 0 {
+		t.Errorf("want at least 2 Child SA and 1 IKE SA rekeys, counters %v", st)
+	}
+	now := b.gw.waitChild(b.ctx, "net", time.Second, nil)
+	if now.InSPI == first.InSPI {
+		t.Errorf("the child still has its first SPI %#x", first.InSPI)
+	}
+	b.checkCharonSPIs(now)
 }
 
-func strongSwanInterop(t *testing.T, alg string) {
+// TestStrongSwanRestart: charon is killed (SIGKILL) and started again;
+// sluice's liveness checks find it dead, and sluice (start_action =
+// "start") negotiates a new IKE SA and child with it.
+func TestStrongSwanRestart(t *testing.T) {
+	requireCharon(t)
+	b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, dpd: "1s"})
+	first := b.establish()
+	mustPing(t, b.ctx, "before the restart", b.gw.ns, ssInner[0].Addr(), 5, 20*time.Millisecond)
+	b.ch.proc.Kill()
+	<-b.ch.proc.Done()
+	start := time.Now()
+	b.startCharon()
+	now := b.gw.waitChild(b.ctx, "net", 30*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != first.InSPI })
+	t.Logf("sluice re-established its child %v after charon restarted", time.Since(start).Round(time.Millisecond))
+	waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
+	mustPing(t, b.ctx, "after the restart", b.gw.ns, ssInner[0].Addr(), 10, 20*time.Millisecond)
+	b.checkCharonSPIs(now)
+	if st := b.gw.stats().IKE; st == nil || st.Stats["peers_dead"] < 1 {
+		t.Errorf("no dead peer counted: %v", st)
+	}
+}
+
+// TestStrongSwanNAT: a NAT (nftables masquerade) between sluice and
+// charon; sluice initiates from behind it, both detect the NAT, IKE moves
+// to port 4500 and ESP goes in UDP (sluice's connection does not force
+// it), and ping goes through.
+func TestStrongSwanNAT(t *testing.T) {
+	requireCharon(t)
+	requireTool(t, "nft")
+	b := newSSBed(t, ssOptions{esp: "aes256gcm16", auth: "psk", sluiceInitiates: true, nat: true})
+	ch := b.establish()
+	if !ch.Encap || !strings.HasSuffix(ch.PeerAddr, ":4500") {
+		t.Errorf("behind a NAT the child must use ESP in UDP to port 4500: %+v", ch)
+	}
+	if cs := b.gw.ike().Connections; len(cs) != 1 || !strings.HasSuffix(cs[0].IKERemote, ":4500") {
+		t.Errorf("behind a NAT IKE must move to port 4500: %+v", cs)
+	}
+	waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
+	mustPing(t, b.ctx, "NAT-T sluice->strongSwan", b.gw.ns, ssInner[0].Addr(), 20, 10*time.Millisecond)
+	mustPing(t, b.ctx, "NAT-T strongSwan->sluice", b.ssNS, ssInner[1].Addr(), 20, 10*time.Millisecond)
+	b.checkCharonSPIs(ch)
+	if out, err := b.ch.swanctl(b.ctx, "--list-sas"); err != nil || !strings.Contains(out, natOut[1].Addr().String()+"[4500]") {
+		t.Errorf("charon does not see sluice at the NAT's address, port 4500: %v\n%s", err, out)
+	}
+}
+
+// ssOptions shape one strongSwan test bed.
+type ssOptions struct {
+	esp, auth            string
+	sluiceInitiates      bool
+	childRekey, ikeRekey string // sluice's; "" is the default
+	dpd                  string // sluice's dpd_delay
+	nat                  bool
+}
+
+// ssBed is charon in "ss" and sluice in "gw", set up to negotiate.
+type ssBed struct {
+	t              *testing.T
+	ctx            context.Context
+	l              *lab.Lab
+	dir            string
+	o              ssOptions
+	ssNS           *lab.Netns
+	ch             *charon
+	gw             *site
+	ssAddr, gwAddr netip.Addr // outer addresses; with a NAT, charon's is outside it
+	swconf         string
+}
+
+func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	ctx := testContext(t, defaultSetup)
 	l := lab.New(nil)
 	t.Cleanup(func() {
@@ -91,153 +222,257 @@ func strongSwanInterop(t *testing.T, alg string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ssNS, err := l.NewNetns(ctx, "ss")
-	if err != nil {
+	b := &ssBed{t: t, ctx: ctx, l: l, dir: dir, o: o}
+	if b.ssNS, err = l.NewNetns(ctx, "ss"); err != nil {
 		t.Fatal(err)
 	}
 	gwNS, err := l.NewNetns(ctx, "gw")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Veth(ssNS, wanIf, gwNS, wanIf); err != nil {
-		t.Fatal(err)
-	}
-	for i, ns := range []*lab.Netns{ssNS, gwNS} {
-		if err := ns.AddAddr(wanIf, ssWAN[i]); err != nil {
+	if !o.nat {
+		if err := l.Veth(b.ssNS, wanIf, gwNS, wanIf); err != nil {
 			t.Fatal(err)
 		}
+		for i, ns := range []*lab.Netns{b.ssNS, gwNS} {
+			if err := ns.AddAddr(wanIf, ssWAN[i]); err != nil {
+				t.Fatal(err)
+			}
+		}
+		b.ssAddr, b.gwAddr = ssWAN[0].Addr(), ssWAN[1].Addr()
+	} else {
+		natNS, err := l.NewNetns(ctx, "nat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Veth(b.ssNS, wanIf, natNS, "out0"); err != nil {
+			t.Fatal(err)
+		}
+		if err := l.Veth(natNS, "in0", gwNS, wanIf); err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range []struct {
+			ns *lab.Netns
+			If string
+			p  netip.Prefix
+		}{{b.ssNS, wanIf, natOut[0]}, {natNS, "out0", natOut[1]}, {natNS, "in0", natIn}, {gwNS, wanIf, ssWAN[1]}} {
+			if err := a.ns.AddAddr(a.If, a.p); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := gwNS.AddRoute(netip.MustParsePrefix("0.0.0.0/0"), wanIf, natIn.Addr()); err != nil {
+			t.Fatal(err)
+		}
+		rules := filepath.Join(dir, "nat.nft")
+		if err := os.WriteFile(rules, []byte("table ip nat {\n  chain post {\n    type nat hook postrouting priority 100;\n    oifname \"out0\" masquerade\n  }\n}\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for _, cmd := range [][]string{{"sysctl", "-qw", "net.ipv4.ip_forward=1"}, {"nft", "-f", rules}} {
+			if out, err := natNS.Exec(ctx, cmd[0], cmd[1:]...); err != nil {
+				t.Fatalf("%s: %v: %s", strings.Join(cmd, " "), err, out)
+			}
+		}
+		b.ssAddr, b.gwAddr = natOut[0].Addr(), ssWAN[1].Addr()
 	}
-	// Each charon needs an address in its local traffic selector: it
-	// installs the route into its TUN device with it as the source, and
-	// refuses the CHILD_SA without one. strongSwan's is its site address;
-	// the responder's goes again before sluice takes over.
-	if err := ssNS.AddAddr("lo", netip.PrefixFrom(ssInner[0].Addr(), 32)); err != nil {
-		t.Fatal(err)
-	}
-	if err := gwNS.AddAddr("lo", netip.PrefixFrom(ssInner[1].Addr(), 32)); err != nil {
+	// charon needs an address in its local traffic selector: it installs
+	// the route into its TUN device with it as the source.
+	if err := b.ssNS.AddAddr("lo", netip.PrefixFrom(ssInner[0].Addr(), 32)); err != nil {
 		t.Fatal(err)
 	}
 
-	// 1. Two charons.
-	ini := &charon{name: "initiator", ns: ssNS}
-	resp := &charon{name: "responder", ns: gwNS}
+	// charon.
+	b.ch = &charon{name: "strongswan", ns: b.ssNS,
+		conf: filepath.Join(dir, "strongswan.conf"), vici: filepath.Join(dir, "charon.vici"), log: filepath.Join(dir, "charon.log")}
 	t.Cleanup(func() {
 		if t.Failed() {
-			for _, c := range []*charon{ini, resp} {
-				if data, err := os.ReadFile(c.log); err == nil {
-					t.Logf("strongSwan %s log (%s):\n%s", c.name, c.log, tail(string(data), 80))
-				}
+			if data, err := os.ReadFile(b.ch.log); err == nil {
+				t.Logf("strongSwan log (%s):\n%s", b.ch.log, tail(string(data), 80))
 			}
 		}
 	})
 	psk := randomHex(16)
-	ids := [2]string{"strongswan@e2e.sluice", "sluice@e2e.sluice"}
-	for i, c := range []*charon{ini, resp} {
-		j := 1 - i
-		c.conf = filepath.Join(dir, c.name+".strongswan.conf")
-		c.vici = filepath.Join(dir, c.name+".vici")
-		c.log = filepath.Join(dir, c.name+".charon.log")
-		renderTemplate(t, "strongswan/strongswan.conf.tmpl", c.conf, map[string]string{"Vici": c.vici, "Log": c.log})
-		renderTemplate(t, "strongswan/swanctl.conf.tmpl", filepath.Join(dir, c.name+".swanctl.conf"), map[string]string{
-			"Local": ssWAN[i].Addr().String(), "Remote": ssWAN[j].Addr().String(),
-			"LocalTS": ssInner[i].Masked().String(), "RemoteTS": ssInner[j].Masked().String(),
-			"LocalID": ids[i], "RemoteID": ids[j], "ESP": alg, "PSK": psk,
-		})
-		c.start(t, ctx, l)
+	remote := b.gwAddr.String()
+	if o.nat {
+		remote = "%any"
 	}
-	for _, c := range []*charon{ini, resp} {
-		if out, err := c.swanctl(ctx, "--load-all", "--file", filepath.Join(dir, c.name+".swanctl.conf")); err != nil {
-			t.Fatalf("strongSwan %s: %v", c.name, err)
-		} else if !strings.Contains(out, "successfully loaded 1 connections") {
-			t.Fatalf("strongSwan %s: swanctl --load-all: %s", c.name, out)
-		}
+	renderTemplate(t, "strongswan/strongswan.conf.tmpl", b.ch.conf, map[string]string{"Vici": b.ch.vici, "Log": b.ch.log})
+	b.swconf = filepath.Join(dir, "swanctl.conf")
+	renderTemplate(t, "strongswan/swanctl.conf.tmpl", b.swconf, map[string]string{
+		"Local": b.ssAddr.String(), "Remote": remote, "IKE": ssIKE, "Auth": o.auth,
+		"LocalTS": ssInner[0].Masked().String(), "RemoteTS": ssInner[1].Masked().String(),
+		"LocalID": ssIDs[0], "RemoteID": ssIDs[1], "ESP": o.esp, "PSK": psk,
+	})
+	cc := connConfig{
+		Name: "strongswan", Local: b.gwAddr, Remote: b.ssAddr, Proposals: ssIKE,
+		LocalID: ssIDs[1], RemoteID: ssIDs[0], Auth: o.auth, DPDDelay: o.dpd, RekeyTime: o.ikeRekey,
+		Child: "net", LocalTS: []netip.Prefix{ssInner[1].Masked()}, RemoteTS: []netip.Prefix{ssInner[0].Masked()},
+		ESP: o.esp, ChildRekeyTime: o.childRekey, Start: "none",
 	}
+	if o.childRekey != "" {
+		// Room for a rekey that waits behind the IKE SA's: the child
+		// must not expire at rekey_time + 10%; the rekey comes at
+		// rekey_time less up to life_time - rekey_time (swanctl's
+		// rand_time).
+		cc.ChildLifeTime = "3s"
+	}
+	if o.sluiceInitiates {
+		cc.Start = "start"
+	} else {
+		cc.Remote = netip.Addr{} // %any: sluice only responds
+	}
+	if o.auth == "psk" {
+		cc.PSK = fmt.Sprintf("%x", psk)
+	} else {
+		b.certs(&cc)
+	}
+	b.startCharon()
 
-	// 2. IKEv2.
-	start := time.Now()
-	if out, err := ini.swanctl(ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
-		t.Fatalf("strongSwan initiator: %v\n%s", err, out)
-	}
-	t.Logf("strongSwan: IKE_SA and CHILD_SA established in %v", time.Since(start).Round(time.Millisecond))
-
-	// 3. The keys.
-	keys, err := readCharonKeys(ini.log)
-	if err != nil {
-		t.Fatalf("strongSwan initiator log %s: %v", ini.log, err)
-	}
-	t.Logf("strongSwan negotiated %s; SPIs 0x%08x (initiator in) and 0x%08x (initiator out)", keys.proposal, keys.spiIn, keys.spiOut)
-
-	// 4. The responder goes without a word to the initiator: its DELETE
-	// meets a blackhole route.
-	route := func(op string) {
-		ipCmd(t, ctx, "-n", gwNS.Name(), "route", op, "blackhole", ssWAN[0].Addr().String()+"/32")
-	}
-	route("add")
-	if err := resp.proc.Stop(); err != nil {
-		t.Fatalf("stopping the strongSwan responder: %v", err)
-	}
-	route("del")
-	ipCmd(t, ctx, "-n", gwNS.Name(), "addr", "del", netip.PrefixFrom(ssInner[1].Addr(), 32).String(), "dev", "lo")
-
-	gw := &site{tb: &testbed{t: t, ctx: ctx, lab: l, dir: dir}, name: "gw", ns: gwNS, wan: ssWAN[1].Addr(),
+	b.gw = &site{tb: &testbed{t: t, ctx: ctx, lab: l, dir: dir}, name: "gw", ns: gwNS, wan: b.gwAddr,
 		cfgPath: filepath.Join(dir, "gateway-gw.toml"), sock: filepath.Join(dir, "gw.sock"), logPath: filepath.Join(dir, "gateway-gw.log")}
 	t.Cleanup(func() {
 		if t.Failed() {
-			if data, err := os.ReadFile(gw.logPath); err == nil {
+			if data, err := os.ReadFile(b.gw.logPath); err == nil {
 				t.Logf("sluice log:\n%s", tail(string(data), 40))
 			}
 		}
 	})
-	ssAddr, gwAddr := ssWAN[0].Addr(), ssWAN[1].Addr()
-	cfg := &gwConfig{
-		TUN: []netip.Prefix{ssInner[1]},
-		UDP: netip.AddrPortFrom(gwAddr, 4500),
-		Tunnels: []tunnelConfig{{Name: "to-strongswan", Local: gwAddr, Peer: ssAddr, Encap: "udp",
-			Remote: []netip.Prefix{ssInner[0].Masked()}, Out: "gw-to-ss", In: []string{"ss-to-gw"}}},
-		SAs: []saConfig{
-			{Name: "ss-to-gw", SPI: keys.spiOut, Src: ssAddr, Dst: gwAddr, Encap: "udp", Alg: alg,
-				EncKey: hex.EncodeToString(keys.encI), AuthKey: hex.EncodeToString(keys.integI), ReplayWindow: 64},
-			{Name: "gw-to-ss", SPI: keys.spiIn, Src: gwAddr, Dst: ssAddr, Encap: "udp", Alg: alg,
-				EncKey: hex.EncodeToString(keys.encR), AuthKey: hex.EncodeToString(keys.integR), ReplayWindow: 64},
-		},
+	cfg := &gwConfig{TUN: []netip.Prefix{ssInner[1]}, UDP: netip.AddrPortFrom(b.gwAddr, 4500), Connections: []connConfig{cc}}
+	if o.dpd != "" {
+		cfg.IKE = "retransmit_timeout = \"250ms\"\nretransmit_tries = 2\n"
 	}
-	gw.start(cfg)
+	b.gw.start(cfg)
+	return b
+}
 
-	// 5. Traffic both ways.
+// startCharon starts charon and loads its configuration.
+func (b *ssBed) startCharon() {
+	b.t.Helper()
+	b.ch.start(b.t, b.ctx, b.l)
+	if out, err := b.ch.swanctl(b.ctx, "--load-all", "--file", b.swconf); err != nil {
+		b.t.Fatalf("strongSwan: %v", err)
+	} else if !strings.Contains(out, "successfully loaded 1 connections") {
+		b.t.Fatalf("strongSwan: swanctl --load-all: %s", out)
+	}
+}
+
+// establish has the initiator negotiate and returns sluice's child.
+func (b *ssBed) establish() gateway.IKEChildInfo {
+	b.t.Helper()
+	start := time.Now()
+	if !b.o.sluiceInitiates {
+		if out, err := b.ch.swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
+			b.t.Fatalf("strongSwan initiating: %v\n%s", err, out)
+		}
+	}
+	ch := b.gw.waitChild(b.ctx, "net", 20*time.Second, nil)
+	b.t.Logf("IKE_SA and CHILD_SA between sluice and strongSwan (%s, %s) in %v: SPIs in %#x out %#x, suite %s",
+		map[bool]string{true: "sluice initiated", false: "strongSwan initiated"}[b.o.sluiceInitiates], b.o.auth,
+		time.Since(start).Round(time.Millisecond), ch.InSPI, ch.OutSPI, ch.Suite)
+	if ch.Suite != b.o.esp {
+		b.t.Errorf("negotiated suite %q, want %q", ch.Suite, b.o.esp)
+	}
+	return ch
+}
+
+// traffic sends ping both ways, and iperf3 TCP both ways if asked.
+func (b *ssBed) traffic(what string, iperf bool) {
+	t := b.t
+	t.Helper()
 	ssIn, gwIn := ssInner[0].Addr(), ssInner[1].Addr()
-	waitPing(t, ctx, ssNS, gwIn)
-	waitPing(t, ctx, gwNS, ssIn)
-	mustPing(t, ctx, "strongSwan "+alg+" strongSwan->sluice", ssNS, gwIn, 50, 10*time.Millisecond)
-	mustPing(t, ctx, "strongSwan "+alg+" sluice->strongSwan", gwNS, ssIn, 50, 10*time.Millisecond)
-	tb := gw.tb
-	kss := readKernelCounters(ctx, ssNS)
-	mustIperf(t, tb, "strongSwan "+alg+" strongSwan->sluice", gwNS, gwIn, ssNS, iperfOptions{Seconds: 2, Bind: ssIn})
-	mustIperf(t, tb, "strongSwan "+alg+" sluice->strongSwan", ssNS, ssIn, gwNS, iperfOptions{Seconds: 2})
-	t.Logf("kernel drops in strongSwan's namespace during iperf3: %v", readKernelCounters(ctx, ssNS).since(kss))
-
-	// strongSwan still has its CHILD_SA, with the counters of what it
-	// sealed for and opened from sluice.
-	if out, err := ini.swanctl(ctx, "--list-sas"); err != nil {
-		t.Error(err)
-	} else {
-		t.Logf("strongSwan initiator, swanctl --list-sas:\n%s", strings.TrimSpace(out))
-		for _, spi := range []uint32{keys.spiIn, keys.spiOut} {
-			if !strings.Contains(out, fmt.Sprintf("%08x", spi)) {
-				t.Errorf("strongSwan no longer lists SPI %08x", spi)
+	waitPing(t, b.ctx, b.ssNS, gwIn)
+	waitPing(t, b.ctx, b.gw.ns, ssIn)
+	mustPing(t, b.ctx, "strongSwan "+what+" strongSwan->sluice", b.ssNS, gwIn, 20, 10*time.Millisecond)
+	mustPing(t, b.ctx, "strongSwan "+what+" sluice->strongSwan", b.gw.ns, ssIn, 20, 10*time.Millisecond)
+	if iperf {
+		mustIperf(t, b.gw.tb, "strongSwan "+what+" strongSwan->sluice", b.gw.ns, gwIn, b.ssNS, iperfOptions{Seconds: ssIPerfS, Bind: ssIn})
+		mustIperf(t, b.gw.tb, "strongSwan "+what+" sluice->strongSwan", b.ssNS, ssIn, b.gw.ns, iperfOptions{Seconds: ssIPerfS})
+	}
+	// sluice opened everything strongSwan sent it.
+	for _, sa := range b.gw.sas() {
+		for _, bad := range []string{"auth_failed", "replay", "bad_padding", "bad_inner"} {
+			if sa.Direction == "in" && sa.Drops[bad] > 0 {
+				t.Errorf("sluice SA %#x dropped %d packets from strongSwan for %s", sa.SPI, sa.Drops[bad], bad)
 			}
 		}
 	}
+}
 
-	// sluice opened everything strongSwan sent it.
-	sas := gw.sas()
-	in, out := mustSA(t, sas, keys.spiOut, "in"), mustSA(t, sas, keys.spiIn, "out")
-	t.Logf("sluice: SA 0x%08x opened %d packets (drops %v); SA 0x%08x sealed %d; data plane drops %v",
-		in.SPI, in.Packets, in.Drops, out.SPI, out.Packets, drops(gw.stats()))
-	for _, bad := range []string{"auth_failed", "replay", "bad_padding", "bad_inner"} {
-		if in.Drops[bad] > 0 {
-			t.Errorf("sluice dropped %d packets from strongSwan for %s", in.Drops[bad], bad)
+// checkCharonSPIs checks that charon lists the child's two SPIs.
+func (b *ssBed) checkCharonSPIs(ch gateway.IKEChildInfo) {
+	b.t.Helper()
+	out, err := b.ch.swanctl(b.ctx, "--list-sas")
+	if err != nil {
+		b.t.Error(err)
+		return
+	}
+	for _, spi := range []uint32{ch.InSPI, ch.OutSPI} {
+		if !strings.Contains(out, fmt.Sprintf("%08x", spi)) {
+			b.t.Errorf("strongSwan does not list SPI %08x:\n%s", spi, out)
 		}
 	}
+}
+
+// certs makes a test CA with a certificate for each side (ECDSA P-256,
+// the identities as rfc822 subjectAltNames): charon's in its swanctl
+// directory, sluice's in files its configuration names.
+func (b *ssBed) certs(cc *connConfig) {
+	t := b.t
+	now := time.Now()
+	newKey := func() *ecdsa.PrivateKey {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	caKey := newKey()
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice e2e CA"},
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, _ := x509.ParseCertificate(caDER)
+	write := func(path, typ string, der []byte) string {
+		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	issue := func(serial int64, id string, k *ecdsa.PrivateKey) []byte {
+		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: id},
+			EmailAddresses: []string{id}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
+			KeyUsage: x509.KeyUsageDigitalSignature}
+		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, k.Public(), caKey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	write(filepath.Join(b.dir, "x509ca", "ca.pem"), "CERTIFICATE", caDER)
+	ck := newKey()
+	write(filepath.Join(b.dir, "x509", "charon.pem"), "CERTIFICATE", issue(2, ssIDs[0], ck))
+	der, _ := x509.MarshalECPrivateKey(ck)
+	write(filepath.Join(b.dir, "ecdsa", "charon.key"), "EC PRIVATE KEY", der)
+	sk := newKey()
+	cc.Certs = []string{write(filepath.Join(b.dir, "sluice", "sluice.pem"), "CERTIFICATE", issue(3, ssIDs[1], sk))}
+	cc.CACerts = []string{filepath.Join(b.dir, "x509ca", "ca.pem")}
+	der, _ = x509.MarshalPKCS8PrivateKey(sk)
+	cc.KeyFile = write(filepath.Join(b.dir, "sluice", "sluice.key"), "PRIVATE KEY", der)
+}
+
+// charon is one strongSwan daemon in a namespace.
+type charon struct {
+	name string
+	ns   *lab.Netns
+	conf string // strongswan.conf
+	vici string // socket path
+	log  string // filelog path
+	proc *lab.Process
 }
 
 // ipCmd runs iproute2's ip with args and fails the test if it fails.
@@ -298,104 +533,4 @@ func (c *charon) swanctl(ctx context.Context, args ...string) (string, error) {
 		return string(out), fmt.Errorf("swanctl %s: %w: %s", strings.Join(args, " "), err, tail(string(out), 10))
 	}
 	return string(out), nil
-}
-
-// charonKeys are the ESP SAs of one CHILD_SA as the initiator logged them
-// (filelog chd = 4). The initiator's keys protect what it sends, which
-// goes to the responder's SPI (its "_o" SPI); the responder's keys what
-// it receives ("_i").
-type charonKeys struct {
-	proposal       string
-	spiIn, spiOut  uint32 // the initiator's inbound and outbound SPIs
-	encI, encR     []byte // encryption keys (AEAD: key and salt)
-	integI, integR []byte // integrity keys (CBC suites)
-}
-
-var (
-	// 15[CHD] encryption initiator key => 20 bytes @ 0x7f378c03e470
-	charonKeyRE = regexp.MustCompile(`^(\d+)\[CHD\] (encryption|integrity) (initiator|responder) key => (\d+) bytes`)
-	// 15[CHD]   16: D3 0A BC 28                                      ...(
-	charonDumpRE = regexp.MustCompile(`^(\d+)\[CHD\]\s+\d+: (.*)$`)
-	// 15[IKE] CHILD_SA net{1} established with SPIs 701ddd99_i 6000c924_o and TS ...
-	charonSPIRE = regexp.MustCompile(`CHILD_SA \S+ established with SPIs ([0-9a-f]{8})_i ([0-9a-f]{8})_o`)
-	// 15[CFG] selected proposal: ESP:AES_GCM_16_128/NO_EXT_SEQ
-	charonPropRE = regexp.MustCompile(`selected proposal: (ESP:\S+)`)
-)
-
-// readCharonKeys reads the first CHILD_SA's keys and SPIs from a charon
-// log written with chd = 4.
-func readCharonKeys(path string) (*charonKeys, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	k := &charonKeys{}
-	var (
-		cur    *[]byte // the key being read
-		thread string
-		want   int
-	)
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		if cur != nil {
-			if m := charonDumpRE.FindStringSubmatch(line); m != nil && m[1] == thread {
-				for _, tok := range strings.Split(m[2], " ") {
-					if len(*cur) == want || len(tok) != 2 {
-						break
-					}
-					b, err := hex.DecodeString(tok)
-					if err != nil {
-						break
-					}
-					*cur = append(*cur, b[0])
-				}
-				if len(*cur) == want {
-					cur = nil
-				}
-				continue
-			}
-			if len(*cur) != want {
-				return nil, fmt.Errorf("key dump cut short after %d of %d bytes at %q", len(*cur), want, line)
-			}
-		}
-		if m := charonKeyRE.FindStringSubmatch(line); m != nil {
-			var dst *[]byte
-			switch m[2] + " " + m[3] {
-			case "encryption initiator":
-				dst = &k.encI
-			case "encryption responder":
-				dst = &k.encR
-			case "integrity initiator":
-				dst = &k.integI
-			default:
-				dst = &k.integR
-			}
-			if len(*dst) > 0 {
-				continue // a later CHILD_SA
-			}
-			thread, cur = m[1], dst
-			want, _ = strconv.Atoi(m[4])
-			continue
-		}
-		if m := charonPropRE.FindStringSubmatch(line); m != nil && k.proposal == "" {
-			k.proposal = m[1]
-		}
-		if m := charonSPIRE.FindStringSubmatch(line); m != nil && k.spiIn == 0 {
-			in, _ := strconv.ParseUint(m[1], 16, 32)
-			out, _ := strconv.ParseUint(m[2], 16, 32)
-			k.spiIn, k.spiOut = uint32(in), uint32(out)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		return nil, err
-	}
-	switch {
-	case k.spiIn == 0 || k.spiOut == 0:
-		return nil, fmt.Errorf("no \"CHILD_SA ... established with SPIs\" line")
-	case len(k.encI) == 0 || len(k.encR) == 0:
-		return nil, fmt.Errorf("no ESP encryption keys (is chd = 4 set in the filelog?)")
-	}
-	return k, nil
 }

@@ -54,6 +54,19 @@ type Gateway struct {
 	stateFiles map[string]*stateFile // by path
 
 	tls tlsState // the TLS listeners and origins (tls.go)
+	ike ikeState // the IKE connections (ike.go)
+
+	// Fixed for the process (a change needs a restart), so read without
+	// mu: data-plane workers, the default engine, the state directory.
+	workers int
+	cfg0    fixedConfig
+}
+
+// fixedConfig is what of the configuration a reload cannot change and
+// code outside Gateway.mu reads.
+type fixedConfig struct {
+	Engine   string
+	StateDir string
 }
 
 // Start brings a gateway up from cfg: it creates the TUN device and the
@@ -65,7 +78,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g = &Gateway{log: log, cfg: cfg, engines: map[string]cryptodev.Engine{}}
+	g = &Gateway{log: log, cfg: cfg, engines: map[string]cryptodev.Engine{}, cfg0: fixedConfig{Engine: cfg.Engine, StateDir: cfg.StateDir}}
 	if cfg.TLSOnly() {
 		if err := g.startTLSOnly(ctx, cfg); err != nil {
 			return nil, err
@@ -95,6 +108,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	if workers <= 0 {
 		workers = runtime.NumCPU()
 	}
+	g.workers = workers
 	for _, name := range engineNames(cfg) {
 		eng, err := cryptodev.Open(name)
 		if err != nil {
@@ -122,7 +136,8 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	}
 	var netLinks []dataplane.Link
 	if cfg.UDP != nil {
-		ls, err := udp.OpenN(cfg.UDP.Listen, workers, udp.Options{GSO: cfg.UDP.GSO, GRO: cfg.UDP.GRO, SocketBuffer: 4 << 20})
+		ls, err := udp.OpenN(cfg.UDP.Listen, workers, udp.Options{GSO: cfg.UDP.GSO, GRO: cfg.UDP.GRO, SocketBuffer: 4 << 20,
+			Control: g.ikeControlHook})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: udp %v: %w", cfg.UDP.Listen, err)
 		}
@@ -130,6 +145,9 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 			netLinks = append(netLinks, l)
 			closers = append(closers, func() { l.Close() })
 		}
+		// IKE on the NAT-T port leaves from the first socket of the group.
+		g.ike.natt = ls[0].(*udp.Conn)
+		g.ike.nattPort = g.ike.natt.LocalAddr().Port()
 		// The offloads are probed per socket; they are the same for all.
 		if gso, gro := ls[0].(*udp.Conn).Offloads(); (cfg.UDP.GSO && !gso) || (cfg.UDP.GRO && !gro) {
 			log.Warn("UDP offloads unavailable in this kernel, sending and receiving datagram by datagram",
@@ -178,7 +196,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	dcfg := dataplane.Config{
 		Engines: g.engines, Default: cfg.Engine,
 		Plain: plainLinks, Net: netLinks, Raw4: raw4, Raw6: raw6, Store: g.store, Pool: g.pool,
-		Logger: log,
+		Logger: log, NoSA: g.onNoSA,
 	}
 	if cfg.Oversize == "drop" {
 		dcfg.Oversize = dataplane.OversizeDrop
@@ -215,13 +233,20 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 			return nil, err
 		}
 	}
+	if err := g.startIKE(cfg); err != nil {
+		g.closeIKE()
+		g.store.Close()
+		return nil, err
+	}
 	if err := g.startTLS(cfg); err != nil {
 		g.closeTLS()
+		g.closeIKE()
 		g.store.Close()
 		return nil, err
 	}
 	ctx, g.cancel = context.WithCancel(ctx)
 	dp.Start(ctx)
+	g.kickIKE()
 	log.Info("gateway up", "tunnels", len(cfg.Tunnels), "workers", workers, "engine", cfg.Engine, "tun", cfg.TUN.Name, "mtu", mtu)
 	return g, nil
 }
@@ -229,6 +254,11 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 func hasIPv4Tunnel(cfg *config.Gateway) bool {
 	for _, t := range cfg.Tunnels {
 		if t.Local.Is4() {
+			return true
+		}
+	}
+	for _, c := range cfg.Connections {
+		if c.Local.Is4() && !c.Encap {
 			return true
 		}
 	}
@@ -254,6 +284,11 @@ func allRemotes(cfg *config.Gateway) []netip.Prefix {
 	var out []netip.Prefix
 	for _, t := range cfg.Tunnels {
 		out = append(out, t.Remote...)
+	}
+	for _, c := range cfg.Connections {
+		for _, ch := range c.Children {
+			out = append(out, ch.RemoteTS...)
+		}
 	}
 	for _, p := range cfg.Policies {
 		if p.Action == "protect" && p.Dst.IsValid() {
@@ -414,6 +449,7 @@ func (g *Gateway) Close() error {
 	g.closed = true
 	// TLS first: its listeners may use the data plane's engines.
 	errs := []error{g.closeTLS()}
+	g.closeIKE()
 	if g.dp != nil {
 		g.dp.Close()
 	}

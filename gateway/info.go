@@ -61,6 +61,8 @@ type Stats struct {
 	Dataplane dataplane.Stats `json:"dataplane"`
 	SAs       []SAInfo        `json:"sas"`
 	TLS       []TLSInfo       `json:"tls"` // the TLS listeners and origins, in configuration order
+	// IKE is the IKE side, when the configuration has [[connection]]s.
+	IKE *IKEInfo `json:"ike,omitempty"`
 }
 
 func saInfo(s *sad.SA, dir string) SAInfo {
@@ -147,6 +149,10 @@ func (g *Gateway) Stats() Stats {
 	}
 	st.SAs = g.SAs()
 	st.TLS = g.TLS()
+	if g.hasIKE() {
+		info := g.IKE()
+		st.IKE = &info
+	}
 	return st
 }
 

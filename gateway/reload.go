@@ -77,6 +77,11 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 		oldByName[old.Tunnels[i].Name] = &old.Tunnels[i]
 	}
 	newByName := map[string]bool{}
+	for _, c := range next.Connections {
+		for _, ch := range c.Children {
+			newByName[ch.Name] = true // the IKE side's (reloadIKE)
+		}
+	}
 	var errs []error
 	for i := range next.Tunnels {
 		nt := &next.Tunnels[i]
@@ -108,13 +113,16 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 		}
 	}
 	for _, t := range db.Tunnels() {
-		if !newByName[t.Name] {
+		if !newByName[t.Name] && !g.isIKEChild(t.Name) {
 			if err := g.store.RemoveTunnel(t.Name); err != nil {
 				errs = append(errs, err)
 			} else {
 				note("tunnel removed", "tunnel", t.Name)
 			}
 		}
+	}
+	if err := g.reloadIKE(next, note); err != nil {
+		errs = append(errs, err)
 	}
 	if g.policy != nil || len(next.Policies) > 0 {
 		if err := g.policy.update(next, g.store.Load()); err != nil {

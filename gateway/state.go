@@ -300,7 +300,7 @@ func reserver(f *stateFile, h *sad.StateHealth, log *slog.Logger, what []any) fu
 // before the SA carries traffic. Without a state directory, or inbound
 // without anti-replay, it changes nothing and returns nils.
 func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.Direction) (*sad.StateHealth, *stateFile, error) {
-	dir := g.cfg.StateDir
+	dir := g.cfg0.StateDir
 	if dir == "" || (d == esp.Inbound && cfg.ReplayWindow == 0) {
 		return nil, nil, nil
 	}

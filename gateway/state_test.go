@@ -110,7 +110,7 @@ func testGateway(t *testing.T, stateDir string) (*Gateway, *logBuffer) {
 		t.Fatal(err)
 	}
 	logs := new(logBuffer)
-	return &Gateway{cfg: cfg, log: slog.New(slog.NewTextHandler(logs, nil)),
+	return &Gateway{cfg: cfg, log: slog.New(slog.NewTextHandler(logs, nil)), cfg0: fixedConfig{Engine: cfg.Engine, StateDir: cfg.StateDir},
 		engines: map[string]cryptodev.Engine{"": soft.New()}}, logs
 }
 

@@ -4,6 +4,7 @@
 package controltest
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -27,6 +28,7 @@ type Backend struct {
 	policies []gateway.PolicyInfo
 	data     dataplane.Stats
 	tls      []gateway.TLSInfo
+	ike      *gateway.IKEInfo
 	calls    map[string]int
 
 	// ReloadErr is what Reload returns, and ReloadChanges the changes it
@@ -139,7 +141,7 @@ func (b *Backend) Stats() gateway.Stats {
 	b.enter("Stats")
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return gateway.Stats{Dataplane: b.data, SAs: slices.Clone(b.sas), TLS: slices.Clone(b.tls)}
+	return gateway.Stats{Dataplane: b.data, SAs: slices.Clone(b.sas), TLS: slices.Clone(b.tls), IKE: b.ike}
 }
 
 // AddSA adds an inbound SA to a tunnel, or replaces its outbound SA, as the
@@ -226,4 +228,47 @@ func SocketPath(t testing.TB) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Join(dir, "sluice.sock")
+}
+
+// SetIKE sets what IKE returns, and what Stats reports as its IKE side.
+func (b *Backend) SetIKE(info *gateway.IKEInfo) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ike = info
+}
+
+// IKE returns what SetIKE set, or no connections.
+func (b *Backend) IKE() gateway.IKEInfo {
+	b.enter("IKE")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ike == nil {
+		return gateway.IKEInfo{Stats: map[string]uint64{}}
+	}
+	return *b.ike
+}
+
+// InitiateIKE succeeds for a connection SetIKE named.
+func (b *Backend) InitiateIKE(ctx context.Context, name string) error {
+	b.enter("InitiateIKE")
+	return b.ikeConn(name)
+}
+
+// TerminateIKE succeeds for a connection SetIKE named.
+func (b *Backend) TerminateIKE(ctx context.Context, name string) error {
+	b.enter("TerminateIKE")
+	return b.ikeConn(name)
+}
+
+func (b *Backend) ikeConn(name string) error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ike != nil {
+		for _, c := range b.ike.Connections {
+			if c.Name == name {
+				return nil
+			}
+		}
+	}
+	return fmt.Errorf("gateway: no IKE connection %q", name)
 }

@@ -64,8 +64,12 @@ type Options struct {
 	// Control, if set, is called from Read for each IKE datagram (the
 	// UDP payload, non-ESP marker included) and each NAT-keepalive. pkt
 	// aliases a receive buffer and is valid only during the call; from
-	// is the sender.
-	Control func(pkt []byte, from netip.AddrPort)
+	// is the sender and to the address it was sent to (the destination
+	// the kernel reports, which names the local address on a socket
+	// bound to a wildcard, and the socket's port). It runs on the
+	// reading goroutine, in the data path: it must not block, and should
+	// not allocate per call.
+	Control func(pkt []byte, from, to netip.AddrPort)
 	// GSO sends runs of equal-sized packets to one destination as one
 	// UDP_SEGMENT datagram.
 	GSO bool
@@ -81,14 +85,16 @@ type Options struct {
 
 // Conn is one UDP socket as a pktio.Link.
 type Conn struct {
-	sock  *sockio.Conn
-	local netip.AddrPort
-	batch int
-	gro   bool
-	r     *sockio.Reader
-	w     *sockio.Writer
-	stats pktio.LinkStats
-	ctl   func(pkt []byte, from netip.AddrPort)
+	sock   *sockio.Conn
+	local  netip.AddrPort
+	batch  int
+	gro    bool
+	r      *sockio.Reader
+	w      *sockio.Writer
+	stats  pktio.LinkStats
+	ctl    func(pkt []byte, from, to netip.AddrPort)
+	v6     bool // AF_INET6 socket
+	v6only bool
 }
 
 // Open binds a UDP socket to laddr and returns it as a Link (a *Conn). An
@@ -196,7 +202,7 @@ func setup(sock *sockio.Conn, local netip.AddrPort, opts Options) (*Conn, error)
 	if err != nil {
 		return nil, fmt.Errorf("udp: socket options: %w", err)
 	}
-	c := &Conn{sock: sock, local: local, batch: batch, gro: gro, ctl: opts.Control}
+	c := &Conn{sock: sock, local: local, batch: batch, gro: gro, ctl: opts.Control, v6: v6, v6only: v6only}
 	room := sockio.IPv4UDPHeader
 	if v6 {
 		room = sockio.IPv6UDPHeader
@@ -217,7 +223,7 @@ func setup(sock *sockio.Conn, local netip.AddrPort, opts Options) (*Conn, error)
 }
 
 // filter takes IKE datagrams and NAT-keepalives out of the ESP stream.
-func (c *Conn) filter(p []byte, from netip.AddrPort, t *pktio.Tally) bool {
+func (c *Conn) filter(p []byte, from, to netip.AddrPort, t *pktio.Tally) bool {
 	switch {
 	case len(p) == 1 && p[0] == 0xff: // RFC 3948 section 2.3
 		t.RxKeepalive++
@@ -227,7 +233,7 @@ func (c *Conn) filter(p []byte, from netip.AddrPort, t *pktio.Tally) bool {
 		return false
 	}
 	if c.ctl != nil {
-		c.ctl(p, from)
+		c.ctl(p, from, to)
 	}
 	return true
 }
@@ -253,3 +259,47 @@ func (c *Conn) LocalAddr() netip.AddrPort { return c.local }
 // Offloads reports whether GSO and GRO are in use (asked for, supported,
 // and for GSO not turned off after a refusal).
 func (c *Conn) Offloads() (gso, gro bool) { return c.w.GSO(), c.gro }
+
+// SendDatagram sends p as one UDP datagram from the socket to dst, with
+// src as its source address when the socket is bound to a wildcard (src
+// may be the zero Addr to let the kernel choose). It is the path for what
+// is not ESP on the same port: IKE on port 4500 must leave from the socket
+// that carries ESP, since a second socket with SO_REUSEPORT on that port
+// would take a share of the peer's ESP (RFC 3948, RFC 7296 section 2.23).
+// p is the whole UDP payload (an IKE message begins with the non-ESP
+// marker). It is safe to call concurrently with Read and Write, does not
+// keep p, and is not meant for the data path: it allocates.
+func (c *Conn) SendDatagram(p []byte, src netip.Addr, dst netip.AddrPort) error {
+	if c.sock.Closed() {
+		return pktio.ErrClosed
+	}
+	a := dst.Addr().Unmap()
+	var sa unix.Sockaddr
+	switch {
+	case a.Is4() && !c.v6:
+		sa = &unix.SockaddrInet4{Port: int(dst.Port()), Addr: a.As4()}
+	case a.Is4() && !c.v6only:
+		sa = &unix.SockaddrInet6{Port: int(dst.Port()), Addr: netip.AddrFrom16(a.As16()).As16()}
+	case a.Is6() && c.v6:
+		sa = &unix.SockaddrInet6{Port: int(dst.Port()), Addr: a.As16()}
+	default:
+		return fmt.Errorf("udp: cannot send to %v from a socket bound to %v", dst, c.local)
+	}
+	var oob []byte
+	if c.local.Addr().IsUnspecified() && src.IsValid() && !src.IsUnspecified() {
+		oob = make([]byte, sockio.SendCtrlSize)
+		oob = oob[:sockio.PutSend(oob, a.Is4(), src.Unmap(), 0, 0)]
+	}
+	var serr error
+	err := c.sock.Write(func(fd int) bool {
+		serr = unix.Sendmsg(fd, p, oob, sa, 0)
+		return serr != unix.EAGAIN
+	})
+	if err != nil {
+		return fmt.Errorf("udp: %w", err)
+	}
+	if serr != nil {
+		return fmt.Errorf("udp: sendmsg to %v: %w", dst, serr)
+	}
+	return nil
+}

@@ -186,12 +186,12 @@ func TestIKEAndKeepalive(t *testing.T) {
 	for _, f := range families {
 		t.Run(f.name, func(t *testing.T) {
 			type ctl struct {
-				pkt  []byte
-				from netip.AddrPort
+				pkt      []byte
+				from, to netip.AddrPort
 			}
 			var seen []ctl
-			rx := open(t, f.addr, udp.Options{Control: func(pkt []byte, from netip.AddrPort) {
-				seen = append(seen, ctl{bytes.Clone(pkt), from})
+			rx := open(t, f.addr, udp.Options{Control: func(pkt []byte, from, to netip.AddrPort) {
+				seen = append(seen, ctl{bytes.Clone(pkt), from, to})
 			}})
 			watchdog(t, rx)
 			tx := open(t, f.addr, udp.Options{})
@@ -219,8 +219,67 @@ func TestIKEAndKeepalive(t *testing.T) {
 				t.Errorf("stats %+v", s)
 			}
 			if len(seen) != 2 || !bytes.Equal(seen[0].pkt, ike) || !bytes.Equal(seen[1].pkt, []byte{0xff}) ||
-				seen[0].from != tx.LocalAddr() || seen[1].from != tx.LocalAddr() {
+				seen[0].from != tx.LocalAddr() || seen[1].from != tx.LocalAddr() || seen[0].to != rx.LocalAddr() {
 				t.Errorf("Control saw %+v", seen)
+			}
+		})
+	}
+}
+
+// SendDatagram sends a datagram that is not ESP (IKE with its non-ESP
+// marker) from the ESP socket, concurrently with the batch path: the peer
+// sees it come from the socket's address and port, and a wildcard socket
+// learns the destination the datagram was sent to.
+func TestSendDatagram(t *testing.T) {
+	for _, f := range families {
+		t.Run(f.name, func(t *testing.T) {
+			got := make(chan [2]netip.AddrPort, 1)
+			unspec := netip.IPv4Unspecified()
+			if f.addr.Is6() {
+				unspec = netip.IPv6Unspecified()
+			}
+			l, err := udp.Open(netip.AddrPortFrom(unspec, 0), udp.Options{Control: func(pkt []byte, from, to netip.AddrPort) {
+				if bytes.Equal(pkt, []byte{0, 0, 0, 0, 'i', 'k', 'e'}) {
+					select {
+					case got <- [2]netip.AddrPort{from, to}:
+					default:
+					}
+				}
+			}})
+			if err != nil {
+				t.Skipf("no %s wildcard socket: %v", f.name, err)
+			}
+			rx := l.(*udp.Conn)
+			t.Cleanup(func() { rx.Close() })
+			watchdog(t, rx)
+			tx := open(t, f.addr, udp.Options{})
+			to := netip.AddrPortFrom(f.addr, rx.LocalAddr().Port())
+			if err := tx.SendDatagram([]byte{0, 0, 0, 0, 'i', 'k', 'e'}, netip.Addr{}, to); err != nil {
+				t.Fatal(err)
+			}
+			go func() {
+				pool := packet.NewPool(4, slot, headroom)
+				bufs := make([]*packet.Buf, 4)
+				pool.GetN(bufs)
+				for {
+					for _, b := range bufs {
+						b.Reset(headroom)
+					}
+					if _, err := rx.Read(bufs); err != nil {
+						return
+					}
+				}
+			}()
+			select {
+			case ft := <-got:
+				if ft[0] != tx.LocalAddr() || ft[1] != to {
+					t.Errorf("from %v to %v, want from %v to %v", ft[0], ft[1], tx.LocalAddr(), to)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatal("the datagram did not arrive")
+			}
+			if err := tx.SendDatagram([]byte{1}, netip.Addr{}, netip.MustParseAddrPort("[2001:db8::1]:4500")); f.addr.Is4() && err == nil {
+				t.Error("an IPv4 socket sent to an IPv6 address")
 			}
 		})
 	}

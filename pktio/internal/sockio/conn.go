@@ -68,6 +68,17 @@ func (c *Conn) Control(f func(fd int) error) error {
 	return ferr
 }
 
+// Write runs f with the socket's file descriptor when it is writable, for
+// a single send outside the batch path; f returns false to wait for the
+// socket to become writable again (EAGAIN). It may run concurrently with
+// Recv and Send (the kernel serialises the calls); it allocates.
+func (c *Conn) Write(f func(fd int) bool) error {
+	if err := c.rc.Write(func(fd uintptr) bool { return f(int(fd)) }); err != nil {
+		return c.wrap(err)
+	}
+	return nil
+}
+
 // Close closes the socket; a blocked Recv or Send returns pktio.ErrClosed.
 // It is idempotent.
 func (c *Conn) Close() error {

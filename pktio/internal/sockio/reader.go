@@ -29,8 +29,9 @@ type Reader struct {
 	batch *Batch
 	// Filter, if set, looks at each datagram's payload first; when it
 	// returns true the datagram was consumed (and counted in t) and is not
-	// delivered. p aliases the receive buffer.
-	filter func(p []byte, from netip.AddrPort, t *pktio.Tally) bool
+	// delivered. p aliases the receive buffer; to is the address the
+	// datagram was sent to (its PKTINFO destination, else the bound one).
+	filter func(p []byte, from, to netip.AddrPort, t *pktio.Tally) bool
 	stats  *pktio.LinkStats
 	ri     RecvInfo
 	tally  pktio.Tally // kept here: passed to filter, a local one would escape
@@ -62,7 +63,7 @@ type ReaderConfig struct {
 	// GROStage, if > 0, receives into that many 64 KiB staging buffers
 	// and splits coalesced datagrams (UDP_GRO) into packets.
 	GROStage int
-	Filter   func(p []byte, from netip.AddrPort, t *pktio.Tally) bool
+	Filter   func(p []byte, from, to netip.AddrPort, t *pktio.Tally) bool
 }
 
 // NewReader makes the receive half of a Link over conn, counting in stats.
@@ -149,7 +150,7 @@ func (r *Reader) deliver(bufs []*packet.Buf, n int) int {
 		from := Sockaddr(&r.batch.Names[i])
 		ParseRecv(r.batch.Control(i), &r.ri)
 		off := b.Offset()
-		if r.filter != nil && r.filter(b.Slot()[off:off+size], from, t) {
+		if r.filter != nil && r.filter(b.Slot()[off:off+size], from, r.dest(&r.ri), t) {
 			continue
 		}
 		b.SetWindow(off, size)
@@ -161,6 +162,16 @@ func (r *Reader) deliver(bufs []*packet.Buf, n int) int {
 	}
 	t.AddTo(r.stats)
 	return out
+}
+
+// dest is the address a datagram was sent to: its PKTINFO destination (the
+// bound address without one) and the bound port.
+func (r *Reader) dest(ri *RecvInfo) netip.AddrPort {
+	dst := ri.Dst
+	if !dst.IsValid() {
+		dst = r.local.Addr()
+	}
+	return netip.AddrPortFrom(dst.Unmap(), r.local.Port())
 }
 
 // finish makes the payload in b's window a whole IP packet.
@@ -241,7 +252,7 @@ func (r *Reader) drain(bufs []*packet.Buf) int {
 		if md.ri.GSOSize > 0 {
 			t.RxGRO++
 		}
-		if r.filter != nil && r.filter(p, md.from, t) {
+		if r.filter != nil && r.filter(p, md.from, r.dest(&md.ri), t) {
 			continue
 		}
 		b := bufs[out]

@@ -1,0 +1,46 @@
+package cli
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/gateway"
+)
+
+// TestIKECommands: sluice ike list shows each connection's child with its
+// SPIs and suite, and the counters; initiate and terminate name the
+// connection; an unknown one exits with status 2.
+func TestIKECommands(t *testing.T) {
+	path, b := fakeGateway(t)
+	b.SetIKE(&gateway.IKEInfo{
+		Connections: []gateway.IKEConnInfo{{Name: "site-b", Local: "192.0.2.1", Remote: "192.0.2.2", State: "established",
+			IKESPIi: "0102030405060708", IKESPIr: "1112131415161718",
+			Children: []gateway.IKEChildInfo{{Name: "site-b-net", StartAction: "start", State: "installed", InSPI: 0xc0010001, OutSPI: 0xc0020002,
+				Suite: "aes128gcm16", ESN: true, PeerAddr: "192.0.2.2:4500", LocalTS: []string{"10.1.0.0/24"}, RemoteTS: []string{"10.2.0.0/24"},
+				Established: time.Now().Add(-time.Minute), RekeyTime: "1h0m0s", LifeTime: "1h6m0s"}}}},
+		Stats: map[string]uint64{"rx_packets": 4, "tx_packets": 4, "child_sa_established": 1, "auth_failed": 0},
+	})
+	code, out, errOut := ctlRun("ike", "list", "--socket", path)
+	if code != 0 {
+		t.Fatalf("ike list: exit %d: %s", code, errOut)
+	}
+	for _, want := range []string{"site-b", "established", "site-b-net", "installed", "0xc0010001", "0xc0020002", "aes128gcm16",
+		"10.2.0.0/24", "0102030405060708_i", "ike: child_sa_established=1 rx_packets=4 tx_packets=4"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("ike list lacks %q:\n%s", want, out)
+		}
+	}
+	if code, out, _ := ctlRun("ike", "initiate", "site-b", "--socket", path); code != 0 || !strings.Contains(out, "site-b established") {
+		t.Errorf("ike initiate: %d %q", code, out)
+	}
+	if code, out, _ := ctlRun("ike", "terminate", "site-b", "--socket", path); code != 0 || !strings.Contains(out, "site-b terminated") {
+		t.Errorf("ike terminate: %d %q", code, out)
+	}
+	if code, _, errOut := ctlRun("ike", "terminate", "nope", "--socket", path); code != ExitUsage || !strings.Contains(errOut, `no IKE connection "nope"`) {
+		t.Errorf("ike terminate nope: %d %q", code, errOut)
+	}
+	if code, out, _ := ctlRun("stats", "--socket", path); code != 0 || !strings.Contains(out, "ike: child_sa_established=1") {
+		t.Errorf("stats lacks the IKE counters: %d\n%s", code, out)
+	}
+}

@@ -1,0 +1,356 @@
+package e2e_test
+
+// sluice gateways keyed by IKEv2 ([[connection]] sections) rather than by
+// [[sa]] tables: two sluice gateways negotiate their tunnel, with ESN.
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/internal/lab"
+)
+
+// connConfig is one [[connection]] with its one child and its secrets.
+type connConfig struct {
+	Name          string
+	Local, Remote netip.Addr // an invalid Remote is %any
+	Proposals     string     // "" is the default
+	Encap         bool
+	DPDDelay      string
+	RekeyTime     string // of the IKE SA
+	Auth          string // "psk" (default) or "pubkey", both sides
+	LocalID       string
+	RemoteID      string
+	PSK           string // hex
+	Certs         []string
+	CACerts       []string
+	KeyFile       string
+
+	Child             string
+	LocalTS, RemoteTS []netip.Prefix
+	ESP               string
+	Start             string
+	ChildRekeyTime    string
+	ChildLifeTime     string
+	More              []connChild // further children
+}
+
+// connChild is a further [[connection.children]] table.
+type connChild struct {
+	Name              string
+	LocalTS, RemoteTS []netip.Prefix
+	Start             string
+}
+
+func (c *connConfig) render(b *strings.Builder) {
+	fmt.Fprintf(b, "\n[[connection]]\nname = %q\nlocal_addrs = [%q]\n", c.Name, c.Local)
+	if c.Remote.IsValid() {
+		fmt.Fprintf(b, "remote_addrs = [%q]\n", c.Remote)
+	} else {
+		b.WriteString("remote_addrs = [\"%any\"]\n")
+	}
+	if c.Proposals != "" {
+		fmt.Fprintf(b, "proposals = %q\n", c.Proposals)
+	}
+	fmt.Fprintf(b, "encap = %t\n", c.Encap)
+	if c.DPDDelay != "" {
+		fmt.Fprintf(b, "dpd_delay = %q\n", c.DPDDelay)
+	}
+	if c.RekeyTime != "" {
+		fmt.Fprintf(b, "rekey_time = %q\n", c.RekeyTime)
+	}
+	auth := c.Auth
+	if auth == "" {
+		auth = "psk"
+	}
+	fmt.Fprintf(b, "  [connection.local]\n  auth = %q\n  id = %q\n", auth, c.LocalID)
+	if len(c.Certs) > 0 {
+		fmt.Fprintf(b, "  certs = [%s]\n", quoteList(c.Certs))
+	}
+	fmt.Fprintf(b, "  [connection.remote]\n  auth = %q\n  id = %q\n", auth, c.RemoteID)
+	if len(c.CACerts) > 0 {
+		fmt.Fprintf(b, "  cacerts = [%s]\n", quoteList(c.CACerts))
+	}
+	fmt.Fprintf(b, "  [[connection.children]]\n  name = %q\n  local_ts = [%s]\n  remote_ts = [%s]\n",
+		c.Child, quoteList(c.LocalTS), quoteList(c.RemoteTS))
+	if c.ESP != "" {
+		fmt.Fprintf(b, "  esp_proposals = %q\n", c.ESP)
+	}
+	if c.Start != "" {
+		fmt.Fprintf(b, "  start_action = %q\n", c.Start)
+	}
+	if c.ChildRekeyTime != "" {
+		fmt.Fprintf(b, "  rekey_time = %q\n", c.ChildRekeyTime)
+	}
+	if c.ChildLifeTime != "" {
+		fmt.Fprintf(b, "  life_time = %q\n", c.ChildLifeTime)
+	}
+	for _, m := range c.More {
+		fmt.Fprintf(b, "  [[connection.children]]\n  name = %q\n  local_ts = [%s]\n  remote_ts = [%s]\n  start_action = %q\n",
+			m.Name, quoteList(m.LocalTS), quoteList(m.RemoteTS), m.Start)
+		if c.ESP != "" {
+			fmt.Fprintf(b, "  esp_proposals = %q\n", c.ESP)
+		}
+	}
+	if c.PSK != "" {
+		fmt.Fprintf(b, "\n[[secret]]\ntype = \"ike\"\nids = [%q, %q]\nsecret = \"0x%s\"\n", c.LocalID, c.RemoteID, c.PSK)
+	}
+	if c.KeyFile != "" {
+		fmt.Fprintf(b, "\n[[secret]]\ntype = \"private\"\nfile = %q\n", c.KeyFile)
+	}
+}
+
+// ike is `sluice ike list --json`.
+func (s *site) ike() gateway.IKEInfo {
+	s.tb.t.Helper()
+	var info gateway.IKEInfo
+	s.cliJSON(&info, "ike", "list")
+	return info
+}
+
+// waitChild waits until the site's child is installed and returns it.
+func (s *site) waitChild(ctx context.Context, child string, d time.Duration, ok func(gateway.IKEChildInfo) bool) gateway.IKEChildInfo {
+	s.tb.t.Helper()
+	var got gateway.IKEChildInfo
+	err := lab.WaitFor(ctx, "IKE child "+child+" at gateway "+s.name, d, 100*time.Millisecond, func() (bool, error) {
+		for _, c := range s.ike().Connections {
+			for _, ch := range c.Children {
+				if ch.Name == child && ch.State == "installed" && (ok == nil || ok(ch)) {
+					got = ch
+					return true, nil
+				}
+			}
+		}
+		return false, fmt.Errorf("not installed")
+	})
+	if err != nil {
+		s.tb.t.Fatal(err)
+	}
+	return got
+}
+
+// ikePairConfigs are two mirror-image gateways with one IKE connection:
+// A initiates at start, B waits.
+func ikePairConfigs(esp string, encap bool) [2]*gwConfig {
+	psk := randomHex(32)
+	ids := [2]string{"a.e2e.sluice", "b.e2e.sluice"}
+	names := [2]string{"a", "b"}
+	var out [2]*gwConfig
+	for i := range 2 {
+		j := 1 - i
+		start := "none"
+		if i == 0 {
+			start = "start"
+		}
+		out[i] = &gwConfig{
+			TUN: []netip.Prefix{inner4[i]},
+			UDP: netip.AddrPortFrom(wan4[i].Addr(), 4500),
+			Connections: []connConfig{{
+				Name: "to-" + names[j], Local: wan4[i].Addr(), Remote: wan4[j].Addr(), Encap: encap,
+				LocalID: ids[i], RemoteID: ids[j], PSK: psk,
+				Child: "net-" + names[j], LocalTS: []netip.Prefix{inner4[i].Masked()}, RemoteTS: []netip.Prefix{inner4[j].Masked()},
+				ESP: esp, Start: start,
+			}},
+		}
+		if !encap {
+			out[i].RawESP = wan4[i].Addr()
+		}
+	}
+	return out
+}
+
+// TestIKESluicePair: two sluice gateways key their tunnel with IKEv2
+// (PSK), with extended sequence numbers, ESP as IP protocol 50 (no NAT,
+// no forced encapsulation); ping and TCP both ways; the CLI's view.
+func TestIKESluicePair(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping", "iperf3")
+	tb := startPair(t, wan4, ikePairConfigs("aes128gcm16-esn", false))
+	a, b := tb.sites[0], tb.sites[1]
+	ctx := tb.ctx
+	ca := a.waitChild(ctx, "net-b", 20*time.Second, nil)
+	cb := b.waitChild(ctx, "net-a", 20*time.Second, nil)
+	if !ca.ESN || !cb.ESN || ca.Suite != "aes128gcm16" || ca.Encap || ca.InSPI != cb.OutSPI || ca.OutSPI != cb.InSPI {
+		t.Fatalf("children disagree or are not what was asked: A %+v, B %+v", ca, cb)
+	}
+	aIn, bIn := inner4[0].Addr(), inner4[1].Addr()
+	waitPing(t, ctx, a.ns, bIn)
+	mustPing(t, ctx, "IKE pair A->B", a.ns, bIn, 20, 10*time.Millisecond)
+	mustPing(t, ctx, "IKE pair B->A", b.ns, aIn, 20, 10*time.Millisecond)
+	mustIperf(t, tb, "IKE pair (ESN) A->B", b.ns, bIn, a.ns, iperfOptions{Seconds: 2})
+	mustIperf(t, tb, "IKE pair (ESN) B->A", a.ns, aIn, b.ns, iperfOptions{Seconds: 2})
+
+	// The tunnel is the child's, with the negotiated SAs in the SAD.
+	ts := a.tunnels()
+	if len(ts) != 1 || ts[0].Name != "net-b" || ts[0].Peer != wan4[1].Addr().String() || ts[0].Encap != "none" {
+		t.Errorf("tunnels at A: %+v", ts)
+	}
+	sas := a.sas()
+	out := mustSA(t, sas, ca.OutSPI, "out")
+	if !out.ESN || out.Packets == 0 {
+		t.Errorf("A's outbound SA %+v", out)
+	}
+	st := a.stats()
+	if st.IKE == nil || st.IKE.Stats["ike_sa_established"] != 1 || st.IKE.Stats["child_sa_established"] != 1 {
+		t.Errorf("A's IKE counters: %+v", st.IKE)
+	}
+	if out, err := a.cli("ike", "list"); err != nil || !strings.Contains(out, "installed") {
+		t.Errorf("sluice ike list: %v\n%s", err, out)
+	}
+
+	// terminate: B learns of it, both tunnels go; initiate brings it back.
+	if _, err := a.cli("ike", "terminate", "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	err := lab.WaitFor(ctx, "B to remove its tunnel", 10*time.Second, 100*time.Millisecond, func() (bool, error) {
+		return len(b.tunnels()) == 0, fmt.Errorf("B still has %d tunnels", len(b.tunnels()))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := a.cli("ike", "initiate", "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	c2 := a.waitChild(ctx, "net-b", 10*time.Second, nil)
+	if c2.InSPI == ca.InSPI {
+		t.Errorf("the child came back with its old SPI %#x", c2.InSPI)
+	}
+	waitPing(t, ctx, b.ns, aIn)
+
+	// A gateway that stops deletes its IKE SAs: B's tunnel goes with them.
+	a.stop()
+	err = lab.WaitFor(ctx, "B to remove its tunnel after A stopped", 5*time.Second, 100*time.Millisecond, func() (bool, error) {
+		return len(b.tunnels()) == 0, fmt.Errorf("B still has %d tunnels", len(b.tunnels()))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestIKERekeyUnderTraffic: between two sluice gateways, A rekeys the
+// Child SA every one to two seconds and the IKE SA every three, B answers;
+// pings both ways lose nothing.
+func TestIKERekeyUnderTraffic(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	cfgs := ikePairConfigs("aes256gcm16-esn", true)
+	c := &cfgs[0].Connections[0]
+	c.ChildRekeyTime, c.ChildLifeTime, c.RekeyTime = "2s", "3s", "3s"
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	first := a.waitChild(tb.ctx, "net-b", 20*time.Second, nil)
+	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+	const n, interval = 500, 10 * time.Millisecond
+	done := make(chan pingResult, 1)
+	go func() {
+		r, _ := ping(tb.ctx, b.ns, inner4[0].Addr(), n, interval)
+		done <- r
+	}()
+	mustPing(t, tb.ctx, "IKE rekeys A->B", a.ns, inner4[1].Addr(), n, interval)
+	if r := <-done; r.Received != n {
+		t.Errorf("B->A: %d of %d pings answered across the rekeys", r.Received, n)
+	}
+	for _, s := range tb.sites {
+		st := s.stats().IKE
+		if st == nil || st.Stats["child_sa_rekeyed"] < 2 || st.Stats["ike_sa_rekeyed"] < 1 || st.Stats["child_sa_expired"] > 0 {
+			t.Errorf("gateway %s: want at least 2 Child SA and 1 IKE SA rekeys, none expired: %v", s.name, st)
+		}
+	}
+	if now := a.waitChild(tb.ctx, "net-b", time.Second, nil); now.InSPI == first.InSPI {
+		t.Errorf("the child still has its first SPI %#x", first.InSPI)
+	}
+}
+
+// TestIKETrapAndReload: A's child has start_action = "trap": its tunnel
+// exists without SAs, the first packet into it is dropped (no_sa) and
+// starts the negotiation, and ping then goes through. A reload that takes
+// the connection out deletes it (B removes its tunnel too); one that puts
+// it back installs the trap again.
+func TestIKETrapAndReload(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	cfgs := ikePairConfigs("aes128gcm16", true)
+	cfgs[0].Connections[0].Start = "trap"
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	ts := a.tunnels()
+	if len(ts) != 1 || ts[0].Name != "net-b" || ts[0].Out != "" {
+		t.Fatalf("A's trap tunnel: %+v, want net-b without SAs", ts)
+	}
+	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+	a.waitChild(tb.ctx, "net-b", 5*time.Second, nil)
+	if d := drops(a.stats()); d["no_sa"] == 0 {
+		t.Errorf("A counted no packet dropped while the trap negotiated: %v", d)
+	}
+	mustPing(t, tb.ctx, "trap A->B", a.ns, inner4[1].Addr(), 10, 10*time.Millisecond)
+
+	// Out of the file: deleted, here and at B.
+	conns := cfgs[0].Connections
+	cfgs[0].Connections = nil
+	cfgs[0].SAs = []saConfig{newSA(t, "x-out", 0x7001, wan4[0].Addr(), wan4[1].Addr(), "udp", "aes128gcm16"),
+		newSA(t, "x-in", 0x7002, wan4[1].Addr(), wan4[0].Addr(), "udp", "aes128gcm16")}
+	cfgs[0].Tunnels = []tunnelConfig{{Name: "static", Local: wan4[0].Addr(), Peer: wan4[1].Addr(), Encap: "udp",
+		Remote: []netip.Prefix{netip.MustParsePrefix("10.9.0.0/24")}, Out: "x-out", In: []string{"x-in"}}}
+	a.writeConfig(cfgs[0])
+	a.mustReload()
+	if ts := a.tunnels(); len(ts) != 1 || ts[0].Name != "static" {
+		t.Errorf("A after the connection left the file: %+v, want the static tunnel only", ts)
+	}
+	err := lab.WaitFor(tb.ctx, "B to remove its tunnel", 10*time.Second, 100*time.Millisecond, func() (bool, error) {
+		return len(b.tunnels()) == 0, fmt.Errorf("B still has %d tunnels", len(b.tunnels()))
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Back in the file: the trap again, beside the static tunnel.
+	cfgs[0].Connections = conns
+	a.writeConfig(cfgs[0])
+	a.mustReload()
+	if ts := a.tunnels(); len(ts) != 2 {
+		t.Errorf("A after the connection came back: %+v, want the static and the trap tunnel", ts)
+	}
+	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+}
+
+// TestIKETwoChildren: a connection with two children: the second comes on
+// the same IKE SA (CREATE_CHILD_SA), each child is a tunnel of its own
+// with its own routes, and ping goes through both.
+func TestIKETwoChildren(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	more := [2]netip.Prefix{netip.MustParsePrefix("10.11.0.1/24"), netip.MustParsePrefix("10.12.0.1/24")}
+	cfgs := ikePairConfigs("aes128gcm16", true)
+	for i := range 2 {
+		cfgs[i].TUN = append(cfgs[i].TUN, more[i])
+		c := &cfgs[i].Connections[0]
+		c.More = []connChild{{Name: c.Child + "-2", LocalTS: []netip.Prefix{more[i].Masked()}, RemoteTS: []netip.Prefix{more[1-i].Masked()}, Start: c.Start}}
+	}
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	c1 := a.waitChild(tb.ctx, "net-b", 20*time.Second, nil)
+	c2 := a.waitChild(tb.ctx, "net-b-2", 20*time.Second, nil)
+	b.waitChild(tb.ctx, "net-a-2", 5*time.Second, nil)
+	if c1.InSPI == c2.InSPI {
+		t.Errorf("two children with one SPI: %+v %+v", c1, c2)
+	}
+	var spis []string
+	for _, c := range a.ike().Connections {
+		spis = append(spis, c.IKESPIi)
+	}
+	if len(spis) != 1 {
+		t.Errorf("IKE SAs: %v, want one connection", spis)
+	}
+	if ts := a.tunnels(); len(ts) != 2 {
+		t.Errorf("A's tunnels %+v, want one per child", ts)
+	}
+	waitPing(t, tb.ctx, a.ns, inner4[1].Addr())
+	waitPing(t, tb.ctx, a.ns, more[1].Addr(), "-I", more[0].Addr().String())
+	if st := a.stats().IKE; st == nil || st.Stats["ike_sa_established"] != 1 {
+		t.Errorf("want one IKE SA for both children: %v", st)
+	}
+}
