@@ -333,3 +333,29 @@ func TestBar(t *testing.T) {
 		t.Error("a buffer is not a terminal")
 	}
 }
+
+// TestMedianSpread: the median of repetitions and their spread; the input is
+// not reordered.
+func TestMedianSpread(t *testing.T) {
+	for _, tc := range []struct {
+		in   []float64
+		want float64
+		sp   Spread
+	}{
+		{nil, 0, Spread{}},
+		{[]float64{3}, 3, Spread{Min: 3, Max: 3, N: 1}},
+		{[]float64{5, 1, 3}, 3, Spread{Min: 1, Max: 5, N: 3}},
+		{[]float64{4, 1, 3, 2}, 2.5, Spread{Min: 1, Max: 4, N: 4}},
+	} {
+		in := append([]float64(nil), tc.in...)
+		got, sp := Median(tc.in)
+		if got != tc.want || sp != tc.sp {
+			t.Errorf("Median(%v) = %v, %+v; want %v, %+v", tc.in, got, sp, tc.want, tc.sp)
+		}
+		for i := range in {
+			if in[i] != tc.in[i] {
+				t.Errorf("Median reordered its input: %v", tc.in)
+			}
+		}
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"runtime/pprof"
@@ -176,6 +177,35 @@ func (r *benchRun) note(format string, args ...any) {
 	if !r.json {
 		r.bar.Println(r.e.stderr, "note: "+s)
 	}
+}
+
+// end finishes a bench whose run returned runErr: charts into plotDir
+// (when set and there are results), then the JSON document (with the
+// run's notes in *notes) or the ratios under the table; an error of the
+// run or the charts is the bench's failure (exitBenchFailed).
+func (r *benchRun) end(plotDir string, runErr error, results bool, notes *[]string,
+	plot func(dir string) ([]string, error), writeJSON func(io.Writer) error, writeRatios func(io.Writer)) error {
+	var plotErr error
+	if plotDir != "" && results {
+		files, err := plot(plotDir)
+		plotErr = err
+		if err == nil {
+			r.note("charts: %s", strings.Join(files, " "))
+		}
+	}
+	if r.json {
+		*notes = r.notes
+		if err := writeJSON(r.e.stdout); err != nil {
+			return err
+		}
+	} else {
+		r.bar.Finish()
+		writeRatios(r.e.stdout)
+	}
+	if err := errors.Join(runErr, plotErr); err != nil {
+		return withCode(exitBenchFailed, err)
+	}
+	return nil
 }
 
 func (r *benchRun) finish() {

@@ -7,8 +7,8 @@ package cli
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -160,25 +160,7 @@ func runBenchTunnel(ctx context.Context, e *env, o *tunnelOptions) error {
 	if doc == nil {
 		return withCode(exitBenchFailed, runErr)
 	}
-	var plotErr error
-	if o.plotDir != "" && len(doc.Results) > 0 {
-		files, err := tunnel.WritePlots(o.plotDir, doc)
-		plotErr = err
-		if err == nil {
-			r.note("charts: %s", strings.Join(files, " "))
-		}
-	}
-	if o.json {
-		doc.Notes = r.notes
-		if err := doc.WriteJSON(e.stdout); err != nil {
-			return err
-		}
-	} else {
-		r.bar.Finish()
-		tunnel.WriteRatios(e.stdout, doc.Ratios)
-	}
-	if err := errors.Join(runErr, plotErr); err != nil {
-		return withCode(exitBenchFailed, err)
-	}
-	return nil
+	return r.end(o.plotDir, runErr, len(doc.Results) > 0, &doc.Notes,
+		func(dir string) ([]string, error) { return tunnel.WritePlots(dir, doc) },
+		doc.WriteJSON, func(w io.Writer) { tunnel.WriteRatios(w, doc.Ratios) })
 }

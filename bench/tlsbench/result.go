@@ -91,27 +91,7 @@ type Result struct {
 }
 
 // Spread is the range of the repetitions a median was taken from.
-type Spread struct {
-	Min float64 `json:"min"`
-	Max float64 `json:"max"`
-	N   int     `json:"n"` // repetitions
-}
-
-// Median returns the median of vs (the mean of the middle two for an even
-// count) and their spread; a zero Spread for no values.
-func Median(vs []float64) (float64, Spread) {
-	if len(vs) == 0 {
-		return 0, Spread{}
-	}
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	n := len(s)
-	m := s[n/2]
-	if n%2 == 0 {
-		m = (s[n/2-1] + s[n/2]) / 2
-	}
-	return m, Spread{Min: s[0], Max: s[n-1], N: n}
-}
+type Spread = bench.Spread
 
 // Document is the JSON output of `sluice bench tls`.
 type Document struct {
@@ -156,7 +136,7 @@ func collect(servers []Server, key, version string, samples map[sampleKey][]floa
 	})
 	var rs []Result
 	for _, k := range keys {
-		v, sp := Median(samples[k])
+		v, sp := bench.Median(samples[k])
 		rs = append(rs, Result{Server: servers[k.server], Key: key, Version: version, Size: k.size,
 			Metric: k.metric, Value: v, Unit: Units[k.metric], Spread: sp})
 	}

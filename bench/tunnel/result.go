@@ -4,7 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"slices"
+
+	"github.com/sluicegw/sluice/bench"
 )
 
 // The systems a bench compares.
@@ -101,27 +102,7 @@ type Result struct {
 }
 
 // Spread is the range of the repetitions a median was taken from.
-type Spread struct {
-	Min float64 `json:"min"`
-	Max float64 `json:"max"`
-	N   int     `json:"n"` // repetitions
-}
-
-// Median returns the median of vs (the mean of the middle two for an even
-// count) and their spread. It returns a zero Spread for no values.
-func Median(vs []float64) (float64, Spread) {
-	if len(vs) == 0 {
-		return 0, Spread{}
-	}
-	s := slices.Clone(vs)
-	slices.Sort(s)
-	n := len(s)
-	m := s[n/2]
-	if n%2 == 0 {
-		m = (s[n/2-1] + s[n/2]) / 2
-	}
-	return m, Spread{Min: s[0], Max: s[n-1], N: n}
-}
+type Spread = bench.Spread
 
 // Document is the JSON output of `sluice bench tunnel`.
 type Document struct {

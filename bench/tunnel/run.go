@@ -27,6 +27,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/sluicegw/sluice/bench"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -440,7 +441,7 @@ func collect(c Cell, samples map[sampleKey][]float64) []Result {
 	})
 	var rs []Result
 	for _, k := range keys {
-		v, sp := Median(samples[k])
+		v, sp := bench.Median(samples[k])
 		rs = append(rs, Result{Cell: c, Size: k.size, Metric: k.metric, Value: v, Unit: Units[k.metric], Spread: sp})
 	}
 	return rs

@@ -16,30 +16,6 @@ import (
 	"github.com/sluicegw/sluice/config"
 )
 
-func TestMedian(t *testing.T) {
-	for _, tc := range []struct {
-		in   []float64
-		want float64
-		sp   Spread
-	}{
-		{nil, 0, Spread{}},
-		{[]float64{3}, 3, Spread{3, 3, 1}},
-		{[]float64{5, 1, 3}, 3, Spread{1, 5, 3}},
-		{[]float64{4, 1, 3, 2}, 2.5, Spread{1, 4, 4}},
-	} {
-		in := append([]float64(nil), tc.in...)
-		got, sp := Median(tc.in)
-		if got != tc.want || sp != tc.sp {
-			t.Errorf("Median(%v) = %v, %+v; want %v, %+v", tc.in, got, sp, tc.want, tc.sp)
-		}
-		for i := range in {
-			if in[i] != tc.in[i] {
-				t.Errorf("Median reordered its input: %v", tc.in)
-			}
-		}
-	}
-}
-
 func testOptions() Options {
 	return Options{Systems: Systems, Engines: []string{"soft", "sched"}, Algs: []string{"aes128gcm16"},
 		Sizes: []int{64, 1400}, Tunnels: []int{1, 10}, Duration: time.Second, Repeat: 3, LatencyRate: 1000}
@@ -207,7 +183,7 @@ func sampleDoc() *Document {
 	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1}
 	w1 := Cell{System: WireGuard, Encap: "udp", Engine: "-", Alg: WireGuardAlg, Tunnels: 1}
 	add := func(c Cell, size int, m string, v float64) {
-		rs = append(rs, Result{Cell: c, Size: size, Metric: m, Value: v, Unit: Units[m], Spread: Spread{v * 0.9, v * 1.1, 3}})
+		rs = append(rs, Result{Cell: c, Size: size, Metric: m, Value: v, Unit: Units[m], Spread: Spread{Min: v * 0.9, Max: v * 1.1, N: 3}})
 	}
 	for _, c := range []Cell{s1, s1.WithTunnels(10), w1, w1.WithTunnels(10)} {
 		f := 1.0
