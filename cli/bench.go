@@ -56,7 +56,7 @@ link (bench tunnel, as root).`,
 	cmd.AddCommand(newBenchCryptoCommand(e), newBenchESPCommand(e), newBenchTunnelCommand(e), newBenchTLSCommand(e))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return usageErr("unknown command %q for %q (want crypto, esp or tunnel)", args[0], cmd.CommandPath())
+			return usageErr("unknown command %q for %q (want crypto, esp, tunnel or tls)", args[0], cmd.CommandPath())
 		}
 		return cmd.Help()
 	}
