@@ -23,7 +23,6 @@ package gateway
 //     rekey a child whose SA nears its sequence-number limit.
 
 import (
-	"bytes"
 	"context"
 	"crypto"
 	"crypto/x509"
@@ -120,38 +119,6 @@ type ikeTransport struct {
 }
 
 func (t ikeTransport) Send(local, remote netip.AddrPort, pkt []byte) error {
-	if isInformationalRequest(pkt, local.Port() == t.s.nattPort) {
-		// An INFORMATIONAL request may delete a rekeyed Child SA, and a
-		// peer such as strongSwan removes its inbound SA as soon as it
-		// reads it. ESP sealed under that SA just before the outbound
-		// switch may still be in a lane's batch or the socket: it leaves
-		// first, and the Delete InformationalHold later.
-		p := bytes.Clone(pkt)
-		time.AfterFunc(InformationalHold, func() { t.send(local, remote, p) })
-		return nil
-	}
-	return t.send(local, remote, pkt)
-}
-
-// InformationalHold is how long the gateway holds its INFORMATIONAL
-// requests (Deletes, liveness checks) before sending them: the time ESP
-// packets sealed under an SA take to leave after the outbound switch.
-var InformationalHold = 50 * time.Millisecond
-
-// isInformationalRequest reports whether pkt (with the non-ESP marker if
-// marked) is an IKE INFORMATIONAL request, by its unencrypted header.
-func isInformationalRequest(pkt []byte, marked bool) bool {
-	if marked {
-		if len(pkt) < 4 {
-			return false
-		}
-		pkt = pkt[4:]
-	}
-	h, err := ike.ParseHeader(pkt)
-	return err == nil && h.Exchange == ike.INFORMATIONAL && !h.IsResponse()
-}
-
-func (t ikeTransport) send(local, remote netip.AddrPort, pkt []byte) error {
 	if local.Port() == t.s.nattPort {
 		if t.s.natt == nil {
 			return errors.New("gateway: no ESP-in-UDP socket for IKE on the NAT-T port")

@@ -174,6 +174,9 @@ const (
 	ActionRestart
 )
 
+// DefaultRekeyDeleteDelay is Config.RekeyDeleteDelay's default.
+const DefaultRekeyDeleteDelay = 100 * time.Millisecond
+
 // Config configures an Endpoint. The zero value of each optional field
 // selects the default named.
 type Config struct {
@@ -241,6 +244,19 @@ type Config struct {
 	// that would start one more is dropped and counted
 	// (Stats.CryptoBusy), and the peer's retransmission tries again.
 	MaxCryptoJobs int
+	// RekeyDeleteDelay is how long, after a Child SA rekey of ours
+	// completes (or one that collided with the peer's, section 2.8.1),
+	// the Delete of the Child SA it made redundant waits before it goes
+	// (default 100ms; negative: at once). The data plane switches its
+	// outbound traffic to the new SA when OnChildSA reports it, but ESP
+	// sealed under the old one just before may still be in a queue or
+	// on the wire, and a peer such as strongSwan removes its inbound SA
+	// as soon as it reads our Delete: the hold lets those packets reach
+	// the peer first. (strongSwan's own delete_rekeyed_delay serves the
+	// same purpose on its side.) Other requests, liveness checks
+	// among them, go out meanwhile; the old Child SA is reported through
+	// OnDelete, and Rekey returns, once the Delete exchange is done.
+	RekeyDeleteDelay time.Duration
 
 	// clock is the time source; nil is the real one (tests set a fake).
 	clock clock
@@ -293,6 +309,9 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxCryptoJobs <= 0 {
 		c.MaxCryptoJobs = 64
+	}
+	if c.RekeyDeleteDelay == 0 {
+		c.RekeyDeleteDelay = DefaultRekeyDeleteDelay
 	}
 	if c.clock == nil {
 		c.clock = realClock{}

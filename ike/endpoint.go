@@ -313,7 +313,7 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		after = append(after, reply(sa.pending.waiter, nil, why)...)
 	}
 	for _, c := range sa.children {
-		e.forgetChildLocked(c)
+		after = append(after, e.forgetChildLocked(c, why)...)
 		if f := e.cfg.OnDelete; f != nil {
 			after = append(after, func() { f(c) })
 		}
@@ -327,13 +327,27 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	return after
 }
 
-// forgetChildLocked stops a Child SA's timers and forgets its entry.
-func (e *Endpoint) forgetChildLocked(c *ChildSA) {
-	if ent := e.children[c.InSPI]; ent != nil && ent.c == c {
-		stop(ent.rekeyT)
-		stop(ent.expireT)
-		delete(e.children, c.InSPI)
+// forgetChildLocked stops a Child SA's timers and forgets its entry. A
+// Delete of it held after a rekey (deleteRekeyedLocked) is moot: its
+// waiter learns the successor, or why, when the IKE SA goes with both.
+func (e *Endpoint) forgetChildLocked(c *ChildSA, why error) []func() {
+	ent := e.children[c.InSPI]
+	if ent == nil || ent.c != c {
+		return nil
 	}
+	stop(ent.rekeyT)
+	stop(ent.expireT)
+	stop(ent.holdT)
+	delete(e.children, c.InSPI)
+	h := ent.held
+	ent.held, ent.holdT = nil, nil
+	if h == nil {
+		return nil
+	}
+	if why != nil {
+		return reply(h.waiter, nil, why)
+	}
+	return reply(h.waiter, h.next, nil)
 }
 
 // natHash is the NAT detection hash of section 2.23:

@@ -46,7 +46,19 @@ type childEntry struct {
 	ours            *rekeyState // our CREATE_CHILD_SA for it, while outstanding
 	peer            *collision  // the peer's rekey of it that we answered meanwhile
 	replaced        bool        // a rekey made its successor
-	deleting        bool        // our Delete of it is out
+	deleting        bool        // our Delete of it is out or held
+	// held is our Delete of it after a rekey, waiting out
+	// Config.RekeyDeleteDelay on holdT.
+	held  *heldDelete
+	holdT stopper
+}
+
+// heldDelete is the Delete of a Child SA made redundant by a rekey, held
+// for Config.RekeyDeleteDelay: next is the Child SA that replaced it,
+// waiter the Rekey caller that learns next once the Delete is done.
+type heldDelete struct {
+	next   *ChildSA
+	waiter chan result
 }
 
 // collision is a rekey by the peer that we answered while one of ours of
