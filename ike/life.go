@@ -389,6 +389,10 @@ func (e *Endpoint) restart(peer *Peer) {
 	wait := e.cfg.RetransmitTimeout
 	for {
 		e.mu.Lock()
+		if e.peerLocked(peer.Name) != peer {
+			e.mu.Unlock()
+			return // SetPeers took it out
+		}
 		e.stats.Restarts++
 		e.mu.Unlock()
 		_, err := e.Initiate(ctx, peer.Name)

@@ -458,12 +458,9 @@ func (sa *ikeSA) liveChildrenLocked() int {
 // Config.MaxChildSAs already, or ctx ended. When another request of the
 // IKE SA is outstanding, it waits for it.
 func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*ChildSA, error) {
-	var p *Peer
-	for _, x := range e.cfg.Peers {
-		if x.Name == peer {
-			p = x
-		}
-	}
+	e.mu.Lock()
+	p := e.peerLocked(peer)
+	e.mu.Unlock()
 	if p == nil {
 		return nil, fmt.Errorf("ike: no peer named %q", peer)
 	}
