@@ -124,7 +124,8 @@ type Peer struct {
 	// default) leaves it to the caller (OnPeerDead), ActionRestart
 	// initiates to the peer again (it needs a Remote address), retrying
 	// with backoff until it succeeds or the Endpoint closes (swanctl's
-	// dpd_action = restart, or start_action = start).
+	// dpd_action = restart, or start_action = start), then makes again
+	// the additional Child SAs (Children) the dead IKE SA carried.
 	DPDAction Action
 }
 
@@ -437,16 +438,17 @@ type Stats struct {
 	ChildSARekeyed     uint64 // Child SAs made by CREATE_CHILD_SA (either side)
 	Deleted            uint64 // IKE SAs deleted (either side)
 
-	IKESARekeyed     uint64 // IKE SAs replaced by CREATE_CHILD_SA (section 2.18, either side)
-	RekeyCollisions  uint64 // simultaneous rekeys resolved (section 2.8.1): the one with the lowest nonce lost
-	TempFailures     uint64 // TEMPORARY_FAILURE sent or received (section 2.25)
-	ChildSAExpired   uint64 // Child SAs deleted at their LifeTime, unrekeyed
-	IKESAExpired     uint64 // IKE SAs deleted at their LifeTime, unrekeyed
-	LivenessChecks   uint64 // empty INFORMATIONAL requests sent (DPD)
-	PeersDead        uint64 // established IKE SAs whose peer stopped answering
-	Restarts         uint64 // initiations started by DPDAction restart
-	InitialContacts  uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
-	RequestQueueFull uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
+	IKESARekeyed       uint64 // IKE SAs replaced by CREATE_CHILD_SA (section 2.18, either side)
+	RekeyCollisions    uint64 // simultaneous rekeys resolved (section 2.8.1): the one with the lowest nonce lost
+	TempFailures       uint64 // TEMPORARY_FAILURE sent or received (section 2.25)
+	ChildSAExpired     uint64 // Child SAs deleted at their LifeTime, unrekeyed
+	IKESAExpired       uint64 // IKE SAs deleted at their LifeTime, unrekeyed
+	LivenessChecks     uint64 // empty INFORMATIONAL requests sent (DPD)
+	PeersDead          uint64 // established IKE SAs whose peer stopped answering
+	Restarts           uint64 // initiations started by DPDAction restart
+	RestartChildFailed uint64 // additional Child SAs a restart could not make again
+	InitialContacts    uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
+	RequestQueueFull   uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
 	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)

@@ -547,9 +547,13 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 		e.stats.Deleted++
 		err := fmt.Errorf("ike: no answer from %v after %d retransmissions", sa.remote, sa.pending.tries)
 		dead := sa.state == stateEstablished && !sa.rekeyed
+		var children []string
+		if dead {
+			children = sa.additionalChildren()
+		}
 		after = e.removeLocked(sa, err)
 		if dead {
-			after = append(after, e.peerDeadLocked(sa, err)...)
+			after = append(after, e.peerDeadLocked(sa, children, err)...)
 		}
 	default:
 		sa.pending.tries++

@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 )
@@ -340,9 +341,11 @@ func (e *Endpoint) dpdDue(sa *ikeSA) {
 }
 
 // peerDeadLocked handles an established IKE SA whose peer stopped
-// answering: OnPeerDead and, by the peer's DPDAction, a restart. The
-// caller removes the SA.
-func (e *Endpoint) peerDeadLocked(sa *ikeSA, err error) []func() {
+// answering: OnPeerDead and, by the peer's DPDAction, a restart, which
+// makes the IKE SA with IKE_AUTH's Child SA and then the additional Child
+// SAs the dead one carried (children, additionalChildren). The caller
+// removes the SA.
+func (e *Endpoint) peerDeadLocked(sa *ikeSA, children []string, err error) []func() {
 	e.stats.PeersDead++
 	e.cfg.Log.Info("ike: peer is dead", "peer", sa.peer.Name, "err", err)
 	var after []func()
@@ -351,26 +354,41 @@ func (e *Endpoint) peerDeadLocked(sa *ikeSA, err error) []func() {
 		after = append(after, func() { f(name, err) })
 	}
 	if sa.peer.DPDAction == ActionRestart {
-		e.restartLocked(sa.peer)
+		e.restartLocked(sa.peer, children)
 	}
 	return after
 }
 
+// additionalChildren names the children of sa's Child SAs other than
+// IKE_AUTH's (Peer.Children), each once, oldest first.
+func (sa *ikeSA) additionalChildren() []string {
+	var out []string
+	for _, c := range sa.children {
+		if c.Child != sa.peer.ChildName && !slices.Contains(out, c.Child) {
+			out = append(out, c.Child)
+		}
+	}
+	return out
+}
+
 // restartLocked starts initiating to peer again in the background, once
-// per peer at a time.
-func (e *Endpoint) restartLocked(peer *Peer) {
+// per peer at a time; children are the additional children to make on
+// the new IKE SA.
+func (e *Endpoint) restartLocked(peer *Peer, children []string) {
 	if e.stopping || e.restarting[peer.Name] {
 		return
 	}
 	e.restarting[peer.Name] = true
 	e.wg.Add(1)
-	go e.restart(peer)
+	go e.restart(peer, children)
 }
 
 // restart initiates to peer until it succeeds or the Endpoint closes,
 // waiting RetransmitTimeout after the first failure and doubling up to
-// maxRestartWait.
-func (e *Endpoint) restart(peer *Peer) {
+// maxRestartWait, then makes children's Child SAs on the new IKE SA
+// (CREATE_CHILD_SA, one at a time; one the peer refuses is counted in
+// Stats.RestartChildFailed and left out).
+func (e *Endpoint) restart(peer *Peer, children []string) {
 	defer e.wg.Done()
 	defer func() {
 		e.mu.Lock()
@@ -396,7 +414,21 @@ func (e *Endpoint) restart(peer *Peer) {
 		e.stats.Restarts++
 		e.mu.Unlock()
 		_, err := e.Initiate(ctx, peer.Name)
-		if err == nil || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			for _, name := range children {
+				if _, err := e.InitiateChild(ctx, peer.Name, name); err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					e.mu.Lock()
+					e.stats.RestartChildFailed++
+					e.mu.Unlock()
+					e.cfg.Log.Info("ike: restart: Child SA not made again", "peer", peer.Name, "child", name, "err", err)
+				}
+			}
 			return
 		}
 		e.cfg.Log.Info("ike: restart failed", "peer", peer.Name, "err", err, "again in", wait)
