@@ -20,7 +20,12 @@ package gateway
 //     keeps a tunnel without SAs, whose packets are dropped (no_sa) and
 //     start a negotiation (dataplane.Config.NoSA).
 //  4. Rekeys: the Endpoint rekeys on the lifetimes; the gateway asks it to
-//     rekey a child whose SA nears its sequence-number limit.
+//     rekey a child whose SA nears its sequence-number limit. The
+//     Endpoint holds the Delete of the replaced SA for
+//     ike.Config.RekeyDeleteDelay, so ESP already sealed under it arrives.
+//  5. Reloads (reloadIKE): with the same [ike] options the endpoint stays
+//     and takes the new connections (ike.Endpoint.SetPeers), so unchanged
+//     connections keep their SAs; otherwise it is rebuilt.
 
 import (
 	"bytes"
