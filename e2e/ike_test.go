@@ -354,3 +354,64 @@ func TestIKETwoChildren(t *testing.T) {
 		t.Errorf("want one IKE SA for both children: %v", st)
 	}
 }
+
+// TestIKEReloadAddsConnection: a reload that adds a connection starts it
+// on the running endpoint and leaves the other connection's IKE and
+// Child SAs as they were (the same SPIs), at both gateways.
+func TestIKEReloadAddsConnection(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	more := [2]netip.Prefix{netip.MustParsePrefix("10.11.0.1/24"), netip.MustParsePrefix("10.12.0.1/24")}
+	cfgs := ikePairConfigs("aes128gcm16", true)
+	for i := range 2 {
+		cfgs[i].TUN = append(cfgs[i].TUN, more[i])
+	}
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	ca := a.waitChild(tb.ctx, "net-b", 20*time.Second, nil)
+	cb := b.waitChild(tb.ctx, "net-a", 5*time.Second, nil)
+	ikeSPI := func(s *site, conn string) string {
+		for _, c := range s.ike().Connections {
+			if c.Name == conn {
+				return c.IKESPIi
+			}
+		}
+		return ""
+	}
+	ikeA, ikeB := ikeSPI(a, "to-b"), ikeSPI(b, "to-a")
+
+	// A second connection between the same gateways, with identities and
+	// selectors of its own: B (the responder) learns it first.
+	names := [2]string{"a", "b"}
+	for _, i := range []int{1, 0} {
+		j := 1 - i
+		c := cfgs[i].Connections[0]
+		c.Name, c.Child = c.Name+"2", c.Child+"2"
+		c.LocalID, c.RemoteID = names[i]+"2.e2e.sluice", names[j]+"2.e2e.sluice"
+		c.LocalTS, c.RemoteTS = []netip.Prefix{more[i].Masked()}, []netip.Prefix{more[j].Masked()}
+		cfgs[i].Connections = append(cfgs[i].Connections, c)
+		tb.sites[i].writeConfig(cfgs[i])
+		tb.sites[i].mustReload()
+	}
+	a.waitChild(tb.ctx, "net-b2", 20*time.Second, nil)
+	b.waitChild(tb.ctx, "net-a2", 5*time.Second, nil)
+	// The gateway routes the remote selectors into its TUN device at
+	// start only, not on reload: the test adds the new ones.
+	for i, s := range tb.sites {
+		if err := s.ns.AddRoute(more[1-i].Masked(), "sluice0", netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPing(t, tb.ctx, a.ns, more[1].Addr(), "-I", more[0].Addr().String())
+
+	na := a.waitChild(tb.ctx, "net-b", time.Second, nil)
+	nb := b.waitChild(tb.ctx, "net-a", time.Second, nil)
+	if na.InSPI != ca.InSPI || na.OutSPI != ca.OutSPI || nb.InSPI != cb.InSPI || nb.OutSPI != cb.OutSPI {
+		t.Errorf("the unchanged connection's Child SAs changed: A %x/%x -> %x/%x, B %x/%x -> %x/%x",
+			ca.InSPI, ca.OutSPI, na.InSPI, na.OutSPI, cb.InSPI, cb.OutSPI, nb.InSPI, nb.OutSPI)
+	}
+	if a2, b2 := ikeSPI(a, "to-b"), ikeSPI(b, "to-a"); a2 != ikeA || b2 != ikeB || ikeA == "" {
+		t.Errorf("the unchanged connection's IKE SA changed: A %s -> %s, B %s -> %s", ikeA, a2, ikeB, b2)
+	}
+	mustPing(t, tb.ctx, "unchanged connection after the reload", a.ns, inner4[1].Addr(), 10, 10*time.Millisecond)
+}

@@ -20,7 +20,12 @@ package gateway
 //     keeps a tunnel without SAs, whose packets are dropped (no_sa) and
 //     start a negotiation (dataplane.Config.NoSA).
 //  4. Rekeys: the Endpoint rekeys on the lifetimes; the gateway asks it to
-//     rekey a child whose SA nears its sequence-number limit.
+//     rekey a child whose SA nears its sequence-number limit. The
+//     Endpoint holds the Delete of the replaced SA for
+//     ike.Config.RekeyDeleteDelay, so ESP already sealed under it arrives.
+//  5. Reloads (reloadIKE): with the same [ike] options the endpoint stays
+//     and takes the new connections (ike.Endpoint.SetPeers), so unchanged
+//     connections keep their SAs; otherwise it is rebuilt.
 
 import (
 	"bytes"
@@ -31,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"maps"
 	"net"
 	"net/netip"
 	"os"
@@ -64,8 +70,7 @@ type ikeState struct {
 	ep       *ike.Endpoint
 	gen      uint64 // the endpoint's generation: callbacks of an older one are ignored
 	port500  *ike.UDPTransport
-	signers  []crypto.Signer // closed with the endpoint
-	keys     []*cryptodev.Key
+	creds    map[string]ikeCred   // by connection name; closed with the endpoint or the connection
 	children map[string]*ikeChild // by child (tunnel) name
 	conns    []config.Connection  // what the endpoint was built from
 	secrets  []config.Secret
@@ -78,6 +83,29 @@ type ikeState struct {
 	trap     chan string // child names whose tunnels dropped a packet for want of an SA
 	stop     chan struct{}
 	wg       sync.WaitGroup
+}
+
+// ikeCred is the endpoint's peer of one connection and its credentials:
+// the signer and the engine's key, for certificates.
+type ikeCred struct {
+	peer   *ike.Peer
+	signer crypto.Signer
+	key    *cryptodev.Key
+}
+
+func (c ikeCred) close() {
+	if c.signer != nil {
+		closeSigner(c.signer)
+	}
+	if c.key != nil {
+		c.key.Destroy()
+	}
+}
+
+func closeCreds(cs map[string]ikeCred) {
+	for _, c := range cs {
+		c.close()
+	}
 }
 
 // ikeChild is one configured child and what runs of it.
@@ -120,38 +148,6 @@ type ikeTransport struct {
 }
 
 func (t ikeTransport) Send(local, remote netip.AddrPort, pkt []byte) error {
-	if isInformationalRequest(pkt, local.Port() == t.s.nattPort) {
-		// An INFORMATIONAL request may delete a rekeyed Child SA, and a
-		// peer such as strongSwan removes its inbound SA as soon as it
-		// reads it. ESP sealed under that SA just before the outbound
-		// switch may still be in a lane's batch or the socket: it leaves
-		// first, and the Delete InformationalHold later.
-		p := bytes.Clone(pkt)
-		time.AfterFunc(InformationalHold, func() { t.send(local, remote, p) })
-		return nil
-	}
-	return t.send(local, remote, pkt)
-}
-
-// InformationalHold is how long the gateway holds its INFORMATIONAL
-// requests (Deletes, liveness checks) before sending them: the time ESP
-// packets sealed under an SA take to leave after the outbound switch.
-var InformationalHold = 50 * time.Millisecond
-
-// isInformationalRequest reports whether pkt (with the non-ESP marker if
-// marked) is an IKE INFORMATIONAL request, by its unencrypted header.
-func isInformationalRequest(pkt []byte, marked bool) bool {
-	if marked {
-		if len(pkt) < 4 {
-			return false
-		}
-		pkt = pkt[4:]
-	}
-	h, err := ike.ParseHeader(pkt)
-	return err == nil && h.Exchange == ike.INFORMATIONAL && !h.IsResponse()
-}
-
-func (t ikeTransport) send(local, remote netip.AddrPort, pkt []byte) error {
 	if local.Port() == t.s.nattPort {
 		if t.s.natt == nil {
 			return errors.New("gateway: no ESP-in-UDP socket for IKE on the NAT-T port")
@@ -204,16 +200,10 @@ func childIndex(ch *ikeChild) int {
 // without telling the peers. It installs the trap tunnels of new children.
 func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 	s := &g.ike
-	var signers []crypto.Signer
-	var keys []*cryptodev.Key
+	creds := map[string]ikeCred{}
 	defer func() {
 		if err != nil {
-			for _, sg := range signers {
-				closeSigner(sg)
-			}
-			for _, k := range keys {
-				k.Destroy()
-			}
+			closeCreds(creds)
 		}
 	}()
 	var peers []*ike.Peer
@@ -224,9 +214,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		if err != nil {
 			return err
 		}
-		if sg != nil {
-			signers, keys = append(signers, sg), append(keys, k)
-		}
+		creds[c.Name] = ikeCred{p, sg, k}
 		peers = append(peers, p)
 		locals[c.Local] = true
 	}
@@ -235,19 +223,14 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 	s.mu.Lock()
 	s.gen++
 	gen := s.gen
-	oldEP, oldP500, oldSigners, oldKeys := s.ep, s.port500, s.signers, s.keys
-	s.ep, s.port500, s.signers, s.keys = nil, nil, nil, nil
+	oldEP, oldP500, oldCreds := s.ep, s.port500, s.creds
+	s.ep, s.port500, s.creds = nil, nil, nil
 	s.mu.Unlock()
 	s.hook.Store(nil)
 	if oldEP != nil {
 		oldEP.Close()
 		oldP500.Close()
-		for _, sg := range oldSigners {
-			closeSigner(sg)
-		}
-		for _, k := range oldKeys {
-			k.Destroy()
-		}
+		closeCreds(oldCreds)
 	}
 	port := cfg.IKE.Port
 	var conns []*net.UDPConn
@@ -284,7 +267,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 	p500.Serve(ep)
 
 	s.mu.Lock()
-	s.ep, s.port500, s.signers, s.keys = ep, p500, signers, keys
+	s.ep, s.port500, s.creds = ep, p500, creds
 	s.conns = slices.Clone(cfg.Connections)
 	s.secrets = slices.Clone(cfg.Secrets)
 	s.ikeOpts = cfg.IKE
@@ -840,19 +823,16 @@ func (g *Gateway) closeIKE() {
 		p500.Close()
 	}
 	s.wg.Wait()
-	for _, sg := range s.signers {
-		closeSigner(sg)
-	}
-	for _, k := range s.keys {
-		k.Destroy()
-	}
+	closeCreds(s.creds)
 }
 
 // reloadIKE makes the IKE side what next says. Unchanged sections change
-// nothing; otherwise the endpoint is rebuilt: the children of connections
-// that went are deleted (the peers told) and their tunnels removed, and
-// the others are negotiated again on the new endpoint, their tunnels
-// carrying traffic on the old SAs until the new ones replace them.
+// nothing. The children of connections that went are deleted (the peers
+// told) and their tunnels removed. With the same [ike] options, the
+// endpoint stays and only the connections that changed change
+// (reloadPeers); otherwise it is rebuilt, and the other connections are
+// negotiated again on the new endpoint, their tunnels carrying traffic on
+// the old SAs until the new ones replace them.
 func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) error {
 	s := &g.ike
 	s.mu.Lock()
@@ -902,6 +882,9 @@ func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) err
 	if s.stop == nil || s.closed {
 		return errors.New("gateway: IKE is not running")
 	}
+	if ep != nil && s.ikeOpts == next.IKE {
+		return g.reloadPeers(next, again, note)
+	}
 	first := ep == nil
 	if err := g.buildEndpoint(next); err != nil {
 		return err
@@ -917,6 +900,110 @@ func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) err
 	})
 	s.mu.Unlock()
 	return nil
+}
+
+// reloadPeers gives the running endpoint next's connections
+// (ike.Endpoint.SetPeers): an unchanged connection (same section, same
+// credentials) keeps its IKE and Child SAs and its children's state; a
+// changed one has its SAs deleted (the peer told) and is negotiated again
+// if it was up or starts; an added one starts per its start_action. Those
+// of removed connections are deleted by reloadIKE already. again names
+// the children that were up.
+func (g *Gateway) reloadPeers(next *config.Gateway, again []string, note func(string, ...any)) error {
+	s := &g.ike
+	s.mu.Lock()
+	ep := s.ep
+	oldConns := map[string]config.Connection{}
+	for _, c := range stripConnPos(s.conns) {
+		oldConns[c.Name] = c
+	}
+	oldCreds := maps.Clone(s.creds)
+	s.mu.Unlock()
+
+	creds := map[string]ikeCred{}
+	kept := map[string]bool{}
+	var peers []*ike.Peer
+	var fresh []ikeCred // built for this reload: closed if it fails
+	fail := func(err error) error {
+		for _, c := range fresh {
+			c.close()
+		}
+		return err
+	}
+	nextConns := stripConnPos(next.Connections)
+	for i := range next.Connections {
+		name := next.Connections[i].Name
+		p, sg, k, err := g.ikePeer(next, i)
+		if err != nil {
+			return fail(err)
+		}
+		cr := ikeCred{p, sg, k}
+		old, had := oldCreds[name]
+		if oc, ok := oldConns[name]; ok && had && reflect.DeepEqual(oc, nextConns[i]) && sameCredentials(old.peer, p) {
+			cr.close() // the running one stays
+			cr, kept[name] = old, true
+		} else {
+			fresh = append(fresh, cr)
+		}
+		creds[name] = cr
+		peers = append(peers, cr.peer)
+	}
+	if err := ep.SetPeers(peers); err != nil {
+		return fail(fmt.Errorf("gateway: %w", err))
+	}
+
+	s.mu.Lock()
+	for name, c := range oldCreds {
+		if nc, ok := creds[name]; !ok || nc.peer != c.peer {
+			c.close() // SetPeers deleted its SAs; deleting signs nothing
+		}
+	}
+	s.creds = creds
+	s.conns = slices.Clone(next.Connections)
+	s.secrets = slices.Clone(next.Secrets)
+	old := s.children
+	s.children = map[string]*ikeChild{}
+	for i := range next.Connections {
+		c := &next.Connections[i]
+		for j := range c.Children {
+			o := old[c.Children[j].Name]
+			if kept[c.Name] && o != nil && o.conn.Name == c.Name {
+				o.conn, o.child = c, &c.Children[j]
+				s.children[o.child.Name] = o
+				continue
+			}
+			ch := &ikeChild{conn: c, child: &c.Children[j]}
+			if o != nil {
+				ch.cur, ch.gen, ch.since, ch.pairs, ch.terminated = o.cur, o.gen, o.since, o.pairs, o.terminated
+			}
+			s.children[ch.child.Name] = ch
+		}
+	}
+	var traps []*ikeChild
+	for _, ch := range s.children {
+		if !kept[ch.conn.Name] && ch.child.StartAction == config.StartTrap && ch.cur == nil {
+			traps = append(traps, ch)
+		}
+	}
+	g.initiateGroupsLocked(func(ch *ikeChild) bool {
+		return !kept[ch.conn.Name] && (ch.child.StartAction == config.StartStart || (slices.Contains(again, ch.child.Name) && !ch.terminated))
+	})
+	s.mu.Unlock()
+	for _, ch := range traps {
+		g.trapTunnel(ch)
+	}
+	note("IKE connections reloaded", "connections", len(next.Connections), "unchanged", len(kept))
+	return nil
+}
+
+// sameCredentials reports whether two peers built from equal sections
+// authenticate alike: the same pre-shared key and certificates (the
+// files behind them may have changed).
+func sameCredentials(a, b *ike.Peer) bool {
+	eq := func(x, y []*x509.Certificate) bool {
+		return slices.EqualFunc(x, y, func(c, d *x509.Certificate) bool { return c.Equal(d) })
+	}
+	return bytes.Equal(a.PSK, b.PSK) && eq(a.Certificates, b.Certificates) && eq(a.RemoteCAs, b.RemoteCAs)
 }
 
 // initiateGroupsLocked initiates the children want picks, a connection's
@@ -939,8 +1026,8 @@ func (g *Gateway) initiateGroupsLocked(want func(*ikeChild) bool) {
 func (g *Gateway) closeIKEEndpoint() {
 	s := &g.ike
 	s.mu.Lock()
-	ep, p500, signers, keys := s.ep, s.port500, s.signers, s.keys
-	s.ep, s.port500, s.signers, s.keys, s.conns, s.secrets = nil, nil, nil, nil, nil, nil
+	ep, p500, creds := s.ep, s.port500, s.creds
+	s.ep, s.port500, s.creds, s.conns, s.secrets = nil, nil, nil, nil, nil
 	s.gen++
 	s.children = map[string]*ikeChild{}
 	s.mu.Unlock()
@@ -949,12 +1036,7 @@ func (g *Gateway) closeIKEEndpoint() {
 		ep.Close()
 		p500.Close()
 	}
-	for _, sg := range signers {
-		closeSigner(sg)
-	}
-	for _, k := range keys {
-		k.Destroy()
-	}
+	closeCreds(creds)
 }
 
 func ikeSectionsEqual(a, b []config.Connection) bool {

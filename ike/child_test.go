@@ -2,8 +2,10 @@ package ike
 
 import (
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 )
 
 func prefixes(s ...string) []netip.Prefix {
@@ -129,4 +131,72 @@ func TestAdditionalChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, func() bool { return len(childSPIs(p.a)) == 0 && len(childSPIs(p.b)) == 0 })
+}
+
+// TestDPDRestartChildren: after a dead peer's restart (DPDAction
+// restart), the new IKE SA carries the additional Child SAs the dead one
+// carried, not only IKE_AUTH's; a child that was never up stays out.
+func TestDPDRestartChildren(t *testing.T) {
+	pa, pb := childPeers(t)
+	pa.DPDDelay = 30 * time.Second
+	pa.DPDAction = ActionRestart
+	clk := newFakeClock()
+	p := newPair(t, pa, pb, func(a, b *Config) {
+		withClock(clk)(a, b)
+		a.RetransmitTimeout = time.Second
+		a.RetransmitTries = 2
+	})
+	clk.settleOn(t, p)
+	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"second", "pfs"} {
+		if _, err := p.a.InitiateChild(ctx(t), "to-b", name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.a.InitiateChild(ctx(t), "to-b", "stray"); err == nil {
+		t.Fatal("b took a child it has no selectors for")
+	}
+	names := func(e *Endpoint) []string {
+		var out []string
+		for _, s := range e.IKESAs() {
+			if s.State == "established" {
+				for _, c := range s.Children {
+					out = append(out, c.Child)
+				}
+			}
+		}
+		slices.Sort(out)
+		return out
+	}
+	want := []string{"net", "pfs", "second"}
+	waitFor(t, func() bool { return idle(p.a) && idle(p.b) && slices.Equal(names(p.a), want) })
+
+	// The peer goes silent: a liveness check, two retransmissions, dead.
+	p.net.mu.Lock()
+	p.net.drop = func(int, netip.AddrPort, netip.AddrPort, []byte) bool { return true }
+	p.net.mu.Unlock()
+	clk.Advance(30*time.Second + time.Second + 2*time.Second + 4*time.Second)
+	waitFor(t, func() bool { return p.a.Stats().PeersDead == 1 })
+	p.net.mu.Lock()
+	p.net.drop = nil
+	p.net.mu.Unlock()
+	// Retransmissions and restarts on the fake clock until it is up
+	// again with its three Child SAs.
+	deadline := time.Now().Add(5 * time.Second)
+	for !slices.Equal(names(p.a), want) || !idle(p.a) {
+		if time.Now().After(deadline) {
+			t.Fatalf("after the restart a has %v, want %v: %+v", names(p.a), want, p.a.Stats())
+		}
+		clk.Advance(time.Second)
+		time.Sleep(time.Millisecond)
+	}
+	if l := p.a.IKESAs(); len(l) != 1 {
+		t.Fatalf("a has %d IKE SAs after the restart, want 1", len(l))
+	}
+	waitFor(t, func() bool { return slices.Equal(names(p.b), want) && len(p.b.IKESAs()) == 1 })
+	if s := p.a.Stats(); s.RestartChildFailed != 0 || s.Restarts == 0 {
+		t.Fatalf("stats %+v", s)
+	}
 }

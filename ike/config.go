@@ -124,7 +124,8 @@ type Peer struct {
 	// default) leaves it to the caller (OnPeerDead), ActionRestart
 	// initiates to the peer again (it needs a Remote address), retrying
 	// with backoff until it succeeds or the Endpoint closes (swanctl's
-	// dpd_action = restart, or start_action = start).
+	// dpd_action = restart, or start_action = start), then makes again
+	// the additional Child SAs (Children) the dead IKE SA carried.
 	DPDAction Action
 }
 
@@ -173,6 +174,9 @@ const (
 	// it succeeds or the Endpoint closes.
 	ActionRestart
 )
+
+// DefaultRekeyDeleteDelay is Config.RekeyDeleteDelay's default.
+const DefaultRekeyDeleteDelay = 100 * time.Millisecond
 
 // Config configures an Endpoint. The zero value of each optional field
 // selects the default named.
@@ -241,6 +245,19 @@ type Config struct {
 	// that would start one more is dropped and counted
 	// (Stats.CryptoBusy), and the peer's retransmission tries again.
 	MaxCryptoJobs int
+	// RekeyDeleteDelay is how long, after a Child SA rekey of ours
+	// completes (or one that collided with the peer's, section 2.8.1),
+	// the Delete of the Child SA it made redundant waits before it goes
+	// (default 100ms; negative: at once). The data plane switches its
+	// outbound traffic to the new SA when OnChildSA reports it, but ESP
+	// sealed under the old one just before may still be in a queue or
+	// on the wire, and a peer such as strongSwan removes its inbound SA
+	// as soon as it reads our Delete: the hold lets those packets reach
+	// the peer first. (strongSwan's own delete_rekeyed_delay serves the
+	// same purpose on its side.) Other requests, liveness checks
+	// among them, go out meanwhile; the old Child SA is reported through
+	// OnDelete, and Rekey returns, once the Delete exchange is done.
+	RekeyDeleteDelay time.Duration
 
 	// clock is the time source; nil is the real one (tests set a fake).
 	clock clock
@@ -293,6 +310,9 @@ func (c *Config) defaults() error {
 	}
 	if c.MaxCryptoJobs <= 0 {
 		c.MaxCryptoJobs = 64
+	}
+	if c.RekeyDeleteDelay == 0 {
+		c.RekeyDeleteDelay = DefaultRekeyDeleteDelay
 	}
 	if c.clock == nil {
 		c.clock = realClock{}
@@ -418,16 +438,17 @@ type Stats struct {
 	ChildSARekeyed     uint64 // Child SAs made by CREATE_CHILD_SA (either side)
 	Deleted            uint64 // IKE SAs deleted (either side)
 
-	IKESARekeyed     uint64 // IKE SAs replaced by CREATE_CHILD_SA (section 2.18, either side)
-	RekeyCollisions  uint64 // simultaneous rekeys resolved (section 2.8.1): the one with the lowest nonce lost
-	TempFailures     uint64 // TEMPORARY_FAILURE sent or received (section 2.25)
-	ChildSAExpired   uint64 // Child SAs deleted at their LifeTime, unrekeyed
-	IKESAExpired     uint64 // IKE SAs deleted at their LifeTime, unrekeyed
-	LivenessChecks   uint64 // empty INFORMATIONAL requests sent (DPD)
-	PeersDead        uint64 // established IKE SAs whose peer stopped answering
-	Restarts         uint64 // initiations started by DPDAction restart
-	InitialContacts  uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
-	RequestQueueFull uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
+	IKESARekeyed       uint64 // IKE SAs replaced by CREATE_CHILD_SA (section 2.18, either side)
+	RekeyCollisions    uint64 // simultaneous rekeys resolved (section 2.8.1): the one with the lowest nonce lost
+	TempFailures       uint64 // TEMPORARY_FAILURE sent or received (section 2.25)
+	ChildSAExpired     uint64 // Child SAs deleted at their LifeTime, unrekeyed
+	IKESAExpired       uint64 // IKE SAs deleted at their LifeTime, unrekeyed
+	LivenessChecks     uint64 // empty INFORMATIONAL requests sent (DPD)
+	PeersDead          uint64 // established IKE SAs whose peer stopped answering
+	Restarts           uint64 // initiations started by DPDAction restart
+	RestartChildFailed uint64 // additional Child SAs a restart could not make again
+	InitialContacts    uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
+	RequestQueueFull   uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
 	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)

@@ -110,8 +110,13 @@
 // Lifetime's rekey time less a random jitter (Peer.ChildLifetime,
 // Peer.IKELifetime, swanctl's semantics), make-before-break: OnChildSA
 // reports the new Child SA before OnDelete the old. The data plane asks
-// for an early rekey with RequestRekey. A peer not heard from for
-// Peer.DPDDelay gets an empty INFORMATIONAL. A responder that sees
+// for an early rekey with RequestRekey. The Delete of the Child SA a
+// rekey replaced waits Config.RekeyDeleteDelay, so that ESP sealed under
+// it before the data plane's switch reaches the peer before the peer
+// drops it. A peer not heard from for Peer.DPDDelay gets an empty
+// INFORMATIONAL; a dead one's restart (Peer.DPDAction) makes its IKE SA
+// and the additional Child SAs the dead one carried. SetPeers changes the
+// configured peers in place: a reload touches only the peers it changes. A responder that sees
 // INITIAL_CONTACT in IKE_AUTH drops the IKE SAs it still holds for that
 // peer's identity (section 2.4).
 //

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -313,7 +314,7 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		after = append(after, reply(sa.pending.waiter, nil, why)...)
 	}
 	for _, c := range sa.children {
-		e.forgetChildLocked(c)
+		after = append(after, e.forgetChildLocked(c, why)...)
 		if f := e.cfg.OnDelete; f != nil {
 			after = append(after, func() { f(c) })
 		}
@@ -327,13 +328,27 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	return after
 }
 
-// forgetChildLocked stops a Child SA's timers and forgets its entry.
-func (e *Endpoint) forgetChildLocked(c *ChildSA) {
-	if ent := e.children[c.InSPI]; ent != nil && ent.c == c {
-		stop(ent.rekeyT)
-		stop(ent.expireT)
-		delete(e.children, c.InSPI)
+// forgetChildLocked stops a Child SA's timers and forgets its entry. A
+// Delete of it held after a rekey (deleteRekeyedLocked) is moot: its
+// waiter learns the successor, or why, when the IKE SA goes with both.
+func (e *Endpoint) forgetChildLocked(c *ChildSA, why error) []func() {
+	ent := e.children[c.InSPI]
+	if ent == nil || ent.c != c {
+		return nil
 	}
+	stop(ent.rekeyT)
+	stop(ent.expireT)
+	stop(ent.holdT)
+	delete(e.children, c.InSPI)
+	h := ent.held
+	ent.held, ent.holdT = nil, nil
+	if h == nil {
+		return nil
+	}
+	if why != nil {
+		return reply(h.waiter, nil, why)
+	}
+	return reply(h.waiter, h.next, nil)
 }
 
 // natHash is the NAT detection hash of section 2.23:
@@ -404,12 +419,9 @@ func (e *Endpoint) cookieLocked(ni []byte, remote netip.AddrPort, spii uint64) [
 // SA. It returns when the negotiation completes, fails, runs out of
 // retransmissions, or ctx ends (the half-made SA is then forgotten).
 func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) {
-	var peer *Peer
-	for _, p := range e.cfg.Peers {
-		if p.Name == name {
-			peer = p
-		}
-	}
+	e.mu.Lock()
+	peer := e.peerLocked(name)
+	e.mu.Unlock()
 	if peer == nil {
 		return nil, fmt.Errorf("ike: no peer named %q", name)
 	}
@@ -426,6 +438,10 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 	if e.closed {
 		e.mu.Unlock()
 		return nil, errors.New("ike: endpoint closed")
+	}
+	if e.peerLocked(name) != peer {
+		e.mu.Unlock()
+		return nil, fmt.Errorf("ike: peer %q was reconfigured", name)
 	}
 	if len(e.sas) >= e.cfg.MaxSAs {
 		e.mu.Unlock()
@@ -531,9 +547,13 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 		e.stats.Deleted++
 		err := fmt.Errorf("ike: no answer from %v after %d retransmissions", sa.remote, sa.pending.tries)
 		dead := sa.state == stateEstablished && !sa.rekeyed
+		var children []string
+		if dead {
+			children = sa.additionalChildren()
+		}
 		after = e.removeLocked(sa, err)
 		if dead {
-			after = append(after, e.peerDeadLocked(sa, err)...)
+			after = append(after, e.peerDeadLocked(sa, children, err)...)
 		}
 	default:
 		sa.pending.tries++
@@ -543,4 +563,94 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 	}
 	e.mu.Unlock()
 	run(after)
+}
+
+// peerLocked returns the configured peer named name, or nil.
+func (e *Endpoint) peerLocked(name string) *Peer {
+	var peer *Peer
+	for _, p := range e.cfg.Peers {
+		if p.Name == name {
+			peer = p
+		}
+	}
+	return peer
+}
+
+// SetPeers replaces the configured peers (Config.Peers) with peers,
+// checked as NewEndpoint checks them, so that a configuration reload
+// changes only what changed. Peers are told apart by pointer:
+//
+//   - a *Peer in both the old and the new set keeps its IKE and Child
+//     SAs untouched;
+//   - the IKE SAs of a *Peer no longer in the set are deleted: an
+//     established one with an INFORMATIONAL Delete (the peer is told,
+//     once the SA's window is free; OnDelete reports its Child SAs when
+//     the peer answered or the retransmissions ran out), one still being
+//     negotiated at once (Initiate fails); a DPDAction restart to it
+//     stops;
+//   - a new *Peer is configured only: responders accept it at once, and
+//     the caller initiates to it (Initiate, InitiateChild) as its start
+//     action says.
+//
+// A changed peer is a new *Peer (in place of the old one of the same
+// name): its old SAs go as above, and the caller initiates again. SetPeers
+// does not wait for the network.
+func (e *Endpoint) SetPeers(peers []*Peer) error {
+	e.mu.Lock()
+	if e.closed {
+		e.mu.Unlock()
+		return errors.New("ike: endpoint closed")
+	}
+	c := e.cfg
+	c.Peers = slices.Clone(peers)
+	if err := c.defaults(); err != nil {
+		e.mu.Unlock()
+		return err
+	}
+	e.cfg.Peers = c.Peers
+	var after []func()
+	for _, sa := range e.sas {
+		if !sa.removed && !slices.Contains(c.Peers, sa.peer) {
+			after = append(after, e.retireLocked(sa)...)
+		}
+	}
+	e.mu.Unlock()
+	run(after)
+	return nil
+}
+
+var errPeerRemoved = errors.New("ike: peer removed from the configuration")
+
+// retireLocked deletes sa, whose peer left the configuration: an
+// established IKE SA with a Delete the peer answers (or the
+// retransmissions run out), any other at once.
+func (e *Endpoint) retireLocked(sa *ikeSA) []func() {
+	if sa.state != stateEstablished || sa.rekeyed {
+		if sa.state == stateDeleting || sa.rekeyed {
+			return nil // going already
+		}
+		e.stats.Deleted++
+		return e.removeLocked(sa, errPeerRemoved)
+	}
+	e.cfg.Log.Info("ike: peer removed from the configuration; deleting its IKE SA", "peer", sa.peer.Name)
+	return sa.enqueueLocked(op{
+		run: func(sa *ikeSA) []func() {
+			if sa.state != stateEstablished {
+				return nil
+			}
+			sa.state = stateDeleting
+			if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}}); err != nil {
+				e.stats.Deleted++
+				return e.removeLocked(sa, err)
+			}
+			return nil
+		},
+		fail: func(err error) []func() {
+			if sa.removed {
+				return nil
+			}
+			e.stats.Deleted++
+			return e.removeLocked(sa, err)
+		},
+	})
 }

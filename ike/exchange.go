@@ -562,11 +562,11 @@ func (sa *ikeSA) dropChildLocked(c *ChildSA) []func() {
 	for i, x := range sa.children {
 		if x == c {
 			sa.children = append(sa.children[:i], sa.children[i+1:]...)
-			sa.ep.forgetChildLocked(c)
+			after := sa.ep.forgetChildLocked(c, nil)
 			if f := sa.ep.cfg.OnDelete; f != nil {
-				return []func(){func() { f(c) }}
+				after = append(after, func() { f(c) })
 			}
-			return nil
+			return after
 		}
 	}
 	return nil

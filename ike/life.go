@@ -20,6 +20,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"time"
 )
@@ -46,7 +47,19 @@ type childEntry struct {
 	ours            *rekeyState // our CREATE_CHILD_SA for it, while outstanding
 	peer            *collision  // the peer's rekey of it that we answered meanwhile
 	replaced        bool        // a rekey made its successor
-	deleting        bool        // our Delete of it is out
+	deleting        bool        // our Delete of it is out or held
+	// held is our Delete of it after a rekey, waiting out
+	// Config.RekeyDeleteDelay on holdT.
+	held  *heldDelete
+	holdT stopper
+}
+
+// heldDelete is the Delete of a Child SA made redundant by a rekey, held
+// for Config.RekeyDeleteDelay: next is the Child SA that replaced it,
+// waiter the Rekey caller that learns next once the Delete is done.
+type heldDelete struct {
+	next   *ChildSA
+	waiter chan result
 }
 
 // collision is a rekey by the peer that we answered while one of ours of
@@ -328,9 +341,11 @@ func (e *Endpoint) dpdDue(sa *ikeSA) {
 }
 
 // peerDeadLocked handles an established IKE SA whose peer stopped
-// answering: OnPeerDead and, by the peer's DPDAction, a restart. The
-// caller removes the SA.
-func (e *Endpoint) peerDeadLocked(sa *ikeSA, err error) []func() {
+// answering: OnPeerDead and, by the peer's DPDAction, a restart, which
+// makes the IKE SA with IKE_AUTH's Child SA and then the additional Child
+// SAs the dead one carried (children, additionalChildren). The caller
+// removes the SA.
+func (e *Endpoint) peerDeadLocked(sa *ikeSA, children []string, err error) []func() {
 	e.stats.PeersDead++
 	e.cfg.Log.Info("ike: peer is dead", "peer", sa.peer.Name, "err", err)
 	var after []func()
@@ -339,26 +354,41 @@ func (e *Endpoint) peerDeadLocked(sa *ikeSA, err error) []func() {
 		after = append(after, func() { f(name, err) })
 	}
 	if sa.peer.DPDAction == ActionRestart {
-		e.restartLocked(sa.peer)
+		e.restartLocked(sa.peer, children)
 	}
 	return after
 }
 
+// additionalChildren names the children of sa's Child SAs other than
+// IKE_AUTH's (Peer.Children), each once, oldest first.
+func (sa *ikeSA) additionalChildren() []string {
+	var out []string
+	for _, c := range sa.children {
+		if c.Child != sa.peer.ChildName && !slices.Contains(out, c.Child) {
+			out = append(out, c.Child)
+		}
+	}
+	return out
+}
+
 // restartLocked starts initiating to peer again in the background, once
-// per peer at a time.
-func (e *Endpoint) restartLocked(peer *Peer) {
+// per peer at a time; children are the additional children to make on
+// the new IKE SA.
+func (e *Endpoint) restartLocked(peer *Peer, children []string) {
 	if e.stopping || e.restarting[peer.Name] {
 		return
 	}
 	e.restarting[peer.Name] = true
 	e.wg.Add(1)
-	go e.restart(peer)
+	go e.restart(peer, children)
 }
 
 // restart initiates to peer until it succeeds or the Endpoint closes,
 // waiting RetransmitTimeout after the first failure and doubling up to
-// maxRestartWait.
-func (e *Endpoint) restart(peer *Peer) {
+// maxRestartWait, then makes children's Child SAs on the new IKE SA
+// (CREATE_CHILD_SA, one at a time; one the peer refuses is counted in
+// Stats.RestartChildFailed and left out).
+func (e *Endpoint) restart(peer *Peer, children []string) {
 	defer e.wg.Done()
 	defer func() {
 		e.mu.Lock()
@@ -377,10 +407,28 @@ func (e *Endpoint) restart(peer *Peer) {
 	wait := e.cfg.RetransmitTimeout
 	for {
 		e.mu.Lock()
+		if e.peerLocked(peer.Name) != peer {
+			e.mu.Unlock()
+			return // SetPeers took it out
+		}
 		e.stats.Restarts++
 		e.mu.Unlock()
 		_, err := e.Initiate(ctx, peer.Name)
-		if err == nil || ctx.Err() != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		if err == nil {
+			for _, name := range children {
+				if _, err := e.InitiateChild(ctx, peer.Name, name); err != nil {
+					if ctx.Err() != nil {
+						return
+					}
+					e.mu.Lock()
+					e.stats.RestartChildFailed++
+					e.mu.Unlock()
+					e.cfg.Log.Info("ike: restart: Child SA not made again", "peer", peer.Name, "child", name, "err", err)
+				}
+			}
 			return
 		}
 		e.cfg.Log.Info("ike: restart failed", "peer", peer.Name, "err", err, "again in", wait)

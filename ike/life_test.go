@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -482,9 +483,7 @@ func TestDPD(t *testing.T) {
 	// Traffic from the peer postpones the next check.
 	clk.Advance(15 * time.Second)
 	_, cb := only(t, p.b)
-	if _, err := p.b.Rekey(ctx(t), cb); err != nil {
-		t.Fatal(err)
-	}
+	rekeyOnClock(t, clk, p.b, cb)
 	waitFor(t, settled(p))
 	clk.Advance(15 * time.Second)
 	if p.a.Stats().LivenessChecks != 1 {
@@ -551,4 +550,115 @@ func TestQueueBound(t *testing.T) {
 	}
 	release()
 	waitFor(t, func() bool { return idle(p.a) })
+}
+
+// heldDeletes counts e's Child SAs whose Delete after a rekey is held.
+func heldDeletes(e *Endpoint) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	n := 0
+	for _, ent := range e.children {
+		if ent.held != nil {
+			n++
+		}
+	}
+	return n
+}
+
+// rekeyOnClock rekeys c on e when e runs on clk: it moves clk past the
+// hold of the old Child SA's Delete (Config.RekeyDeleteDelay).
+func rekeyOnClock(t *testing.T, clk *fakeClock, e *Endpoint, c *ChildSA) *ChildSA {
+	t.Helper()
+	type res struct {
+		c   *ChildSA
+		err error
+	}
+	done := make(chan res, 1)
+	go func() { n, err := e.Rekey(ctx(t), c); done <- res{n, err} }()
+	waitFor(t, func() bool { return heldDeletes(e) == 1 })
+	clk.Advance(e.cfg.RekeyDeleteDelay)
+	r := <-done
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return r.c
+}
+
+// infoRequests counts the INFORMATIONAL requests a memNet carried, by
+// their unencrypted header.
+type infoRequests struct{ n atomic.Int64 }
+
+func (r *infoRequests) drop(_ int, _, _ netip.AddrPort, pkt []byte) bool {
+	if h, err := ParseHeader(pkt); err == nil && h.Exchange == INFORMATIONAL && !h.IsResponse() {
+		r.n.Add(1)
+	}
+	return false
+}
+
+// TestRekeyDeleteHeld: after a Child SA rekey, the Delete of the old SA
+// waits Config.RekeyDeleteDelay on the Endpoint's clock (the peer keeps
+// its inbound SA for ESP in flight meanwhile, and the IKE SA's window is
+// free); Close during the hold sends nothing and answers the waiter.
+func TestRekeyDeleteHeld(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	clk := newFakeClock()
+	const hold = 300 * time.Millisecond
+	var info infoRequests
+	p := newPair(t, pa, pb, func(a, b *Config) {
+		withClock(clk)(a, b)
+		a.RekeyDeleteDelay = hold
+	})
+	clk.settleOn(t, p)
+	p.net.mu.Lock()
+	p.net.drop = info.drop
+	p.net.mu.Unlock()
+	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settled(p))
+	_, old := only(t, p.a)
+
+	done := make(chan error, 1)
+	var fresh *ChildSA
+	go func() {
+		c, err := p.a.Rekey(ctx(t), old)
+		fresh = c
+		done <- err
+	}()
+	waitFor(t, func() bool { return heldDeletes(p.a) == 1 && idle(p.a) && p.net.inflight.Load() == 0 })
+	if n := info.n.Load(); n != 0 {
+		t.Fatalf("%d INFORMATIONAL requests before the hold", n)
+	}
+	if n := len(childSPIs(p.b)); n != 2 {
+		t.Fatalf("the peer holds %d Child SAs during the hold, want the old and the new", n)
+	}
+	clk.Advance(hold - time.Millisecond)
+	if n := info.n.Load(); n != 0 {
+		t.Fatalf("%d INFORMATIONAL requests before the hold ended", n)
+	}
+	clk.Advance(time.Millisecond)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settled(p))
+	if n := info.n.Load(); n != 1 {
+		t.Fatalf("%d INFORMATIONAL requests, want the Delete", n)
+	}
+	ca, _ := checkPair(t, p)
+	if ca != fresh || ca.InSPI == old.InSPI {
+		t.Fatal("the old Child SA stayed")
+	}
+
+	// Close during the hold: the waiter learns, nothing is sent.
+	go func() { _, err := p.a.Rekey(ctx(t), fresh); done <- err }()
+	waitFor(t, func() bool { return heldDeletes(p.a) == 1 && idle(p.a) && p.net.inflight.Load() == 0 })
+	sent := p.a.Stats().TxPackets
+	p.a.Close()
+	if err := <-done; err == nil {
+		t.Fatal("Rekey succeeded although the endpoint closed before the Delete")
+	}
+	clk.Advance(hold)
+	if s := p.a.Stats(); s.TxPackets != sent {
+		t.Fatalf("%d datagrams sent after Close", s.TxPackets-sent)
+	}
 }

@@ -212,14 +212,63 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 		}
 	}
 	ent.replaced = true
-	if doomed == r.old {
-		ent.deleting = true
+	return append(after, sa.deleteRekeyedLocked(doomed, next, r.waiter)...)
+}
+
+// deleteRekeyedLocked deletes doomed, the Child SA that a rekey of ours
+// made redundant (the old one, or ours after a lost collision), and then
+// tells w next, its successor. The Delete waits Config.RekeyDeleteDelay
+// first, so that ESP sealed under doomed before the data plane's switch
+// reaches the peer before it drops its inbound SA; the hold ends early,
+// and w learns, when doomed goes otherwise (the peer deletes it, the IKE
+// SA goes).
+func (sa *ikeSA) deleteRekeyedLocked(doomed, next *ChildSA, w chan result) []func() {
+	e := sa.ep
+	ent := e.children[doomed.InSPI]
+	if ent == nil || ent.c != doomed {
+		return reply(w, next, nil)
 	}
-	if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{doomed.InSPI}}}); err != nil {
-		return append(after, reply(r.waiter, nil, err)...)
+	ent.deleting = true
+	h := &heldDelete{next: next, waiter: w}
+	d := e.cfg.RekeyDeleteDelay
+	if d <= 0 {
+		return e.sendHeldDeleteLocked(ent, h)
 	}
-	sa.pending.kind, sa.pending.old, sa.pending.next, sa.pending.waiter = reqDeleteChild, doomed, next, r.waiter
-	return after
+	ent.held = h
+	ent.holdT = e.cfg.clock.AfterFunc(d, func() { e.heldDeleteDue(ent) })
+	return nil
+}
+
+// heldDeleteDue sends the Delete that deleteRekeyedLocked held, unless
+// the Child SA went meanwhile (forgetChildLocked answered its waiter).
+func (e *Endpoint) heldDeleteDue(ent *childEntry) {
+	e.mu.Lock()
+	var after []func()
+	if h := ent.held; h != nil && !e.closed && e.children[ent.c.InSPI] == ent {
+		ent.held, ent.holdT = nil, nil
+		after = e.sendHeldDeleteLocked(ent, h)
+	}
+	e.mu.Unlock()
+	run(after)
+}
+
+// sendHeldDeleteLocked queues the INFORMATIONAL that deletes ent's Child
+// SA on the IKE SA that carries it now.
+func (e *Endpoint) sendHeldDeleteLocked(ent *childEntry, h *heldDelete) []func() {
+	doomed := ent.c
+	return ent.sa.enqueueLocked(op{
+		run: func(sa *ikeSA) []func() {
+			if e.children[doomed.InSPI] != ent {
+				return reply(h.waiter, h.next, nil) // gone meanwhile
+			}
+			if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{doomed.InSPI}}}); err != nil {
+				return reply(h.waiter, nil, err)
+			}
+			sa.pending.kind, sa.pending.old, sa.pending.next, sa.pending.waiter = reqDeleteChild, doomed, h.next, h.waiter
+			return nil
+		},
+		fail: func(err error) []func() { return reply(h.waiter, nil, err) },
+	})
 }
 
 // retryDelay is how long a rekey refused with TEMPORARY_FAILURE waits
@@ -409,12 +458,9 @@ func (sa *ikeSA) liveChildrenLocked() int {
 // Config.MaxChildSAs already, or ctx ended. When another request of the
 // IKE SA is outstanding, it waits for it.
 func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*ChildSA, error) {
-	var p *Peer
-	for _, x := range e.cfg.Peers {
-		if x.Name == peer {
-			p = x
-		}
-	}
+	e.mu.Lock()
+	p := e.peerLocked(peer)
+	e.mu.Unlock()
 	if p == nil {
 		return nil, fmt.Errorf("ike: no peer named %q", peer)
 	}
