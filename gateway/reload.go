@@ -20,12 +20,15 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"maps"
+	"net/netip"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/pktio/netutil"
 	"github.com/sluicegw/sluice/sad"
 )
 
@@ -129,12 +132,47 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 			errs = append(errs, err)
 		}
 	}
+	errs = append(errs, g.syncRoutes(old, next, note))
 	if err := errors.Join(errs...); err != nil {
 		g.log.Error("reload partly applied", "changes", len(changes), "err", err)
 		return changes, fmt.Errorf("gateway: reload partly applied (%d changes made; the rest failed): %w", len(changes), err)
 	}
 	g.log.Info("configuration reloaded", "file", next.File, "tunnels", len(next.Tunnels), "changes", len(changes))
 	return changes, nil
+}
+
+// syncRoutes routes into the TUN device the remote prefixes next has and
+// old had not (tunnels' remote routes, IKE children's remote selectors,
+// protect policies' destinations), and removes the routes of those old had
+// and next has not, as Start routes them at first.
+func (g *Gateway) syncRoutes(old, next *config.Gateway, note func(string, ...any)) error {
+	was, is := map[netip.Prefix]bool{}, map[netip.Prefix]bool{}
+	for _, p := range allRemotes(old) {
+		was[p.Masked()] = true
+	}
+	for _, p := range allRemotes(next) {
+		is[p.Masked()] = true
+	}
+	var errs []error
+	for _, p := range slices.SortedFunc(maps.Keys(is), netip.Prefix.Compare) {
+		if !was[p] {
+			if err := netutil.ReplaceRoute(next.TUN.Name, p); err != nil {
+				errs = append(errs, err)
+			} else {
+				note("route added", "dst", p, "dev", next.TUN.Name)
+			}
+		}
+	}
+	for _, p := range slices.SortedFunc(maps.Keys(was), netip.Prefix.Compare) {
+		if !is[p] {
+			if err := netutil.DelRoute(next.TUN.Name, p); err != nil {
+				errs = append(errs, err)
+			} else {
+				note("route removed", "dst", p, "dev", next.TUN.Name)
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // reconcile makes tunnel t's running SAs those nt names, in the order that

@@ -4,6 +4,7 @@
 package netutil
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -64,6 +65,35 @@ func AddRoute(name string, dst netip.Prefix) error {
 	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst.Masked()), Scope: netlink.SCOPE_LINK}
 	if err := netlink.RouteAdd(r); err != nil {
 		return fmt.Errorf("netutil: route %s dev %s: %w", dst, name, err)
+	}
+	return nil
+}
+
+// ReplaceRoute routes dst into the interface, replacing a route to dst
+// that is there already (so that it may be called again for the same
+// prefix).
+func ReplaceRoute(name string, dst netip.Prefix) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("netutil: %s: %w", name, err)
+	}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst.Masked()), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteReplace(r); err != nil {
+		return fmt.Errorf("netutil: route %s dev %s: %w", dst, name, err)
+	}
+	return nil
+}
+
+// DelRoute removes the route of dst into the interface; a route that is
+// not there is not an error.
+func DelRoute(name string, dst netip.Prefix) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("netutil: %s: %w", name, err)
+	}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst.Masked()), Scope: netlink.SCOPE_LINK}
+	if err := netlink.RouteDel(r); err != nil && !errors.Is(err, unix.ESRCH) {
+		return fmt.Errorf("netutil: delete route %s dev %s: %w", dst, name, err)
 	}
 	return nil
 }
