@@ -129,6 +129,8 @@
 // IKE SA with all its Child SAs), the Diffie-Hellman of CREATE_CHILD_SA
 // (PFS and IKE SA rekeys) outside Endpoint's lock, reauthentication
 // (reauth_time), lifetimes in bytes or packets (the data plane calls
-// RequestRekey), start_action = trap, EAP, MOBIKE, configuration payloads
+// RequestRekey), start_action = trap (the gateway does it: it initiates
+// when its data plane drops a packet for want of an SA), EAP, MOBIKE,
+// configuration payloads
 // and CRL/OCSP checks.
 package ike
