@@ -131,6 +131,5 @@
 // (reauth_time), lifetimes in bytes or packets (the data plane calls
 // RequestRekey), start_action = trap (the gateway does it: it initiates
 // when its data plane drops a packet for want of an SA), EAP, MOBIKE,
-// configuration payloads
-// and CRL/OCSP checks.
+// configuration payloads and CRL/OCSP checks.
 package ike
