@@ -1,10 +1,13 @@
 // Package certgen makes throwaway certificates: a CA and the ECDSA P-256
 // server and client certificates it issues, as PEM, for `sluice demo tls`
-// and for tests of TLS gateways. Nothing it makes is fit for production:
-// the keys are never protected and the certificates live a day.
+// and for tests of TLS gateways, and certificates for keys the caller
+// holds (Certify), for tests of IKE peers. Nothing it makes is fit for
+// production: the keys are never protected and the certificates live a
+// day.
 package certgen
 
 import (
+	"crypto"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
@@ -16,6 +19,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 )
 
@@ -61,28 +65,21 @@ func (ca *CA) Pool() *x509.CertPool {
 
 // Issue makes an ECDSA P-256 key and a certificate for it, signed by the
 // CA, and returns both PEM-encoded (the key as PKCS #8). names are DNS
-// names or IP addresses; the first is the subject's common name. client
-// makes a client certificate, otherwise a server certificate.
+// names, IP addresses or e-mail addresses (those with an @); the first is
+// the subject's common name. client makes a client certificate, otherwise
+// a server certificate.
 func (ca *CA) Issue(client bool, names ...string) (certPEM, keyPEM []byte, err error) {
-	if len(names) == 0 {
-		return nil, nil, fmt.Errorf("certgen: a certificate needs a name")
+	tmpl, err := leafTemplate(names)
+	if err != nil {
+		return nil, nil, err
 	}
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, nil, fmt.Errorf("certgen: %w", err)
 	}
-	tmpl := template(names[0])
-	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
 	tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}
 	if client {
 		tmpl.ExtKeyUsage = []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}
-	}
-	for _, n := range names {
-		if ip := net.ParseIP(n); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, n)
-		}
 	}
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, &key.PublicKey, ca.key)
 	if err != nil {
@@ -94,6 +91,47 @@ func (ca *CA) Issue(client bool, names ...string) (certPEM, keyPEM []byte, err e
 	}
 	return pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}),
 		pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: p8}), nil
+}
+
+// Certify makes a certificate, signed by the CA, for pub, the public half
+// of a key the caller holds (ECDSA, RSA or Ed25519), as IKE peers use
+// them: for signatures, with no extended key usage. names are as for
+// Issue; extra are further extensions (a test's padding, say).
+func (ca *CA) Certify(pub crypto.PublicKey, names []string, extra ...pkix.Extension) (*x509.Certificate, error) {
+	tmpl, err := leafTemplate(names)
+	if err != nil {
+		return nil, err
+	}
+	tmpl.ExtraExtensions = extra
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("certgen: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("certgen: %w", err)
+	}
+	return cert, nil
+}
+
+// leafTemplate is the template of an end-entity certificate for names,
+// for signatures; the first name is the common name.
+func leafTemplate(names []string) (*x509.Certificate, error) {
+	if len(names) == 0 {
+		return nil, fmt.Errorf("certgen: a certificate needs a name")
+	}
+	tmpl := template(names[0])
+	tmpl.KeyUsage = x509.KeyUsageDigitalSignature
+	for _, n := range names {
+		if ip := net.ParseIP(n); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else if strings.Contains(n, "@") {
+			tmpl.EmailAddresses = append(tmpl.EmailAddresses, n)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, n)
+		}
+	}
+	return tmpl, nil
 }
 
 // IssueFiles is Issue writing DIR/BASE.pem and DIR/BASE.key (mode 0600),

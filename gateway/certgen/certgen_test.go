@@ -1,8 +1,13 @@
 package certgen
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
 	"crypto/tls"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"testing"
 )
 
@@ -39,6 +44,48 @@ func TestIssue(t *testing.T) {
 		t.Error("a certificate pairs with itself")
 	}
 	if _, _, err := ca.Issue(false); err == nil {
+		t.Error("a certificate without a name")
+	}
+}
+
+// TestCertify: a certificate for a key the caller holds names an e-mail
+// address as such, carries the extra extension and no extended key
+// usage, and verifies against its CA.
+func TestCertify(t *testing.T) {
+	ca, err := NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := pkix.Extension{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 32473, 1}, Value: []byte{4, 2, 0, 0}}
+	cert, err := ca.Certify(key.Public(), []string{"peer@example.net", "peer.example.net"}, ext)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert.Subject.CommonName != "peer@example.net" || len(cert.EmailAddresses) != 1 || cert.EmailAddresses[0] != "peer@example.net" ||
+		len(cert.DNSNames) != 1 || cert.DNSNames[0] != "peer.example.net" {
+		t.Errorf("names: CN %q, e-mail %v, DNS %v", cert.Subject.CommonName, cert.EmailAddresses, cert.DNSNames)
+	}
+	if len(cert.ExtKeyUsage) != 0 || cert.KeyUsage != x509.KeyUsageDigitalSignature {
+		t.Errorf("usage %v, extended %v", cert.KeyUsage, cert.ExtKeyUsage)
+	}
+	found := false
+	for _, e := range cert.Extensions {
+		found = found || (e.Id.Equal(ext.Id) && string(e.Value) == string(ext.Value))
+	}
+	if !found {
+		t.Error("the extra extension is missing")
+	}
+	if !cert.PublicKey.(*ecdsa.PublicKey).Equal(key.Public()) {
+		t.Error("certifies another key")
+	}
+	if _, err := cert.Verify(x509.VerifyOptions{Roots: ca.Pool(), KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+		t.Error(err)
+	}
+	if _, err := ca.Certify(key.Public(), nil); err == nil {
 		t.Error("a certificate without a name")
 	}
 }
