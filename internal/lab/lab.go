@@ -2,6 +2,8 @@
 // namespaces joined by veth pairs, processes running inside them, sockets
 // opened inside them from the calling process, and an in-memory stand-in for
 // all of it when there is no root (two data planes on pktio/pipe links).
+// For the interop tests it also runs strongSwan's charon in a namespace
+// (Charon) and renders peers' configuration files (RenderTemplate).
 //
 // Everything a Lab creates is registered with it as it is created, and
 // Lab.Close removes it again in reverse order: processes are stopped
