@@ -90,12 +90,7 @@ type site struct {
 func newTestbed(t *testing.T, wan [2]netip.Prefix) *testbed {
 	t.Helper()
 	lab.Require(t)
-	tb := &testbed{t: t, ctx: testContext(t, defaultSetup), lab: lab.New(nil)}
-	t.Cleanup(func() {
-		if err := tb.lab.Close(); err != nil {
-			t.Errorf("removing the test bed: %v", err)
-		}
-	})
+	tb := &testbed{t: t, ctx: testContext(t, defaultSetup), lab: lab.NewForTest(t, nil)}
 	// Runs before the lab is closed: on failure, show what the daemons
 	// said.
 	t.Cleanup(func() {
@@ -105,7 +100,7 @@ func newTestbed(t *testing.T, wan [2]netip.Prefix) *testbed {
 		for _, s := range tb.sites {
 			if s != nil && s.logPath != "" {
 				if data, err := os.ReadFile(s.logPath); err == nil {
-					t.Logf("log of gateway %s (%s):\n%s", s.name, s.logPath, tail(string(data), 60))
+					t.Logf("log of gateway %s (%s):\n%s", s.name, s.logPath, lab.Tail(string(data), 60))
 				}
 			}
 		}
@@ -134,15 +129,6 @@ func newTestbed(t *testing.T, wan [2]netip.Prefix) *testbed {
 		}
 	}
 	return tb
-}
-
-// tail is the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // writeConfig writes the site's configuration file.
@@ -215,7 +201,7 @@ func (s *site) stop() {
 		t.Fatalf("gateway %s did not exit within %v of SIGTERM", s.name, stopWait)
 	}
 	if _, err := p.Exited(); err != nil {
-		t.Fatalf("gateway %s after SIGTERM: %v (want exit status 0)\n%s", s.name, err, tail(p.Output(), 20))
+		t.Fatalf("gateway %s after SIGTERM: %v (want exit status 0)\n%s", s.name, err, lab.Tail(p.Output(), 20))
 	}
 }
 

@@ -22,31 +22,24 @@ package e2e_test
 // e2e/strongswan/README.md says the same for people who run it by hand.
 
 import (
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"text/template"
 	"time"
 
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/gateway/certgen"
 	"github.com/sluicegw/sluice/internal/lab"
 )
-
-// charonPath is Debian's charon daemon (strongswan-charon).
-const charonPath = "/usr/lib/ipsec/charon"
 
 // The network of the interop tests.
 var (
@@ -60,17 +53,12 @@ var (
 	ssIPerfS = 1
 )
 
-// requireCharon skips without charon, except under CI=true.
+// requireCharon skips without charon, swanctl or the traffic tools,
+// except under CI=true.
 func requireCharon(t *testing.T) {
 	t.Helper()
-	lab.Require(t)
-	requireTool(t, "swanctl", "unshare", "ping", "iperf3")
-	if _, err := os.Stat(charonPath); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%s: %v (CI=true: not skipping; .ci/run installs strongswan-charon)", charonPath, err)
-		}
-		t.Skipf("strongSwan's charon is not installed: %v", err)
-	}
+	lab.RequireCharon(t)
+	requireTool(t, "ping", "iperf3")
 }
 
 // TestStrongSwanInterop negotiates with strongSwan 5.9.8 (charon with
@@ -149,8 +137,7 @@ func TestStrongSwanRestart(t *testing.T) {
 	b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, dpd: "1s"})
 	first := b.establish()
 	mustPing(t, b.ctx, "before the restart", b.gw.ns, ssInner[0].Addr(), 5, 20*time.Millisecond)
-	b.ch.proc.Kill()
-	<-b.ch.proc.Done()
+	b.ch.Kill()
 	start := time.Now()
 	b.startCharon()
 	now := b.gw.waitChild(b.ctx, "net", 30*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != first.InSPI })
@@ -182,7 +169,7 @@ func TestStrongSwanNAT(t *testing.T) {
 	mustPing(t, b.ctx, "NAT-T sluice->strongSwan", b.gw.ns, ssInner[0].Addr(), 20, 10*time.Millisecond)
 	mustPing(t, b.ctx, "NAT-T strongSwan->sluice", b.ssNS, ssInner[1].Addr(), 20, 10*time.Millisecond)
 	b.checkCharonSPIs(ch)
-	if out, err := b.ch.swanctl(b.ctx, "--list-sas"); err != nil || !strings.Contains(out, natOut[1].Addr().String()+"[4500]") {
+	if out, err := b.ch.Swanctl(b.ctx, "--list-sas"); err != nil || !strings.Contains(out, natOut[1].Addr().String()+"[4500]") {
 		t.Errorf("charon does not see sluice at the NAT's address, port 4500: %v\n%s", err, out)
 	}
 }
@@ -204,7 +191,7 @@ type ssBed struct {
 	dir            string
 	o              ssOptions
 	ssNS           *lab.Netns
-	ch             *charon
+	ch             *lab.Charon
 	gw             *site
 	ssAddr, gwAddr netip.Addr // outer addresses; with a NAT, charon's is outside it
 	swconf         string
@@ -212,12 +199,7 @@ type ssBed struct {
 
 func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	ctx := testContext(t, defaultSetup)
-	l := lab.New(nil)
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("removing the test bed: %v", err)
-		}
-	})
+	l := lab.NewForTest(t, nil)
 	dir, err := l.Dir()
 	if err != nil {
 		t.Fatal(err)
@@ -281,21 +263,14 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	}
 
 	// charon.
-	b.ch = &charon{name: "strongswan", ns: b.ssNS,
-		conf: filepath.Join(dir, "strongswan.conf"), vici: filepath.Join(dir, "charon.vici"), log: filepath.Join(dir, "charon.log")}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if data, err := os.ReadFile(b.ch.log); err == nil {
-				t.Logf("strongSwan log (%s):\n%s", b.ch.log, tail(string(data), 80))
-			}
-		}
-	})
+	b.ch = l.NewCharon(b.ssNS, dir)
+	lab.LogOnFailure(t, "strongSwan log", b.ch.Log(), 80)
 	psk := randomHex(16)
 	remote := b.gwAddr.String()
 	if o.nat {
 		remote = "%any"
 	}
-	renderTemplate(t, "strongswan/strongswan.conf.tmpl", b.ch.conf, map[string]string{"Vici": b.ch.vici, "Log": b.ch.log})
+	renderTemplate(t, "strongswan/strongswan.conf.tmpl", b.ch.Conf(), map[string]string{"Vici": b.ch.Vici(), "Log": b.ch.Log()})
 	b.swconf = filepath.Join(dir, "swanctl.conf")
 	renderTemplate(t, "strongswan/swanctl.conf.tmpl", b.swconf, map[string]string{
 		"Local": b.ssAddr.String(), "Remote": remote, "IKE": ssIKE, "Auth": o.auth,
@@ -329,13 +304,7 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 
 	b.gw = &site{tb: &testbed{t: t, ctx: ctx, lab: l, dir: dir}, name: "gw", ns: gwNS, wan: b.gwAddr,
 		cfgPath: filepath.Join(dir, "gateway-gw.toml"), sock: filepath.Join(dir, "gw.sock"), logPath: filepath.Join(dir, "gateway-gw.log")}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if data, err := os.ReadFile(b.gw.logPath); err == nil {
-				t.Logf("sluice log:\n%s", tail(string(data), 40))
-			}
-		}
-	})
+	lab.LogOnFailure(t, "sluice log", b.gw.logPath, 40)
 	cfg := &gwConfig{TUN: []netip.Prefix{ssInner[1]}, UDP: netip.AddrPortFrom(b.gwAddr, 4500), Connections: []connConfig{cc}}
 	if o.dpd != "" {
 		cfg.IKE = "retransmit_timeout = \"250ms\"\nretransmit_tries = 2\n"
@@ -347,11 +316,11 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 // startCharon starts charon and loads its configuration.
 func (b *ssBed) startCharon() {
 	b.t.Helper()
-	b.ch.start(b.t, b.ctx, b.l)
-	if out, err := b.ch.swanctl(b.ctx, "--load-all", "--file", b.swconf); err != nil {
+	if err := b.ch.Start(b.ctx); err != nil {
 		b.t.Fatalf("strongSwan: %v", err)
-	} else if !strings.Contains(out, "successfully loaded 1 connections") {
-		b.t.Fatalf("strongSwan: swanctl --load-all: %s", out)
+	}
+	if err := b.ch.Load(b.ctx, b.swconf, 1); err != nil {
+		b.t.Fatalf("strongSwan: %v", err)
 	}
 }
 
@@ -360,7 +329,7 @@ func (b *ssBed) establish() gateway.IKEChildInfo {
 	b.t.Helper()
 	start := time.Now()
 	if !b.o.sluiceInitiates {
-		if out, err := b.ch.swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
+		if out, err := b.ch.Swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
 			b.t.Fatalf("strongSwan initiating: %v\n%s", err, out)
 		}
 	}
@@ -400,7 +369,7 @@ func (b *ssBed) traffic(what string, iperf bool) {
 // checkCharonSPIs checks that charon lists the child's two SPIs.
 func (b *ssBed) checkCharonSPIs(ch gateway.IKEChildInfo) {
 	b.t.Helper()
-	out, err := b.ch.swanctl(b.ctx, "--list-sas")
+	out, err := b.ch.Swanctl(b.ctx, "--list-sas")
 	if err != nil {
 		b.t.Error(err)
 		return
@@ -417,7 +386,10 @@ func (b *ssBed) checkCharonSPIs(ch gateway.IKEChildInfo) {
 // directory, sluice's in files its configuration names.
 func (b *ssBed) certs(cc *connConfig) {
 	t := b.t
-	now := time.Now()
+	ca, err := certgen.NewCA("sluice e2e CA")
+	if err != nil {
+		t.Fatal(err)
+	}
 	newKey := func() *ecdsa.PrivateKey {
 		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 		if err != nil {
@@ -425,54 +397,32 @@ func (b *ssBed) certs(cc *connConfig) {
 		}
 		return k
 	}
-	caKey := newKey()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice e2e CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ca, _ := x509.ParseCertificate(caDER)
-	write := func(path, typ string, der []byte) string {
-		if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return path
-	}
-	issue := func(serial int64, id string, k *ecdsa.PrivateKey) []byte {
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: id},
-			EmailAddresses: []string{id}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, k.Public(), caKey)
+	issue := func(id string, k *ecdsa.PrivateKey) *x509.Certificate {
+		cert, err := ca.Certify(k.Public(), []string{id})
 		if err != nil {
 			t.Fatal(err)
 		}
-		return der
+		return cert
 	}
-	write(filepath.Join(b.dir, "x509ca", "ca.pem"), "CERTIFICATE", caDER)
 	ck := newKey()
-	write(filepath.Join(b.dir, "x509", "charon.pem"), "CERTIFICATE", issue(2, ssIDs[0], ck))
-	der, _ := x509.MarshalECPrivateKey(ck)
-	write(filepath.Join(b.dir, "ecdsa", "charon.key"), "EC PRIVATE KEY", der)
+	caFile, _, err := b.ch.WriteCredentials(ca.Cert, issue(ssIDs[0], ck), ck)
+	if err != nil {
+		t.Fatal(err)
+	}
 	sk := newKey()
-	cc.Certs = []string{write(filepath.Join(b.dir, "sluice", "sluice.pem"), "CERTIFICATE", issue(3, ssIDs[1], sk))}
-	cc.CACerts = []string{filepath.Join(b.dir, "x509ca", "ca.pem")}
-	der, _ = x509.MarshalPKCS8PrivateKey(sk)
-	cc.KeyFile = write(filepath.Join(b.dir, "sluice", "sluice.key"), "PRIVATE KEY", der)
-}
-
-// charon is one strongSwan daemon in a namespace.
-type charon struct {
-	name string
-	ns   *lab.Netns
-	conf string // strongswan.conf
-	vici string // socket path
-	log  string // filelog path
-	proc *lab.Process
+	der, err := x509.MarshalPKCS8PrivateKey(sk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cc.Certs = []string{filepath.Join(b.dir, "sluice", "sluice.pem")}
+	cc.CACerts = []string{filepath.Join(b.dir, "x509ca", caFile)}
+	cc.KeyFile = filepath.Join(b.dir, "sluice", "sluice.key")
+	if err := lab.WritePEM(cc.Certs[0], "CERTIFICATE", issue(ssIDs[1], sk).Raw); err != nil {
+		t.Fatal(err)
+	}
+	if err := lab.WritePEM(cc.KeyFile, "PRIVATE KEY", der); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // ipCmd runs iproute2's ip with args and fails the test if it fails.
@@ -487,50 +437,7 @@ func ipCmd(t *testing.T, ctx context.Context, args ...string) {
 // with data into out.
 func renderTemplate(t *testing.T, tmpl, out string, data any) {
 	t.Helper()
-	tp, err := template.ParseFiles(tmpl)
-	if err != nil {
+	if err := lab.RenderTemplate(tmpl, out, data); err != nil {
 		t.Fatal(err)
 	}
-	var b bytes.Buffer
-	if err := tp.Execute(&b, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, b.Bytes(), 0o600); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// start runs charon in its namespace with a private /run, and waits until
-// its vici socket answers.
-func (c *charon) start(t *testing.T, ctx context.Context, l *lab.Lab) {
-	t.Helper()
-	argv := []string{"unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /run && exec " + charonPath}
-	p, err := l.Start(c.ns, "strongSwan "+c.name, argv, &lab.ProcOptions{Env: []string{"STRONGSWAN_CONF=" + c.conf}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	c.proc = p
-	err = lab.WaitFor(ctx, "strongSwan "+c.name+" to answer on "+c.vici, upWait, 50*time.Millisecond, func() (bool, error) {
-		if done, err := p.Exited(); done {
-			return false, fmt.Errorf("%w: charon exited: %v: %s", lab.ErrStop, err, p.Output())
-		}
-		_, err := c.swanctl(ctx, "--stats")
-		return err == nil, err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-}
-
-// swanctl runs swanctl with args against the charon's vici socket.
-func (c *charon) swanctl(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "swanctl", append(args, "--uri", "unix://"+c.vici)...)
-	cmd.Env = append(os.Environ(), "STRONGSWAN_CONF="+c.conf)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("swanctl %s: %w: %s", strings.Join(args, " "), err, tail(string(out), 10))
-	}
-	return string(out), nil
 }

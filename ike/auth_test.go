@@ -8,21 +8,19 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
-	"crypto/x509/pkix"
 	"encoding/pem"
 	"errors"
 	"fmt"
-	"math/big"
 	"net/netip"
 	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/cryptodev/soft"
+	"github.com/sluicegw/sluice/gateway/certgen"
 )
 
 var rsaKeys struct {
@@ -35,44 +33,26 @@ var rsaKeys struct {
 // testCA is a throwaway CA that issues certificates for the tests.
 type testCA struct {
 	cert *x509.Certificate
-	key  crypto.Signer
+	ca   *certgen.CA
 }
 
 func newTestCA(t testing.TB) *testCA {
 	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	ca, err := certgen.NewCA("sluice test CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice test CA"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, key.Public(), key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, _ := x509.ParseCertificate(der)
-	return &testCA{cert: cert, key: key}
+	return &testCA{cert: ca.Cert, ca: ca}
 }
 
 // issue certifies pub for the identity name (an e-mail address when it
 // has an @, else a DNS name).
 func (ca *testCA) issue(t testing.TB, name string, pub crypto.PublicKey) *x509.Certificate {
 	t.Helper()
-	serial, _ := rand.Int(rand.Reader, big.NewInt(1<<62))
-	tmpl := &x509.Certificate{SerialNumber: serial, Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(24 * time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature}
-	if strings.Contains(name, "@") {
-		tmpl.EmailAddresses = []string{name}
-	} else {
-		tmpl.DNSNames = []string{name}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.cert, pub, ca.key)
+	cert, err := ca.ca.Certify(pub, []string{name})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cert, _ := x509.ParseCertificate(der)
 	return cert
 }
 

@@ -20,38 +20,30 @@ import (
 	"bytes"
 	"context"
 	"crypto"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/hex"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
-	"text/template"
 	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/cryptodev/soft"
+	"github.com/sluicegw/sluice/gateway/certgen"
 	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/internal/lab"
 )
-
-const charonPath = "/usr/lib/ipsec/charon"
 
 var (
 	ssWAN   = netip.MustParsePrefix("192.0.2.1/24")
@@ -61,21 +53,6 @@ var (
 	ssIDStr = "strongswan@interop.sluice"
 	slIDStr = "sluice@interop.sluice"
 )
-
-// requireStrongSwan skips the test without root, namespaces, charon or
-// swanctl, except under CI=true, where it fails it.
-func requireStrongSwan(t *testing.T) {
-	t.Helper()
-	lab.Require(t)
-	for _, p := range []string{charonPath, "swanctl", "unshare"} {
-		if _, err := exec.LookPath(p); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("%s: %v (CI=true: not skipping; install strongswan-charon strongswan-swanctl, see /work/shared/INTEROP.md)", p, err)
-			}
-			t.Skipf("strongSwan is not installed: %v", err)
-		}
-	}
-}
 
 // TestStrongSwanInterop negotiates with charon in both roles, for IKE
 // suites with an AEAD and with CBC+HMAC, and checks the Child SA keys
@@ -90,7 +67,7 @@ func TestStrongSwanInterop(t *testing.T) {
 	for _, c := range cases {
 		for _, role := range []string{"initiator", "responder"} {
 			t.Run(fmt.Sprintf("sluice-%s/%s/%s", role, c.ike, c.esp), func(t *testing.T) {
-				requireStrongSwan(t)
+				lab.RequireCharon(t)
 				interop(t, role == "initiator", c.ike, c.esp, nil)
 			})
 		}
@@ -109,15 +86,15 @@ func TestStrongSwanInteropCert(t *testing.T) {
 		{"responder", certAuth{sluiceKey: "p256", charonKey: "rsa", method: ike.AuthECDSA256}},
 	} {
 		t.Run(fmt.Sprintf("sluice-%s/%s-%s", c.role, c.auth.sluiceKey, c.auth.charonKey), func(t *testing.T) {
-			requireStrongSwan(t)
+			lab.RequireCharon(t)
 			interop(t, c.role == "initiator", "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &c.auth)
 		})
 	}
 }
 
 // testCreds are the certificates and keys of one certificate test: a CA,
-// charon's certificate and key as files in its swanctl directory, sluice's certificate and its key
-// inside cryptodev's soft engine.
+// charon's certificate and key as files in its swanctl directory, sluice's
+// certificate and its key inside cryptodev's soft engine.
 type testCreds struct {
 	ca                 *x509.Certificate
 	caFile, charonCert string // file names in x509ca/ and x509/ of swanctl's directory
@@ -125,106 +102,47 @@ type testCreds struct {
 	signer             crypto.Signer
 }
 
-func newKey(t *testing.T, kind string) crypto.Signer {
+// newTestCreds makes a CA and the certificates of a, and writes charon's
+// into its swanctl directory.
+func newTestCreds(t *testing.T, c *lab.Charon, a *certAuth) *testCreds {
 	t.Helper()
-	var k crypto.Signer
-	var err error
-	switch kind {
-	case "p256":
-		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	case "p384":
-		k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	case "rsa":
-		var data []byte
-		if data, err = os.ReadFile("testdata/rsa-test-1.pem"); err == nil {
-			blk, _ := pem.Decode(data)
-			var key any
-			if key, err = x509.ParsePKCS8PrivateKey(blk.Bytes); err == nil {
-				k = key.(*rsa.PrivateKey)
-			}
-		}
-	}
-	if err != nil || k == nil {
-		t.Fatalf("key %s: %v", kind, err)
-	}
-	return k
-}
-
-func newTestCreds(t *testing.T, dir string, a *certAuth) *testCreds {
-	t.Helper()
-	caKey := newKey(t, "p256")
-	now := time.Now()
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "sluice interop CA"},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour), IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageCRLSign}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, caKey.Public(), caKey)
+	ca, err := certgen.NewCA("sluice interop CA")
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, _ := x509.ParseCertificate(caDER)
-	issue := func(serial int64, email string, pub crypto.PublicKey) *x509.Certificate {
-		tmpl := &x509.Certificate{SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: email},
-			EmailAddresses: []string{email}, NotBefore: now.Add(-time.Hour), NotAfter: now.Add(24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature}
-		if a.pad > 0 {
-			// A private, non-critical extension: an OCTET STRING of
-			// padding that both sides skip.
-			v, err := asn1.Marshal(make([]byte, a.pad))
-			if err != nil {
-				t.Fatal(err)
-			}
-			tmpl.ExtraExtensions = []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 32473, 1}, Value: v}}
-		}
-		der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, pub, caKey)
+	var extra []pkix.Extension
+	if a.pad > 0 {
+		// A private, non-critical extension: an OCTET STRING of padding
+		// that both sides skip.
+		v, err := asn1.Marshal(make([]byte, a.pad))
 		if err != nil {
 			t.Fatal(err)
 		}
-		c, _ := x509.ParseCertificate(der)
-		return c
+		extra = []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 32473, 1}, Value: v}}
 	}
-	// charon's swanctl directory: swanctl --load-all --file takes the
-	// directory of the file as its base (x509/, x509ca/, ecdsa/, rsa/).
-	writePEM := func(sub, name, typ string, der []byte) string {
-		d := filepath.Join(dir, sub)
-		if err := os.MkdirAll(d, 0o700); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(d, name), pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return name
-	}
-	cr := &testCreds{ca: ca, caFile: writePEM("x509ca", "ca.pem", "CERTIFICATE", caDER)}
-	ck := newKey(t, a.charonKey)
-	cr.charonCert = writePEM("x509", "charon.pem", "CERTIFICATE", issue(2, ssIDStr, ck.Public()).Raw)
-	switch k := ck.(type) {
-	case *ecdsa.PrivateKey:
-		der, err := x509.MarshalECPrivateKey(k)
+	issue := func(id string, pub crypto.PublicKey) *x509.Certificate {
+		cert, err := ca.Certify(pub, []string{id}, extra...)
 		if err != nil {
 			t.Fatal(err)
 		}
-		writePEM("ecdsa", "charon.key", "EC PRIVATE KEY", der)
-	case *rsa.PrivateKey:
-		writePEM("rsa", "charon.key", "RSA PRIVATE KEY", x509.MarshalPKCS1PrivateKey(k))
+		return cert
+	}
+	cr := &testCreds{ca: ca.Cert}
+	ck := ike.GenKey(t, a.charonKey)
+	if cr.caFile, cr.charonCert, err = c.WriteCredentials(ca.Cert, issue(ssIDStr, ck.Public()), ck); err != nil {
+		t.Fatal(err)
 	}
 	// sluice's key goes into the soft engine; AUTH is signed through it.
 	eng := soft.New()
-	key, err := eng.NewPrivateKey(newKey(t, a.sluiceKey))
+	key, err := eng.NewPrivateKey(ike.GenKey(t, a.sluiceKey))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if cr.signer, err = cryptodev.NewSigner(eng, key); err != nil {
 		t.Fatal(err)
 	}
-	cr.sluiceCert = issue(3, slIDStr, cr.signer.Public())
+	cr.sluiceCert = issue(slIDStr, cr.signer.Public())
 	return cr
-}
-
-type charon struct {
-	ns        *lab.Netns
-	conf, log string
-	vici      string
-	proc      *lab.Process
 }
 
 // certAuth makes both sides authenticate with certificates from one test
@@ -243,8 +161,7 @@ type certAuth struct {
 // Endpoint in "sl", and what the Endpoint reported.
 type bed struct {
 	ctx                  context.Context
-	l                    *lab.Lab
-	c                    *charon
+	c                    *lab.Charon
 	swconf               string
 	ep                   *ike.Endpoint
 	mu                   sync.Mutex
@@ -273,12 +190,7 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	t.Cleanup(cancel)
-	l := lab.New(nil)
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("removing the test bed: %v", err)
-		}
-	})
+	l := lab.NewForTest(t, nil)
 	dir, err := l.Dir()
 	if err != nil {
 		t.Fatal(err)
@@ -310,19 +222,13 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 	psk := make([]byte, 16)
 	rand.Read(psk)
 	pskHex := hex.EncodeToString(psk)
-	c := &charon{ns: ssNS, conf: filepath.Join(dir, "strongswan.conf"), log: filepath.Join(dir, "charon.log"), vici: filepath.Join(dir, "charon.vici")}
-	t.Cleanup(func() {
-		if t.Failed() {
-			if data, err := os.ReadFile(c.log); err == nil {
-				t.Logf("charon log:\n%s", tail(string(data), 80))
-			}
-		}
-	})
-	confVars := map[string]string{"Vici": c.vici, "Log": c.log}
+	c := l.NewCharon(ssNS, dir)
+	lab.LogOnFailure(t, "charon log", c.Log(), 80)
+	confVars := map[string]string{"Vici": c.Vici(), "Log": c.Log()}
 	for k, v := range extra {
 		confVars[k] = v
 	}
-	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.conf, confVars)
+	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.Conf(), confVars)
 	swconf := filepath.Join(dir, "swanctl.conf")
 	vars := map[string]string{
 		"Local": ssWAN.Addr().String(), "Remote": slWAN.Addr().String(),
@@ -335,13 +241,12 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 	tmpl := "testdata/strongswan/swanctl.conf.tmpl"
 	var creds *testCreds
 	if cert != nil {
-		creds = newTestCreds(t, dir, cert)
+		creds = newTestCreds(t, c, cert)
 		tmpl = "testdata/strongswan/swanctl-cert.conf.tmpl"
 		vars["Cert"], vars["CA"] = creds.charonCert, creds.caFile
 	}
 	render(t, tmpl, swconf, vars)
-	c.start(t, ctx, l)
-	c.load(t, ctx, swconf)
+	startCharon(t, ctx, c, swconf)
 
 	// 2. sluice's endpoint in "sl".
 	var conns []*net.UDPConn
@@ -372,7 +277,7 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 		peer.PSK = nil
 		peer.Signer, peer.Certificates, peer.RemoteCAs, peer.AuthMethod = creds.signer, []*x509.Certificate{creds.sluiceCert}, []*x509.Certificate{creds.ca}, cert.method
 	}
-	b := &bed{ctx: ctx, l: l, c: c, swconf: swconf}
+	b := &bed{ctx: ctx, c: c, swconf: swconf}
 	cfg := ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
 		OnChildSA:  func(c *ike.ChildSA) { b.mu.Lock(); b.established = append(b.established, c); b.mu.Unlock() },
 		OnDelete:   func(c *ike.ChildSA) { b.mu.Lock(); b.deleted = append(b.deleted, c); b.mu.Unlock() },
@@ -437,7 +342,7 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 			t.Fatalf("sluice initiating: %v (stats %+v)", err, ep.Stats())
 		}
 	} else {
-		if out, err := c.swanctl(ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
+		if out, err := c.Swanctl(ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
 			t.Fatalf("charon initiating: %v\n%s (sluice stats %+v)", err, out, ep.Stats())
 		}
 		err := lab.WaitFor(ctx, "sluice's Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
@@ -459,10 +364,10 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 
 	// 4. What charon logged.
 	wantSuite := strings.TrimSuffix(espProps, "-ecp256")
-	k := charonChild(t, ctx, c.log, child)
+	k := charonChild(t, ctx, c.Log(), child)
 	if cert != nil {
 		// charon logs how each side authenticated.
-		data, _ := os.ReadFile(c.log)
+		data, _ := os.ReadFile(c.Log())
 		verified := false
 		for _, l := range strings.Split(string(data), "\n") {
 			if strings.Contains(l, "authentication of") {
@@ -496,7 +401,7 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 				t.Fatalf("sluice rekeying: %v", err)
 			}
 		} else {
-			if out, err := c.swanctl(ctx, "--rekey", "--child", "net"); err != nil {
+			if out, err := c.Swanctl(ctx, "--rekey", "--child", "net"); err != nil {
 				t.Fatalf("charon rekeying: %v\n%s", err, out)
 			}
 			err := lab.WaitFor(ctx, "sluice to replace the Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
@@ -512,11 +417,11 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 				t.Fatal(err)
 			}
 		}
-		rk := charonChild(t, ctx, c.log, fresh)
+		rk := charonChild(t, ctx, c.Log(), fresh)
 		// Keys of a CREATE_CHILD_SA: "initiator" is whoever requested it.
 		checkKeys(t, fresh, rk, sluiceInitiates, wantSuite)
 		err = lab.WaitFor(ctx, "charon to delete the old Child SA", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
-			out, err := c.swanctl(ctx, "--list-sas")
+			out, err := c.Swanctl(ctx, "--list-sas")
 			return err == nil && !strings.Contains(out, fmt.Sprintf("%08x", child.InSPI)) && strings.Contains(out, fmt.Sprintf("%08x", fresh.InSPI)), err
 		})
 		if err != nil {
@@ -540,14 +445,14 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 			t.Fatalf("sluice deleting: %v", err)
 		}
 		err = lab.WaitFor(ctx, "charon to forget the IKE SA", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
-			out, err := c.swanctl(ctx, "--list-sas")
+			out, err := c.Swanctl(ctx, "--list-sas")
 			return err == nil && !strings.Contains(out, "interop:"), err
 		})
 		if err != nil {
 			t.Fatal(err)
 		}
 	} else {
-		if out, err := c.swanctl(ctx, "--terminate", "--ike", "interop", "--timeout", "10"); err != nil {
+		if out, err := c.Swanctl(ctx, "--terminate", "--ike", "interop", "--timeout", "10"); err != nil {
 			t.Fatalf("charon terminating: %v\n%s", err, out)
 		}
 		err := lab.WaitFor(ctx, "sluice to delete the Child SA", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
@@ -567,71 +472,23 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 	}
 }
 
+// render renders the template file tmpl with data into out.
 func render(t *testing.T, tmpl, out string, data any) {
 	t.Helper()
-	tp, err := template.ParseFiles(tmpl)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var b bytes.Buffer
-	if err := tp.Execute(&b, data); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(out, b.Bytes(), 0o600); err != nil {
+	if err := lab.RenderTemplate(tmpl, out, data); err != nil {
 		t.Fatal(err)
 	}
 }
 
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
-}
-
-// start runs charon in its namespace with a private /run and waits until
-// its vici socket answers.
-func (c *charon) start(t *testing.T, ctx context.Context, l *lab.Lab) {
+// startCharon starts charon and loads the swanctl configuration swconf.
+func startCharon(t *testing.T, ctx context.Context, c *lab.Charon, swconf string) {
 	t.Helper()
-	argv := []string{"unshare", "-m", "sh", "-c", "mount -t tmpfs tmpfs /run && exec " + charonPath}
-	p, err := l.Start(c.ns, "charon", argv, &lab.ProcOptions{Env: []string{"STRONGSWAN_CONF=" + c.conf}})
-	if err != nil {
+	if err := c.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	c.proc = p
-	err = lab.WaitFor(ctx, "charon to answer on "+c.vici, 20*time.Second, 50*time.Millisecond, func() (bool, error) {
-		if done, err := p.Exited(); done {
-			return false, fmt.Errorf("%w: charon exited: %v: %s", lab.ErrStop, err, p.Output())
-		}
-		_, err := c.swanctl(ctx, "--stats")
-		return err == nil, err
-	})
-	if err != nil {
+	if err := c.Load(ctx, swconf, 1); err != nil {
 		t.Fatal(err)
 	}
-}
-
-// load loads the swanctl configuration swconf into charon.
-func (c *charon) load(t *testing.T, ctx context.Context, swconf string) {
-	t.Helper()
-	if out, err := c.swanctl(ctx, "--load-all", "--file", swconf); err != nil {
-		t.Fatal(err)
-	} else if !strings.Contains(out, "successfully loaded 1 connections") {
-		t.Fatalf("swanctl --load-all: %s", out)
-	}
-}
-
-func (c *charon) swanctl(ctx context.Context, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, "swanctl", append(args, "--uri", "unix://"+c.vici)...)
-	cmd.Env = append(os.Environ(), "STRONGSWAN_CONF="+c.conf)
-	out, err := cmd.CombinedOutput()
-	if err != nil {
-		return string(out), fmt.Errorf("swanctl %s: %w: %s", strings.Join(args, " "), err, tail(string(out), 10))
-	}
-	return string(out), nil
 }
 
 // charonKeys are one Child SA's keys and SPIs as charon logs them with
@@ -822,7 +679,7 @@ func (b *bed) charonHasIKESA(t *testing.T, sa ike.IKESAInfo) {
 	t.Helper()
 	spis := fmt.Sprintf("%016x", sa.SPIi)
 	err := lab.WaitFor(b.ctx, "charon to list IKE SA "+spis, 10*time.Second, 50*time.Millisecond, func() (bool, error) {
-		out, err := b.c.swanctl(b.ctx, "--list-sas")
+		out, err := b.c.Swanctl(b.ctx, "--list-sas")
 		return err == nil && strings.Contains(out, spis) && strings.Count(out, "interop: #") == 1, err
 	})
 	if err != nil {
@@ -836,7 +693,7 @@ func (b *bed) charonHasIKESA(t *testing.T, sa ike.IKESAInfo) {
 func TestStrongSwanIKERekey(t *testing.T) {
 	for _, by := range []string{"sluice", "charon"} {
 		t.Run("by-"+by, func(t *testing.T) {
-			requireStrongSwan(t)
+			lab.RequireCharon(t)
 			b := newBed(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, nil)
 			child, err := b.ep.Initiate(b.ctx, "strongswan")
 			if err != nil {
@@ -851,7 +708,7 @@ func TestStrongSwanIKERekey(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-			} else if out, err := b.c.swanctl(b.ctx, "--rekey", "--ike", "interop"); err != nil {
+			} else if out, err := b.c.Swanctl(b.ctx, "--rekey", "--ike", "interop"); err != nil {
 				t.Fatalf("%v\n%s", err, out)
 			}
 			err = lab.WaitFor(b.ctx, "the IKE SA to be replaced", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
@@ -871,12 +728,12 @@ func TestStrongSwanIKERekey(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkKeys(t, fresh, charonChild(t, b.ctx, b.c.log, fresh), true, "aes128gcm16")
+			checkKeys(t, fresh, charonChild(t, b.ctx, b.c.Log(), fresh), true, "aes128gcm16")
 			if err := b.ep.Delete(b.ctx, fresh); err != nil {
 				t.Fatal(err)
 			}
 			err = lab.WaitFor(b.ctx, "charon to forget the IKE SA", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
-				out, err := b.c.swanctl(b.ctx, "--list-sas")
+				out, err := b.c.Swanctl(b.ctx, "--list-sas")
 				return err == nil && !strings.Contains(out, "interop:"), err
 			})
 			if err != nil {
@@ -896,7 +753,7 @@ func TestStrongSwanIKERekey(t *testing.T) {
 // peer dead, delete its Child SA, and DPDAction restart negotiates a new
 // one with the new charon.
 func TestStrongSwanRestart(t *testing.T) {
-	requireStrongSwan(t)
+	lab.RequireCharon(t)
 	b := newBed(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, func(p *ike.Peer, c *ike.Config) {
 		p.DPDDelay = time.Second
 		p.DPDAction = ike.ActionRestart
@@ -907,8 +764,8 @@ func TestStrongSwanRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkKeys(t, first, charonChild(t, b.ctx, b.c.log, first), true, "aes128gcm16")
-	b.c.proc.Kill()
+	checkKeys(t, first, charonChild(t, b.ctx, b.c.Log(), first), true, "aes128gcm16")
+	b.c.Kill()
 	killed := time.Now()
 	err = lab.WaitFor(b.ctx, "sluice to find charon dead", 15*time.Second, 10*time.Millisecond, func() (bool, error) {
 		_, del := b.counts()
@@ -920,11 +777,10 @@ func TestStrongSwanRestart(t *testing.T) {
 		t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
 	}
 	t.Logf("charon found dead %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
-	b.c.start(t, b.ctx, b.l)
-	b.c.load(t, b.ctx, b.swconf)
+	startCharon(t, b.ctx, b.c, b.swconf)
 	second := b.waitChild(t, 2, "sluice to re-establish with the new charon")
 	t.Logf("re-established %v after SIGKILL", time.Since(killed).Round(time.Millisecond))
-	checkKeys(t, second, charonChild(t, b.ctx, b.c.log, second), true, "aes128gcm16")
+	checkKeys(t, second, charonChild(t, b.ctx, b.c.Log(), second), true, "aes128gcm16")
 	b.charonHasIKESA(t, b.oneIKESA(t))
 	s := b.ep.Stats()
 	t.Logf("sluice stats: %+v", s)
@@ -942,27 +798,27 @@ func TestStrongSwanChildren(t *testing.T) {
 	ss2, sl2 := netip.MustParsePrefix("10.1.1.0/24"), netip.MustParsePrefix("10.2.1.0/24")
 	for _, by := range []string{"sluice", "charon"} {
 		t.Run("by-"+by, func(t *testing.T) {
-			requireStrongSwan(t)
+			lab.RequireCharon(t)
 			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, func(p *ike.Peer, _ *ike.Config) {
 				p.ChildName = "net"
 				p.Children = []ike.Child{{Name: "net2", LocalTS: []netip.Prefix{sl2}, RemoteTS: []netip.Prefix{ss2}}}
 			}, map[string]string{"LocalTS2": ss2.String(), "RemoteTS2": sl2.String()})
 			// charon needs an address in each local selector.
-			if err := b.c.ns.AddAddr("lo", netip.PrefixFrom(ss2.Addr().Next(), 32)); err != nil {
+			if err := b.c.Netns().AddAddr("lo", netip.PrefixFrom(ss2.Addr().Next(), 32)); err != nil {
 				t.Fatal(err)
 			}
 			first, err := b.ep.Initiate(b.ctx, "strongswan")
 			if err != nil {
 				t.Fatal(err)
 			}
-			checkKeys(t, first, charonChild(t, b.ctx, b.c.log, first), true, "aes128gcm16")
+			checkKeys(t, first, charonChild(t, b.ctx, b.c.Log(), first), true, "aes128gcm16")
 			var second *ike.ChildSA
 			if by == "sluice" {
 				if second, err = b.ep.InitiateChild(b.ctx, "strongswan", "net2"); err != nil {
 					t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
 				}
 			} else {
-				if out, err := b.c.swanctl(b.ctx, "--initiate", "--child", "net2", "--timeout", "20"); err != nil {
+				if out, err := b.c.Swanctl(b.ctx, "--initiate", "--child", "net2", "--timeout", "20"); err != nil {
 					t.Fatalf("charon initiating net2: %v\n%s (sluice stats %+v)", err, out, b.ep.Stats())
 				}
 				second = b.waitChild(t, 2, "sluice to report net2")
@@ -977,13 +833,13 @@ func TestStrongSwanChildren(t *testing.T) {
 				t.Errorf("remote TS %v, want %v", second.RemoteTS, ss2)
 			}
 			// Keys of a CREATE_CHILD_SA: "initiator" is whoever requested it.
-			checkKeys(t, second, charonChild(t, b.ctx, b.c.log, second), by == "sluice", "aes128gcm16")
+			checkKeys(t, second, charonChild(t, b.ctx, b.c.Log(), second), by == "sluice", "aes128gcm16")
 			sa := b.oneIKESA(t)
 			if len(sa.Children) != 2 {
 				t.Fatalf("sluice's IKE SA carries %d Child SAs", len(sa.Children))
 			}
 			err = lab.WaitFor(b.ctx, "charon to list both children", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
-				out, err := b.c.swanctl(b.ctx, "--list-sas")
+				out, err := b.c.Swanctl(b.ctx, "--list-sas")
 				return err == nil && strings.Contains(out, "net: #") && strings.Contains(out, "net2: #") &&
 					strings.Contains(out, fmt.Sprintf("%08x", second.InSPI)) && strings.Count(out, "interop: #") == 1, err
 			})
@@ -1007,7 +863,7 @@ func TestStrongSwanChildren(t *testing.T) {
 func TestStrongSwanFragmentation(t *testing.T) {
 	for _, role := range []string{"initiator", "responder"} {
 		t.Run("sluice-"+role, func(t *testing.T) {
-			requireStrongSwan(t)
+			lab.RequireCharon(t)
 			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &certAuth{sluiceKey: "rsa", charonKey: "p384", pad: 3000}, nil,
 				map[string]string{"FragSize": "600"})
 			var child *ike.ChildSA
@@ -1017,13 +873,13 @@ func TestStrongSwanFragmentation(t *testing.T) {
 					t.Fatalf("%v (stats %+v)", err, b.ep.Stats())
 				}
 			} else {
-				if out, err := b.c.swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
+				if out, err := b.c.Swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20"); err != nil {
 					t.Fatalf("charon initiating: %v\n%s (sluice stats %+v)", err, out, b.ep.Stats())
 				}
 				child = b.waitChild(t, 1, "sluice's Child SA")
 			}
-			checkKeys(t, child, charonChild(t, b.ctx, b.c.log, child), role == "initiator", "aes128gcm16")
-			data, err := os.ReadFile(b.c.log)
+			checkKeys(t, child, charonChild(t, b.ctx, b.c.Log(), child), role == "initiator", "aes128gcm16")
+			data, err := os.ReadFile(b.c.Log())
 			if err != nil {
 				t.Fatal(err)
 			}

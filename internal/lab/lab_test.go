@@ -42,15 +42,7 @@ func netnsList(t *testing.T) []string {
 }
 
 // labWithCleanup returns a lab that the test's cleanup closes.
-func labWithCleanup(t *testing.T) *lab.Lab {
-	l := lab.New(nil)
-	t.Cleanup(func() {
-		if err := l.Close(); err != nil {
-			t.Errorf("Close: %v", err)
-		}
-	})
-	return l
-}
+func labWithCleanup(t *testing.T) *lab.Lab { return lab.NewForTest(t, nil) }
 
 // TestLabNetnsVeth: two namespaces joined by a veth carry a UDP datagram
 // between sockets opened inside them from this process; Close removes the
