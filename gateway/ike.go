@@ -375,7 +375,7 @@ func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer,
 			continue
 		}
 		field := config.SecretField(k) + ".file"
-		priv, err := readPrivateKey(sec.File)
+		priv, err := cryptodev.ReadPrivateKey(sec.File)
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
 		}
@@ -425,39 +425,6 @@ func readCerts(file string) ([]*x509.Certificate, error) {
 		return nil, fmt.Errorf("%s: no PEM certificate", file)
 	}
 	return out, nil
-}
-
-// readPrivateKey parses the first private key of a PEM file (PKCS #8,
-// PKCS #1 or SEC 1) and wipes the file's bytes.
-func readPrivateKey(file string) (crypto.PrivateKey, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, err
-	}
-	defer clear(data)
-	for rest := data; ; {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			return nil, fmt.Errorf("%s: no PEM private key", file)
-		}
-		var k any
-		switch b.Type {
-		case "PRIVATE KEY":
-			k, err = x509.ParsePKCS8PrivateKey(b.Bytes)
-		case "RSA PRIVATE KEY":
-			k, err = x509.ParsePKCS1PrivateKey(b.Bytes)
-		case "EC PRIVATE KEY":
-			k, err = x509.ParseECPrivateKey(b.Bytes)
-		default:
-			continue
-		}
-		clear(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", file, err)
-		}
-		return k, nil
-	}
 }
 
 // initiateLocked negotiates ch's child unless that is under way, then

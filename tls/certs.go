@@ -167,7 +167,7 @@ func loadCert(c Cert, eng cryptodev.Engine, q *signQueue) (*loadedCert, error) {
 	if err != nil {
 		return nil, fmt.Errorf("tls: %s: %w", c.CertFile, err)
 	}
-	priv, err := readPrivateKey(c.KeyFile)
+	priv, err := cryptodev.ReadPrivateKey(c.KeyFile)
 	if err != nil {
 		return nil, err
 	}
@@ -187,39 +187,6 @@ func loadCert(c Cert, eng cryptodev.Engine, q *signQueue) (*loadedCert, error) {
 	lc := &loadedCert{file: c.CertFile, chain: chain, leaf: leaf, names: leaf.DNSNames, key: &engineKey{key: k, pub: k.Public(), q: q}}
 	h.Sum(lc.fp[:0])
 	return lc, nil
-}
-
-// readPrivateKey parses the first private key block of a PEM file
-// (PKCS #8, PKCS #1 or SEC 1) and wipes the file's bytes.
-func readPrivateKey(file string) (crypto.PrivateKey, error) {
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return nil, fmt.Errorf("tls: key: %w", err)
-	}
-	defer clear(data)
-	for rest := data; ; {
-		var b *pem.Block
-		b, rest = pem.Decode(rest)
-		if b == nil {
-			return nil, fmt.Errorf("tls: %s: no private key block", file)
-		}
-		var k any
-		switch b.Type {
-		case "PRIVATE KEY":
-			k, err = x509.ParsePKCS8PrivateKey(b.Bytes)
-		case "RSA PRIVATE KEY":
-			k, err = x509.ParsePKCS1PrivateKey(b.Bytes)
-		case "EC PRIVATE KEY":
-			k, err = x509.ParseECPrivateKey(b.Bytes)
-		default:
-			continue
-		}
-		clear(b.Bytes)
-		if err != nil {
-			return nil, fmt.Errorf("tls: %s: %w", file, err)
-		}
-		return k, nil
-	}
 }
 
 func publicOf(priv crypto.PrivateKey) crypto.PublicKey {
