@@ -195,12 +195,18 @@ ca = "ca.pem"
 		t.Errorf("the origin's connection opened before the reload: %q", got)
 	}
 
-	// The counters, through the control socket.
-	code, out, errOut = ctlRun("stats", "--json", "--socket", sock)
+	// The counters, through the control socket. The server counts a TLS
+	// 1.3 handshake once it has read the client's Finished, which may be
+	// after the client's side is done (c2 closed at once): wait for it.
 	var st gateway.Stats
-	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
-		t.Fatalf("stats --json: exit %d, %v: %s%s", code, err, out, errOut)
-	}
+	ctlWaitUntil(t, "three handshakes counted by the listener", func() bool {
+		code, out, errOut := ctlRun("stats", "--json", "--socket", sock)
+		st = gateway.Stats{}
+		if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil {
+			t.Fatalf("stats --json: exit %d, %v: %s%s", code, err, out, errOut)
+		}
+		return len(st.TLS) == 2 && st.TLS[0].Handshakes >= 3
+	})
 	if len(st.TLS) != 2 || len(st.SAs) != 0 || len(st.Dataplane.Workers) != 0 {
 		t.Fatalf("stats: %+v", st)
 	}

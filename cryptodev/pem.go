@@ -23,7 +23,7 @@ func ReadPrivateKey(file string) (crypto.PrivateKey, error) {
 		var b *pem.Block
 		b, rest = pem.Decode(rest)
 		if b == nil {
-			return nil, fmt.Errorf("cryptodev: %s: no PEM private key", file)
+			return nil, fmt.Errorf(`cryptodev: %s: no private key (want a PEM "PRIVATE KEY", "RSA PRIVATE KEY" or "EC PRIVATE KEY" block)`, file)
 		}
 		var k any
 		switch b.Type {
