@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // CryptoResult is one row of `sluice bench crypto`.
@@ -205,6 +206,28 @@ func Median(vs []float64) (float64, Spread) {
 		m = (s[n/2-1] + s[n/2]) / 2
 	}
 	return m, Spread{Min: s[0], Max: s[n-1], N: n}
+}
+
+// Ticker calls progress with the fraction of d gone (at most 1) every
+// 100 ms, from a goroutine of its own, until the returned stop is called;
+// stop returns once that goroutine has ended.
+func Ticker(d time.Duration, progress func(float64)) (stop func()) {
+	done, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(exited)
+		t := time.NewTicker(100 * time.Millisecond)
+		defer t.Stop()
+		start := time.Now()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				progress(min(1, float64(time.Since(start))/float64(d)))
+			}
+		}
+	}()
+	return func() { close(done); <-exited }
 }
 
 // WriteJSON writes d, indented, with a final newline.

@@ -524,7 +524,7 @@ func (r *runner) requests(ctx context.Context, g Group, i int, st *started, size
 	var secs float64
 	var cpu time.Duration
 	if r.wrk != "" {
-		stop := ticker(time.Duration(wrkSeconds(r.o.Duration))*time.Second, progress)
+		stop := bench.Ticker(time.Duration(wrkSeconds(r.o.Duration))*time.Second, progress)
 		res, c, err := runWrk(ctx, r.wrk, "https://"+st.target[i].Addr+path, r.o.Conns, r.o.Duration, st.procs[i].cpu)
 		stop()
 		if err != nil {
@@ -592,23 +592,3 @@ func (r *runner) latency(ctx context.Context, g Group, i int, st *started, storm
 	return nil
 }
 
-// ticker calls progress with the fraction of d gone, every 100 ms, until
-// the returned stop is called.
-func ticker(d time.Duration, progress func(float64)) (stop func()) {
-	done, exited := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		start := time.Now()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				progress(min(1, float64(time.Since(start))/float64(d)))
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
-}

@@ -341,7 +341,7 @@ func runCell(ctx context.Context, o Options, c Cell, wgExe string, obs Observer)
 		for _, streams := range []int{1, 4} {
 			step(fmt.Sprintf("TCP, %d stream(s)", streams))
 			var gbps float64
-			stop := ticker(o.Duration, obs)
+			stop := bench.Ticker(o.Duration, obs.Progress)
 			wall, cpu, err := cpuAround(func() (err error) {
 				gbps, err = iperfTCP(ctx, a, b, tcpDst, streams, o.Duration)
 				return err
@@ -373,7 +373,7 @@ func runCell(ctx context.Context, o Options, c Cell, wgExe string, obs Observer)
 		obs.StepDone()
 
 		step(fmt.Sprintf("UDP echo latency at %d/s", o.LatencyRate))
-		stop := ticker(o.latencyDuration(), obs)
+		stop := bench.Ticker(o.latencyDuration(), obs.Progress)
 		pr, err := probe(ctx, probeSock, paths, o.LatencyRate, o.latencyDuration())
 		stop()
 		if err != nil {
@@ -392,7 +392,7 @@ func runCell(ctx context.Context, o Options, c Cell, wgExe string, obs Observer)
 		for _, size := range o.Sizes {
 			step("UDP flood, " + strconv.Itoa(size) + " B")
 			var fr FloodResult
-			stop := ticker(o.Duration, obs)
+			stop := bench.Ticker(o.Duration, obs.Progress)
 			_, cpu, err := cpuAround(func() (err error) {
 				fr, err = flood(ctx, floodSrc, sink, paths, size-udpIPHeaders, o.Duration)
 				return err
@@ -447,24 +447,3 @@ func collect(c Cell, samples map[sampleKey][]float64) []Result {
 	return rs
 }
 
-// ticker reports the progress of a step that lasts about d until the
-// returned stop is called.
-func ticker(d time.Duration, obs Observer) (stop func()) {
-	done := make(chan struct{})
-	exited := make(chan struct{})
-	go func() {
-		defer close(exited)
-		t := time.NewTicker(100 * time.Millisecond)
-		defer t.Stop()
-		start := time.Now()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				obs.Progress(min(1, float64(time.Since(start))/float64(d)))
-			}
-		}
-	}()
-	return func() { close(done); <-exited }
-}
