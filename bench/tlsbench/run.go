@@ -591,4 +591,3 @@ func (r *runner) latency(ctx context.Context, g Group, i int, st *started, storm
 	add(i, 0, StormCores, w.CPU.Seconds()/w.Seconds())
 	return nil
 }
-

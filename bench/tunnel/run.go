@@ -446,4 +446,3 @@ func collect(c Cell, samples map[sampleKey][]float64) []Result {
 	}
 	return rs
 }
-
