@@ -51,6 +51,11 @@ const (
 	demoTLSLarge      = 1 << 20
 	demoTLSMaxSamples = 1 << 16 // latency samples kept per client and phase
 	demoTLSDialWait   = 5 * time.Second
+	// demoTLSPhaseCap bounds how long a phase may run past its share of
+	// --duration while a client has not yet done the least it must
+	// (demoTLSWorker.least): on a loaded machine a 1 MB request can take
+	// longer than a short phase.
+	demoTLSPhaseCap = 30 * time.Second
 )
 
 // demoTLSOptions are the flags of sluice demo tls.
@@ -260,17 +265,27 @@ type demoTLSClient struct {
 
 // demoTLSWorker is one client goroutine's results in one phase.
 type demoTLSWorker struct {
-	end                      time.Time // of the phase
+	end                      time.Time // of the phase's share of --duration
+	least                    uint64    // operations to complete before the phase may end
 	ok, errs, resumed, bytes uint64
 	lat                      []time.Duration
 	firstErr                 error
 }
 
-// over reports whether the phase is over. The phase's end is checked as
-// well as ctx: a dial's deadline, taken from ctx, can pass before ctx says
-// it is done, and the failure it makes is not the server's.
+// over reports whether the worker is done: its share of the time has
+// passed and it has completed the least it must (least), or ctx (which
+// caps the phase at demoTLSPhaseCap past its share) has ended. A phase
+// ends on what it did, not on how much a loaded machine moved in a fixed
+// fraction of a second.
 func (w *demoTLSWorker) over(ctx context.Context) bool {
-	return ctx.Err() != nil || !time.Now().Before(w.end)
+	return ctx.Err() != nil || (w.ok >= w.least && !time.Now().Before(w.end))
+}
+
+// cutShort reports whether err is ctx's end cutting an operation short
+// (the phase's cap or the caller's cancel): not the server's failure, and
+// not counted.
+func cutShort(ctx context.Context, err error) bool {
+	return err != nil && ctx.Err() != nil
 }
 
 func (w *demoTLSWorker) done(start time.Time, err error) {
@@ -287,19 +302,18 @@ func (w *demoTLSWorker) done(start time.Time, err error) {
 	}
 }
 
-// run runs fn in c.conns goroutines until d has passed or ctx ends, and
-// sums their results.
-func (c *demoTLSClient) run(ctx context.Context, name string, d time.Duration, fn func(ctx context.Context, w *demoTLSWorker)) demoTLSPhase {
+// run runs fn in c.conns goroutines until d has passed and each has
+// completed least operations of its own, or ctx ends, and sums their results. The
+// phase is capped at d + demoTLSPhaseCap.
+func (c *demoTLSClient) run(ctx context.Context, name string, d time.Duration, least uint64, fn func(ctx context.Context, w *demoTLSWorker)) demoTLSPhase {
 	start := time.Now()
-	ctx, cancel := context.WithDeadline(ctx, start.Add(d))
+	ctx, cancel := context.WithDeadline(ctx, start.Add(d+demoTLSPhaseCap))
 	defer cancel()
 	workers := make([]demoTLSWorker, c.conns)
 	var wg sync.WaitGroup
 	for i := range workers {
-		// The phase's end is ctx's deadline itself: a dial whose socket
-		// deadline (taken from ctx) fires before ctx's timer does is
-		// over, not failed.
 		workers[i].end = start.Add(d)
+		workers[i].least = least
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -388,11 +402,11 @@ func (c *demoTLSClient) get(conn net.Conn, br *bufio.Reader, path string, want [
 
 // fullHandshakes: connect, handshake, close; never resume.
 func (c *demoTLSClient) fullHandshakes(ctx context.Context, d time.Duration) demoTLSPhase {
-	return c.run(ctx, "full handshakes", d, func(ctx context.Context, w *demoTLSWorker) {
+	return c.run(ctx, "full handshakes", d, 1, func(ctx context.Context, w *demoTLSWorker) {
 		for !w.over(ctx) {
 			start := time.Now()
 			conn, err := c.dial(ctx, nil)
-			if w.over(ctx) {
+			if cutShort(ctx, err) {
 				return
 			}
 			if err == nil {
@@ -408,22 +422,25 @@ func (c *demoTLSClient) fullHandshakes(ctx context.Context, d time.Duration) dem
 
 // resumedHandshakes: connect with a session cache and make one 1 KB
 // request (which also takes in the TLS 1.3 ticket). The first connection of
-// each client is a full handshake; the others resume.
+// each client is a full handshake; the others resume, and each client makes
+// at least three so that most of what it did could resume.
 func (c *demoTLSClient) resumedHandshakes(ctx context.Context, d time.Duration) demoTLSPhase {
-	return c.run(ctx, "resumed handshakes", d, func(ctx context.Context, w *demoTLSWorker) {
+	return c.run(ctx, "resumed handshakes", d, 3, func(ctx context.Context, w *demoTLSWorker) {
 		cache := cryptotls.NewLRUClientSessionCache(4)
 		for !w.over(ctx) {
 			start := time.Now()
 			conn, err := c.dial(ctx, cache)
-			if w.over(ctx) {
-				return
-			}
+			resumed := false
 			if err == nil {
-				if conn.ConnectionState().DidResume {
-					w.resumed++
-				}
+				resumed = conn.ConnectionState().DidResume
 				_, err = c.get(conn, bufio.NewReader(conn), "/1k.bin", c.site.small, false)
 				conn.Close()
+			}
+			if cutShort(ctx, err) {
+				return
+			}
+			if resumed && err == nil {
+				w.resumed++
 			}
 			w.done(start, err)
 		}
@@ -433,7 +450,7 @@ func (c *demoTLSClient) resumedHandshakes(ctx context.Context, d time.Duration) 
 // keepAlive: requests for path, one after another on one connection per
 // client (a new one when the server closes it).
 func (c *demoTLSClient) keepAlive(ctx context.Context, name string, d time.Duration, path string, want []byte) demoTLSPhase {
-	return c.run(ctx, name, d, func(ctx context.Context, w *demoTLSWorker) {
+	return c.run(ctx, name, d, 1, func(ctx context.Context, w *demoTLSWorker) {
 		var conn *cryptotls.Conn
 		var br *bufio.Reader
 		defer func() {
@@ -446,16 +463,17 @@ func (c *demoTLSClient) keepAlive(ctx context.Context, name string, d time.Durat
 			if conn == nil {
 				var err error
 				if conn, err = c.dial(ctx, nil); err != nil {
-					if !w.over(ctx) {
-						w.done(start, err)
+					if cutShort(ctx, err) {
+						return
 					}
+					w.done(start, err)
 					conn = nil
 					continue
 				}
 				br = bufio.NewReader(conn)
 			}
 			n, err := c.get(conn, br, path, want, true)
-			if w.over(ctx) {
+			if cutShort(ctx, err) {
 				return
 			}
 			if err != nil {
