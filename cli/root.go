@@ -4,16 +4,15 @@ package cli
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 
 	"github.com/spf13/cobra"
-)
 
-// Version is the program version; release builds set it with
-// -ldflags "-X github.com/sluicegw/sluice/cli.Version=...".
-var Version = "0.1.0-dev"
+	"github.com/sluicegw/sluice/internal/buildinfo"
+)
 
 // Exit codes.
 const (
@@ -52,7 +51,10 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		Short:         "sluice: a userspace IPsec (ESP) data plane",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		// --version prints what `sluice version` prints.
+		Version: buildinfo.Get().String(),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.SetArgs(args)
 	root.SetIn(stdin)
 	root.SetOut(stdout)
@@ -75,14 +77,23 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 
 func init() {
 	commands = append(commands, func(e *env) *cobra.Command {
-		return &cobra.Command{
+		var asJSON bool
+		c := &cobra.Command{
 			Use:   "version",
-			Short: "Print the version",
+			Short: "Print the version, commit, Go toolchain, build tags and engines linked in",
 			Args:  cobra.NoArgs,
 			RunE: func(cmd *cobra.Command, args []string) error {
-				fmt.Fprintf(e.stdout, "sluice %s\n", Version)
+				in := buildinfo.Get()
+				if asJSON {
+					enc := json.NewEncoder(e.stdout)
+					enc.SetIndent("", "  ")
+					return enc.Encode(in)
+				}
+				fmt.Fprintln(e.stdout, in)
 				return nil
 			},
 		}
+		c.Flags().BoolVar(&asJSON, "json", false, "print the build information as JSON")
+		return c
 	})
 }
