@@ -75,7 +75,7 @@ func TestGatewayExamples(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if !bytes.Contains(data, []byte("example only, generate your own with\n# `head -c 20 /dev/urandom | xxd -p`")) {
+		if !bytes.Contains(data, []byte("example only, generate your own with\n# `sluice genkey esp --esp aes128gcm16`")) {
 			t.Errorf("%s does not say how to generate keys", f)
 		}
 	}
