@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -46,23 +47,8 @@ var commands []func(*env) *cobra.Command
 // Run runs the command line args and returns the process exit status.
 func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
 	e := &env{stdin: stdin, stdout: stdout, stderr: stderr}
-	root := &cobra.Command{
-		Use:           "sluice",
-		Short:         "sluice: a userspace IPsec (ESP) data plane",
-		SilenceUsage:  true,
-		SilenceErrors: true,
-		// --version prints what `sluice version` prints.
-		Version: buildinfo.Get().String(),
-	}
-	root.SetVersionTemplate("{{.Version}}\n")
+	root := newRoot(e)
 	root.SetArgs(args)
-	root.SetIn(stdin)
-	root.SetOut(stdout)
-	root.SetErr(stderr)
-	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(ExitUsage, err) })
-	for _, mk := range commands {
-		root.AddCommand(mk(e))
-	}
 	err := root.ExecuteContext(ctx)
 	if err == nil {
 		return ExitOK
@@ -73,6 +59,33 @@ func Run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 		return ee.code
 	}
 	return ExitUsage
+}
+
+// newRoot builds the command tree on e's streams.
+func newRoot(e *env) *cobra.Command {
+	root := &cobra.Command{
+		Use:           "sluice",
+		Short:         "sluice: a userspace IPsec (ESP) and TLS gateway",
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		// --version prints what `sluice version` prints.
+		Version: buildinfo.Get().String(),
+	}
+	root.SetVersionTemplate("{{.Version}}\n")
+	root.SetIn(e.stdin)
+	root.SetOut(e.stdout)
+	root.SetErr(e.stderr)
+	root.SetFlagErrorFunc(func(c *cobra.Command, err error) error { return withCode(ExitUsage, err) })
+	for _, mk := range commands {
+		root.AddCommand(mk(e))
+	}
+	return root
+}
+
+// Root returns the command tree with discarded streams, for tools that
+// document it (man pages, shell completion: internal/gendocs).
+func Root() *cobra.Command {
+	return newRoot(&env{stdin: strings.NewReader(""), stdout: io.Discard, stderr: io.Discard})
 }
 
 func init() {
