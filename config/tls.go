@@ -78,9 +78,13 @@ type TLSListener struct {
 	TLSCommon
 	// Backend is "static:DIR" (DIR resolved like the other paths) or
 	// "tcp://HOST:PORT"; BackendKind says which.
-	Backend        string
-	BackendKind    string // BackendStatic or BackendTCP
-	ProxyProtocol  bool   // a PROXY v2 header to a tcp:// backend
+	Backend       string
+	BackendKind   string // BackendStatic or BackendTCP
+	ProxyProtocol bool   // a PROXY v2 header to a tcp:// backend
+	// ServeDotfiles lets a static: backend serve names with a component
+	// starting with '.'; by default they get 404 (but /.well-known/ is
+	// served).
+	ServeDotfiles  bool
 	ClientAuth     string // ClientAuthNone (default), ClientAuthOptional or ClientAuthRequire
 	ClientCA       string // PEM bundle; set when ClientAuth is not none
 	SessionTickets bool   // default true
@@ -189,7 +193,7 @@ func (g *Gateway) CheckTLSFiles() error {
 
 var (
 	tlsKeys = []string{"name", "listen", "backend", "proxy_protocol", "engine", "versions", "alpn", "client_auth",
-		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "max_conns", "cert"}
+		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "max_conns", "serve_dotfiles", "cert"}
 	tlsCertKeys   = []string{"cert", "key"}
 	tlsOriginKeys = []string{"name", "listen", "backend", "server_name", "ca", "cert", "key", "engine", "versions",
 		"alpn", "handshake_timeout", "idle_timeout", "max_conns"}
@@ -276,6 +280,10 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 			if b, ok := d.boolean(kf, v); ok {
 				l.ProxyProtocol = b
 			}
+		case "serve_dotfiles":
+			if b, ok := d.boolean(kf, v); ok {
+				l.ServeDotfiles = b
+			}
 		case "client_auth":
 			var s string
 			s, authOK = d.oneOf(kf, v, "client_auth", clientAuths, "")
@@ -314,6 +322,9 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 	}
 	if e := seen["proxy_protocol"]; e != nil && l.ProxyProtocol && backendOK && l.BackendKind != BackendTCP {
 		d.errorf(e.Value.Pos, f+".proxy_protocol", "proxy_protocol with backend %s: the PROXY header goes only to a tcp:// backend", shortQuote(l.Backend))
+	}
+	if e := seen["serve_dotfiles"]; e != nil && l.ServeDotfiles && backendOK && l.BackendKind != BackendStatic {
+		d.errorf(e.Value.Pos, f+".serve_dotfiles", "serve_dotfiles with backend %s: only a static: backend serves files", shortQuote(l.Backend))
 	}
 	if authOK {
 		e := seen["client_ca"]

@@ -136,7 +136,7 @@ func TestTLSErrors(t *testing.T) {
 		// Structure.
 		{"tls table", "[tls]\nname = \"web\"\n", []wantErr{{1, "tls", "want an array of tables, got table (write [[tls]], not [tls])"}}},
 		{"tls_origin table", "[tls_origin]\nname = \"o\"\n", []wantErr{{1, "tls_origin", "write [[tls_origin]], not [tls_origin]"}}},
-		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, max_conns, cert)"}}},
+		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, max_conns, serve_dotfiles, cert)"}}},
 		{"key case", tls1 + "ALPN = []\n" + cert1, []wantErr{{5, "tls[1].ALPN", "did you mean alpn?"}}},
 		{"unknown cert key", tls1 + cert1 + "chain = \"x\"\n", []wantErr{{8, "tls[1].cert[1].chain", "unknown key (valid: cert, key)"}}},
 		{"unknown origin key", orig1 + "sni = \"x\"\n", []wantErr{{5, "tls_origin[1].sni", "unknown key (valid: name, listen, backend, server_name, ca, cert, key, engine, versions, alpn, handshake_timeout, idle_timeout, max_conns)"}}},
@@ -194,6 +194,9 @@ func TestTLSErrors(t *testing.T) {
 		{"origin backend static", strings.Replace(orig1, "tls://127.0.0.1:8443", "static:www", 1), []wantErr{{4, "tls_origin[1].backend", "is not a TLS server"}}},
 		{"origin backend https", strings.Replace(orig1, "tls://", "https://", 1), []wantErr{{4, "tls_origin[1].backend", `unknown backend scheme "https"`}}},
 		{"proxy_protocol with static", tls1 + "proxy_protocol = true\n" + cert1, []wantErr{{5, "tls[1].proxy_protocol", "the PROXY header goes only to a tcp:// backend"}}},
+		{"serve_dotfiles with tcp", strings.Replace(tls1, "static:www", "tcp://b:80", 1) + "serve_dotfiles = true\n" + cert1, []wantErr{{5, "tls[1].serve_dotfiles", `serve_dotfiles with backend "tcp://b:80": only a static: backend serves files`}}},
+		{"serve_dotfiles string", tls1 + "serve_dotfiles = \"yes\"\n" + cert1, []wantErr{{5, "tls[1].serve_dotfiles", "want a boolean"}}},
+		{"serve_dotfiles with static", tls1 + "serve_dotfiles = true\n" + cert1, nil},
 		{"proxy_protocol false with static", tls1 + "proxy_protocol = false\n" + cert1, nil},
 		{"proxy_protocol string", tls1 + "proxy_protocol = \"yes\"\n" + cert1, []wantErr{{5, "tls[1].proxy_protocol", "want a boolean"}}},
 

@@ -51,7 +51,7 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 			ClientAuth: l.ClientAuth, ClientCA: l.ClientCA,
 			SessionTickets: l.SessionTickets, TicketRotation: l.TicketRotation,
 			HandshakeTimeout: l.HandshakeTimeout, IdleTimeout: l.IdleTimeout, MaxConns: l.MaxConns,
-			Backend: l.Backend, ProxyProtocol: l.ProxyProtocol,
+			Backend: l.Backend, ProxyProtocol: l.ProxyProtocol, ServeDotfiles: l.ServeDotfiles,
 		}
 		for _, c := range l.Certs {
 			lc.Certs = append(lc.Certs, tls.Cert{CertFile: c.Cert, KeyFile: c.Key})

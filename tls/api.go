@@ -55,6 +55,11 @@ type ListenerConfig struct {
 	// request's first byte to the end of its head (against slowloris);
 	// 0 = DefaultHeaderTimeout.
 	HeaderTimeout time.Duration
+	// ServeDotfiles lets a static: backend serve names with a path
+	// component starting with '.' (".git/config", ".htpasswd", ".env").
+	// By default they are answered 404 and counted (Stats.DotfilesRefused),
+	// except under "/.well-known/" (RFC 8615), which is served.
+	ServeDotfiles bool
 	// Backend is "tcp://HOST:PORT" (forward the plaintext stream) or
 	// "static:DIR" (the built-in HTTP/1.1 file server).
 	Backend string
@@ -140,6 +145,10 @@ type Stats struct {
 	// IdleClosed).
 	Requests       uint64 `json:"requests"`
 	HeaderTimeouts uint64 `json:"header_timeouts"`
+	// DotfilesRefused counts requests of the static: backend for a name
+	// with a component starting with '.', answered 404
+	// (ListenerConfig.ServeDotfiles).
+	DotfilesRefused uint64 `json:"dotfiles_refused"`
 
 	// The handshake signing queue of the listener's engine.
 	SignQueueDepth uint64 `json:"sign_queue_depth"` // Sign requests waiting now

@@ -42,6 +42,7 @@ type counters struct {
 	bytesIn, bytesOut        atomic.Uint64
 	idleClosed               atomic.Uint64
 	headerTimeouts, requests atomic.Uint64
+	dotfiles                 atomic.Uint64
 }
 
 func (c *counters) fail(reason string) {
@@ -69,6 +70,7 @@ func (c *counters) fill(s *Stats) {
 	s.IdleClosed = c.idleClosed.Load()
 	s.HeaderTimeouts = c.headerTimeouts.Load()
 	s.Requests = c.requests.Load()
+	s.DotfilesRefused = c.dotfiles.Load()
 }
 
 // classify names the reason a handshake failed. ctx is the handshake's.

@@ -252,7 +252,7 @@ func (e *endpoint) terminate(raw net.Conn) {
 		e.ctr.resumed.Add(1)
 	}
 	if st.static != nil {
-		st.static.serveConn(tc, st.lc.IdleTimeout, st.lc.HeaderTimeout, &e.ctr)
+		st.static.serveConn(tc, st.lc.IdleTimeout, st.lc.HeaderTimeout, st.lc.ServeDotfiles, &e.ctr)
 		return
 	}
 	d := net.Dialer{Timeout: st.lc.HandshakeTimeout}

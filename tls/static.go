@@ -27,6 +27,9 @@ package tls
 //     served from what is already buffered).
 //
 // Serving a cached file allocates nothing (TestStaticNoAllocs).
+// Names with a component starting with '.' (".git/config", ".htpasswd")
+// are answered 404 and counted unless the listener serves dotfiles; a
+// first component ".well-known" (RFC 8615) is served.
 // Deadlines: between requests the idle timeout applies, from a request's
 // first byte to the end of its head the header timeout; both are moved
 // only when a quarter stale, not per request.
@@ -36,6 +39,7 @@ package tls
 // is sent), directory listings.
 
 import (
+	"bytes"
 	"errors"
 	"mime"
 	"net"
@@ -106,6 +110,7 @@ type httpConn struct {
 	ctr      *counters
 	idle     time.Duration
 	headerTO time.Duration
+	dotfiles bool // serve names with a component starting with '.'
 
 	rbuf  []byte // maxHeadLen
 	rn    int    // bytes in rbuf
@@ -126,9 +131,9 @@ var httpConnPool = sync.Pool{New: func() any {
 
 // serveConn serves requests on c until the client closes, an error, or a
 // timeout. The caller closes c.
-func (s *staticServer) serveConn(c net.Conn, idle, headerTO time.Duration, ctr *counters) {
+func (s *staticServer) serveConn(c net.Conn, idle, headerTO time.Duration, dotfiles bool, ctr *counters) {
 	hc := httpConnPool.Get().(*httpConn)
-	hc.c, hc.srv, hc.ctr, hc.idle, hc.headerTO = c, s, ctr, idle, headerTO
+	hc.c, hc.srv, hc.ctr, hc.idle, hc.headerTO, hc.dotfiles = c, s, ctr, idle, headerTO, dotfiles
 	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
 		hc.raw, _ = tc.NetConn().(*net.TCPConn) // for cork
 	}
@@ -171,6 +176,11 @@ func (hc *httpConn) serveOne() bool {
 		hc.writeError(400, "Bad Request")
 		return false
 	}
+	if !hc.dotfiles && hiddenName(hc.name) {
+		hc.ctr.dotfiles.Add(1)
+		hc.consume(n)
+		return hc.writeStatus(404, "Not Found", keep, isHead, "") && keep
+	}
 	// h's slices alias rbuf: done with them before consume.
 	ent := hc.srv.lookup(hc.name)
 	hc.consume(n)
@@ -178,6 +188,26 @@ func (hc *httpConn) serveOne() bool {
 		return hc.writeStatus(404, "Not Found", keep, isHead, "") && keep
 	}
 	return hc.writeFile(ent, isHead, keep) && keep
+}
+
+// hiddenName reports whether a cleaned name (no leading slash, no "."
+// or ".." components) has a component starting with '.', other than a
+// first component ".well-known" (RFC 8615's well-known URIs, which ACME
+// and others need served).
+func hiddenName(name []byte) bool {
+	first := true
+	for seg := name; len(seg) > 0; first = false {
+		s := seg
+		if i := bytes.IndexByte(seg, '/'); i >= 0 {
+			s, seg = seg[:i], seg[i+1:]
+		} else {
+			seg = nil
+		}
+		if len(s) > 0 && s[0] == '.' && !(first && string(s) == ".well-known") {
+			return true
+		}
+	}
+	return false
 }
 
 // consume drops the first n bytes of the read buffer (a served request).

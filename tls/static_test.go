@@ -98,7 +98,7 @@ func TestStaticPipelined(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		srv.serveConn(server, time.Minute, time.Second, &ctr)
+		srv.serveConn(server, time.Minute, time.Second, false, &ctr)
 		server.Close()
 	}()
 	reqs := "GET /missing HTTP/1.1\r\nHost: a\r\n\r\n" +
@@ -237,5 +237,67 @@ func TestStaticCacheEviction(t *testing.T) {
 	n, b := srv.cacheSize()
 	if n < 5 || b < srv.maxBytes/2 {
 		t.Fatalf("cache holds %d entries, %d bytes: it should keep what fits", n, b)
+	}
+}
+
+// TestStaticDotfiles: names with a component starting with '.' are 404
+// and counted unless the listener serves dotfiles; /.well-known/ is
+// served (issue 16: .git/config and .htpasswd were served).
+func TestStaticDotfiles(t *testing.T) {
+	dir := t.TempDir()
+	for _, f := range []string{".git/config", ".htpasswd", "a/.env", ".well-known/acme-challenge/tok", ".well-known/.hidden", "a/b.txt"} {
+		p := filepath.Join(dir, f)
+		os.MkdirAll(filepath.Dir(p), 0o755)
+		os.WriteFile(p, []byte("secret"), 0o644)
+	}
+	srv, err := newStaticServer(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer srv.root.Close()
+	for _, dotfiles := range []bool{false, true} {
+		client, server := net.Pipe()
+		var ctr counters
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			srv.serveConn(server, time.Minute, time.Second, dotfiles, &ctr)
+			server.Close()
+		}()
+		cases := []struct {
+			target string
+			hidden bool // 404 unless dotfiles
+		}{
+			{"/.git/config", true},
+			{"/.htpasswd", true},
+			{"/a/.env", true},
+			{"/%2egit/config", true},
+			{"/a/%2Eenv", true},
+			{"/.well-known/acme-challenge/tok", false},
+			{"/.well-known/.hidden", true},
+			{"/a/b.txt", false},
+		}
+		var reqs string
+		for _, c := range cases {
+			reqs += "GET " + c.target + " HTTP/1.1\r\nHost: a\r\n\r\n"
+		}
+		go client.Write([]byte(reqs))
+		refused := 0
+		for _, c := range cases {
+			r := readResponse(t, client)
+			want := "200"
+			if c.hidden && !dotfiles {
+				want = "404"
+				refused++
+			}
+			if !strings.HasPrefix(r, "HTTP/1.1 "+want+" ") {
+				t.Errorf("dotfiles %v: GET %s: %q, want %s", dotfiles, c.target, r, want)
+			}
+		}
+		client.Close()
+		<-done
+		if got := ctr.dotfiles.Load(); got != uint64(refused) {
+			t.Errorf("dotfiles %v: %d counted, want %d", dotfiles, got, refused)
+		}
 	}
 }
