@@ -60,9 +60,14 @@ type TLSCert struct {
 
 // TLSCommon holds what [[tls]] and [[tls_origin]] tables share.
 type TLSCommon struct {
-	Name   string // unique among [[tls]] and [[tls_origin]]
-	Listen string // "host:port"; host may be empty (every address)
-	Engine string // engine holding the keys; "" = Gateway.Engine
+	Name string // unique among [[tls]] and [[tls_origin]]
+	// Listen is "host:port"; host may be empty (IPv4's every address,
+	// as nginx's "listen 8443"). An IPv4 address binds IPv4 only, an IPv6
+	// address IPv6 only: "[::]" binds IPv4 too only with DualStack
+	// (ipv6_only = false).
+	Listen    string
+	DualStack bool
+	Engine    string // engine holding the keys; "" = Gateway.Engine
 	// MinVersion and MaxVersion are crypto/tls's VersionTLS12 or
 	// VersionTLS13; versions = ["1.2", "1.3"] (the default) gives both.
 	MinVersion, MaxVersion uint16
@@ -192,10 +197,10 @@ func (g *Gateway) CheckTLSFiles() error {
 // The first pass.
 
 var (
-	tlsKeys = []string{"name", "listen", "backend", "proxy_protocol", "engine", "versions", "alpn", "client_auth",
+	tlsKeys = []string{"name", "listen", "ipv6_only", "backend", "proxy_protocol", "engine", "versions", "alpn", "client_auth",
 		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "max_conns", "serve_dotfiles", "cert"}
 	tlsCertKeys   = []string{"cert", "key"}
-	tlsOriginKeys = []string{"name", "listen", "backend", "server_name", "ca", "cert", "key", "engine", "versions",
+	tlsOriginKeys = []string{"name", "listen", "ipv6_only", "backend", "server_name", "ca", "cert", "key", "engine", "versions",
 		"alpn", "handshake_timeout", "idle_timeout", "max_conns"}
 	clientAuths = []string{ClientAuthNone, ClientAuthOptional, ClientAuthRequire}
 )
@@ -215,6 +220,20 @@ func newTLSCommon(pos Pos) TLSCommon {
 		Pos: pos}
 }
 
+// tlsCommonAfter checks, once a table's keys are all read, what its
+// shared keys say together: ipv6_only = false needs listen on "[::]".
+func (d *gwDecoder) tlsCommonAfter(c *TLSCommon, f string, seen map[string]*Entry) {
+	e := seen["ipv6_only"]
+	if e == nil || !c.DualStack || c.Listen == "" || d.failed(f+".listen") {
+		return
+	}
+	host, port, _ := net.SplitHostPort(c.Listen)
+	if a, err := netip.ParseAddr(host); err != nil || !a.Is6() || !a.IsUnspecified() || a.Zone() != "" {
+		d.errorf(e.Value.Pos, f+".ipv6_only", "ipv6_only = false with listen %s: only \"[::]:PORT\" can bind IPv4 too (to listen on both families, write listen = %q)",
+			shortQuote(c.Listen), net.JoinHostPort("::", port))
+	}
+}
+
 // tlsCommon decodes e into c if it is one of the keys [[tls]] and
 // [[tls_origin]] share, and reports whether it was; what names the table's
 // kind in errors.
@@ -228,6 +247,10 @@ func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bo
 	case "listen":
 		if s, ok := d.checked(kf, v, checkTLSListen); ok {
 			c.Listen = s
+		}
+	case "ipv6_only":
+		if b, ok := d.boolean(kf, v); ok {
+			c.DualStack = !b
 		}
 	case "engine":
 		if s, ok := d.engine(kf, v, `"" uses the [gateway] engine`); ok {
@@ -317,6 +340,7 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
 		}
 	}
+	d.tlsCommonAfter(&l.TLSCommon, f, seen)
 	if seen["cert"] == nil {
 		d.errorf(te.pos, f+".cert", "missing required [[tls.cert]] (at least one, with cert and key: the first is served to clients without a matching SNI)")
 	}
@@ -439,6 +463,7 @@ func (d *gwDecoder) tlsOrigin(te tableElem) {
 			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
 		}
 	}
+	d.tlsCommonAfter(&o.TLSCommon, f, seen)
 	// cert and key: both or neither. An empty string is "not given".
 	switch {
 	case cert != "" && key == "" && !d.failed(f+".key"):
@@ -647,8 +672,8 @@ func checkServerName(s string) string {
 }
 
 // checkTLSListen returns what is wrong with a TLS section's listen
-// address, or "": "host:port", where host may be empty (every address),
-// an IP address or a host name, and port is 0..65535; port 0 takes a free
+// address, or "": "host:port", where host may be empty (IPv4's every
+// address), an IP address or a host name, and port is 0..65535; port 0 takes a free
 // port, which `sluice stats` shows (for tests and demos: clients cannot
 // know it in advance).
 func checkTLSListen(s string) string {
@@ -690,13 +715,14 @@ func (d *gwDecoder) crossCheckTLS() {
 	g := d.g
 	type named struct {
 		field, name, listen string
+		dual                bool
 	}
 	var all []named
 	for i := range g.TLS {
-		all = append(all, named{d.tlsFields[i], g.TLS[i].Name, g.TLS[i].Listen})
+		all = append(all, named{d.tlsFields[i], g.TLS[i].Name, g.TLS[i].Listen, g.TLS[i].DualStack})
 	}
 	for i := range g.TLSOrigins {
-		all = append(all, named{d.originFields[i], g.TLSOrigins[i].Name, g.TLSOrigins[i].Listen})
+		all = append(all, named{d.originFields[i], g.TLSOrigins[i].Name, g.TLSOrigins[i].Listen, g.TLSOrigins[i].DualStack})
 	}
 	seen := map[string]int{}
 	for i, n := range all {
@@ -713,10 +739,15 @@ func (d *gwDecoder) crossCheckTLS() {
 	}
 	// Addresses: the metrics endpoint first, so that a listener on its
 	// address is the one reported.
-	type bound struct{ field, addr string }
+	type bound struct {
+		field, addr string
+		dual        bool
+	}
 	var binds []bound
 	if g.Metrics != "" && !d.failed("gateway.metrics") {
-		binds = append(binds, bound{"gateway.metrics", g.Metrics})
+		// The metrics endpoint is net/http's: its wildcards bind both
+		// families.
+		binds = append(binds, bound{"gateway.metrics", g.Metrics, true})
 	}
 	for _, n := range all {
 		f := n.field + ".listen"
@@ -724,19 +755,22 @@ func (d *gwDecoder) crossCheckTLS() {
 			continue
 		}
 		for _, b := range binds {
-			if listenClash(b.addr, n.listen) {
+			if listenClash(b.addr, b.dual, n.listen, n.dual) {
 				d.errorf(d.at(f), f, "%s clashes with %s %s (%s): two listeners cannot share an address and port",
 					shortQuote(n.listen), b.field, shortQuote(b.addr), d.line(b.field))
 				break
 			}
 		}
-		binds = append(binds, bound{f, n.listen})
+		binds = append(binds, bound{f, n.listen, n.dual})
 	}
 }
 
 // listenClash reports whether two "host:port" listen addresses cannot both
-// be bound: the same port, and the same host or either on every address.
-func listenClash(a, b string) bool {
+// be bound: the same port, and on a family both bind, the same address or
+// either on every address of it. dual says that a wildcard binds both
+// families (ipv6_only = false on "[::]"). A host name clashes with the
+// same name and with any wildcard.
+func listenClash(a string, aDual bool, b string, bDual bool) bool {
 	ha, pa, _ := net.SplitHostPort(a)
 	hb, pb, _ := net.SplitHostPort(b)
 	na, _ := strconv.ParseUint(pa, 10, 16)
@@ -744,19 +778,40 @@ func listenClash(a, b string) bool {
 	if na != nb || na == 0 {
 		return false // port 0: each gets a free port of its own
 	}
-	wild := func(h string) bool {
-		a, err := netip.ParseAddr(h)
-		return h == "" || err == nil && a.IsUnspecified()
+	sa, okA := bindSpanOf(ha, aDual)
+	sb, okB := bindSpanOf(hb, bDual)
+	if !okA || !okB {
+		wild := func(s bindSpan, ok bool) bool { return ok && s.any }
+		return wild(sa, okA) || wild(sb, okB) || !okA && !okB && strings.EqualFold(ha, hb)
 	}
-	if wild(ha) || wild(hb) {
-		return true
+	same := sa.any || sb.any || sa.addr == sb.addr
+	return same && (sa.v4 && sb.v4 || sa.v6 && sb.v6)
+}
+
+// bindSpan is what a listen host binds: its families, and one address of
+// them or every address.
+type bindSpan struct {
+	v4, v6 bool
+	any    bool
+	addr   netip.Addr
+}
+
+// bindSpanOf returns what host binds, as package tls listens; false for
+// a host name.
+func bindSpanOf(host string, dual bool) (bindSpan, bool) {
+	if host == "" {
+		return bindSpan{v4: true, v6: dual, any: true}, true
 	}
-	aa, errA := netip.ParseAddr(ha)
-	ab, errB := netip.ParseAddr(hb)
-	if errA == nil && errB == nil {
-		return aa.Unmap() == ab.Unmap()
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return bindSpan{}, false
 	}
-	return strings.EqualFold(ha, hb)
+	a = a.Unmap()
+	s := bindSpan{v4: a.Is4(), v6: a.Is6(), any: a.IsUnspecified(), addr: a}
+	if s.any && dual {
+		s.v4, s.v6 = true, true
+	}
+	return s, true
 }
 
 // tlsOnlySections reports the IPsec sections of a file without any

@@ -136,10 +136,10 @@ func TestTLSErrors(t *testing.T) {
 		// Structure.
 		{"tls table", "[tls]\nname = \"web\"\n", []wantErr{{1, "tls", "want an array of tables, got table (write [[tls]], not [tls])"}}},
 		{"tls_origin table", "[tls_origin]\nname = \"o\"\n", []wantErr{{1, "tls_origin", "write [[tls_origin]], not [tls_origin]"}}},
-		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, max_conns, serve_dotfiles, cert)"}}},
+		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, ipv6_only, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, max_conns, serve_dotfiles, cert)"}}},
 		{"key case", tls1 + "ALPN = []\n" + cert1, []wantErr{{5, "tls[1].ALPN", "did you mean alpn?"}}},
 		{"unknown cert key", tls1 + cert1 + "chain = \"x\"\n", []wantErr{{8, "tls[1].cert[1].chain", "unknown key (valid: cert, key)"}}},
-		{"unknown origin key", orig1 + "sni = \"x\"\n", []wantErr{{5, "tls_origin[1].sni", "unknown key (valid: name, listen, backend, server_name, ca, cert, key, engine, versions, alpn, handshake_timeout, idle_timeout, max_conns)"}}},
+		{"unknown origin key", orig1 + "sni = \"x\"\n", []wantErr{{5, "tls_origin[1].sni", "unknown key (valid: name, listen, ipv6_only, backend, server_name, ca, cert, key, engine, versions, alpn, handshake_timeout, idle_timeout, max_conns)"}}},
 		{"listener missing everything", "[[tls]]\n", []wantErr{
 			{1, "tls[1].name", "missing required key"},
 			{1, "tls[1].listen", "missing required key"},
@@ -178,6 +178,20 @@ func TestTLSErrors(t *testing.T) {
 			[]wantErr{{10, "tls_origin[1].listen", `"0.0.0.0:8443" clashes with tls[1].listen`}}},
 		{"empty host clash", tls1 + cert1 + strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", ":8443").Replace(orig1),
 			[]wantErr{{10, "tls_origin[1].listen", `":8443" clashes with tls[1].listen`}}},
+		{"v4 and v6 wildcards", tls1 + cert1 + strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", "[::]:9443").Replace(orig1) +
+			strings.NewReplacer(`"web"`, `"w4"`, "127.0.0.1:8443", "0.0.0.0:9443").Replace(tls1) + cert1, nil},
+		{"v6 wildcard and v4 address", tls1 + cert1 + strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", "[::]:8443").Replace(orig1), nil},
+		{"dual stack clash", tls1 + cert1 + strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", "[::]:8443").Replace(orig1) + "ipv6_only = false\n",
+			[]wantErr{{10, "tls_origin[1].listen", `"[::]:8443" clashes with tls[1].listen`}}},
+		{"v6 wildcard clash", "[[tls]]\nname = \"a\"\nlisten = \"[::1]:8443\"\nbackend = \"static:www\"\n" + cert1 +
+			strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", "[::]:8443").Replace(orig1),
+			[]wantErr{{10, "tls_origin[1].listen", `"[::]:8443" clashes with tls[1].listen "[::1]:8443"`}}},
+		{"ipv6_only false", strings.Replace(tls1, "127.0.0.1:8443", "[::]:8443", 1) + "ipv6_only = false\n" + cert1, nil},
+		{"ipv6_only false on v4", tls1 + "ipv6_only = false\n" + cert1,
+			[]wantErr{{5, "tls[1].ipv6_only", `ipv6_only = false with listen "127.0.0.1:8443": only "[::]:PORT" can bind IPv4 too`}}},
+		{"ipv6_only false on origin", orig1 + "ipv6_only = false\n",
+			[]wantErr{{5, "tls_origin[1].ipv6_only", `only "[::]:PORT" can bind IPv4 too (to listen on both families, write listen = "[::]:9080")`}}},
+		{"ipv6_only string", tls1 + "ipv6_only = \"no\"\n" + cert1, []wantErr{{5, "tls[1].ipv6_only", "want a boolean"}}},
 		{"metrics clash", "[gateway]\nmetrics = \"127.0.0.1:8443\"\n" + tls1 + cert1,
 			[]wantErr{{5, "tls[1].listen", `clashes with gateway.metrics "127.0.0.1:8443" (gateway.metrics, line 2)`}}},
 
@@ -343,18 +357,22 @@ func checkTLSOnlyInvariants(t *testing.T, g *Gateway) {
 func checkTLSInvariants(t *testing.T, g *Gateway) {
 	t.Helper()
 	names := map[string]bool{}
-	var listens []string
-	seen := func(name, listen string) {
+	type bound struct {
+		listen string
+		dual   bool
+	}
+	var listens []bound
+	seen := func(name, listen string, dual bool) {
 		if name == "" || names[name] {
 			t.Fatalf("TLS name %q empty or repeated", name)
 		}
 		names[name] = true
 		for _, l := range listens {
-			if listenClash(l, listen) {
-				t.Fatalf("listeners %q and %q clash", l, listen)
+			if listenClash(l.listen, l.dual, listen, dual) {
+				t.Fatalf("listeners %q and %q clash", l.listen, listen)
 			}
 		}
-		listens = append(listens, listen)
+		listens = append(listens, bound{listen, dual})
 		if checkTLSListen(listen) != "" {
 			t.Fatalf("invalid listen %q accepted", listen)
 		}
@@ -365,7 +383,7 @@ func checkTLSInvariants(t *testing.T, g *Gateway) {
 		}
 	}
 	for _, l := range g.TLS {
-		seen(l.Name, l.Listen)
+		seen(l.Name, l.Listen, l.DualStack)
 		versions(l.MinVersion, l.MaxVersion)
 		if len(l.Certs) == 0 || (l.ClientAuth == ClientAuthNone) != (l.ClientCA == "") || l.MaxConns < 1 ||
 			l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.TicketRotation <= 0 ||
@@ -379,7 +397,7 @@ func checkTLSInvariants(t *testing.T, g *Gateway) {
 		}
 	}
 	for _, o := range g.TLSOrigins {
-		seen(o.Name, o.Listen)
+		seen(o.Name, o.Listen, o.DualStack)
 		versions(o.MinVersion, o.MaxVersion)
 		if !strings.HasPrefix(o.Backend, "tls://") || o.ServerName == "" || o.MaxConns < 1 ||
 			o.HandshakeTimeout <= 0 || o.IdleTimeout <= 0 || (o.Cert != nil && (o.Cert.Cert == "" || o.Cert.Key == "")) {

@@ -46,7 +46,7 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 	for i := range cfg.TLS {
 		l := &cfg.TLS[i]
 		lc := tls.ListenerConfig{
-			Name: l.Name, Listen: l.Listen, Engine: tlsEngineName(cfg, l.Engine),
+			Name: l.Name, Listen: l.Listen, DualStack: l.DualStack, Engine: tlsEngineName(cfg, l.Engine),
 			MinVersion: l.MinVersion, MaxVersion: l.MaxVersion, ALPN: slices.Clone(l.ALPN),
 			ClientAuth: l.ClientAuth, ClientCA: l.ClientCA,
 			SessionTickets: l.SessionTickets, TicketRotation: l.TicketRotation,
@@ -61,7 +61,7 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 	for i := range cfg.TLSOrigins {
 		o := &cfg.TLSOrigins[i]
 		oc := tls.OriginConfig{
-			Name: o.Name, Listen: o.Listen, Backend: o.Backend, ServerName: o.ServerName, CA: o.CA,
+			Name: o.Name, Listen: o.Listen, DualStack: o.DualStack, Backend: o.Backend, ServerName: o.ServerName, CA: o.CA,
 			Engine: tlsEngineName(cfg, o.Engine), MinVersion: o.MinVersion, MaxVersion: o.MaxVersion,
 			ALPN:             slices.Clone(o.ALPN),
 			HandshakeTimeout: o.HandshakeTimeout, IdleTimeout: o.IdleTimeout, MaxConns: o.MaxConns,

@@ -29,8 +29,12 @@ const (
 // ListenerConfig is one TLS termination listener: TLS from clients on
 // Listen, the plaintext stream to Backend.
 type ListenerConfig struct {
-	Name   string // unique among listeners and origins
-	Listen string // "host:port"
+	Name string // unique among listeners and origins
+	// Listen is "host:port". An IPv4 address, or an empty host (IPv4's
+	// every address), binds IPv4 only; an IPv6 address binds IPv6 only,
+	// and "[::]" IPv4 too only with DualStack.
+	Listen    string
+	DualStack bool
 	// Certs are served by SNI: a ClientHello's server name picks the first
 	// certificate whose leaf covers it (DNS SANs, wildcards included);
 	// without a match, or without SNI, Certs[0].
@@ -71,9 +75,10 @@ type ListenerConfig struct {
 // OriginConfig is one TLS origination listener: plaintext TCP from clients
 // on Listen, carried over TLS to Backend, whose certificate is verified.
 type OriginConfig struct {
-	Name    string
-	Listen  string // "host:port"
-	Backend string // "tls://HOST:PORT"
+	Name      string
+	Listen    string // "host:port", bound as ListenerConfig.Listen
+	DualStack bool
+	Backend   string // "tls://HOST:PORT"
 	// ServerName is the name sent as SNI and verified in the backend's
 	// certificate; "" = HOST of Backend.
 	ServerName string

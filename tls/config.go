@@ -4,6 +4,7 @@ import (
 	gotls "crypto/tls"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -23,8 +24,8 @@ func normListener(c ListenerConfig) (ListenerConfig, error) {
 	if c.Name == "" {
 		return c, fmt.Errorf("tls: listener on %q has no name", c.Listen)
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return bad("listen %q: %v", c.Listen, err)
+	if err := checkListen(c.Listen, c.DualStack); err != nil {
+		return bad("%v", err)
 	}
 	if len(c.Certs) == 0 {
 		return bad("no certificate")
@@ -91,8 +92,8 @@ func normOrigin(c OriginConfig) (OriginConfig, error) {
 	if c.Name == "" {
 		return c, fmt.Errorf("tls: origin on %q has no name", c.Listen)
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return bad("listen %q: %v", c.Listen, err)
+	if err := checkListen(c.Listen, c.DualStack); err != nil {
+		return bad("%v", err)
 	}
 	hp, ok := strings.CutPrefix(c.Backend, "tls://")
 	host, _, err := net.SplitHostPort(hp)
@@ -126,6 +127,18 @@ func normOrigin(c OriginConfig) (OriginConfig, error) {
 		c.Cert = &cc
 	}
 	return c, nil
+}
+
+// checkListen checks a listen address and its DualStack setting.
+func checkListen(listen string, dual bool) error {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("listen %q: %v", listen, err)
+	}
+	if a, err := netip.ParseAddr(host); dual && (err != nil || !a.Is6() || !a.IsUnspecified()) {
+		return fmt.Errorf("dual stack needs listen on [::], not %q", listen)
+	}
+	return nil
 }
 
 func normVersions(lo, hi uint16) (uint16, uint16, error) {

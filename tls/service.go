@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type endpoint struct {
 	kind   string // "terminate" or "originate"
 	name   string
 	listen string
+	dual   bool // listen on [::] binds IPv4 too
 	ln     net.Listener
 	ctr    counters
 
@@ -75,13 +77,40 @@ func (e *endpoint) acquire() *epState {
 }
 
 // newEndpoint opens the endpoint's socket; start runs it.
-func newEndpoint(s *Service, kind, name, listen string) (*endpoint, error) {
-	ln, err := net.Listen("tcp", listen)
+func newEndpoint(s *Service, kind, name, listen string, dual bool) (*endpoint, error) {
+	ln, err := listenTCP(listen, dual)
 	if err != nil {
 		return nil, fmt.Errorf("tls: %s: %w", name, err)
 	}
-	return &endpoint{svc: s, kind: kind, name: name, listen: listen, ln: ln,
+	return &endpoint{svc: s, kind: kind, name: name, listen: listen, dual: dual, ln: ln,
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), conns: make(map[net.Conn]struct{})}, nil
+}
+
+// listenTCP opens a listening socket on one address family, as nginx
+// does: an IPv4 address (or an empty host, IPv4's every address) binds
+// IPv4 only, an IPv6 address IPv6 only (IPV6_V6ONLY); "[::]" binds both
+// families only when dual is set. Go's "tcp" would bind "0.0.0.0" and ""
+// to both, exposing a service on IPv6 that the operator named by an
+// IPv4 address. A host name is resolved by the net package.
+func listenTCP(listen string, dual bool) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, err
+	}
+	network := "tcp"
+	if host == "" {
+		network, host = "tcp4", "0.0.0.0"
+	} else if a, err := netip.ParseAddr(host); err == nil {
+		switch {
+		case a.Is4() || a.Is4In6():
+			network, host = "tcp4", a.Unmap().String()
+		case dual && a.IsUnspecified():
+			network = "tcp"
+		default:
+			network = "tcp6"
+		}
+	}
+	return net.Listen(network, net.JoinHostPort(host, port))
 }
 
 // start publishes st and starts the accept loop and, for a listener with
