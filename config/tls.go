@@ -33,8 +33,25 @@ const (
 	DefaultTLSIdleTimeout      = 5 * time.Minute
 	DefaultTLSMaxConns         = 10000
 	DefaultTLSTicketRotation   = time.Hour
+	DefaultTLSHeaderTimeout    = 10 * time.Second
 	MaxTLSMaxConns             = 1000000
 )
+
+// tlsDurationBounds are the ranges of the TLS sections' durations, each
+// refused outside it with its line. The lower bounds keep a typo or a
+// hostile file from making a gateway useless: ticket_rotation = "1ns"
+// spun a core on key rotation and no ticket ever resumed, a 1ns handshake
+// or header timeout fails every client. The upper bounds keep connection
+// slots from being held by a client that stalls (handshake and header
+// timeouts), an idle connection from living for days, and a ticket key
+// (which, stolen, decrypts the resumed sessions it covered) from living
+// more than three days (a key serves for two more periods after its own).
+var tlsDurationBounds = map[string]struct{ lo, hi, def time.Duration }{
+	"handshake_timeout": {time.Second, 5 * time.Minute, DefaultTLSHandshakeTimeout},
+	"header_timeout":    {time.Second, 5 * time.Minute, DefaultTLSHeaderTimeout},
+	"idle_timeout":      {time.Second, 24 * time.Hour, DefaultTLSIdleTimeout},
+	"ticket_rotation":   {time.Minute, 24 * time.Hour, DefaultTLSTicketRotation},
+}
 
 // Client certificate policies of a [[tls]] listener (mTLS).
 const (
@@ -71,8 +88,8 @@ type TLSCommon struct {
 	// MinVersion and MaxVersion are crypto/tls's VersionTLS12 or
 	// VersionTLS13; versions = ["1.2", "1.3"] (the default) gives both.
 	MinVersion, MaxVersion uint16
-	ALPN                   []string // in preference order; nil = none
-	HandshakeTimeout       time.Duration
+	ALPN                   []string      // in preference order; nil = none
+	HandshakeTimeout       time.Duration // tlsDurationBounds has each duration's range
 	IdleTimeout            time.Duration
 	MaxConns               int
 	Pos                    Pos // where its table starts
@@ -94,6 +111,9 @@ type TLSListener struct {
 	ClientCA       string // PEM bundle; set when ClientAuth is not none
 	SessionTickets bool   // default true
 	TicketRotation time.Duration
+	// HeaderTimeout bounds, for a static: backend, the time from a
+	// request's first byte to the end of its head (slowloris).
+	HeaderTimeout time.Duration
 	// Certs are served by SNI; Certs[0] is the default. At least one.
 	Certs []TLSCert
 }
@@ -198,7 +218,7 @@ func (g *Gateway) CheckTLSFiles() error {
 
 var (
 	tlsKeys = []string{"name", "listen", "ipv6_only", "backend", "proxy_protocol", "engine", "versions", "alpn", "client_auth",
-		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "max_conns", "serve_dotfiles", "cert"}
+		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "header_timeout", "max_conns", "serve_dotfiles", "cert"}
 	tlsCertKeys   = []string{"cert", "key"}
 	tlsOriginKeys = []string{"name", "listen", "ipv6_only", "backend", "server_name", "ca", "cert", "key", "engine", "versions",
 		"alpn", "handshake_timeout", "idle_timeout", "max_conns"}
@@ -265,11 +285,11 @@ func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bo
 			c.ALPN = p
 		}
 	case "handshake_timeout":
-		if t, ok := d.duration(kf, v); ok {
+		if t, ok := d.tlsDuration(kf, e.Key, v); ok {
 			c.HandshakeTimeout = t
 		}
 	case "idle_timeout":
-		if t, ok := d.duration(kf, v); ok {
+		if t, ok := d.tlsDuration(kf, e.Key, v); ok {
 			c.IdleTimeout = t
 		}
 	case "max_conns":
@@ -285,7 +305,8 @@ func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bo
 func (d *gwDecoder) tlsListener(te tableElem) {
 	f := te.field
 	l := TLSListener{TLSCommon: newTLSCommon(te.pos),
-		ClientAuth: ClientAuthNone, SessionTickets: true, TicketRotation: DefaultTLSTicketRotation}
+		ClientAuth: ClientAuthNone, SessionTickets: true, TicketRotation: DefaultTLSTicketRotation,
+		HeaderTimeout: DefaultTLSHeaderTimeout}
 	seen := make(map[string]*Entry)
 	authOK, backendOK := true, false
 	for _, e := range te.t.Entries() {
@@ -322,8 +343,12 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 				l.SessionTickets = b
 			}
 		case "ticket_rotation":
-			if t, ok := d.duration(kf, v); ok {
+			if t, ok := d.tlsDuration(kf, e.Key, v); ok {
 				l.TicketRotation = t
+			}
+		case "header_timeout":
+			if t, ok := d.tlsDuration(kf, e.Key, v); ok {
+				l.HeaderTimeout = t
 			}
 		case "cert":
 			l.Certs = d.tlsCerts(kf, v)
@@ -346,6 +371,9 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 	}
 	if e := seen["proxy_protocol"]; e != nil && l.ProxyProtocol && backendOK && l.BackendKind != BackendTCP {
 		d.errorf(e.Value.Pos, f+".proxy_protocol", "proxy_protocol with backend %s: the PROXY header goes only to a tcp:// backend", shortQuote(l.Backend))
+	}
+	if e := seen["header_timeout"]; e != nil && backendOK && l.BackendKind != BackendStatic {
+		d.errorf(e.Value.Pos, f+".header_timeout", "header_timeout with backend %s: only a static: backend reads request heads", shortQuote(l.Backend))
 	}
 	if e := seen["serve_dotfiles"]; e != nil && l.ServeDotfiles && backendOK && l.BackendKind != BackendStatic {
 		d.errorf(e.Value.Pos, f+".serve_dotfiles", "serve_dotfiles with backend %s: only a static: backend serves files", shortQuote(l.Backend))
@@ -499,6 +527,31 @@ func (d *decoder) duration(f string, v *Value) (time.Duration, bool) {
 		}
 		return t, ""
 	})
+}
+
+// tlsDuration reads the duration key of a TLS section, within its
+// tlsDurationBounds.
+func (d *decoder) tlsDuration(f, key string, v *Value) (time.Duration, bool) {
+	t, ok := d.duration(f, v)
+	b := tlsDurationBounds[key]
+	if ok && (t < b.lo || t > b.hi) {
+		s, _ := v.Str()
+		d.errorf(v.Pos, f, "%s %s out of range (want %s..%s; default %s)", key, shortQuote(s), shortDuration(b.lo), shortDuration(b.hi), shortDuration(b.def))
+		return 0, false
+	}
+	return t, ok
+}
+
+// shortDuration formats t as a person writes it: "1m", "24h", "10s".
+func shortDuration(t time.Duration) string {
+	s := t.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // maxConns reads a connection limit.

@@ -39,15 +39,15 @@ func TestTLSValid(t *testing.T) {
 				HandshakeTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 500, Pos: pos(6)},
 			Backend: "static:testdata/www", BackendKind: BackendStatic,
 			ClientAuth: ClientAuthRequire, ClientCA: "/etc/sluice/clients.pem", SessionTickets: true,
-			TicketRotation: 30 * time.Minute,
-			Certs:          []TLSCert{{"testdata/site.pem", "testdata/site.key"}, {"/etc/sluice/other.pem", "testdata/keys/other.key"}},
+			TicketRotation: 30 * time.Minute, HeaderTimeout: 10 * time.Second,
+			Certs: []TLSCert{{"testdata/site.pem", "testdata/site.key"}, {"/etc/sluice/other.pem", "testdata/keys/other.key"}},
 		},
 		{
 			TLSCommon: TLSCommon{Name: "api", Listen: "[::1]:8444",
 				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
 				HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000, Pos: pos(27)},
 			Backend: "tcp://127.0.0.1:8080", BackendKind: BackendTCP, ProxyProtocol: true, ClientAuth: ClientAuthNone,
-			SessionTickets: true, TicketRotation: time.Hour, Certs: []TLSCert{{"testdata/api.pem", "testdata/api.key"}},
+			SessionTickets: true, TicketRotation: time.Hour, HeaderTimeout: 10 * time.Second, Certs: []TLSCert{{"testdata/api.pem", "testdata/api.key"}},
 		},
 	}
 	if !reflect.DeepEqual(g.TLS, wantTLS) {
@@ -87,7 +87,7 @@ func TestTLSDefaults(t *testing.T) {
 	l := g.TLS[0]
 	if l.MinVersion != cryptotls.VersionTLS12 || l.MaxVersion != cryptotls.VersionTLS13 || l.ALPN != nil ||
 		l.ClientAuth != ClientAuthNone || l.ClientCA != "" || !l.SessionTickets || l.TicketRotation != time.Hour ||
-		l.HandshakeTimeout != 10*time.Second || l.IdleTimeout != 5*time.Minute || l.MaxConns != 10000 ||
+		l.HandshakeTimeout != 10*time.Second || l.IdleTimeout != 5*time.Minute || l.MaxConns != 10000 || l.HeaderTimeout != 10*time.Second ||
 		l.Engine != "" || l.ProxyProtocol {
 		t.Errorf("[[tls]] defaults: %+v", l)
 	}
@@ -136,7 +136,7 @@ func TestTLSErrors(t *testing.T) {
 		// Structure.
 		{"tls table", "[tls]\nname = \"web\"\n", []wantErr{{1, "tls", "want an array of tables, got table (write [[tls]], not [tls])"}}},
 		{"tls_origin table", "[tls_origin]\nname = \"o\"\n", []wantErr{{1, "tls_origin", "write [[tls_origin]], not [tls_origin]"}}},
-		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, ipv6_only, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, max_conns, serve_dotfiles, cert)"}}},
+		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, ipv6_only, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, header_timeout, max_conns, serve_dotfiles, cert)"}}},
 		{"key case", tls1 + "ALPN = []\n" + cert1, []wantErr{{5, "tls[1].ALPN", "did you mean alpn?"}}},
 		{"unknown cert key", tls1 + cert1 + "chain = \"x\"\n", []wantErr{{8, "tls[1].cert[1].chain", "unknown key (valid: cert, key)"}}},
 		{"unknown origin key", orig1 + "sni = \"x\"\n", []wantErr{{5, "tls_origin[1].sni", "unknown key (valid: name, listen, ipv6_only, backend, server_name, ca, cert, key, engine, versions, alpn, handshake_timeout, idle_timeout, max_conns)"}}},
@@ -241,6 +241,15 @@ func TestTLSErrors(t *testing.T) {
 		{"duration negative", orig1 + "idle_timeout = \"-1m\"\n", []wantErr{{5, "tls_origin[1].idle_timeout", "is not positive"}}},
 		{"duration no unit", tls1 + "idle_timeout = \"10\"\n" + cert1, []wantErr{{5, "tls[1].idle_timeout", `invalid duration "10" (want a number and a unit`}}},
 		{"duration integer", tls1 + "ticket_rotation = 3600\n" + cert1, []wantErr{{5, "tls[1].ticket_rotation", `got the integer 3600 (a number needs a unit: "3600s")`}}},
+		{"ticket_rotation 1ns", tls1 + "ticket_rotation = \"1ns\"\n" + cert1, []wantErr{{5, "tls[1].ticket_rotation", `ticket_rotation "1ns" out of range (want 1m..24h; default 1h)`}}},
+		{"ticket_rotation 1w", tls1 + "ticket_rotation = \"168h\"\n" + cert1, []wantErr{{5, "tls[1].ticket_rotation", `ticket_rotation "168h" out of range (want 1m..24h`}}},
+		{"handshake_timeout 1ns", tls1 + "handshake_timeout = \"1ns\"\n" + cert1, []wantErr{{5, "tls[1].handshake_timeout", `handshake_timeout "1ns" out of range (want 1s..5m; default 10s)`}}},
+		{"handshake_timeout 1h", orig1 + "handshake_timeout = \"1h\"\n", []wantErr{{5, "tls_origin[1].handshake_timeout", `out of range (want 1s..5m`}}},
+		{"idle_timeout 1ms", orig1 + "idle_timeout = \"1ms\"\n", []wantErr{{5, "tls_origin[1].idle_timeout", `idle_timeout "1ms" out of range (want 1s..24h; default 5m)`}}},
+		{"idle_timeout 48h", tls1 + "idle_timeout = \"48h\"\n" + cert1, []wantErr{{5, "tls[1].idle_timeout", `out of range (want 1s..24h`}}},
+		{"header_timeout 1ns", tls1 + "header_timeout = \"1ns\"\n" + cert1, []wantErr{{5, "tls[1].header_timeout", `header_timeout "1ns" out of range (want 1s..5m; default 10s)`}}},
+		{"header_timeout with tcp", strings.Replace(tls1, "static:www", "tcp://b:80", 1) + "header_timeout = \"5s\"\n" + cert1, []wantErr{{5, "tls[1].header_timeout", `header_timeout with backend "tcp://b:80": only a static: backend reads request heads`}}},
+		{"bounds inclusive", tls1 + "ticket_rotation = \"1m\"\nhandshake_timeout = \"5m\"\nidle_timeout = \"24h\"\nheader_timeout = \"1s\"\n" + cert1, nil},
 		{"ticket_rotation without tickets", tls1 + "session_tickets = false\nticket_rotation = \"1h\"\n" + cert1, []wantErr{{6, "tls[1].ticket_rotation", "ticket_rotation with session_tickets = false"}}},
 		{"max_conns zero", tls1 + "max_conns = 0\n" + cert1, []wantErr{{5, "tls[1].max_conns", "0 out of range (want 1..1000000; default 10000)"}}},
 		{"max_conns big", orig1 + "max_conns = 1000001\n", []wantErr{{5, "tls_origin[1].max_conns", "out of range"}}},
@@ -382,7 +391,16 @@ func checkTLSInvariants(t *testing.T, g *Gateway) {
 			t.Fatalf("versions %#x..%#x", lo, hi)
 		}
 	}
+	inBounds := func(key string, d time.Duration) {
+		if b := tlsDurationBounds[key]; d < b.lo || d > b.hi {
+			t.Fatalf("%s %v accepted", key, d)
+		}
+	}
 	for _, l := range g.TLS {
+		inBounds("handshake_timeout", l.HandshakeTimeout)
+		inBounds("idle_timeout", l.IdleTimeout)
+		inBounds("header_timeout", l.HeaderTimeout)
+		inBounds("ticket_rotation", l.TicketRotation)
 		seen(l.Name, l.Listen, l.DualStack)
 		versions(l.MinVersion, l.MaxVersion)
 		if len(l.Certs) == 0 || (l.ClientAuth == ClientAuthNone) != (l.ClientCA == "") || l.MaxConns < 1 ||
@@ -397,6 +415,8 @@ func checkTLSInvariants(t *testing.T, g *Gateway) {
 		}
 	}
 	for _, o := range g.TLSOrigins {
+		inBounds("handshake_timeout", o.HandshakeTimeout)
+		inBounds("idle_timeout", o.IdleTimeout)
 		seen(o.Name, o.Listen, o.DualStack)
 		versions(o.MinVersion, o.MaxVersion)
 		if !strings.HasPrefix(o.Backend, "tls://") || o.ServerName == "" || o.MaxConns < 1 ||

@@ -50,8 +50,8 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 			MinVersion: l.MinVersion, MaxVersion: l.MaxVersion, ALPN: slices.Clone(l.ALPN),
 			ClientAuth: l.ClientAuth, ClientCA: l.ClientCA,
 			SessionTickets: l.SessionTickets, TicketRotation: l.TicketRotation,
-			HandshakeTimeout: l.HandshakeTimeout, IdleTimeout: l.IdleTimeout, MaxConns: l.MaxConns,
-			Backend: l.Backend, ProxyProtocol: l.ProxyProtocol, ServeDotfiles: l.ServeDotfiles,
+			HandshakeTimeout: l.HandshakeTimeout, IdleTimeout: l.IdleTimeout, HeaderTimeout: l.HeaderTimeout,
+			MaxConns: l.MaxConns, Backend: l.Backend, ProxyProtocol: l.ProxyProtocol, ServeDotfiles: l.ServeDotfiles,
 		}
 		for _, c := range l.Certs {
 			lc.Certs = append(lc.Certs, tls.Cert{CertFile: c.Cert, KeyFile: c.Key})
