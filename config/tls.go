@@ -92,7 +92,11 @@ type TLSCommon struct {
 	HandshakeTimeout       time.Duration // tlsDurationBounds has each duration's range
 	IdleTimeout            time.Duration
 	MaxConns               int
-	Pos                    Pos // where its table starts
+	// MaxConnsPerSource bounds the connections of one source (an IPv4
+	// address, an IPv6 /64); 0 = package tls's default, a tenth of
+	// MaxConns but at least 100 (and at most MaxConns).
+	MaxConnsPerSource int
+	Pos               Pos // where its table starts
 }
 
 // TLSListener is a [[tls]] table: a TLS termination listener.
@@ -218,10 +222,10 @@ func (g *Gateway) CheckTLSFiles() error {
 
 var (
 	tlsKeys = []string{"name", "listen", "ipv6_only", "backend", "proxy_protocol", "engine", "versions", "alpn", "client_auth",
-		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "header_timeout", "max_conns", "serve_dotfiles", "cert"}
+		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "header_timeout", "max_conns", "max_conns_per_source", "serve_dotfiles", "cert"}
 	tlsCertKeys   = []string{"cert", "key"}
 	tlsOriginKeys = []string{"name", "listen", "ipv6_only", "backend", "server_name", "ca", "cert", "key", "engine", "versions",
-		"alpn", "handshake_timeout", "idle_timeout", "max_conns"}
+		"alpn", "handshake_timeout", "idle_timeout", "max_conns", "max_conns_per_source"}
 	clientAuths = []string{ClientAuthNone, ClientAuthOptional, ClientAuthRequire}
 )
 
@@ -241,8 +245,12 @@ func newTLSCommon(pos Pos) TLSCommon {
 }
 
 // tlsCommonAfter checks, once a table's keys are all read, what its
-// shared keys say together: ipv6_only = false needs listen on "[::]".
+// shared keys say together: ipv6_only = false needs listen on "[::]",
+// max_conns_per_source is at most max_conns.
 func (d *gwDecoder) tlsCommonAfter(c *TLSCommon, f string, seen map[string]*Entry) {
+	if e := seen["max_conns_per_source"]; e != nil && c.MaxConnsPerSource > c.MaxConns && !d.failed(f+".max_conns") {
+		d.errorf(e.Value.Pos, f+".max_conns_per_source", "max_conns_per_source %d above max_conns %d (%s)", c.MaxConnsPerSource, c.MaxConns, d.where(f+".max_conns"))
+	}
 	e := seen["ipv6_only"]
 	if e == nil || !c.DualStack || c.Listen == "" || d.failed(f+".listen") {
 		return
@@ -295,6 +303,10 @@ func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bo
 	case "max_conns":
 		if n, ok := d.maxConns(kf, v); ok {
 			c.MaxConns = n
+		}
+	case "max_conns_per_source":
+		if n, ok := d.intIn(kf, v, "", 1, MaxTLSMaxConns, "1..max_conns; default a tenth of max_conns, at least 100"); ok {
+			c.MaxConnsPerSource = int(n)
 		}
 	default:
 		return false

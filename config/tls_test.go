@@ -136,10 +136,10 @@ func TestTLSErrors(t *testing.T) {
 		// Structure.
 		{"tls table", "[tls]\nname = \"web\"\n", []wantErr{{1, "tls", "want an array of tables, got table (write [[tls]], not [tls])"}}},
 		{"tls_origin table", "[tls_origin]\nname = \"o\"\n", []wantErr{{1, "tls_origin", "write [[tls_origin]], not [tls_origin]"}}},
-		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, ipv6_only, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, header_timeout, max_conns, serve_dotfiles, cert)"}}},
+		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, ipv6_only, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, header_timeout, max_conns, max_conns_per_source, serve_dotfiles, cert)"}}},
 		{"key case", tls1 + "ALPN = []\n" + cert1, []wantErr{{5, "tls[1].ALPN", "did you mean alpn?"}}},
 		{"unknown cert key", tls1 + cert1 + "chain = \"x\"\n", []wantErr{{8, "tls[1].cert[1].chain", "unknown key (valid: cert, key)"}}},
-		{"unknown origin key", orig1 + "sni = \"x\"\n", []wantErr{{5, "tls_origin[1].sni", "unknown key (valid: name, listen, ipv6_only, backend, server_name, ca, cert, key, engine, versions, alpn, handshake_timeout, idle_timeout, max_conns)"}}},
+		{"unknown origin key", orig1 + "sni = \"x\"\n", []wantErr{{5, "tls_origin[1].sni", "unknown key (valid: name, listen, ipv6_only, backend, server_name, ca, cert, key, engine, versions, alpn, handshake_timeout, idle_timeout, max_conns, max_conns_per_source)"}}},
 		{"listener missing everything", "[[tls]]\n", []wantErr{
 			{1, "tls[1].name", "missing required key"},
 			{1, "tls[1].listen", "missing required key"},
@@ -253,6 +253,10 @@ func TestTLSErrors(t *testing.T) {
 		{"ticket_rotation without tickets", tls1 + "session_tickets = false\nticket_rotation = \"1h\"\n" + cert1, []wantErr{{6, "tls[1].ticket_rotation", "ticket_rotation with session_tickets = false"}}},
 		{"max_conns zero", tls1 + "max_conns = 0\n" + cert1, []wantErr{{5, "tls[1].max_conns", "0 out of range (want 1..1000000; default 10000)"}}},
 		{"max_conns big", orig1 + "max_conns = 1000001\n", []wantErr{{5, "tls_origin[1].max_conns", "out of range"}}},
+		{"max_conns_per_source zero", tls1 + "max_conns_per_source = 0\n" + cert1, []wantErr{{5, "tls[1].max_conns_per_source", "0 out of range (want 1..max_conns; default a tenth of max_conns, at least 100)"}}},
+		{"max_conns_per_source above max_conns", orig1 + "max_conns = 50\nmax_conns_per_source = 51\n", []wantErr{{6, "tls_origin[1].max_conns_per_source", "max_conns_per_source 51 above max_conns 50 (tls_origin[1].max_conns, line 5)"}}},
+		{"max_conns_per_source above default max_conns", tls1 + "max_conns_per_source = 10001\n" + cert1, []wantErr{{5, "tls[1].max_conns_per_source", "max_conns_per_source 10001 above max_conns 10000 (the default;"}}},
+		{"max_conns_per_source ok", tls1 + "max_conns_per_source = 10\nmax_conns = 10\n" + cert1, nil},
 		{"max_conns string", tls1 + "max_conns = \"100\"\n" + cert1, []wantErr{{5, "tls[1].max_conns", "want an integer, got string"}}},
 		{"engine", tls1 + "engine = \"Soft\"\n" + cert1, []wantErr{{5, "tls[1].engine", `invalid engine name "Soft"`}}},
 

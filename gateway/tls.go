@@ -51,7 +51,7 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 			ClientAuth: l.ClientAuth, ClientCA: l.ClientCA,
 			SessionTickets: l.SessionTickets, TicketRotation: l.TicketRotation,
 			HandshakeTimeout: l.HandshakeTimeout, IdleTimeout: l.IdleTimeout, HeaderTimeout: l.HeaderTimeout,
-			MaxConns: l.MaxConns, Backend: l.Backend, ProxyProtocol: l.ProxyProtocol, ServeDotfiles: l.ServeDotfiles,
+			MaxConns: l.MaxConns, MaxConnsPerSource: l.MaxConnsPerSource, Backend: l.Backend, ProxyProtocol: l.ProxyProtocol, ServeDotfiles: l.ServeDotfiles,
 		}
 		for _, c := range l.Certs {
 			lc.Certs = append(lc.Certs, tls.Cert{CertFile: c.Cert, KeyFile: c.Key})
@@ -65,6 +65,7 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 			Engine: tlsEngineName(cfg, o.Engine), MinVersion: o.MinVersion, MaxVersion: o.MaxVersion,
 			ALPN:             slices.Clone(o.ALPN),
 			HandshakeTimeout: o.HandshakeTimeout, IdleTimeout: o.IdleTimeout, MaxConns: o.MaxConns,
+			MaxConnsPerSource: o.MaxConnsPerSource,
 		}
 		if o.Cert != nil {
 			oc.Cert = &tls.Cert{CertFile: o.Cert.Cert, KeyFile: o.Cert.Key}

@@ -55,6 +55,11 @@ type ListenerConfig struct {
 	HandshakeTimeout time.Duration // 0 = DefaultHandshakeTimeout
 	IdleTimeout      time.Duration // 0 = DefaultIdleTimeout
 	MaxConns         int           // 0 = DefaultMaxConns
+	// MaxConnsPerSource bounds the connections open from one source (an
+	// IPv4 address, or an IPv6 /64: one host commonly holds a whole /64);
+	// more are refused and counted (Stats.RefusedPerSource). 0 =
+	// DefaultMaxConnsPerSource(MaxConns).
+	MaxConnsPerSource int
 	// HeaderTimeout bounds, for a static: backend, the time from a
 	// request's first byte to the end of its head (against slowloris);
 	// 0 = DefaultHeaderTimeout.
@@ -93,6 +98,8 @@ type OriginConfig struct {
 	HandshakeTimeout time.Duration
 	IdleTimeout      time.Duration
 	MaxConns         int
+	// MaxConnsPerSource is ListenerConfig's.
+	MaxConnsPerSource int
 }
 
 // Config is every TLS listener and origin of a gateway.
@@ -108,6 +115,15 @@ const (
 	DefaultMaxConns         = 10000
 	DefaultTicketRotation   = time.Hour
 )
+
+// DefaultMaxConnsPerSource is the per-source limit of a listener or
+// origin that sets none: a tenth of maxConns, so that it takes ten sources
+// to fill the listener, but at least 100 (clients behind one NAT or proxy
+// share an address; a browser opens six connections a host), and at most
+// maxConns.
+func DefaultMaxConnsPerSource(maxConns int) int {
+	return min(maxConns, max(maxConns/10, 100))
+}
 
 // Options are what a Service takes from the gateway around it.
 type Options struct {
@@ -129,6 +145,9 @@ type Stats struct {
 	Open     uint64 `json:"open"`     // connections open now
 	Accepted uint64 `json:"accepted"` // connections accepted
 	Refused  uint64 `json:"refused"`  // connections refused at MaxConns
+	// RefusedPerSource counts connections refused because their source
+	// had MaxConnsPerSource open (not in Refused).
+	RefusedPerSource uint64 `json:"refused_per_source"`
 	// Handshakes completed; Resumed of them by a session ticket.
 	Handshakes uint64 `json:"handshakes"`
 	Resumed    uint64 `json:"resumed"`

@@ -62,6 +62,9 @@ func normListener(c ListenerConfig) (ListenerConfig, error) {
 	if c.TicketRotation < 0 || c.HandshakeTimeout < 0 || c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.MaxConns < 0 {
 		return bad("negative timeout or max_conns")
 	}
+	if c.MaxConnsPerSource, err = normPerSource(c.MaxConnsPerSource, c.MaxConns); err != nil {
+		return bad("%v", err)
+	}
 	switch {
 	case strings.HasPrefix(c.Backend, "static:"):
 		dir := strings.TrimPrefix(c.Backend, "static:")
@@ -121,12 +124,26 @@ func normOrigin(c OriginConfig) (OriginConfig, error) {
 	if c.HandshakeTimeout < 0 || c.IdleTimeout < 0 || c.MaxConns < 0 {
 		return bad("negative timeout or max_conns")
 	}
+	if c.MaxConnsPerSource, err = normPerSource(c.MaxConnsPerSource, c.MaxConns); err != nil {
+		return bad("%v", err)
+	}
 	c.ALPN = slices.Clone(c.ALPN)
 	if c.Cert != nil {
 		cc := *c.Cert
 		c.Cert = &cc
 	}
 	return c, nil
+}
+
+// normPerSource returns a per-source limit with its default filled in.
+func normPerSource(n, maxConns int) (int, error) {
+	switch {
+	case n == 0:
+		return DefaultMaxConnsPerSource(maxConns), nil
+	case n < 0 || n > maxConns:
+		return 0, fmt.Errorf("max_conns_per_source %d (want 1..max_conns %d)", n, maxConns)
+	}
+	return n, nil
 }
 
 // checkListen checks a listen address and its DualStack setting.

@@ -37,6 +37,7 @@ func FailureReasons() []string { return append([]string(nil), failReasons[:]...)
 // survive a reload of their listener.
 type counters struct {
 	open, accepted, refused  atomic.Uint64
+	refusedSource            atomic.Uint64
 	handshakes, resumed      atomic.Uint64
 	failures                 [len(failReasons)]atomic.Uint64
 	bytesIn, bytesOut        atomic.Uint64
@@ -59,6 +60,7 @@ func (c *counters) fill(s *Stats) {
 	s.Open = c.open.Load()
 	s.Accepted = c.accepted.Load()
 	s.Refused = c.refused.Load()
+	s.RefusedPerSource = c.refusedSource.Load()
 	s.Handshakes = c.handshakes.Load()
 	s.Resumed = c.resumed.Load()
 	s.HandshakeFailures = make(map[string]uint64, len(failReasons))

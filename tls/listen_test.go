@@ -2,6 +2,7 @@ package tls
 
 import (
 	"net"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
@@ -60,3 +61,27 @@ func TestListenFamilies(t *testing.T) {
 		ln.Close()
 	}
 }
+
+// TestSourceOf: IPv4 sources count by address (mapped ones too), IPv6
+// sources by /64.
+func TestSourceOf(t *testing.T) {
+	conn := func(s string) net.Conn {
+		return &addrConn{remote: net.TCPAddrFromAddrPort(netip.MustParseAddrPort(s))}
+	}
+	for _, tt := range []struct{ remote, want string }{
+		{"192.0.2.7:5000", "192.0.2.7"},
+		{"[::ffff:192.0.2.7]:5000", "192.0.2.7"},
+		{"[2001:db8:1:2:aaaa:bbbb:cccc:dddd]:5000", "2001:db8:1:2::"},
+	} {
+		if got := sourceOf(conn(tt.remote)); got != netip.MustParseAddr(tt.want) {
+			t.Errorf("sourceOf(%s) = %v, want %s", tt.remote, got, tt.want)
+		}
+	}
+}
+
+type addrConn struct {
+	net.Conn
+	remote net.Addr
+}
+
+func (c *addrConn) RemoteAddr() net.Addr { return c.remote }

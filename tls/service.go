@@ -61,6 +61,9 @@ type endpoint struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{} // open connections (client side)
+
+	srcMu   sync.Mutex
+	sources map[netip.Addr]int // open connections by source (sourceOf)
 }
 
 // acquire returns the current state with a reference on its certificates,
@@ -83,7 +86,8 @@ func newEndpoint(s *Service, kind, name, listen string, dual bool) (*endpoint, e
 		return nil, fmt.Errorf("tls: %s: %w", name, err)
 	}
 	return &endpoint{svc: s, kind: kind, name: name, listen: listen, dual: dual, ln: ln,
-		kick: make(chan struct{}, 1), quit: make(chan struct{}), conns: make(map[net.Conn]struct{})}, nil
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), conns: make(map[net.Conn]struct{}),
+		sources: make(map[netip.Addr]int)}, nil
 }
 
 // listenTCP opens a listening socket on one address family, as nginx
@@ -194,12 +198,61 @@ func (e *endpoint) closeConns() {
 	}
 }
 
-func (e *endpoint) maxConns() int {
+// limits returns the endpoint's connection limits: in all, and per
+// source.
+func (e *endpoint) limits() (total, perSource int) {
 	if st := e.state.Load(); st.lc != nil {
-		return st.lc.MaxConns
+		return st.lc.MaxConns, st.lc.MaxConnsPerSource
 	} else {
-		return st.oc.MaxConns
+		return st.oc.MaxConns, st.oc.MaxConnsPerSource
 	}
+}
+
+// sourceOf is what a connection's client counts against its per-source
+// limit: its IPv4 address, or its IPv6 address's /64 (a host commonly
+// has a whole /64 to pick addresses from).
+func sourceOf(c net.Conn) netip.Addr {
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
+	}
+	a := ta.AddrPort().Addr().Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		a = p.Addr()
+	}
+	return a
+}
+
+// takeSource counts a connection from src, unless src has limit open.
+func (e *endpoint) takeSource(src netip.Addr, limit int) bool {
+	e.srcMu.Lock()
+	defer e.srcMu.Unlock()
+	if e.sources[src] >= limit {
+		return false
+	}
+	e.sources[src]++
+	return true
+}
+
+// dropSource uncounts a connection from src.
+func (e *endpoint) dropSource(src netip.Addr) {
+	e.srcMu.Lock()
+	defer e.srcMu.Unlock()
+	if n := e.sources[src] - 1; n > 0 {
+		e.sources[src] = n
+	} else {
+		delete(e.sources, src)
+	}
+}
+
+// refuse closes a connection at once, with a reset rather than a FIN: a
+// refused client learns it without a TIME_WAIT on our side.
+func refuse(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 func (e *endpoint) acceptLoop() {
@@ -229,12 +282,16 @@ func (e *endpoint) acceptLoop() {
 			continue
 		}
 		backoff = 0
-		if e.ctr.open.Load() >= uint64(e.maxConns()) {
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetLinger(0)
-			}
-			c.Close()
+		total, perSource := e.limits()
+		if e.ctr.open.Load() >= uint64(total) {
+			refuse(c)
 			e.ctr.refused.Add(1)
+			continue
+		}
+		src := sourceOf(c)
+		if !e.takeSource(src, perSource) {
+			refuse(c)
+			e.ctr.refusedSource.Add(1)
 			continue
 		}
 		e.ctr.open.Add(1)
@@ -243,16 +300,17 @@ func (e *endpoint) acceptLoop() {
 		e.conns[c] = struct{}{}
 		e.mu.Unlock()
 		e.svc.wg.Add(1)
-		go e.serve(c)
+		go e.serve(c, src)
 	}
 }
 
-func (e *endpoint) serve(c net.Conn) {
+func (e *endpoint) serve(c net.Conn, src netip.Addr) {
 	defer func() {
 		c.Close()
 		e.mu.Lock()
 		delete(e.conns, c)
 		e.mu.Unlock()
+		e.dropSource(src)
 		e.ctr.open.Add(^uint64(0))
 		e.svc.wg.Done()
 	}()
