@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -140,7 +141,8 @@ func matchName(pattern, host string) bool {
 
 // loadCert reads a certificate chain and its key, imports the key into
 // eng and wipes the key file's bytes. The chain's leaf must match the key.
-func loadCert(c Cert, eng cryptodev.Engine, q *signQueue) (*loadedCert, error) {
+// A key file others may read is loaded, with a warning in log.
+func loadCert(c Cert, eng cryptodev.Engine, q *signQueue, log *slog.Logger) (*loadedCert, error) {
 	ae, ok := eng.(cryptodev.AsymEngine)
 	if !ok {
 		return nil, fmt.Errorf("tls: engine %s does not hold private keys", eng.Name())
@@ -170,6 +172,9 @@ func loadCert(c Cert, eng cryptodev.Engine, q *signQueue) (*loadedCert, error) {
 	priv, err := cryptodev.ReadPrivateKey(c.KeyFile)
 	if err != nil {
 		return nil, err
+	}
+	if mode, loose := cryptodev.LooseKeyFile(c.KeyFile); loose {
+		log.Warn("tls: private key file readable by others (chmod 600 it, or 640 for a group)", "file", c.KeyFile, "mode", fmt.Sprintf("%#o", mode))
 	}
 	if pk, ok := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(publicOf(priv)) {
 		return nil, fmt.Errorf("tls: %s: the key does not match the certificate in %s", c.KeyFile, c.CertFile)

@@ -443,7 +443,7 @@ func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 		return nil, fmt.Errorf("tls: listener %q: %w", lc.Name, err)
 	}
 	for _, c := range lc.Certs {
-		lcrt, err := loadCert(c, ref.eng, ref.q)
+		lcrt, err := loadCert(c, ref.eng, ref.q, s.log)
 		if err != nil {
 			return fail(err)
 		}
@@ -516,7 +516,7 @@ func (s *Service) buildOriginState(oc OriginConfig) (*epState, error) {
 		conf.RootCAs = pool
 	}
 	if oc.Cert != nil {
-		c, err := loadCert(*oc.Cert, ref.eng, ref.q)
+		c, err := loadCert(*oc.Cert, ref.eng, ref.q, s.log)
 		if err != nil {
 			return nil, fmt.Errorf("tls: origin %q: %w", oc.Name, err)
 		}
