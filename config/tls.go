@@ -14,7 +14,10 @@ package config
 // Gateway holds only paths that do not depend on the working directory.
 
 import (
+	"crypto"
 	cryptotls "crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/netip"
@@ -24,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/cryptodev"
 )
 
 // Defaults and limits of the TLS sections. The defaults are those of
@@ -164,16 +169,21 @@ func (g *Gateway) TLSEngines() []string {
 }
 
 // CheckTLSFiles reports, with their positions, the files and directories
-// the TLS sections name that cannot be read: certificates, keys, CAs, and
-// static backends' directories. It is a check of the file system at the
-// time of the call, for `sluice run` and reloads to refuse a configuration
-// whose listeners could not start; what the files hold is for package tls
-// to judge.
+// the TLS sections name that cannot be used: certificates, keys and CAs
+// that cannot be read or hold no certificate or key, a key that does not
+// match its certificate, and static backends' directories that are not
+// there. It is a check of the file system at the time of the call, for
+// `sluice run`, reloads and the gateway to refuse a configuration whose
+// listeners could not start with an error at the field that names the
+// file; package tls loads the files again when it starts them.
 func (g *Gateway) CheckTLSFiles() error {
 	var errs Errors
-	check := func(field, path string, dir bool) {
+	fail := func(field, msg string) {
+		errs = append(errs, &Error{Pos: g.FieldPos(field), Field: field, Msg: msg})
+	}
+	check := func(field, path string, dir bool) bool {
 		if path == "" {
-			return
+			return false
 		}
 		msg := ""
 		switch fi, err := os.Stat(path); {
@@ -192,7 +202,44 @@ func (g *Gateway) CheckTLSFiles() error {
 			}
 		}
 		if msg != "" {
-			errs = append(errs, &Error{Pos: g.FieldPos(field), Field: field, Msg: msg})
+			fail(field, msg)
+			return false
+		}
+		return true
+	}
+	// pair checks a certificate and its key.
+	pair := func(certField, keyField string, c TLSCert) {
+		certOK, keyOK := check(certField, c.Cert, false), check(keyField, c.Key, false)
+		var leaf *x509.Certificate
+		if certOK {
+			var msg string
+			if leaf, msg = readLeaf(c.Cert); msg != "" {
+				fail(certField, msg)
+			}
+		}
+		if !keyOK {
+			return
+		}
+		priv, err := cryptodev.ReadPrivateKey(c.Key)
+		if err != nil {
+			fail(keyField, strings.TrimPrefix(err.Error(), "cryptodev: "))
+			return
+		}
+		signer, ok := priv.(crypto.Signer)
+		pub, ok2 := publicKeyOf(leaf)
+		if leaf != nil && (!ok || !ok2 || !pub.Equal(signer.Public())) {
+			fail(keyField, fmt.Sprintf("%s: the key does not match the certificate in %s", c.Key, c.Cert))
+		}
+	}
+	ca := func(field, path string) {
+		if !check(field, path, false) {
+			return
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			fail(field, err.Error())
+		} else if !x509.NewCertPool().AppendCertsFromPEM(data) {
+			fail(field, fmt.Sprintf("%s: no CA certificate (want PEM CERTIFICATE blocks)", path))
 		}
 	}
 	for i := range g.TLS {
@@ -200,22 +247,52 @@ func (g *Gateway) CheckTLSFiles() error {
 		if l.BackendKind == BackendStatic {
 			check(f+".backend", strings.TrimPrefix(l.Backend, "static:"), true)
 		}
-		check(f+".client_ca", l.ClientCA, false)
+		ca(f+".client_ca", l.ClientCA)
 		for k, c := range l.Certs {
 			cf := elemPath(f+".cert", k)
-			check(cf+".cert", c.Cert, false)
-			check(cf+".key", c.Key, false)
+			pair(cf+".cert", cf+".key", c)
 		}
 	}
 	for i := range g.TLSOrigins {
 		o, f := &g.TLSOrigins[i], elemPath("tls_origin", i)
-		check(f+".ca", o.CA, false)
+		ca(f+".ca", o.CA)
 		if o.Cert != nil {
-			check(f+".cert", o.Cert.Cert, false)
-			check(f+".key", o.Cert.Key, false)
+			pair(f+".cert", f+".key", *o.Cert)
 		}
 	}
+	errs.Sort()
 	return errs.Err()
+}
+
+// readLeaf returns the first certificate of a PEM file, or what is wrong.
+func readLeaf(file string) (*x509.Certificate, string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err.Error()
+	}
+	for rest := data; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			return nil, fmt.Sprintf("%s: no certificate (want a PEM CERTIFICATE block: the leaf, then its intermediates)", file)
+		}
+		if b.Type == "CERTIFICATE" {
+			leaf, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return nil, fmt.Sprintf("%s: %v", file, err)
+			}
+			return leaf, ""
+		}
+	}
+}
+
+// publicKeyOf returns a certificate's public key, comparable with a
+// private key's.
+func publicKeyOf(c *x509.Certificate) (interface{ Equal(crypto.PublicKey) bool }, bool) {
+	if c == nil {
+		return nil, false
+	}
+	pk, ok := c.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+	return pk, ok
 }
 
 // The first pass.

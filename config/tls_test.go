@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/gateway/certgen"
 )
 
 var (
@@ -321,10 +323,20 @@ func TestTLSCheckEngines(t *testing.T) {
 
 func TestTLSCheckFiles(t *testing.T) {
 	dir := t.TempDir()
-	for _, f := range []string{"a.pem", "a.key", "ca.pem", "c.pem", "c.key"} {
-		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+	ca, err := certgen.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	site, siteKey, _ := ca.Issue(false, "site.test")
+	client, clientKey, _ := ca.Issue(true, "client")
+	_, otherKey, _ := ca.Issue(false, "other.test")
+	write := func(name string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for f, b := range map[string][]byte{"a.pem": site, "a.key": siteKey, "ca.pem": ca.PEM, "c.pem": client, "c.key": clientKey} {
+		write(f, b)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "www"), 0o700); err != nil {
 		t.Fatal(err)
@@ -352,6 +364,32 @@ func TestTLSCheckFiles(t *testing.T) {
 	})
 	if !strings.HasPrefix(errs[1].Error(), file+":7:7: tls[1].cert[1].key: ") {
 		t.Errorf("error %q", errs[1])
+	}
+
+	// What the files hold (issue 16: these were found only when the
+	// listener started, without a position).
+	os.Remove(filepath.Join(dir, "www"))
+	os.Mkdir(filepath.Join(dir, "www"), 0o700)
+	os.Remove(filepath.Join(dir, "ca.pem"))
+	write("a.key", otherKey)       // another certificate's key
+	write("ca.pem", clientKey)     // no certificate in a CA bundle
+	write("c.pem", []byte("junk")) // no certificate at all
+	errs = asErrors(t, g.CheckTLSFiles())
+	checkErrors(t, errs, []wantErr{
+		{7, "tls[1].cert[1].key", "the key does not match the certificate in " + filepath.Join(dir, "a.pem")},
+		{12, "tls_origin[1].ca", "no CA certificate (want PEM CERTIFICATE blocks)"},
+		{13, "tls_origin[1].cert", "no certificate (want a PEM CERTIFICATE block: the leaf, then its intermediates)"},
+	})
+	write("c.pem", client)
+	write("c.key", []byte("junk"))
+	errs = asErrors(t, g.CheckTLSFiles())
+	checkErrors(t, errs, []wantErr{
+		{7, "tls[1].cert[1].key", "the key does not match"},
+		{12, "tls_origin[1].ca", "no CA certificate"},
+		{14, "tls_origin[1].key", `no private key (want a PEM "PRIVATE KEY"`},
+	})
+	if !strings.HasPrefix(errs[2].Error(), file+":14:7: tls_origin[1].key: ") {
+		t.Errorf("error %q", errs[2])
 	}
 }
 

@@ -75,6 +75,33 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 	return tc
 }
 
+// tlsError places an error of the TLS service in cfg: one listener's or
+// origin's (tls.EndpointError) becomes a config.Error at the line of the
+// key it names ("FILE:LINE:COL: tls[1].cert[1].key: ..."), or of its
+// table; others are only prefixed.
+func tlsError(cfg *config.Gateway, err error) error {
+	var ee *tls.EndpointError
+	if !errors.As(err, &ee) {
+		return fmt.Errorf("gateway: %s: %w", cfg.File, err)
+	}
+	table := ""
+	if ee.Kind == "listener" {
+		if i := slices.IndexFunc(cfg.TLS, func(l config.TLSListener) bool { return l.Name == ee.Name }); i >= 0 {
+			table = fmt.Sprintf("tls[%d]", i+1)
+		}
+	} else if i := slices.IndexFunc(cfg.TLSOrigins, func(o config.TLSOrigin) bool { return o.Name == ee.Name }); i >= 0 {
+		table = fmt.Sprintf("tls_origin[%d]", i+1)
+	}
+	if table == "" {
+		return fmt.Errorf("gateway: %s: %w", cfg.File, err)
+	}
+	field := table
+	if ee.Field != "" {
+		field += "." + ee.Field
+	}
+	return &config.Error{Pos: cfg.FieldPos(field), Field: field, Msg: ee.Detail()}
+}
+
 // tlsState is the gateway's TLS service and the engines opened for it that
 // the ESP data plane does not use.
 type tlsState struct {
@@ -142,7 +169,7 @@ func (g *Gateway) startTLS(cfg *config.Gateway) error {
 	}
 	svc, err := tls.Start(TLSConfig(cfg), tls.Options{Engine: g.tlsEngine, Log: g.log})
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return tlsError(cfg, err)
 	}
 	g.tls.mu.Lock()
 	g.tls.svc = svc
@@ -170,7 +197,7 @@ func (g *Gateway) reloadTLS(next *config.Gateway, note func(string, ...any)) err
 	}
 	changes, err := g.tls.svc.Reload(TLSConfig(next))
 	if err != nil {
-		return fmt.Errorf("gateway: %s: %w", next.File, err)
+		return tlsError(next, err)
 	}
 	for _, c := range changes {
 		note(c)

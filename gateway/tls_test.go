@@ -246,7 +246,7 @@ func TestTLSOnlyStartFails(t *testing.T) {
 	s := newTLSSite(t)
 	os.Remove(filepath.Join(s.dir, "site.key"))
 	_, err := Start(context.Background(), s.load(t), nil)
-	if err == nil || !strings.HasPrefix(err.Error(), "gateway: ") {
+	if err == nil || !strings.HasPrefix(err.Error(), s.file+":11:9: tls[1].cert[1].key: ") {
 		t.Fatalf("got %v", err)
 	}
 	ln, err := net.Listen("tcp", s.addr)

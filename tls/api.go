@@ -3,8 +3,10 @@ package tls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -124,6 +126,36 @@ const (
 func DefaultMaxConnsPerSource(maxConns int) int {
 	return min(maxConns, max(maxConns/10, 100))
 }
+
+// EndpointError is what Start or Reload found wrong with one listener or
+// origin of a Config. Field names the setting in the words of the
+// gateway's configuration file, for the caller to point at its line:
+// "listen", "backend", "engine", "client_ca", "cert[N].cert" and
+// "cert[N].key" (N counts from 1) of a listener; "listen", "engine",
+// "ca", "cert" and "key" of an origin; "" when no one setting is wrong.
+type EndpointError struct {
+	Kind  string // "listener" or "origin"
+	Name  string
+	Field string
+	Err   error
+}
+
+// Error returns "tls: KIND "NAME": FIELD: DETAIL".
+func (e *EndpointError) Error() string {
+	msg := e.Detail()
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
+	}
+	return fmt.Sprintf("tls: %s %q: %s", e.Kind, e.Name, msg)
+}
+
+// Detail is the error without the endpoint and field, and without a
+// "tls: " prefix.
+func (e *EndpointError) Detail() string {
+	return strings.TrimPrefix(e.Err.Error(), "tls: ")
+}
+
+func (e *EndpointError) Unwrap() error { return e.Err }
 
 // Options are what a Service takes from the gateway around it.
 type Options struct {

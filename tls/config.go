@@ -19,7 +19,7 @@ const DefaultHeaderTimeout = 10 * time.Second
 // the field that is wrong.
 func normListener(c ListenerConfig) (ListenerConfig, error) {
 	bad := func(f string, a ...any) (ListenerConfig, error) {
-		return c, fmt.Errorf("tls: listener %q: "+f, append([]any{c.Name}, a...)...)
+		return c, &EndpointError{Kind: "listener", Name: c.Name, Err: fmt.Errorf(f, a...)}
 	}
 	if c.Name == "" {
 		return c, fmt.Errorf("tls: listener on %q has no name", c.Listen)
@@ -90,7 +90,7 @@ func normListener(c ListenerConfig) (ListenerConfig, error) {
 // normOrigin is normListener for an origin.
 func normOrigin(c OriginConfig) (OriginConfig, error) {
 	bad := func(f string, a ...any) (OriginConfig, error) {
-		return c, fmt.Errorf("tls: origin %q: "+f, append([]any{c.Name}, a...)...)
+		return c, &EndpointError{Kind: "origin", Name: c.Name, Err: fmt.Errorf(f, a...)}
 	}
 	if c.Name == "" {
 		return c, fmt.Errorf("tls: origin on %q has no name", c.Listen)

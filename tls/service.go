@@ -83,7 +83,7 @@ func (e *endpoint) acquire() *epState {
 func newEndpoint(s *Service, kind, name, listen string, dual bool) (*endpoint, error) {
 	ln, err := listenTCP(listen, dual)
 	if err != nil {
-		return nil, fmt.Errorf("tls: %s: %w", name, err)
+		return nil, &EndpointError{Kind: kindWord(kind), Name: name, Field: "listen", Err: err}
 	}
 	return &endpoint{svc: s, kind: kind, name: name, listen: listen, dual: dual, ln: ln,
 		kick: make(chan struct{}, 1), quit: make(chan struct{}), conns: make(map[net.Conn]struct{}),
@@ -432,20 +432,20 @@ func (e *endpoint) originate(raw net.Conn) {
 func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 	ref, err := s.engine(lc.Engine)
 	if err != nil {
-		return nil, err
+		return nil, &EndpointError{Kind: "listener", Name: lc.Name, Field: "engine", Err: err}
 	}
 	st := &epState{lc: &lc, eng: ref}
 	var certs []*loadedCert
-	fail := func(err error) (*epState, error) {
+	fail := func(field string, err error) (*epState, error) {
 		for _, c := range certs {
 			c.key.key.Destroy()
 		}
-		return nil, fmt.Errorf("tls: listener %q: %w", lc.Name, err)
+		return nil, &EndpointError{Kind: "listener", Name: lc.Name, Field: field, Err: err}
 	}
-	for _, c := range lc.Certs {
-		lcrt, err := loadCert(c, ref.eng, ref.q, s.log)
+	for i, c := range lc.Certs {
+		lcrt, which, err := loadCert(c, ref.eng, ref.q, s.log)
 		if err != nil {
-			return fail(err)
+			return fail(fmt.Sprintf("cert[%d].%s", i+1, which), err)
 		}
 		certs = append(certs, lcrt)
 	}
@@ -469,7 +469,7 @@ func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 	if lc.ClientCA != "" {
 		pool, sum, err := loadCAs(lc.ClientCA)
 		if err != nil {
-			return fail(err)
+			return fail("client_ca", err)
 		}
 		conf.ClientCAs, st.caSum = pool, sum
 	}
@@ -478,7 +478,7 @@ func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 	case strings.HasPrefix(lc.Backend, "static:"):
 		ss, err := s.staticFor(strings.TrimPrefix(lc.Backend, "static:"))
 		if err != nil {
-			return fail(err)
+			return fail("backend", err)
 		}
 		st.static = ss
 	default:
@@ -489,9 +489,12 @@ func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 
 // buildOriginState loads an origin's CA and client certificate.
 func (s *Service) buildOriginState(oc OriginConfig) (*epState, error) {
+	fail := func(field string, err error) (*epState, error) {
+		return nil, &EndpointError{Kind: "origin", Name: oc.Name, Field: field, Err: err}
+	}
 	ref, err := s.engine(oc.Engine)
 	if err != nil {
-		return nil, err
+		return fail("engine", err)
 	}
 	st := &epState{oc: &oc, eng: ref}
 	conf := &gotls.Config{
@@ -505,20 +508,20 @@ func (s *Service) buildOriginState(oc OriginConfig) (*epState, error) {
 	if oc.CA != "" {
 		pool, sum, err := loadCAs(oc.CA)
 		if err != nil {
-			return nil, fmt.Errorf("tls: origin %q: %w", oc.Name, err)
+			return fail("ca", err)
 		}
 		conf.RootCAs, st.caSum = pool, sum
 	} else {
 		pool, err := x509.SystemCertPool()
 		if err != nil {
-			return nil, fmt.Errorf("tls: origin %q: system roots: %w", oc.Name, err)
+			return fail("ca", fmt.Errorf("system roots: %w", err))
 		}
 		conf.RootCAs = pool
 	}
 	if oc.Cert != nil {
-		c, err := loadCert(*oc.Cert, ref.eng, ref.q, s.log)
+		c, which, err := loadCert(*oc.Cert, ref.eng, ref.q, s.log)
 		if err != nil {
-			return nil, fmt.Errorf("tls: origin %q: %w", oc.Name, err)
+			return fail(which, err)
 		}
 		st.store = newCertStore([]*loadedCert{c})
 		conf.GetClientCertificate = func(cri *gotls.CertificateRequestInfo) (*gotls.Certificate, error) {
