@@ -14,7 +14,10 @@ package config
 // Gateway holds only paths that do not depend on the working directory.
 
 import (
+	"crypto"
 	cryptotls "crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"fmt"
 	"net"
 	"net/netip"
@@ -24,6 +27,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/cryptodev"
 )
 
 // Defaults and limits of the TLS sections. The defaults are those of
@@ -33,8 +38,25 @@ const (
 	DefaultTLSIdleTimeout      = 5 * time.Minute
 	DefaultTLSMaxConns         = 10000
 	DefaultTLSTicketRotation   = time.Hour
+	DefaultTLSHeaderTimeout    = 10 * time.Second
 	MaxTLSMaxConns             = 1000000
 )
+
+// tlsDurationBounds are the ranges of the TLS sections' durations, each
+// refused outside it with its line. The lower bounds keep a typo or a
+// hostile file from making a gateway useless: ticket_rotation = "1ns"
+// spun a core on key rotation and no ticket ever resumed, a 1ns handshake
+// or header timeout fails every client. The upper bounds keep connection
+// slots from being held by a client that stalls (handshake and header
+// timeouts), an idle connection from living for days, and a ticket key
+// (which, stolen, decrypts the resumed sessions it covered) from living
+// more than three days (a key serves for two more periods after its own).
+var tlsDurationBounds = map[string]struct{ lo, hi, def time.Duration }{
+	"handshake_timeout": {time.Second, 5 * time.Minute, DefaultTLSHandshakeTimeout},
+	"header_timeout":    {time.Second, 5 * time.Minute, DefaultTLSHeaderTimeout},
+	"idle_timeout":      {time.Second, 24 * time.Hour, DefaultTLSIdleTimeout},
+	"ticket_rotation":   {time.Minute, 24 * time.Hour, DefaultTLSTicketRotation},
+}
 
 // Client certificate policies of a [[tls]] listener (mTLS).
 const (
@@ -60,17 +82,26 @@ type TLSCert struct {
 
 // TLSCommon holds what [[tls]] and [[tls_origin]] tables share.
 type TLSCommon struct {
-	Name   string // unique among [[tls]] and [[tls_origin]]
-	Listen string // "host:port"; host may be empty (every address)
-	Engine string // engine holding the keys; "" = Gateway.Engine
+	Name string // unique among [[tls]] and [[tls_origin]]
+	// Listen is "host:port"; host may be empty (IPv4's every address,
+	// as nginx's "listen 8443"). An IPv4 address binds IPv4 only, an IPv6
+	// address IPv6 only: "[::]" binds IPv4 too only with DualStack
+	// (ipv6_only = false).
+	Listen    string
+	DualStack bool
+	Engine    string // engine holding the keys; "" = Gateway.Engine
 	// MinVersion and MaxVersion are crypto/tls's VersionTLS12 or
 	// VersionTLS13; versions = ["1.2", "1.3"] (the default) gives both.
 	MinVersion, MaxVersion uint16
-	ALPN                   []string // in preference order; nil = none
-	HandshakeTimeout       time.Duration
+	ALPN                   []string      // in preference order; nil = none
+	HandshakeTimeout       time.Duration // tlsDurationBounds has each duration's range
 	IdleTimeout            time.Duration
 	MaxConns               int
-	Pos                    Pos // where its table starts
+	// MaxConnsPerSource bounds the connections of one source (an IPv4
+	// address, an IPv6 /64); 0 = package tls's default, a tenth of
+	// MaxConns but at least 100 (and at most MaxConns).
+	MaxConnsPerSource int
+	Pos               Pos // where its table starts
 }
 
 // TLSListener is a [[tls]] table: a TLS termination listener.
@@ -78,13 +109,20 @@ type TLSListener struct {
 	TLSCommon
 	// Backend is "static:DIR" (DIR resolved like the other paths) or
 	// "tcp://HOST:PORT"; BackendKind says which.
-	Backend        string
-	BackendKind    string // BackendStatic or BackendTCP
-	ProxyProtocol  bool   // a PROXY v2 header to a tcp:// backend
+	Backend       string
+	BackendKind   string // BackendStatic or BackendTCP
+	ProxyProtocol bool   // a PROXY v2 header to a tcp:// backend
+	// ServeDotfiles lets a static: backend serve names with a component
+	// starting with '.'; by default they get 404 (but /.well-known/ is
+	// served).
+	ServeDotfiles  bool
 	ClientAuth     string // ClientAuthNone (default), ClientAuthOptional or ClientAuthRequire
 	ClientCA       string // PEM bundle; set when ClientAuth is not none
 	SessionTickets bool   // default true
 	TicketRotation time.Duration
+	// HeaderTimeout bounds, for a static: backend, the time from a
+	// request's first byte to the end of its head (slowloris).
+	HeaderTimeout time.Duration
 	// Certs are served by SNI; Certs[0] is the default. At least one.
 	Certs []TLSCert
 }
@@ -131,16 +169,21 @@ func (g *Gateway) TLSEngines() []string {
 }
 
 // CheckTLSFiles reports, with their positions, the files and directories
-// the TLS sections name that cannot be read: certificates, keys, CAs, and
-// static backends' directories. It is a check of the file system at the
-// time of the call, for `sluice run` and reloads to refuse a configuration
-// whose listeners could not start; what the files hold is for package tls
-// to judge.
+// the TLS sections name that cannot be used: certificates, keys and CAs
+// that cannot be read or hold no certificate or key, a key that does not
+// match its certificate, and static backends' directories that are not
+// there. It is a check of the file system at the time of the call, for
+// `sluice run`, reloads and the gateway to refuse a configuration whose
+// listeners could not start with an error at the field that names the
+// file; package tls loads the files again when it starts them.
 func (g *Gateway) CheckTLSFiles() error {
 	var errs Errors
-	check := func(field, path string, dir bool) {
+	fail := func(field, msg string) {
+		errs = append(errs, &Error{Pos: g.FieldPos(field), Field: field, Msg: msg})
+	}
+	check := func(field, path string, dir bool) bool {
 		if path == "" {
-			return
+			return false
 		}
 		msg := ""
 		switch fi, err := os.Stat(path); {
@@ -159,7 +202,44 @@ func (g *Gateway) CheckTLSFiles() error {
 			}
 		}
 		if msg != "" {
-			errs = append(errs, &Error{Pos: g.FieldPos(field), Field: field, Msg: msg})
+			fail(field, msg)
+			return false
+		}
+		return true
+	}
+	// pair checks a certificate and its key.
+	pair := func(certField, keyField string, c TLSCert) {
+		certOK, keyOK := check(certField, c.Cert, false), check(keyField, c.Key, false)
+		var leaf *x509.Certificate
+		if certOK {
+			var msg string
+			if leaf, msg = readLeaf(c.Cert); msg != "" {
+				fail(certField, msg)
+			}
+		}
+		if !keyOK {
+			return
+		}
+		priv, err := cryptodev.ReadPrivateKey(c.Key)
+		if err != nil {
+			fail(keyField, strings.TrimPrefix(err.Error(), "cryptodev: "))
+			return
+		}
+		signer, ok := priv.(crypto.Signer)
+		pub, ok2 := publicKeyOf(leaf)
+		if leaf != nil && (!ok || !ok2 || !pub.Equal(signer.Public())) {
+			fail(keyField, fmt.Sprintf("%s: the key does not match the certificate in %s", c.Key, c.Cert))
+		}
+	}
+	ca := func(field, path string) {
+		if !check(field, path, false) {
+			return
+		}
+		data, err := os.ReadFile(path)
+		if err != nil {
+			fail(field, err.Error())
+		} else if !x509.NewCertPool().AppendCertsFromPEM(data) {
+			fail(field, fmt.Sprintf("%s: no CA certificate (want PEM CERTIFICATE blocks)", path))
 		}
 	}
 	for i := range g.TLS {
@@ -167,32 +247,62 @@ func (g *Gateway) CheckTLSFiles() error {
 		if l.BackendKind == BackendStatic {
 			check(f+".backend", strings.TrimPrefix(l.Backend, "static:"), true)
 		}
-		check(f+".client_ca", l.ClientCA, false)
+		ca(f+".client_ca", l.ClientCA)
 		for k, c := range l.Certs {
 			cf := elemPath(f+".cert", k)
-			check(cf+".cert", c.Cert, false)
-			check(cf+".key", c.Key, false)
+			pair(cf+".cert", cf+".key", c)
 		}
 	}
 	for i := range g.TLSOrigins {
 		o, f := &g.TLSOrigins[i], elemPath("tls_origin", i)
-		check(f+".ca", o.CA, false)
+		ca(f+".ca", o.CA)
 		if o.Cert != nil {
-			check(f+".cert", o.Cert.Cert, false)
-			check(f+".key", o.Cert.Key, false)
+			pair(f+".cert", f+".key", *o.Cert)
 		}
 	}
+	errs.Sort()
 	return errs.Err()
+}
+
+// readLeaf returns the first certificate of a PEM file, or what is wrong.
+func readLeaf(file string) (*x509.Certificate, string) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err.Error()
+	}
+	for rest := data; ; {
+		var b *pem.Block
+		if b, rest = pem.Decode(rest); b == nil {
+			return nil, fmt.Sprintf("%s: no certificate (want a PEM CERTIFICATE block: the leaf, then its intermediates)", file)
+		}
+		if b.Type == "CERTIFICATE" {
+			leaf, err := x509.ParseCertificate(b.Bytes)
+			if err != nil {
+				return nil, fmt.Sprintf("%s: %v", file, err)
+			}
+			return leaf, ""
+		}
+	}
+}
+
+// publicKeyOf returns a certificate's public key, comparable with a
+// private key's.
+func publicKeyOf(c *x509.Certificate) (interface{ Equal(crypto.PublicKey) bool }, bool) {
+	if c == nil {
+		return nil, false
+	}
+	pk, ok := c.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
+	return pk, ok
 }
 
 // The first pass.
 
 var (
-	tlsKeys = []string{"name", "listen", "backend", "proxy_protocol", "engine", "versions", "alpn", "client_auth",
-		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "max_conns", "cert"}
+	tlsKeys = []string{"name", "listen", "ipv6_only", "backend", "proxy_protocol", "engine", "versions", "alpn", "client_auth",
+		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "header_timeout", "max_conns", "max_conns_per_source", "serve_dotfiles", "cert"}
 	tlsCertKeys   = []string{"cert", "key"}
-	tlsOriginKeys = []string{"name", "listen", "backend", "server_name", "ca", "cert", "key", "engine", "versions",
-		"alpn", "handshake_timeout", "idle_timeout", "max_conns"}
+	tlsOriginKeys = []string{"name", "listen", "ipv6_only", "backend", "server_name", "ca", "cert", "key", "engine", "versions",
+		"alpn", "handshake_timeout", "idle_timeout", "max_conns", "max_conns_per_source"}
 	clientAuths = []string{ClientAuthNone, ClientAuthOptional, ClientAuthRequire}
 )
 
@@ -211,6 +321,24 @@ func newTLSCommon(pos Pos) TLSCommon {
 		Pos: pos}
 }
 
+// tlsCommonAfter checks, once a table's keys are all read, what its
+// shared keys say together: ipv6_only = false needs listen on "[::]",
+// max_conns_per_source is at most max_conns.
+func (d *gwDecoder) tlsCommonAfter(c *TLSCommon, f string, seen map[string]*Entry) {
+	if e := seen["max_conns_per_source"]; e != nil && c.MaxConnsPerSource > c.MaxConns && !d.failed(f+".max_conns") {
+		d.errorf(e.Value.Pos, f+".max_conns_per_source", "max_conns_per_source %d above max_conns %d (%s)", c.MaxConnsPerSource, c.MaxConns, d.where(f+".max_conns"))
+	}
+	e := seen["ipv6_only"]
+	if e == nil || !c.DualStack || c.Listen == "" || d.failed(f+".listen") {
+		return
+	}
+	host, port, _ := net.SplitHostPort(c.Listen)
+	if a, err := netip.ParseAddr(host); err != nil || !a.Is6() || !a.IsUnspecified() || a.Zone() != "" {
+		d.errorf(e.Value.Pos, f+".ipv6_only", "ipv6_only = false with listen %s: only \"[::]:PORT\" can bind IPv4 too (to listen on both families, write listen = %q)",
+			shortQuote(c.Listen), net.JoinHostPort("::", port))
+	}
+}
+
 // tlsCommon decodes e into c if it is one of the keys [[tls]] and
 // [[tls_origin]] share, and reports whether it was; what names the table's
 // kind in errors.
@@ -225,6 +353,10 @@ func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bo
 		if s, ok := d.checked(kf, v, checkTLSListen); ok {
 			c.Listen = s
 		}
+	case "ipv6_only":
+		if b, ok := d.boolean(kf, v); ok {
+			c.DualStack = !b
+		}
 	case "engine":
 		if s, ok := d.engine(kf, v, `"" uses the [gateway] engine`); ok {
 			c.Engine = s
@@ -238,16 +370,20 @@ func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bo
 			c.ALPN = p
 		}
 	case "handshake_timeout":
-		if t, ok := d.duration(kf, v); ok {
+		if t, ok := d.tlsDuration(kf, e.Key, v); ok {
 			c.HandshakeTimeout = t
 		}
 	case "idle_timeout":
-		if t, ok := d.duration(kf, v); ok {
+		if t, ok := d.tlsDuration(kf, e.Key, v); ok {
 			c.IdleTimeout = t
 		}
 	case "max_conns":
 		if n, ok := d.maxConns(kf, v); ok {
 			c.MaxConns = n
+		}
+	case "max_conns_per_source":
+		if n, ok := d.intIn(kf, v, "", 1, MaxTLSMaxConns, "1..max_conns; default a tenth of max_conns, at least 100"); ok {
+			c.MaxConnsPerSource = int(n)
 		}
 	default:
 		return false
@@ -258,7 +394,8 @@ func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bo
 func (d *gwDecoder) tlsListener(te tableElem) {
 	f := te.field
 	l := TLSListener{TLSCommon: newTLSCommon(te.pos),
-		ClientAuth: ClientAuthNone, SessionTickets: true, TicketRotation: DefaultTLSTicketRotation}
+		ClientAuth: ClientAuthNone, SessionTickets: true, TicketRotation: DefaultTLSTicketRotation,
+		HeaderTimeout: DefaultTLSHeaderTimeout}
 	seen := make(map[string]*Entry)
 	authOK, backendOK := true, false
 	for _, e := range te.t.Entries() {
@@ -276,6 +413,10 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 			if b, ok := d.boolean(kf, v); ok {
 				l.ProxyProtocol = b
 			}
+		case "serve_dotfiles":
+			if b, ok := d.boolean(kf, v); ok {
+				l.ServeDotfiles = b
+			}
 		case "client_auth":
 			var s string
 			s, authOK = d.oneOf(kf, v, "client_auth", clientAuths, "")
@@ -291,8 +432,12 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 				l.SessionTickets = b
 			}
 		case "ticket_rotation":
-			if t, ok := d.duration(kf, v); ok {
+			if t, ok := d.tlsDuration(kf, e.Key, v); ok {
 				l.TicketRotation = t
+			}
+		case "header_timeout":
+			if t, ok := d.tlsDuration(kf, e.Key, v); ok {
+				l.HeaderTimeout = t
 			}
 		case "cert":
 			l.Certs = d.tlsCerts(kf, v)
@@ -309,11 +454,18 @@ func (d *gwDecoder) tlsListener(te tableElem) {
 			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
 		}
 	}
+	d.tlsCommonAfter(&l.TLSCommon, f, seen)
 	if seen["cert"] == nil {
 		d.errorf(te.pos, f+".cert", "missing required [[tls.cert]] (at least one, with cert and key: the first is served to clients without a matching SNI)")
 	}
 	if e := seen["proxy_protocol"]; e != nil && l.ProxyProtocol && backendOK && l.BackendKind != BackendTCP {
 		d.errorf(e.Value.Pos, f+".proxy_protocol", "proxy_protocol with backend %s: the PROXY header goes only to a tcp:// backend", shortQuote(l.Backend))
+	}
+	if e := seen["header_timeout"]; e != nil && backendOK && l.BackendKind != BackendStatic {
+		d.errorf(e.Value.Pos, f+".header_timeout", "header_timeout with backend %s: only a static: backend reads request heads", shortQuote(l.Backend))
+	}
+	if e := seen["serve_dotfiles"]; e != nil && l.ServeDotfiles && backendOK && l.BackendKind != BackendStatic {
+		d.errorf(e.Value.Pos, f+".serve_dotfiles", "serve_dotfiles with backend %s: only a static: backend serves files", shortQuote(l.Backend))
 	}
 	if authOK {
 		e := seen["client_ca"]
@@ -428,6 +580,7 @@ func (d *gwDecoder) tlsOrigin(te tableElem) {
 			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
 		}
 	}
+	d.tlsCommonAfter(&o.TLSCommon, f, seen)
 	// cert and key: both or neither. An empty string is "not given".
 	switch {
 	case cert != "" && key == "" && !d.failed(f+".key"):
@@ -463,6 +616,31 @@ func (d *decoder) duration(f string, v *Value) (time.Duration, bool) {
 		}
 		return t, ""
 	})
+}
+
+// tlsDuration reads the duration key of a TLS section, within its
+// tlsDurationBounds.
+func (d *decoder) tlsDuration(f, key string, v *Value) (time.Duration, bool) {
+	t, ok := d.duration(f, v)
+	b := tlsDurationBounds[key]
+	if ok && (t < b.lo || t > b.hi) {
+		s, _ := v.Str()
+		d.errorf(v.Pos, f, "%s %s out of range (want %s..%s; default %s)", key, shortQuote(s), shortDuration(b.lo), shortDuration(b.hi), shortDuration(b.def))
+		return 0, false
+	}
+	return t, ok
+}
+
+// shortDuration formats t as a person writes it: "1m", "24h", "10s".
+func shortDuration(t time.Duration) string {
+	s := t.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // maxConns reads a connection limit.
@@ -636,8 +814,8 @@ func checkServerName(s string) string {
 }
 
 // checkTLSListen returns what is wrong with a TLS section's listen
-// address, or "": "host:port", where host may be empty (every address),
-// an IP address or a host name, and port is 0..65535; port 0 takes a free
+// address, or "": "host:port", where host may be empty (IPv4's every
+// address), an IP address or a host name, and port is 0..65535; port 0 takes a free
 // port, which `sluice stats` shows (for tests and demos: clients cannot
 // know it in advance).
 func checkTLSListen(s string) string {
@@ -679,13 +857,14 @@ func (d *gwDecoder) crossCheckTLS() {
 	g := d.g
 	type named struct {
 		field, name, listen string
+		dual                bool
 	}
 	var all []named
 	for i := range g.TLS {
-		all = append(all, named{d.tlsFields[i], g.TLS[i].Name, g.TLS[i].Listen})
+		all = append(all, named{d.tlsFields[i], g.TLS[i].Name, g.TLS[i].Listen, g.TLS[i].DualStack})
 	}
 	for i := range g.TLSOrigins {
-		all = append(all, named{d.originFields[i], g.TLSOrigins[i].Name, g.TLSOrigins[i].Listen})
+		all = append(all, named{d.originFields[i], g.TLSOrigins[i].Name, g.TLSOrigins[i].Listen, g.TLSOrigins[i].DualStack})
 	}
 	seen := map[string]int{}
 	for i, n := range all {
@@ -702,10 +881,15 @@ func (d *gwDecoder) crossCheckTLS() {
 	}
 	// Addresses: the metrics endpoint first, so that a listener on its
 	// address is the one reported.
-	type bound struct{ field, addr string }
+	type bound struct {
+		field, addr string
+		dual        bool
+	}
 	var binds []bound
 	if g.Metrics != "" && !d.failed("gateway.metrics") {
-		binds = append(binds, bound{"gateway.metrics", g.Metrics})
+		// The metrics endpoint is net/http's: its wildcards bind both
+		// families.
+		binds = append(binds, bound{"gateway.metrics", g.Metrics, true})
 	}
 	for _, n := range all {
 		f := n.field + ".listen"
@@ -713,19 +897,22 @@ func (d *gwDecoder) crossCheckTLS() {
 			continue
 		}
 		for _, b := range binds {
-			if listenClash(b.addr, n.listen) {
+			if listenClash(b.addr, b.dual, n.listen, n.dual) {
 				d.errorf(d.at(f), f, "%s clashes with %s %s (%s): two listeners cannot share an address and port",
 					shortQuote(n.listen), b.field, shortQuote(b.addr), d.line(b.field))
 				break
 			}
 		}
-		binds = append(binds, bound{f, n.listen})
+		binds = append(binds, bound{f, n.listen, n.dual})
 	}
 }
 
 // listenClash reports whether two "host:port" listen addresses cannot both
-// be bound: the same port, and the same host or either on every address.
-func listenClash(a, b string) bool {
+// be bound: the same port, and on a family both bind, the same address or
+// either on every address of it. dual says that a wildcard binds both
+// families (ipv6_only = false on "[::]"). A host name clashes with the
+// same name and with any wildcard.
+func listenClash(a string, aDual bool, b string, bDual bool) bool {
 	ha, pa, _ := net.SplitHostPort(a)
 	hb, pb, _ := net.SplitHostPort(b)
 	na, _ := strconv.ParseUint(pa, 10, 16)
@@ -733,19 +920,40 @@ func listenClash(a, b string) bool {
 	if na != nb || na == 0 {
 		return false // port 0: each gets a free port of its own
 	}
-	wild := func(h string) bool {
-		a, err := netip.ParseAddr(h)
-		return h == "" || err == nil && a.IsUnspecified()
+	sa, okA := bindSpanOf(ha, aDual)
+	sb, okB := bindSpanOf(hb, bDual)
+	if !okA || !okB {
+		wild := func(s bindSpan, ok bool) bool { return ok && s.any }
+		return wild(sa, okA) || wild(sb, okB) || !okA && !okB && strings.EqualFold(ha, hb)
 	}
-	if wild(ha) || wild(hb) {
-		return true
+	same := sa.any || sb.any || sa.addr == sb.addr
+	return same && (sa.v4 && sb.v4 || sa.v6 && sb.v6)
+}
+
+// bindSpan is what a listen host binds: its families, and one address of
+// them or every address.
+type bindSpan struct {
+	v4, v6 bool
+	any    bool
+	addr   netip.Addr
+}
+
+// bindSpanOf returns what host binds, as package tls listens; false for
+// a host name.
+func bindSpanOf(host string, dual bool) (bindSpan, bool) {
+	if host == "" {
+		return bindSpan{v4: true, v6: dual, any: true}, true
 	}
-	aa, errA := netip.ParseAddr(ha)
-	ab, errB := netip.ParseAddr(hb)
-	if errA == nil && errB == nil {
-		return aa.Unmap() == ab.Unmap()
+	a, err := netip.ParseAddr(host)
+	if err != nil {
+		return bindSpan{}, false
 	}
-	return strings.EqualFold(ha, hb)
+	a = a.Unmap()
+	s := bindSpan{v4: a.Is4(), v6: a.Is6(), any: a.IsUnspecified(), addr: a}
+	if s.any && dual {
+		s.v4, s.v6 = true, true
+	}
+	return s, true
 }
 
 // tlsOnlySections reports the IPsec sections of a file without any

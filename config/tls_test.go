@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/gateway/certgen"
 )
 
 var (
@@ -39,15 +41,15 @@ func TestTLSValid(t *testing.T) {
 				HandshakeTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 500, Pos: pos(6)},
 			Backend: "static:testdata/www", BackendKind: BackendStatic,
 			ClientAuth: ClientAuthRequire, ClientCA: "/etc/sluice/clients.pem", SessionTickets: true,
-			TicketRotation: 30 * time.Minute,
-			Certs:          []TLSCert{{"testdata/site.pem", "testdata/site.key"}, {"/etc/sluice/other.pem", "testdata/keys/other.key"}},
+			TicketRotation: 30 * time.Minute, HeaderTimeout: 10 * time.Second,
+			Certs: []TLSCert{{"testdata/site.pem", "testdata/site.key"}, {"/etc/sluice/other.pem", "testdata/keys/other.key"}},
 		},
 		{
 			TLSCommon: TLSCommon{Name: "api", Listen: "[::1]:8444",
 				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
 				HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000, Pos: pos(27)},
 			Backend: "tcp://127.0.0.1:8080", BackendKind: BackendTCP, ProxyProtocol: true, ClientAuth: ClientAuthNone,
-			SessionTickets: true, TicketRotation: time.Hour, Certs: []TLSCert{{"testdata/api.pem", "testdata/api.key"}},
+			SessionTickets: true, TicketRotation: time.Hour, HeaderTimeout: 10 * time.Second, Certs: []TLSCert{{"testdata/api.pem", "testdata/api.key"}},
 		},
 	}
 	if !reflect.DeepEqual(g.TLS, wantTLS) {
@@ -87,7 +89,7 @@ func TestTLSDefaults(t *testing.T) {
 	l := g.TLS[0]
 	if l.MinVersion != cryptotls.VersionTLS12 || l.MaxVersion != cryptotls.VersionTLS13 || l.ALPN != nil ||
 		l.ClientAuth != ClientAuthNone || l.ClientCA != "" || !l.SessionTickets || l.TicketRotation != time.Hour ||
-		l.HandshakeTimeout != 10*time.Second || l.IdleTimeout != 5*time.Minute || l.MaxConns != 10000 ||
+		l.HandshakeTimeout != 10*time.Second || l.IdleTimeout != 5*time.Minute || l.MaxConns != 10000 || l.HeaderTimeout != 10*time.Second ||
 		l.Engine != "" || l.ProxyProtocol {
 		t.Errorf("[[tls]] defaults: %+v", l)
 	}
@@ -136,10 +138,10 @@ func TestTLSErrors(t *testing.T) {
 		// Structure.
 		{"tls table", "[tls]\nname = \"web\"\n", []wantErr{{1, "tls", "want an array of tables, got table (write [[tls]], not [tls])"}}},
 		{"tls_origin table", "[tls_origin]\nname = \"o\"\n", []wantErr{{1, "tls_origin", "write [[tls_origin]], not [tls_origin]"}}},
-		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, max_conns, cert)"}}},
+		{"unknown key", tls1 + "listn = 1\n" + cert1, []wantErr{{5, "tls[1].listn", "unknown key (valid: name, listen, ipv6_only, backend, proxy_protocol, engine, versions, alpn, client_auth, client_ca, session_tickets, ticket_rotation, handshake_timeout, idle_timeout, header_timeout, max_conns, max_conns_per_source, serve_dotfiles, cert)"}}},
 		{"key case", tls1 + "ALPN = []\n" + cert1, []wantErr{{5, "tls[1].ALPN", "did you mean alpn?"}}},
 		{"unknown cert key", tls1 + cert1 + "chain = \"x\"\n", []wantErr{{8, "tls[1].cert[1].chain", "unknown key (valid: cert, key)"}}},
-		{"unknown origin key", orig1 + "sni = \"x\"\n", []wantErr{{5, "tls_origin[1].sni", "unknown key (valid: name, listen, backend, server_name, ca, cert, key, engine, versions, alpn, handshake_timeout, idle_timeout, max_conns)"}}},
+		{"unknown origin key", orig1 + "sni = \"x\"\n", []wantErr{{5, "tls_origin[1].sni", "unknown key (valid: name, listen, ipv6_only, backend, server_name, ca, cert, key, engine, versions, alpn, handshake_timeout, idle_timeout, max_conns, max_conns_per_source)"}}},
 		{"listener missing everything", "[[tls]]\n", []wantErr{
 			{1, "tls[1].name", "missing required key"},
 			{1, "tls[1].listen", "missing required key"},
@@ -178,6 +180,20 @@ func TestTLSErrors(t *testing.T) {
 			[]wantErr{{10, "tls_origin[1].listen", `"0.0.0.0:8443" clashes with tls[1].listen`}}},
 		{"empty host clash", tls1 + cert1 + strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", ":8443").Replace(orig1),
 			[]wantErr{{10, "tls_origin[1].listen", `":8443" clashes with tls[1].listen`}}},
+		{"v4 and v6 wildcards", tls1 + cert1 + strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", "[::]:9443").Replace(orig1) +
+			strings.NewReplacer(`"web"`, `"w4"`, "127.0.0.1:8443", "0.0.0.0:9443").Replace(tls1) + cert1, nil},
+		{"v6 wildcard and v4 address", tls1 + cert1 + strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", "[::]:8443").Replace(orig1), nil},
+		{"dual stack clash", tls1 + cert1 + strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", "[::]:8443").Replace(orig1) + "ipv6_only = false\n",
+			[]wantErr{{10, "tls_origin[1].listen", `"[::]:8443" clashes with tls[1].listen`}}},
+		{"v6 wildcard clash", "[[tls]]\nname = \"a\"\nlisten = \"[::1]:8443\"\nbackend = \"static:www\"\n" + cert1 +
+			strings.NewReplacer(`"o"`, `"o2"`, "127.0.0.1:9080", "[::]:8443").Replace(orig1),
+			[]wantErr{{10, "tls_origin[1].listen", `"[::]:8443" clashes with tls[1].listen "[::1]:8443"`}}},
+		{"ipv6_only false", strings.Replace(tls1, "127.0.0.1:8443", "[::]:8443", 1) + "ipv6_only = false\n" + cert1, nil},
+		{"ipv6_only false on v4", tls1 + "ipv6_only = false\n" + cert1,
+			[]wantErr{{5, "tls[1].ipv6_only", `ipv6_only = false with listen "127.0.0.1:8443": only "[::]:PORT" can bind IPv4 too`}}},
+		{"ipv6_only false on origin", orig1 + "ipv6_only = false\n",
+			[]wantErr{{5, "tls_origin[1].ipv6_only", `only "[::]:PORT" can bind IPv4 too (to listen on both families, write listen = "[::]:9080")`}}},
+		{"ipv6_only string", tls1 + "ipv6_only = \"no\"\n" + cert1, []wantErr{{5, "tls[1].ipv6_only", "want a boolean"}}},
 		{"metrics clash", "[gateway]\nmetrics = \"127.0.0.1:8443\"\n" + tls1 + cert1,
 			[]wantErr{{5, "tls[1].listen", `clashes with gateway.metrics "127.0.0.1:8443" (gateway.metrics, line 2)`}}},
 
@@ -194,6 +210,9 @@ func TestTLSErrors(t *testing.T) {
 		{"origin backend static", strings.Replace(orig1, "tls://127.0.0.1:8443", "static:www", 1), []wantErr{{4, "tls_origin[1].backend", "is not a TLS server"}}},
 		{"origin backend https", strings.Replace(orig1, "tls://", "https://", 1), []wantErr{{4, "tls_origin[1].backend", `unknown backend scheme "https"`}}},
 		{"proxy_protocol with static", tls1 + "proxy_protocol = true\n" + cert1, []wantErr{{5, "tls[1].proxy_protocol", "the PROXY header goes only to a tcp:// backend"}}},
+		{"serve_dotfiles with tcp", strings.Replace(tls1, "static:www", "tcp://b:80", 1) + "serve_dotfiles = true\n" + cert1, []wantErr{{5, "tls[1].serve_dotfiles", `serve_dotfiles with backend "tcp://b:80": only a static: backend serves files`}}},
+		{"serve_dotfiles string", tls1 + "serve_dotfiles = \"yes\"\n" + cert1, []wantErr{{5, "tls[1].serve_dotfiles", "want a boolean"}}},
+		{"serve_dotfiles with static", tls1 + "serve_dotfiles = true\n" + cert1, nil},
 		{"proxy_protocol false with static", tls1 + "proxy_protocol = false\n" + cert1, nil},
 		{"proxy_protocol string", tls1 + "proxy_protocol = \"yes\"\n" + cert1, []wantErr{{5, "tls[1].proxy_protocol", "want a boolean"}}},
 
@@ -224,9 +243,22 @@ func TestTLSErrors(t *testing.T) {
 		{"duration negative", orig1 + "idle_timeout = \"-1m\"\n", []wantErr{{5, "tls_origin[1].idle_timeout", "is not positive"}}},
 		{"duration no unit", tls1 + "idle_timeout = \"10\"\n" + cert1, []wantErr{{5, "tls[1].idle_timeout", `invalid duration "10" (want a number and a unit`}}},
 		{"duration integer", tls1 + "ticket_rotation = 3600\n" + cert1, []wantErr{{5, "tls[1].ticket_rotation", `got the integer 3600 (a number needs a unit: "3600s")`}}},
+		{"ticket_rotation 1ns", tls1 + "ticket_rotation = \"1ns\"\n" + cert1, []wantErr{{5, "tls[1].ticket_rotation", `ticket_rotation "1ns" out of range (want 1m..24h; default 1h)`}}},
+		{"ticket_rotation 1w", tls1 + "ticket_rotation = \"168h\"\n" + cert1, []wantErr{{5, "tls[1].ticket_rotation", `ticket_rotation "168h" out of range (want 1m..24h`}}},
+		{"handshake_timeout 1ns", tls1 + "handshake_timeout = \"1ns\"\n" + cert1, []wantErr{{5, "tls[1].handshake_timeout", `handshake_timeout "1ns" out of range (want 1s..5m; default 10s)`}}},
+		{"handshake_timeout 1h", orig1 + "handshake_timeout = \"1h\"\n", []wantErr{{5, "tls_origin[1].handshake_timeout", `out of range (want 1s..5m`}}},
+		{"idle_timeout 1ms", orig1 + "idle_timeout = \"1ms\"\n", []wantErr{{5, "tls_origin[1].idle_timeout", `idle_timeout "1ms" out of range (want 1s..24h; default 5m)`}}},
+		{"idle_timeout 48h", tls1 + "idle_timeout = \"48h\"\n" + cert1, []wantErr{{5, "tls[1].idle_timeout", `out of range (want 1s..24h`}}},
+		{"header_timeout 1ns", tls1 + "header_timeout = \"1ns\"\n" + cert1, []wantErr{{5, "tls[1].header_timeout", `header_timeout "1ns" out of range (want 1s..5m; default 10s)`}}},
+		{"header_timeout with tcp", strings.Replace(tls1, "static:www", "tcp://b:80", 1) + "header_timeout = \"5s\"\n" + cert1, []wantErr{{5, "tls[1].header_timeout", `header_timeout with backend "tcp://b:80": only a static: backend reads request heads`}}},
+		{"bounds inclusive", tls1 + "ticket_rotation = \"1m\"\nhandshake_timeout = \"5m\"\nidle_timeout = \"24h\"\nheader_timeout = \"1s\"\n" + cert1, nil},
 		{"ticket_rotation without tickets", tls1 + "session_tickets = false\nticket_rotation = \"1h\"\n" + cert1, []wantErr{{6, "tls[1].ticket_rotation", "ticket_rotation with session_tickets = false"}}},
 		{"max_conns zero", tls1 + "max_conns = 0\n" + cert1, []wantErr{{5, "tls[1].max_conns", "0 out of range (want 1..1000000; default 10000)"}}},
 		{"max_conns big", orig1 + "max_conns = 1000001\n", []wantErr{{5, "tls_origin[1].max_conns", "out of range"}}},
+		{"max_conns_per_source zero", tls1 + "max_conns_per_source = 0\n" + cert1, []wantErr{{5, "tls[1].max_conns_per_source", "0 out of range (want 1..max_conns; default a tenth of max_conns, at least 100)"}}},
+		{"max_conns_per_source above max_conns", orig1 + "max_conns = 50\nmax_conns_per_source = 51\n", []wantErr{{6, "tls_origin[1].max_conns_per_source", "max_conns_per_source 51 above max_conns 50 (tls_origin[1].max_conns, line 5)"}}},
+		{"max_conns_per_source above default max_conns", tls1 + "max_conns_per_source = 10001\n" + cert1, []wantErr{{5, "tls[1].max_conns_per_source", "max_conns_per_source 10001 above max_conns 10000 (the default;"}}},
+		{"max_conns_per_source ok", tls1 + "max_conns_per_source = 10\nmax_conns = 10\n" + cert1, nil},
 		{"max_conns string", tls1 + "max_conns = \"100\"\n" + cert1, []wantErr{{5, "tls[1].max_conns", "want an integer, got string"}}},
 		{"engine", tls1 + "engine = \"Soft\"\n" + cert1, []wantErr{{5, "tls[1].engine", `invalid engine name "Soft"`}}},
 
@@ -291,10 +323,20 @@ func TestTLSCheckEngines(t *testing.T) {
 
 func TestTLSCheckFiles(t *testing.T) {
 	dir := t.TempDir()
-	for _, f := range []string{"a.pem", "a.key", "ca.pem", "c.pem", "c.key"} {
-		if err := os.WriteFile(filepath.Join(dir, f), []byte("x"), 0o600); err != nil {
+	ca, err := certgen.NewCA("test")
+	if err != nil {
+		t.Fatal(err)
+	}
+	site, siteKey, _ := ca.Issue(false, "site.test")
+	client, clientKey, _ := ca.Issue(true, "client")
+	_, otherKey, _ := ca.Issue(false, "other.test")
+	write := func(name string, b []byte) {
+		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)
 		}
+	}
+	for f, b := range map[string][]byte{"a.pem": site, "a.key": siteKey, "ca.pem": ca.PEM, "c.pem": client, "c.key": clientKey} {
+		write(f, b)
 	}
 	if err := os.Mkdir(filepath.Join(dir, "www"), 0o700); err != nil {
 		t.Fatal(err)
@@ -323,6 +365,32 @@ func TestTLSCheckFiles(t *testing.T) {
 	if !strings.HasPrefix(errs[1].Error(), file+":7:7: tls[1].cert[1].key: ") {
 		t.Errorf("error %q", errs[1])
 	}
+
+	// What the files hold (issue 16: these were found only when the
+	// listener started, without a position).
+	os.Remove(filepath.Join(dir, "www"))
+	os.Mkdir(filepath.Join(dir, "www"), 0o700)
+	os.Remove(filepath.Join(dir, "ca.pem"))
+	write("a.key", otherKey)       // another certificate's key
+	write("ca.pem", clientKey)     // no certificate in a CA bundle
+	write("c.pem", []byte("junk")) // no certificate at all
+	errs = asErrors(t, g.CheckTLSFiles())
+	checkErrors(t, errs, []wantErr{
+		{7, "tls[1].cert[1].key", "the key does not match the certificate in " + filepath.Join(dir, "a.pem")},
+		{12, "tls_origin[1].ca", "no CA certificate (want PEM CERTIFICATE blocks)"},
+		{13, "tls_origin[1].cert", "no certificate (want a PEM CERTIFICATE block: the leaf, then its intermediates)"},
+	})
+	write("c.pem", client)
+	write("c.key", []byte("junk"))
+	errs = asErrors(t, g.CheckTLSFiles())
+	checkErrors(t, errs, []wantErr{
+		{7, "tls[1].cert[1].key", "the key does not match"},
+		{12, "tls_origin[1].ca", "no CA certificate"},
+		{14, "tls_origin[1].key", `no private key (want a PEM "PRIVATE KEY"`},
+	})
+	if !strings.HasPrefix(errs[2].Error(), file+":14:7: tls_origin[1].key: ") {
+		t.Errorf("error %q", errs[2])
+	}
 }
 
 // checkTLSOnlyInvariants checks what ParseGateway promises of a TLS-only
@@ -340,18 +408,22 @@ func checkTLSOnlyInvariants(t *testing.T, g *Gateway) {
 func checkTLSInvariants(t *testing.T, g *Gateway) {
 	t.Helper()
 	names := map[string]bool{}
-	var listens []string
-	seen := func(name, listen string) {
+	type bound struct {
+		listen string
+		dual   bool
+	}
+	var listens []bound
+	seen := func(name, listen string, dual bool) {
 		if name == "" || names[name] {
 			t.Fatalf("TLS name %q empty or repeated", name)
 		}
 		names[name] = true
 		for _, l := range listens {
-			if listenClash(l, listen) {
-				t.Fatalf("listeners %q and %q clash", l, listen)
+			if listenClash(l.listen, l.dual, listen, dual) {
+				t.Fatalf("listeners %q and %q clash", l.listen, listen)
 			}
 		}
-		listens = append(listens, listen)
+		listens = append(listens, bound{listen, dual})
 		if checkTLSListen(listen) != "" {
 			t.Fatalf("invalid listen %q accepted", listen)
 		}
@@ -361,8 +433,17 @@ func checkTLSInvariants(t *testing.T, g *Gateway) {
 			t.Fatalf("versions %#x..%#x", lo, hi)
 		}
 	}
+	inBounds := func(key string, d time.Duration) {
+		if b := tlsDurationBounds[key]; d < b.lo || d > b.hi {
+			t.Fatalf("%s %v accepted", key, d)
+		}
+	}
 	for _, l := range g.TLS {
-		seen(l.Name, l.Listen)
+		inBounds("handshake_timeout", l.HandshakeTimeout)
+		inBounds("idle_timeout", l.IdleTimeout)
+		inBounds("header_timeout", l.HeaderTimeout)
+		inBounds("ticket_rotation", l.TicketRotation)
+		seen(l.Name, l.Listen, l.DualStack)
 		versions(l.MinVersion, l.MaxVersion)
 		if len(l.Certs) == 0 || (l.ClientAuth == ClientAuthNone) != (l.ClientCA == "") || l.MaxConns < 1 ||
 			l.HandshakeTimeout <= 0 || l.IdleTimeout <= 0 || l.TicketRotation <= 0 ||
@@ -376,7 +457,9 @@ func checkTLSInvariants(t *testing.T, g *Gateway) {
 		}
 	}
 	for _, o := range g.TLSOrigins {
-		seen(o.Name, o.Listen)
+		inBounds("handshake_timeout", o.HandshakeTimeout)
+		inBounds("idle_timeout", o.IdleTimeout)
+		seen(o.Name, o.Listen, o.DualStack)
 		versions(o.MinVersion, o.MaxVersion)
 		if !strings.HasPrefix(o.Backend, "tls://") || o.ServerName == "" || o.MaxConns < 1 ||
 			o.HandshakeTimeout <= 0 || o.IdleTimeout <= 0 || (o.Cert != nil && (o.Cert.Cert == "" || o.Cert.Key == "")) {

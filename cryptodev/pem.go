@@ -5,8 +5,23 @@ import (
 	"crypto/x509"
 	"encoding/pem"
 	"fmt"
+	"io/fs"
 	"os"
 )
+
+// LooseKeyFile reports whether a private key file may be read or written
+// by users other than its owner and group (any "other" permission bit),
+// with its permission bits, for the caller to warn: sshd refuses such a
+// key. A group bit alone is not loose (Debian's ssl-cert group reads keys
+// in /etc/ssl/private, mode 0640). A file that cannot be stat'ed is not
+// loose: ReadPrivateKey reports it.
+func LooseKeyFile(file string) (fs.FileMode, bool) {
+	fi, err := os.Stat(file)
+	if err != nil {
+		return 0, false
+	}
+	return fi.Mode().Perm(), fi.Mode().Perm()&0o007 != 0
+}
 
 // ReadPrivateKey parses the first private key of a PEM file (PKCS #8
 // "PRIVATE KEY", PKCS #1 "RSA PRIVATE KEY" or SEC 1 "EC PRIVATE KEY"

@@ -71,3 +71,21 @@ func TestReadPrivateKey(t *testing.T) {
 		}
 	}
 }
+
+// TestLooseKeyFile: a key file with any permission for others is loose;
+// owner and group bits are not.
+func TestLooseKeyFile(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "k.pem")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for mode, want := range map[os.FileMode]bool{0o600: false, 0o400: false, 0o640: false, 0o644: true, 0o666: true, 0o602: true} {
+		os.Chmod(file, mode)
+		if got, loose := cryptodev.LooseKeyFile(file); got != mode || loose != want {
+			t.Errorf("mode %#o: got %#o, %v; want loose %v", mode, got, loose, want)
+		}
+	}
+	if _, loose := cryptodev.LooseKeyFile(file + ".missing"); loose {
+		t.Error("a missing file is loose")
+	}
+}

@@ -379,6 +379,9 @@ func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer,
 		if err != nil {
 			return nil, nil, nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
 		}
+		if mode, loose := cryptodev.LooseKeyFile(sec.File); loose {
+			g.log.Warn("gateway: private key file readable by others (chmod 600 it, or 640 for a group)", "file", sec.File, "mode", fmt.Sprintf("%#o", mode), "field", field)
+		}
 		ps, ok := priv.(crypto.Signer)
 		pk, ok2 := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
 		if !ok || !ok2 || !pk.Equal(ps.Public()) {

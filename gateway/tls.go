@@ -46,12 +46,12 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 	for i := range cfg.TLS {
 		l := &cfg.TLS[i]
 		lc := tls.ListenerConfig{
-			Name: l.Name, Listen: l.Listen, Engine: tlsEngineName(cfg, l.Engine),
+			Name: l.Name, Listen: l.Listen, DualStack: l.DualStack, Engine: tlsEngineName(cfg, l.Engine),
 			MinVersion: l.MinVersion, MaxVersion: l.MaxVersion, ALPN: slices.Clone(l.ALPN),
 			ClientAuth: l.ClientAuth, ClientCA: l.ClientCA,
 			SessionTickets: l.SessionTickets, TicketRotation: l.TicketRotation,
-			HandshakeTimeout: l.HandshakeTimeout, IdleTimeout: l.IdleTimeout, MaxConns: l.MaxConns,
-			Backend: l.Backend, ProxyProtocol: l.ProxyProtocol,
+			HandshakeTimeout: l.HandshakeTimeout, IdleTimeout: l.IdleTimeout, HeaderTimeout: l.HeaderTimeout,
+			MaxConns: l.MaxConns, MaxConnsPerSource: l.MaxConnsPerSource, Backend: l.Backend, ProxyProtocol: l.ProxyProtocol, ServeDotfiles: l.ServeDotfiles,
 		}
 		for _, c := range l.Certs {
 			lc.Certs = append(lc.Certs, tls.Cert{CertFile: c.Cert, KeyFile: c.Key})
@@ -61,10 +61,11 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 	for i := range cfg.TLSOrigins {
 		o := &cfg.TLSOrigins[i]
 		oc := tls.OriginConfig{
-			Name: o.Name, Listen: o.Listen, Backend: o.Backend, ServerName: o.ServerName, CA: o.CA,
+			Name: o.Name, Listen: o.Listen, DualStack: o.DualStack, Backend: o.Backend, ServerName: o.ServerName, CA: o.CA,
 			Engine: tlsEngineName(cfg, o.Engine), MinVersion: o.MinVersion, MaxVersion: o.MaxVersion,
 			ALPN:             slices.Clone(o.ALPN),
 			HandshakeTimeout: o.HandshakeTimeout, IdleTimeout: o.IdleTimeout, MaxConns: o.MaxConns,
+			MaxConnsPerSource: o.MaxConnsPerSource,
 		}
 		if o.Cert != nil {
 			oc.Cert = &tls.Cert{CertFile: o.Cert.Cert, KeyFile: o.Cert.Key}
@@ -72,6 +73,33 @@ func TLSConfig(cfg *config.Gateway) tls.Config {
 		tc.Origins = append(tc.Origins, oc)
 	}
 	return tc
+}
+
+// tlsError places an error of the TLS service in cfg: one listener's or
+// origin's (tls.EndpointError) becomes a config.Error at the line of the
+// key it names ("FILE:LINE:COL: tls[1].cert[1].key: ..."), or of its
+// table; others are only prefixed.
+func tlsError(cfg *config.Gateway, err error) error {
+	var ee *tls.EndpointError
+	if !errors.As(err, &ee) {
+		return fmt.Errorf("gateway: %s: %w", cfg.File, err)
+	}
+	table := ""
+	if ee.Kind == "listener" {
+		if i := slices.IndexFunc(cfg.TLS, func(l config.TLSListener) bool { return l.Name == ee.Name }); i >= 0 {
+			table = fmt.Sprintf("tls[%d]", i+1)
+		}
+	} else if i := slices.IndexFunc(cfg.TLSOrigins, func(o config.TLSOrigin) bool { return o.Name == ee.Name }); i >= 0 {
+		table = fmt.Sprintf("tls_origin[%d]", i+1)
+	}
+	if table == "" {
+		return fmt.Errorf("gateway: %s: %w", cfg.File, err)
+	}
+	field := table
+	if ee.Field != "" {
+		field += "." + ee.Field
+	}
+	return &config.Error{Pos: cfg.FieldPos(field), Field: field, Msg: ee.Detail()}
 }
 
 // tlsState is the gateway's TLS service and the engines opened for it that
@@ -141,7 +169,7 @@ func (g *Gateway) startTLS(cfg *config.Gateway) error {
 	}
 	svc, err := tls.Start(TLSConfig(cfg), tls.Options{Engine: g.tlsEngine, Log: g.log})
 	if err != nil {
-		return fmt.Errorf("gateway: %w", err)
+		return tlsError(cfg, err)
 	}
 	g.tls.mu.Lock()
 	g.tls.svc = svc
@@ -169,7 +197,7 @@ func (g *Gateway) reloadTLS(next *config.Gateway, note func(string, ...any)) err
 	}
 	changes, err := g.tls.svc.Reload(TLSConfig(next))
 	if err != nil {
-		return fmt.Errorf("gateway: %s: %w", next.File, err)
+		return tlsError(next, err)
 	}
 	for _, c := range changes {
 		note(c)

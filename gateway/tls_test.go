@@ -40,13 +40,14 @@ func TestTLSConfigMapping(t *testing.T) {
 				MinVersion: cryptotls.VersionTLS13, MaxVersion: cryptotls.VersionTLS13, ALPN: []string{"h2", "http/1.1"},
 				ClientAuth: "require", ClientCA: "/etc/sluice/clients.pem", SessionTickets: true, TicketRotation: 30 * time.Minute,
 				HandshakeTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 500, Backend: "static:../config/testdata/www",
+				HeaderTimeout: 10 * time.Second,
 			},
 			{
 				Name: "api", Listen: "[::1]:8444", Engine: "soft",
 				Certs:      []tls.Cert{{CertFile: "../config/testdata/api.pem", KeyFile: "../config/testdata/api.key"}},
 				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13, ClientAuth: "none",
 				SessionTickets: true, TicketRotation: time.Hour, HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute,
-				MaxConns: 10000, Backend: "tcp://127.0.0.1:8080", ProxyProtocol: true,
+				MaxConns: 10000, Backend: "tcp://127.0.0.1:8080", ProxyProtocol: true, HeaderTimeout: 10 * time.Second,
 			},
 		},
 		Origins: []tls.OriginConfig{
@@ -245,7 +246,7 @@ func TestTLSOnlyStartFails(t *testing.T) {
 	s := newTLSSite(t)
 	os.Remove(filepath.Join(s.dir, "site.key"))
 	_, err := Start(context.Background(), s.load(t), nil)
-	if err == nil || !strings.HasPrefix(err.Error(), "gateway: ") {
+	if err == nil || !strings.HasPrefix(err.Error(), s.file+":11:9: tls[1].cert[1].key: ") {
 		t.Fatalf("got %v", err)
 	}
 	ln, err := net.Listen("tcp", s.addr)

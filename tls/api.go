@@ -3,8 +3,10 @@ package tls
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,8 +31,12 @@ const (
 // ListenerConfig is one TLS termination listener: TLS from clients on
 // Listen, the plaintext stream to Backend.
 type ListenerConfig struct {
-	Name   string // unique among listeners and origins
-	Listen string // "host:port"
+	Name string // unique among listeners and origins
+	// Listen is "host:port". An IPv4 address, or an empty host (IPv4's
+	// every address), binds IPv4 only; an IPv6 address binds IPv6 only,
+	// and "[::]" IPv4 too only with DualStack.
+	Listen    string
+	DualStack bool
 	// Certs are served by SNI: a ClientHello's server name picks the first
 	// certificate whose leaf covers it (DNS SANs, wildcards included);
 	// without a match, or without SNI, Certs[0].
@@ -51,10 +57,20 @@ type ListenerConfig struct {
 	HandshakeTimeout time.Duration // 0 = DefaultHandshakeTimeout
 	IdleTimeout      time.Duration // 0 = DefaultIdleTimeout
 	MaxConns         int           // 0 = DefaultMaxConns
+	// MaxConnsPerSource bounds the connections open from one source (an
+	// IPv4 address, or an IPv6 /64: one host commonly holds a whole /64);
+	// more are refused and counted (Stats.RefusedPerSource). 0 =
+	// DefaultMaxConnsPerSource(MaxConns).
+	MaxConnsPerSource int
 	// HeaderTimeout bounds, for a static: backend, the time from a
 	// request's first byte to the end of its head (against slowloris);
 	// 0 = DefaultHeaderTimeout.
 	HeaderTimeout time.Duration
+	// ServeDotfiles lets a static: backend serve names with a path
+	// component starting with '.' (".git/config", ".htpasswd", ".env").
+	// By default they are answered 404 and counted (Stats.DotfilesRefused),
+	// except under "/.well-known/" (RFC 8615), which is served.
+	ServeDotfiles bool
 	// Backend is "tcp://HOST:PORT" (forward the plaintext stream) or
 	// "static:DIR" (the built-in HTTP/1.1 file server).
 	Backend string
@@ -66,9 +82,10 @@ type ListenerConfig struct {
 // OriginConfig is one TLS origination listener: plaintext TCP from clients
 // on Listen, carried over TLS to Backend, whose certificate is verified.
 type OriginConfig struct {
-	Name    string
-	Listen  string // "host:port"
-	Backend string // "tls://HOST:PORT"
+	Name      string
+	Listen    string // "host:port", bound as ListenerConfig.Listen
+	DualStack bool
+	Backend   string // "tls://HOST:PORT"
 	// ServerName is the name sent as SNI and verified in the backend's
 	// certificate; "" = HOST of Backend.
 	ServerName string
@@ -83,6 +100,8 @@ type OriginConfig struct {
 	HandshakeTimeout time.Duration
 	IdleTimeout      time.Duration
 	MaxConns         int
+	// MaxConnsPerSource is ListenerConfig's.
+	MaxConnsPerSource int
 }
 
 // Config is every TLS listener and origin of a gateway.
@@ -98,6 +117,45 @@ const (
 	DefaultMaxConns         = 10000
 	DefaultTicketRotation   = time.Hour
 )
+
+// DefaultMaxConnsPerSource is the per-source limit of a listener or
+// origin that sets none: a tenth of maxConns, so that it takes ten sources
+// to fill the listener, but at least 100 (clients behind one NAT or proxy
+// share an address; a browser opens six connections a host), and at most
+// maxConns.
+func DefaultMaxConnsPerSource(maxConns int) int {
+	return min(maxConns, max(maxConns/10, 100))
+}
+
+// EndpointError is what Start or Reload found wrong with one listener or
+// origin of a Config. Field names the setting in the words of the
+// gateway's configuration file, for the caller to point at its line:
+// "listen", "backend", "engine", "client_ca", "cert[N].cert" and
+// "cert[N].key" (N counts from 1) of a listener; "listen", "engine",
+// "ca", "cert" and "key" of an origin; "" when no one setting is wrong.
+type EndpointError struct {
+	Kind  string // "listener" or "origin"
+	Name  string
+	Field string
+	Err   error
+}
+
+// Error returns "tls: KIND "NAME": FIELD: DETAIL".
+func (e *EndpointError) Error() string {
+	msg := e.Detail()
+	if e.Field != "" {
+		msg = e.Field + ": " + msg
+	}
+	return fmt.Sprintf("tls: %s %q: %s", e.Kind, e.Name, msg)
+}
+
+// Detail is the error without the endpoint and field, and without a
+// "tls: " prefix.
+func (e *EndpointError) Detail() string {
+	return strings.TrimPrefix(e.Err.Error(), "tls: ")
+}
+
+func (e *EndpointError) Unwrap() error { return e.Err }
 
 // Options are what a Service takes from the gateway around it.
 type Options struct {
@@ -119,6 +177,9 @@ type Stats struct {
 	Open     uint64 `json:"open"`     // connections open now
 	Accepted uint64 `json:"accepted"` // connections accepted
 	Refused  uint64 `json:"refused"`  // connections refused at MaxConns
+	// RefusedPerSource counts connections refused because their source
+	// had MaxConnsPerSource open (not in Refused).
+	RefusedPerSource uint64 `json:"refused_per_source"`
 	// Handshakes completed; Resumed of them by a session ticket.
 	Handshakes uint64 `json:"handshakes"`
 	Resumed    uint64 `json:"resumed"`
@@ -140,6 +201,10 @@ type Stats struct {
 	// IdleClosed).
 	Requests       uint64 `json:"requests"`
 	HeaderTimeouts uint64 `json:"header_timeouts"`
+	// DotfilesRefused counts requests of the static: backend for a name
+	// with a component starting with '.', answered 404
+	// (ListenerConfig.ServeDotfiles).
+	DotfilesRefused uint64 `json:"dotfiles_refused"`
 
 	// The handshake signing queue of the listener's engine.
 	SignQueueDepth uint64 `json:"sign_queue_depth"` // Sign requests waiting now

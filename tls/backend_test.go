@@ -4,6 +4,7 @@ import (
 	"bytes"
 	gotls "crypto/tls"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"os"
@@ -400,5 +401,35 @@ func TestReloadUnderHandshakes(t *testing.T) {
 				t.Fatalf("%+v", st)
 			}
 		})
+	}
+}
+
+// TestKeyFileModeWarning: a private key file that others may read loads,
+// with a warning naming it in the log (sshd refuses such a key; issue 16).
+func TestKeyFileModeWarning(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "root")
+	cert := ca.issue(t, dir, "site", "ecdsa", false, "site.test")
+	www := filepath.Join(dir, "www")
+	os.Mkdir(www, 0o755)
+	for _, tt := range []struct {
+		mode os.FileMode
+		warn bool
+	}{{0o600, false}, {0o640, false}, {0o644, true}, {0o666, true}} {
+		if err := os.Chmod(cert.KeyFile, tt.mode); err != nil {
+			t.Fatal(err)
+		}
+		var logBuf bytes.Buffer
+		s, err := Start(Config{Listeners: []ListenerConfig{{Name: "web", Listen: "127.0.0.1:0", Certs: []Cert{cert}, Backend: "static:" + www}}},
+			Options{Log: slog.New(slog.NewTextHandler(&logBuf, nil))})
+		if err != nil {
+			t.Fatalf("mode %#o: %v", tt.mode, err)
+		}
+		s.Close()
+		log := logBuf.String()
+		warned := strings.Contains(log, "level=WARN") && strings.Contains(log, cert.KeyFile)
+		if warned != tt.warn {
+			t.Errorf("mode %#o: warned %v, want %v; log:\n%s", tt.mode, warned, tt.warn, log)
+		}
 	}
 }

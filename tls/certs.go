@@ -13,6 +13,7 @@ import (
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"strings"
 	"sync"
@@ -140,14 +141,16 @@ func matchName(pattern, host string) bool {
 
 // loadCert reads a certificate chain and its key, imports the key into
 // eng and wipes the key file's bytes. The chain's leaf must match the key.
-func loadCert(c Cert, eng cryptodev.Engine, q *signQueue) (*loadedCert, error) {
+// A key file others may read is loaded, with a warning in log. On error,
+// which is "cert" or "key": the file at fault.
+func loadCert(c Cert, eng cryptodev.Engine, q *signQueue, log *slog.Logger) (lc *loadedCert, which string, err error) {
 	ae, ok := eng.(cryptodev.AsymEngine)
 	if !ok {
-		return nil, fmt.Errorf("tls: engine %s does not hold private keys", eng.Name())
+		return nil, "key", fmt.Errorf("tls: engine %s does not hold private keys", eng.Name())
 	}
 	certPEM, err := os.ReadFile(c.CertFile)
 	if err != nil {
-		return nil, fmt.Errorf("tls: certificate: %w", err)
+		return nil, "cert", fmt.Errorf("tls: certificate: %w", err)
 	}
 	var chain [][]byte
 	for rest := certPEM; ; {
@@ -161,22 +164,25 @@ func loadCert(c Cert, eng cryptodev.Engine, q *signQueue) (*loadedCert, error) {
 		}
 	}
 	if len(chain) == 0 {
-		return nil, fmt.Errorf("tls: %s: no CERTIFICATE block", c.CertFile)
+		return nil, "cert", fmt.Errorf("tls: %s: no CERTIFICATE block", c.CertFile)
 	}
 	leaf, err := x509.ParseCertificate(chain[0])
 	if err != nil {
-		return nil, fmt.Errorf("tls: %s: %w", c.CertFile, err)
+		return nil, "cert", fmt.Errorf("tls: %s: %w", c.CertFile, err)
 	}
 	priv, err := cryptodev.ReadPrivateKey(c.KeyFile)
 	if err != nil {
-		return nil, err
+		return nil, "key", err
+	}
+	if mode, loose := cryptodev.LooseKeyFile(c.KeyFile); loose {
+		log.Warn("tls: private key file readable by others (chmod 600 it, or 640 for a group)", "file", c.KeyFile, "mode", fmt.Sprintf("%#o", mode))
 	}
 	if pk, ok := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool }); !ok || !pk.Equal(publicOf(priv)) {
-		return nil, fmt.Errorf("tls: %s: the key does not match the certificate in %s", c.KeyFile, c.CertFile)
+		return nil, "key", fmt.Errorf("tls: %s: the key does not match the certificate in %s", c.KeyFile, c.CertFile)
 	}
 	k, err := ae.NewPrivateKey(priv)
 	if err != nil {
-		return nil, fmt.Errorf("tls: %s: engine %s: %w", c.KeyFile, eng.Name(), err)
+		return nil, "key", fmt.Errorf("tls: %s: engine %s: %w", c.KeyFile, eng.Name(), err)
 	}
 	// The engine has its copy; crypto/tls will only see the signer.
 	wipePrivateKey(priv)
@@ -184,9 +190,9 @@ func loadCert(c Cert, eng cryptodev.Engine, q *signQueue) (*loadedCert, error) {
 	for _, d := range chain {
 		h.Write(d)
 	}
-	lc := &loadedCert{file: c.CertFile, chain: chain, leaf: leaf, names: leaf.DNSNames, key: &engineKey{key: k, pub: k.Public(), q: q}}
+	lc = &loadedCert{file: c.CertFile, chain: chain, leaf: leaf, names: leaf.DNSNames, key: &engineKey{key: k, pub: k.Public(), q: q}}
 	h.Sum(lc.fp[:0])
-	return lc, nil
+	return lc, "", nil
 }
 
 func publicOf(priv crypto.PrivateKey) crypto.PublicKey {

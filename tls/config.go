@@ -4,6 +4,7 @@ import (
 	gotls "crypto/tls"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"slices"
 	"strings"
@@ -18,13 +19,13 @@ const DefaultHeaderTimeout = 10 * time.Second
 // the field that is wrong.
 func normListener(c ListenerConfig) (ListenerConfig, error) {
 	bad := func(f string, a ...any) (ListenerConfig, error) {
-		return c, fmt.Errorf("tls: listener %q: "+f, append([]any{c.Name}, a...)...)
+		return c, &EndpointError{Kind: "listener", Name: c.Name, Err: fmt.Errorf(f, a...)}
 	}
 	if c.Name == "" {
 		return c, fmt.Errorf("tls: listener on %q has no name", c.Listen)
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return bad("listen %q: %v", c.Listen, err)
+	if err := checkListen(c.Listen, c.DualStack); err != nil {
+		return bad("%v", err)
 	}
 	if len(c.Certs) == 0 {
 		return bad("no certificate")
@@ -61,6 +62,9 @@ func normListener(c ListenerConfig) (ListenerConfig, error) {
 	if c.TicketRotation < 0 || c.HandshakeTimeout < 0 || c.IdleTimeout < 0 || c.HeaderTimeout < 0 || c.MaxConns < 0 {
 		return bad("negative timeout or max_conns")
 	}
+	if c.MaxConnsPerSource, err = normPerSource(c.MaxConnsPerSource, c.MaxConns); err != nil {
+		return bad("%v", err)
+	}
 	switch {
 	case strings.HasPrefix(c.Backend, "static:"):
 		dir := strings.TrimPrefix(c.Backend, "static:")
@@ -86,13 +90,13 @@ func normListener(c ListenerConfig) (ListenerConfig, error) {
 // normOrigin is normListener for an origin.
 func normOrigin(c OriginConfig) (OriginConfig, error) {
 	bad := func(f string, a ...any) (OriginConfig, error) {
-		return c, fmt.Errorf("tls: origin %q: "+f, append([]any{c.Name}, a...)...)
+		return c, &EndpointError{Kind: "origin", Name: c.Name, Err: fmt.Errorf(f, a...)}
 	}
 	if c.Name == "" {
 		return c, fmt.Errorf("tls: origin on %q has no name", c.Listen)
 	}
-	if _, _, err := net.SplitHostPort(c.Listen); err != nil {
-		return bad("listen %q: %v", c.Listen, err)
+	if err := checkListen(c.Listen, c.DualStack); err != nil {
+		return bad("%v", err)
 	}
 	hp, ok := strings.CutPrefix(c.Backend, "tls://")
 	host, _, err := net.SplitHostPort(hp)
@@ -120,12 +124,38 @@ func normOrigin(c OriginConfig) (OriginConfig, error) {
 	if c.HandshakeTimeout < 0 || c.IdleTimeout < 0 || c.MaxConns < 0 {
 		return bad("negative timeout or max_conns")
 	}
+	if c.MaxConnsPerSource, err = normPerSource(c.MaxConnsPerSource, c.MaxConns); err != nil {
+		return bad("%v", err)
+	}
 	c.ALPN = slices.Clone(c.ALPN)
 	if c.Cert != nil {
 		cc := *c.Cert
 		c.Cert = &cc
 	}
 	return c, nil
+}
+
+// normPerSource returns a per-source limit with its default filled in.
+func normPerSource(n, maxConns int) (int, error) {
+	switch {
+	case n == 0:
+		return DefaultMaxConnsPerSource(maxConns), nil
+	case n < 0 || n > maxConns:
+		return 0, fmt.Errorf("max_conns_per_source %d (want 1..max_conns %d)", n, maxConns)
+	}
+	return n, nil
+}
+
+// checkListen checks a listen address and its DualStack setting.
+func checkListen(listen string, dual bool) error {
+	host, _, err := net.SplitHostPort(listen)
+	if err != nil {
+		return fmt.Errorf("listen %q: %v", listen, err)
+	}
+	if a, err := netip.ParseAddr(host); dual && (err != nil || !a.Is6() || !a.IsUnspecified()) {
+		return fmt.Errorf("dual stack needs listen on [::], not %q", listen)
+	}
+	return nil
 }
 
 func normVersions(lo, hi uint16) (uint16, uint16, error) {

@@ -37,11 +37,13 @@ func FailureReasons() []string { return append([]string(nil), failReasons[:]...)
 // survive a reload of their listener.
 type counters struct {
 	open, accepted, refused  atomic.Uint64
+	refusedSource            atomic.Uint64
 	handshakes, resumed      atomic.Uint64
 	failures                 [len(failReasons)]atomic.Uint64
 	bytesIn, bytesOut        atomic.Uint64
 	idleClosed               atomic.Uint64
 	headerTimeouts, requests atomic.Uint64
+	dotfiles                 atomic.Uint64
 }
 
 func (c *counters) fail(reason string) {
@@ -58,6 +60,7 @@ func (c *counters) fill(s *Stats) {
 	s.Open = c.open.Load()
 	s.Accepted = c.accepted.Load()
 	s.Refused = c.refused.Load()
+	s.RefusedPerSource = c.refusedSource.Load()
 	s.Handshakes = c.handshakes.Load()
 	s.Resumed = c.resumed.Load()
 	s.HandshakeFailures = make(map[string]uint64, len(failReasons))
@@ -69,6 +72,7 @@ func (c *counters) fill(s *Stats) {
 	s.IdleClosed = c.idleClosed.Load()
 	s.HeaderTimeouts = c.headerTimeouts.Load()
 	s.Requests = c.requests.Load()
+	s.DotfilesRefused = c.dotfiles.Load()
 }
 
 // classify names the reason a handshake failed. ctx is the handshake's.

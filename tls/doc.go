@@ -59,9 +59,11 @@
 // certificate whose leaf covers the server name (DNS SANs, wildcards for
 // one label), else the first; ALPN, TLS 1.2 and 1.3, client certificates,
 // session tickets under random keys rotated every TicketRotation (the two
-// previous keys still decrypt), a handshake timeout, a connection limit
-// (beyond it a connection is closed at once and counted) and an idle
-// timeout. Its backend is tcp://HOST:PORT, the plaintext stream spliced
+// previous keys still decrypt), a handshake timeout, connection limits in
+// all and per source (an IPv4 address or an IPv6 /64; beyond either a
+// connection is reset at once and counted) and an idle timeout. Listen
+// addresses bind one family (listenTCP): "[::]" takes IPv4 too only with
+// DualStack. Its backend is tcp://HOST:PORT, the plaintext stream spliced
 // both ways with optional PROXY protocol v2 (AppendProxyV2, ParseProxyV2),
 // or static:DIR, the built-in HTTP/1.1 file server. An origin
 // (OriginConfig) accepts plaintext TCP and carries each connection over
@@ -78,7 +80,10 @@
 // parsed in place and bounded at 8 KiB) and one write buffer; small files
 // are cached with their header lines, revalidated against size and mtime
 // at most once a second, so a cached 1 KB response is one copy and one
-// Write, one TLS record, with no allocation (TestStaticNoAllocs). It
+// Write, one TLS record, with no allocation (TestStaticNoAllocs). The
+// cache is bounded in bytes and evicts by CLOCK; missing names are not
+// cached. Names with a component starting with '.' get 404 (counted)
+// unless ServeDotfiles, except under /.well-known/. It
 // serves GET and HEAD with Content-Length and keep-alive, answers 400,
 // 404, 405 and 431, never leaves its directory (".." is refused, and an
 // os.Root refuses symlinks that lead out), and closes a connection whose

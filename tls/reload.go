@@ -47,7 +47,7 @@ func (s *Service) findLocked(kind, name string) *endpoint {
 func (s *Service) prepareLocked(cfg Config) (*plan, error) {
 	p := &plan{}
 	seen := map[string]bool{}
-	add := func(kind, name, listen string, build func() (*epState, error)) error {
+	add := func(kind, name, listen string, dual bool, build func() (*epState, error)) error {
 		if seen[name] {
 			return fmt.Errorf("tls: name %q used twice", name)
 		}
@@ -57,10 +57,10 @@ func (s *Service) prepareLocked(cfg Config) (*plan, error) {
 			return err
 		}
 		it := planItem{st: st}
-		if old := s.findLocked(kind, name); old != nil && (old.listen == listen || old.ln.Addr().String() == listen) {
+		if old := s.findLocked(kind, name); old != nil && old.dual == dual && (old.listen == listen || old.ln.Addr().String() == listen) {
 			it.ep = old
 		} else {
-			ep, err := newEndpoint(s, kind, name, listen)
+			ep, err := newEndpoint(s, kind, name, listen, dual)
 			if err != nil {
 				st.store.release()
 				return err
@@ -73,7 +73,7 @@ func (s *Service) prepareLocked(cfg Config) (*plan, error) {
 	for _, lc := range cfg.Listeners {
 		n, err := normListener(lc)
 		if err == nil {
-			err = add("terminate", n.Name, n.Listen, func() (*epState, error) { return s.buildListenerState(n) })
+			err = add("terminate", n.Name, n.Listen, n.DualStack, func() (*epState, error) { return s.buildListenerState(n) })
 		}
 		if err != nil {
 			return p, err
@@ -82,7 +82,7 @@ func (s *Service) prepareLocked(cfg Config) (*plan, error) {
 	for _, oc := range cfg.Origins {
 		n, err := normOrigin(oc)
 		if err == nil {
-			err = add("originate", n.Name, n.Listen, func() (*epState, error) { return s.buildOriginState(n) })
+			err = add("originate", n.Name, n.Listen, n.DualStack, func() (*epState, error) { return s.buildOriginState(n) })
 		}
 		if err != nil {
 			return p, err

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -218,3 +219,58 @@ func TestFloodBeyondMaxConns(t *testing.T) {
 }
 
 var clientHelloCache = []byte{0x16, 3, 1, 0, 1, 1}
+
+// TestMaxConnsPerSource: one source holding its limit of bare TCP
+// connections is refused more, counted, while another source still
+// connects and is served (issue 16, defect 15: 10,000 connections from
+// one address filled max_conns).
+func TestMaxConnsPerSource(t *testing.T) {
+	dir := t.TempDir()
+	www := filepath.Join(dir, "www")
+	os.Mkdir(www, 0o755)
+	os.WriteFile(filepath.Join(www, "index.html"), []byte("ok\n"), 0o644)
+	ca := newCA(t, dir, "root")
+	cert := ca.issue(t, dir, "site", "ecdsa", false, "site.test")
+	const limit = 3
+	s := startService(t, Config{Listeners: []ListenerConfig{{
+		Name: "web", Listen: "127.0.0.1:0", Certs: []Cert{cert}, Backend: "static:" + www,
+		HandshakeTimeout: time.Minute, MaxConns: 100, MaxConnsPerSource: limit,
+	}}})
+	addr := addrOf(t, s, "web")
+	dialFrom := func(src string) net.Conn {
+		t.Helper()
+		d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(src)}, Timeout: 5 * time.Second}
+		c, err := d.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	for range limit {
+		dialFrom("127.0.0.1") // bare: no ClientHello, held until the handshake timeout
+	}
+	waitFor(t, "the first source's connections to be open", func() bool { return statsOf(t, s, "web").Open == limit })
+	// Refused by a reset, which may come before the dial returns.
+	d := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.1")}, Timeout: 5 * time.Second}
+	if extra, err := d.Dial("tcp", addr); err == nil {
+		expectClosed(t, extra)
+		extra.Close()
+	}
+	waitFor(t, "the refusal to be counted", func() bool { return statsOf(t, s, "web").RefusedPerSource == 1 })
+
+	// Another source is served.
+	d.LocalAddr = &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}
+	raw, err := d.Dial("tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer raw.Close()
+	c := gotls.Client(raw, &gotls.Config{ServerName: "site.test", RootCAs: ca.pool()})
+	if r := httpGet(t, c, "/"); !strings.HasSuffix(r, "\r\n\r\nok\n") {
+		t.Fatalf("127.0.0.2: %q", r)
+	}
+	if st := statsOf(t, s, "web"); st.RefusedPerSource != 1 || st.Refused != 0 || st.Open != limit+1 {
+		t.Fatalf("%+v", st)
+	}
+}

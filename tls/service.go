@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -47,6 +48,7 @@ type endpoint struct {
 	kind   string // "terminate" or "originate"
 	name   string
 	listen string
+	dual   bool // listen on [::] binds IPv4 too
 	ln     net.Listener
 	ctr    counters
 
@@ -59,6 +61,9 @@ type endpoint struct {
 
 	mu    sync.Mutex
 	conns map[net.Conn]struct{} // open connections (client side)
+
+	srcMu   sync.Mutex
+	sources map[netip.Addr]int // open connections by source (sourceOf)
 }
 
 // acquire returns the current state with a reference on its certificates,
@@ -75,13 +80,41 @@ func (e *endpoint) acquire() *epState {
 }
 
 // newEndpoint opens the endpoint's socket; start runs it.
-func newEndpoint(s *Service, kind, name, listen string) (*endpoint, error) {
-	ln, err := net.Listen("tcp", listen)
+func newEndpoint(s *Service, kind, name, listen string, dual bool) (*endpoint, error) {
+	ln, err := listenTCP(listen, dual)
 	if err != nil {
-		return nil, fmt.Errorf("tls: %s: %w", name, err)
+		return nil, &EndpointError{Kind: kindWord(kind), Name: name, Field: "listen", Err: err}
 	}
-	return &endpoint{svc: s, kind: kind, name: name, listen: listen, ln: ln,
-		kick: make(chan struct{}, 1), quit: make(chan struct{}), conns: make(map[net.Conn]struct{})}, nil
+	return &endpoint{svc: s, kind: kind, name: name, listen: listen, dual: dual, ln: ln,
+		kick: make(chan struct{}, 1), quit: make(chan struct{}), conns: make(map[net.Conn]struct{}),
+		sources: make(map[netip.Addr]int)}, nil
+}
+
+// listenTCP opens a listening socket on one address family, as nginx
+// does: an IPv4 address (or an empty host, IPv4's every address) binds
+// IPv4 only, an IPv6 address IPv6 only (IPV6_V6ONLY); "[::]" binds both
+// families only when dual is set. Go's "tcp" would bind "0.0.0.0" and ""
+// to both, exposing a service on IPv6 that the operator named by an
+// IPv4 address. A host name is resolved by the net package.
+func listenTCP(listen string, dual bool) (net.Listener, error) {
+	host, port, err := net.SplitHostPort(listen)
+	if err != nil {
+		return nil, err
+	}
+	network := "tcp"
+	if host == "" {
+		network, host = "tcp4", "0.0.0.0"
+	} else if a, err := netip.ParseAddr(host); err == nil {
+		switch {
+		case a.Is4() || a.Is4In6():
+			network, host = "tcp4", a.Unmap().String()
+		case dual && a.IsUnspecified():
+			network = "tcp"
+		default:
+			network = "tcp6"
+		}
+	}
+	return net.Listen(network, net.JoinHostPort(host, port))
 }
 
 // start publishes st and starts the accept loop and, for a listener with
@@ -165,12 +198,61 @@ func (e *endpoint) closeConns() {
 	}
 }
 
-func (e *endpoint) maxConns() int {
+// limits returns the endpoint's connection limits: in all, and per
+// source.
+func (e *endpoint) limits() (total, perSource int) {
 	if st := e.state.Load(); st.lc != nil {
-		return st.lc.MaxConns
+		return st.lc.MaxConns, st.lc.MaxConnsPerSource
 	} else {
-		return st.oc.MaxConns
+		return st.oc.MaxConns, st.oc.MaxConnsPerSource
 	}
+}
+
+// sourceOf is what a connection's client counts against its per-source
+// limit: its IPv4 address, or its IPv6 address's /64 (a host commonly
+// has a whole /64 to pick addresses from).
+func sourceOf(c net.Conn) netip.Addr {
+	ta, ok := c.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return netip.Addr{}
+	}
+	a := ta.AddrPort().Addr().Unmap()
+	if a.Is6() {
+		p, _ := a.Prefix(64)
+		a = p.Addr()
+	}
+	return a
+}
+
+// takeSource counts a connection from src, unless src has limit open.
+func (e *endpoint) takeSource(src netip.Addr, limit int) bool {
+	e.srcMu.Lock()
+	defer e.srcMu.Unlock()
+	if e.sources[src] >= limit {
+		return false
+	}
+	e.sources[src]++
+	return true
+}
+
+// dropSource uncounts a connection from src.
+func (e *endpoint) dropSource(src netip.Addr) {
+	e.srcMu.Lock()
+	defer e.srcMu.Unlock()
+	if n := e.sources[src] - 1; n > 0 {
+		e.sources[src] = n
+	} else {
+		delete(e.sources, src)
+	}
+}
+
+// refuse closes a connection at once, with a reset rather than a FIN: a
+// refused client learns it without a TIME_WAIT on our side.
+func refuse(c net.Conn) {
+	if tc, ok := c.(*net.TCPConn); ok {
+		tc.SetLinger(0)
+	}
+	c.Close()
 }
 
 func (e *endpoint) acceptLoop() {
@@ -200,12 +282,16 @@ func (e *endpoint) acceptLoop() {
 			continue
 		}
 		backoff = 0
-		if e.ctr.open.Load() >= uint64(e.maxConns()) {
-			if tc, ok := c.(*net.TCPConn); ok {
-				tc.SetLinger(0)
-			}
-			c.Close()
+		total, perSource := e.limits()
+		if e.ctr.open.Load() >= uint64(total) {
+			refuse(c)
 			e.ctr.refused.Add(1)
+			continue
+		}
+		src := sourceOf(c)
+		if !e.takeSource(src, perSource) {
+			refuse(c)
+			e.ctr.refusedSource.Add(1)
 			continue
 		}
 		e.ctr.open.Add(1)
@@ -214,16 +300,17 @@ func (e *endpoint) acceptLoop() {
 		e.conns[c] = struct{}{}
 		e.mu.Unlock()
 		e.svc.wg.Add(1)
-		go e.serve(c)
+		go e.serve(c, src)
 	}
 }
 
-func (e *endpoint) serve(c net.Conn) {
+func (e *endpoint) serve(c net.Conn, src netip.Addr) {
 	defer func() {
 		c.Close()
 		e.mu.Lock()
 		delete(e.conns, c)
 		e.mu.Unlock()
+		e.dropSource(src)
 		e.ctr.open.Add(^uint64(0))
 		e.svc.wg.Done()
 	}()
@@ -252,7 +339,7 @@ func (e *endpoint) terminate(raw net.Conn) {
 		e.ctr.resumed.Add(1)
 	}
 	if st.static != nil {
-		st.static.serveConn(tc, st.lc.IdleTimeout, st.lc.HeaderTimeout, &e.ctr)
+		st.static.serveConn(tc, st.lc.IdleTimeout, st.lc.HeaderTimeout, st.lc.ServeDotfiles, &e.ctr)
 		return
 	}
 	d := net.Dialer{Timeout: st.lc.HandshakeTimeout}
@@ -345,20 +432,20 @@ func (e *endpoint) originate(raw net.Conn) {
 func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 	ref, err := s.engine(lc.Engine)
 	if err != nil {
-		return nil, err
+		return nil, &EndpointError{Kind: "listener", Name: lc.Name, Field: "engine", Err: err}
 	}
 	st := &epState{lc: &lc, eng: ref}
 	var certs []*loadedCert
-	fail := func(err error) (*epState, error) {
+	fail := func(field string, err error) (*epState, error) {
 		for _, c := range certs {
 			c.key.key.Destroy()
 		}
-		return nil, fmt.Errorf("tls: listener %q: %w", lc.Name, err)
+		return nil, &EndpointError{Kind: "listener", Name: lc.Name, Field: field, Err: err}
 	}
-	for _, c := range lc.Certs {
-		lcrt, err := loadCert(c, ref.eng, ref.q)
+	for i, c := range lc.Certs {
+		lcrt, which, err := loadCert(c, ref.eng, ref.q, s.log)
 		if err != nil {
-			return fail(err)
+			return fail(fmt.Sprintf("cert[%d].%s", i+1, which), err)
 		}
 		certs = append(certs, lcrt)
 	}
@@ -382,7 +469,7 @@ func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 	if lc.ClientCA != "" {
 		pool, sum, err := loadCAs(lc.ClientCA)
 		if err != nil {
-			return fail(err)
+			return fail("client_ca", err)
 		}
 		conf.ClientCAs, st.caSum = pool, sum
 	}
@@ -391,7 +478,7 @@ func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 	case strings.HasPrefix(lc.Backend, "static:"):
 		ss, err := s.staticFor(strings.TrimPrefix(lc.Backend, "static:"))
 		if err != nil {
-			return fail(err)
+			return fail("backend", err)
 		}
 		st.static = ss
 	default:
@@ -402,9 +489,12 @@ func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 
 // buildOriginState loads an origin's CA and client certificate.
 func (s *Service) buildOriginState(oc OriginConfig) (*epState, error) {
+	fail := func(field string, err error) (*epState, error) {
+		return nil, &EndpointError{Kind: "origin", Name: oc.Name, Field: field, Err: err}
+	}
 	ref, err := s.engine(oc.Engine)
 	if err != nil {
-		return nil, err
+		return fail("engine", err)
 	}
 	st := &epState{oc: &oc, eng: ref}
 	conf := &gotls.Config{
@@ -418,20 +508,20 @@ func (s *Service) buildOriginState(oc OriginConfig) (*epState, error) {
 	if oc.CA != "" {
 		pool, sum, err := loadCAs(oc.CA)
 		if err != nil {
-			return nil, fmt.Errorf("tls: origin %q: %w", oc.Name, err)
+			return fail("ca", err)
 		}
 		conf.RootCAs, st.caSum = pool, sum
 	} else {
 		pool, err := x509.SystemCertPool()
 		if err != nil {
-			return nil, fmt.Errorf("tls: origin %q: system roots: %w", oc.Name, err)
+			return fail("ca", fmt.Errorf("system roots: %w", err))
 		}
 		conf.RootCAs = pool
 	}
 	if oc.Cert != nil {
-		c, err := loadCert(*oc.Cert, ref.eng, ref.q)
+		c, which, err := loadCert(*oc.Cert, ref.eng, ref.q, s.log)
 		if err != nil {
-			return nil, fmt.Errorf("tls: origin %q: %w", oc.Name, err)
+			return fail(which, err)
 		}
 		st.store = newCertStore([]*loadedCert{c})
 		conf.GetClientCertificate = func(cri *gotls.CertificateRequestInfo) (*gotls.Certificate, error) {

@@ -19,11 +19,17 @@ package tls
 //     header lines are kept, revalidated against the file's size and mtime
 //     at most once per cacheRevalidate, so a cached response is one copy
 //     into the write buffer and one Write (one TLS record for 1 KB);
-//     bigger files are streamed through a pooled buffer;
+//     bigger files are streamed through a pooled buffer. The cache is
+//     bounded in bytes (cacheMaxBytes, names and overhead counted) and
+//     evicts by CLOCK; names that do not exist are not cached, so a flood
+//     of 404s costs a stat each and no memory;
 //  4. keeps the connection for the next request (pipelined requests are
 //     served from what is already buffered).
 //
 // Serving a cached file allocates nothing (TestStaticNoAllocs).
+// Names with a component starting with '.' (".git/config", ".htpasswd")
+// are answered 404 and counted unless the listener serves dotfiles; a
+// first component ".well-known" (RFC 8615) is served.
 // Deadlines: between requests the idle timeout applies, from a request's
 // first byte to the end of its head the header timeout; both are moved
 // only when a quarter stale, not per request.
@@ -33,6 +39,7 @@ package tls
 // is sent), directory listings.
 
 import (
+	"bytes"
 	"errors"
 	"mime"
 	"net"
@@ -50,9 +57,9 @@ const (
 	maxHeadLen      = 8 << 10  // the longest request head accepted
 	writeBufLen     = 16 << 10 // one TLS record's worth of response
 	cacheMaxFile    = 1 << 20  // files up to this size are cached
-	cacheMaxBytes   = 64 << 20 // the cache's total budget
+	cacheMaxBytes   = 64 << 20 // the cache's budget, in bytes (fileEntry.cost)
 	cacheRevalidate = time.Second
-	cacheMaxEntries = 16384 // files and known-missing names
+	entryOverhead   = 256 // bytes an entry costs besides its contents
 	httpTimeFormat  = "Mon, 02 Jan 2006 15:04:05 GMT"
 )
 
@@ -62,21 +69,29 @@ type staticServer struct {
 	dir  string
 	root *os.Root
 
-	mu    sync.RWMutex
-	cache map[string]*fileEntry
-	bytes int64 // total body bytes in cache
+	// The file cache: entries by name, and the same entries in a ring
+	// that the CLOCK hand sweeps to evict. bytes is the sum of their
+	// cost(), kept within maxBytes.
+	mu       sync.RWMutex
+	cache    map[string]*fileEntry
+	ring     []*fileEntry
+	hand     int
+	bytes    int64
+	maxBytes int64
 }
 
 // fileEntry is one cached file. body and hdr are immutable; a changed
 // file gets a new entry.
 type fileEntry struct {
-	missing bool   // no such file (a cached 404)
+	key     string // the name asked for (the cache's key)
 	file    string // the name under the served directory
 	size    int64
 	mtime   time.Time
 	body    []byte // the whole file, or nil when streamed from disk
 	hdr     []byte // "Content-Type: ...\r\nContent-Length: ...\r\nLast-Modified: ...\r\n"
 	checked atomic.Int64
+	used    atomic.Bool // served since the clock hand passed
+	idx     int         // in staticServer.ring; -1 when not cached (under mu)
 }
 
 func newStaticServer(dir string) (*staticServer, error) {
@@ -84,7 +99,7 @@ func newStaticServer(dir string) (*staticServer, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &staticServer{dir: dir, root: root, cache: make(map[string]*fileEntry)}, nil
+	return &staticServer{dir: dir, root: root, cache: make(map[string]*fileEntry), maxBytes: cacheMaxBytes}, nil
 }
 
 // httpConn is one connection's state, pooled between connections.
@@ -95,6 +110,7 @@ type httpConn struct {
 	ctr      *counters
 	idle     time.Duration
 	headerTO time.Duration
+	dotfiles bool // serve names with a component starting with '.'
 
 	rbuf  []byte // maxHeadLen
 	rn    int    // bytes in rbuf
@@ -115,9 +131,9 @@ var httpConnPool = sync.Pool{New: func() any {
 
 // serveConn serves requests on c until the client closes, an error, or a
 // timeout. The caller closes c.
-func (s *staticServer) serveConn(c net.Conn, idle, headerTO time.Duration, ctr *counters) {
+func (s *staticServer) serveConn(c net.Conn, idle, headerTO time.Duration, dotfiles bool, ctr *counters) {
 	hc := httpConnPool.Get().(*httpConn)
-	hc.c, hc.srv, hc.ctr, hc.idle, hc.headerTO = c, s, ctr, idle, headerTO
+	hc.c, hc.srv, hc.ctr, hc.idle, hc.headerTO, hc.dotfiles = c, s, ctr, idle, headerTO, dotfiles
 	if tc, ok := c.(interface{ NetConn() net.Conn }); ok {
 		hc.raw, _ = tc.NetConn().(*net.TCPConn) // for cork
 	}
@@ -160,6 +176,11 @@ func (hc *httpConn) serveOne() bool {
 		hc.writeError(400, "Bad Request")
 		return false
 	}
+	if !hc.dotfiles && hiddenName(hc.name) {
+		hc.ctr.dotfiles.Add(1)
+		hc.consume(n)
+		return hc.writeStatus(404, "Not Found", keep, isHead, "") && keep
+	}
 	// h's slices alias rbuf: done with them before consume.
 	ent := hc.srv.lookup(hc.name)
 	hc.consume(n)
@@ -167,6 +188,26 @@ func (hc *httpConn) serveOne() bool {
 		return hc.writeStatus(404, "Not Found", keep, isHead, "") && keep
 	}
 	return hc.writeFile(ent, isHead, keep) && keep
+}
+
+// hiddenName reports whether a cleaned name (no leading slash, no "."
+// or ".." components) has a component starting with '.', other than a
+// first component ".well-known" (RFC 8615's well-known URIs, which ACME
+// and others need served).
+func hiddenName(name []byte) bool {
+	first := true
+	for seg := name; len(seg) > 0; first = false {
+		s := seg
+		if i := bytes.IndexByte(seg, '/'); i >= 0 {
+			s, seg = seg[:i], seg[i+1:]
+		} else {
+			seg = nil
+		}
+		if len(s) > 0 && s[0] == '.' && !(first && string(s) == ".well-known") {
+			return true
+		}
+	}
+	return false
 }
 
 // consume drops the first n bytes of the read buffer (a served request).
@@ -228,22 +269,25 @@ func (hc *httpConn) readHead() (int, error) {
 }
 
 // lookup returns the cache entry of a file name, loading or revalidating
-// it; nil means 404.
+// it; nil means 404. A hit takes the read lock and marks the entry used.
 func (s *staticServer) lookup(name []byte) *fileEntry {
 	s.mu.RLock()
 	ent := s.cache[string(name)]
 	s.mu.RUnlock()
 	now := time.Now().UnixNano()
 	if ent == nil || now-ent.checked.Load() >= int64(cacheRevalidate) {
-		ent = s.load(string(name), ent, now)
+		return s.load(string(name), ent, now)
 	}
-	if ent.missing {
-		return nil
+	if !ent.used.Load() {
+		ent.used.Store(true)
 	}
 	return ent
 }
 
-// load (re)reads a file into the cache. old is the entry to revalidate.
+// load (re)reads a file into the cache and returns its entry, or nil if
+// there is no such file. old is the cached entry to revalidate. Misses are
+// not cached: a name asked for before its file exists is served as soon
+// as it does, and names that do not exist cost no memory.
 func (s *staticServer) load(key string, old *fileEntry, now int64) *fileEntry {
 	name := key
 	fi, err := s.root.Stat(name)
@@ -252,20 +296,19 @@ func (s *staticServer) load(key string, old *fileEntry, now int64) *fileEntry {
 		fi, err = s.root.Stat(name)
 	}
 	if err != nil || !fi.Mode().IsRegular() {
-		if old != nil && old.missing {
-			old.checked.Store(now)
-			return old
+		if old != nil {
+			s.mu.Lock()
+			s.removeLocked(old)
+			s.mu.Unlock()
 		}
-		ent := &fileEntry{missing: true}
-		ent.checked.Store(now)
-		s.store(key, ent)
-		return ent
+		return nil
 	}
 	if old != nil && old.size == fi.Size() && old.mtime.Equal(fi.ModTime()) {
 		old.checked.Store(now)
+		old.used.Store(true)
 		return old
 	}
-	ent := &fileEntry{file: name, size: fi.Size(), mtime: fi.ModTime()}
+	ent := &fileEntry{key: key, file: name, size: fi.Size(), mtime: fi.ModTime(), idx: -1}
 	ent.checked.Store(now)
 	ctype := mime.TypeByExtension(path.Ext(name))
 	if ctype == "" {
@@ -274,36 +317,77 @@ func (s *staticServer) load(key string, old *fileEntry, now int64) *fileEntry {
 	ent.hdr = []byte("Content-Type: " + ctype + "\r\nContent-Length: " + strconv.FormatInt(ent.size, 10) +
 		"\r\nLast-Modified: " + ent.mtime.UTC().Format(httpTimeFormat) + "\r\n")
 	if ent.size <= cacheMaxFile {
-		s.mu.RLock()
-		room := s.bytes+ent.size <= cacheMaxBytes
-		s.mu.RUnlock()
-		if room {
-			if b, err := s.root.ReadFile(name); err == nil && int64(len(b)) == ent.size {
-				ent.body = b
-			}
+		if b, err := s.root.ReadFile(name); err == nil && int64(len(b)) == ent.size {
+			ent.body = b
 		}
 	}
-	s.store(key, ent)
+	s.mu.Lock()
+	s.storeLocked(ent)
+	s.mu.Unlock()
 	return ent
 }
 
-// store puts ent in the cache under key, replacing what was there, within
-// the cache's bounds (an entry that does not fit is used but not kept; a
-// body that does not fit is dropped from the entry).
-func (s *staticServer) store(key string, ent *fileEntry) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cur := s.cache[key]
-	if cur != nil {
-		s.bytes -= int64(len(cur.body))
-	} else if len(s.cache) >= cacheMaxEntries {
+// cost is what an entry counts against the cache's budget: its body,
+// header lines and names, and a fixed overhead for the entry and its map
+// and ring slots.
+func (e *fileEntry) cost() int64 {
+	return int64(len(e.body)+len(e.hdr)+len(e.key)+len(e.file)) + entryOverhead
+}
+
+// storeLocked puts ent in the cache, replacing the entry of its name and
+// evicting entries not used since the clock hand last passed them until
+// ent fits the budget. An entry bigger than the whole budget is used but
+// not kept. The caller holds s.mu for writing.
+func (s *staticServer) storeLocked(ent *fileEntry) {
+	if cur := s.cache[ent.key]; cur != nil {
+		s.removeLocked(cur)
+	}
+	c := ent.cost()
+	if c > s.maxBytes {
 		return
 	}
-	if ent.body != nil && s.bytes+ent.size > cacheMaxBytes {
-		ent.body = nil
+	for s.bytes+c > s.maxBytes && len(s.ring) > 0 {
+		s.evictLocked()
 	}
-	s.bytes += int64(len(ent.body))
-	s.cache[key] = ent
+	ent.idx = len(s.ring)
+	s.ring = append(s.ring, ent)
+	s.cache[ent.key] = ent
+	s.bytes += c
+}
+
+// evictLocked removes one entry by the CLOCK algorithm: the hand clears
+// the used mark of each entry it passes and evicts the first one found
+// unmarked (at most one turn of the ring). A hit only sets a mark, so it
+// needs no write lock, where an LRU list would take one per request.
+func (s *staticServer) evictLocked() {
+	for {
+		if s.hand >= len(s.ring) {
+			s.hand = 0
+		}
+		e := s.ring[s.hand]
+		if e.used.Swap(false) {
+			s.hand++
+			continue
+		}
+		s.removeLocked(e)
+		return
+	}
+}
+
+// removeLocked drops e from the cache if it is still there. The caller
+// holds s.mu for writing.
+func (s *staticServer) removeLocked(e *fileEntry) {
+	if e.idx < 0 || s.cache[e.key] != e {
+		return
+	}
+	last := len(s.ring) - 1
+	s.ring[e.idx] = s.ring[last]
+	s.ring[e.idx].idx = e.idx
+	s.ring[last] = nil
+	s.ring = s.ring[:last]
+	delete(s.cache, e.key)
+	s.bytes -= e.cost()
+	e.idx = -1
 }
 
 // startResponse writes the status line and the common header lines into
@@ -435,4 +519,11 @@ func (hc *httpConn) cork(on bool) {
 		return
 	}
 	rc.Control(func(fd uintptr) { unix.SetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_CORK, v) })
+}
+
+// cacheSize returns the number of cached entries and their bytes.
+func (s *staticServer) cacheSize() (int, int64) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return len(s.cache), s.bytes
 }
