@@ -281,3 +281,33 @@ func TestMTUSluiceICMP(t *testing.T) {
 		t.Errorf("A sent no ICMP error (drops %v): the test did not exercise them", got)
 	}
 }
+
+// TestMTUReload: a reload that changes a tunnel's suite for one with more
+// overhead lowers the TUN devices' MTU with it, and TCP goes on completing
+// from site A and from the host behind it.
+func TestMTUReload(t *testing.T) {
+	lab.Require(t)
+	b := newMTUBed(t, wan4)
+	a := b.sites[0]
+	render := func(alg string) [2]string {
+		cfgs := pairConfigs(t, pairOptions{wan: wan4, alg: alg})
+		cfgs[0].Tunnels[0].Remote = []netip.Prefix{inner4[1].Masked()}
+		cfgs[1].Tunnels[0].Remote = []netip.Prefix{siteA[0]}
+		for i, c := range cfgs {
+			c.TUN = []netip.Prefix{inner4[i]}
+			c.StateDir = filepath.Join(b.dir, "state-"+b.sites[i].name)
+		}
+		return [2]string{cfgs[0].render(), cfgs[1].render()}
+	}
+	b.restart(render("aes128gcm16"))
+	b.checkTUNMTU(1438)
+	texts := render("aes256-sha512")
+	for i, s := range b.sites {
+		s.writeConfigText(texts[i])
+		s.mustReload()
+	}
+	b.checkTUNMTU(1406)
+	server := inner4[1].Addr()
+	b.tcpBothWays("after the reload, from A", a.ns, inner4[0].Addr(), server)
+	b.tcpBothWays("after the reload, from the host behind A", b.lan, lanHost[0].Addr(), server)
+}

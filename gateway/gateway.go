@@ -60,6 +60,10 @@ type Gateway struct {
 	// mu: data-plane workers, the default engine, the state directory.
 	workers int
 	cfg0    fixedConfig
+	// tunMTU0 is the TUN device's MTU at start, which the packet pool's
+	// slots are sized for; tunMTU is its MTU now (reload may lower it).
+	// Both are read and written under mu.
+	tunMTU0, tunMTU int
 }
 
 // fixedConfig is what of the configuration a reload cannot change and
@@ -124,6 +128,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	if queues <= 0 {
 		queues = workers
 	}
+	g.tunMTU0, g.tunMTU = mtu, mtu
 	plain, err := tun.Open(cfg.TUN.Name, mtu, queues)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: TUN %s: %w", cfg.TUN.Name, err)
