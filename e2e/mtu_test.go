@@ -311,3 +311,16 @@ func TestMTUReload(t *testing.T) {
 	b.tcpBothWays("after the reload, from A", a.ns, inner4[0].Addr(), server)
 	b.tcpBothWays("after the reload, from the host behind A", b.lan, lanHost[0].Addr(), server)
 }
+
+// TestStrongSwanMTU: opposite strongSwan (kernel-libipsec, whose TUN MTU is
+// 1400), sluice's TUN MTU for aes256-sha512 in UDP over IPv4 is what the
+// overhead leaves, and TCP goes through both ways.
+func TestStrongSwanMTU(t *testing.T) {
+	requireCharon(t)
+	b := newSSBed(t, ssOptions{esp: "aes256-sha512", auth: "psk"})
+	b.establish()
+	if got, err := b.gw.ns.LinkMTU(tunName); err != nil || got != 1406 {
+		t.Errorf("sluice's TUN MTU %d (%v), want 1406", got, err)
+	}
+	b.traffic("aes256-sha512", true)
+}
