@@ -7,9 +7,10 @@ package e2e_test
 // MSS; the kernel's own ICMP to a forwarded one), or from the ICMP error
 // sluice sends when a packet is larger than its tunnel takes.
 //
-//	 lan (netns)                site A (netns)                               site B (netns)
-//	 10.1.1.2/24  ===== lan0 10.1.1.1/24   sluice0 10.1.0.1/24 ... sluice0 10.2.0.1/24
-//	 fd00:1:1::2/64     lan0 fd00:1:1::1/64 sluice0 fd00:1::1/64 ... sluice0 fd00:2::1/64
+//	 host (netns "lan")       site A (netns)                            site B (netns)
+//	 eth0 10.1.1.2/24  ====== lan0 10.1.1.1/24      wan0 ======== wan0   sluice0 10.2.0.1/24
+//	      fd00:1:1::2/64           fd00:1:1::1/64   (wan4 or wan6)            fd00:2::1/64
+//	 default via lan0         sluice0 10.1.0.1/24, fd00:1::1/64, forwarding
 
 import (
 	"context"
