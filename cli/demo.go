@@ -559,17 +559,29 @@ func (r *demoRun) traffic(ctx context.Context) (*demoReport, error) {
 	}
 	rep.FirstPacket = seconds(time.Since(start))
 
-	// The largest payload both tunnels carry whole.
+	// The largest payload both tunnels and both TUN devices carry whole:
+	// a datagram larger than its TUN's MTU is fragmented by the kernel
+	// before sluice sees it.
 	mtu := 0
+	least := func(m int) {
+		if m > 0 && (mtu == 0 || m < mtu) {
+			mtu = m
+		}
+	}
 	for _, s := range r.sites {
 		ts, err := s.tuns(ctx)
 		if err != nil {
 			return nil, err
 		}
 		for _, t := range ts {
-			if mtu == 0 || t.MTU < mtu {
-				mtu = t.MTU
+			least(t.MTU)
+		}
+		if s.ns != nil {
+			m, err := s.ns.LinkMTU(demoTUN)
+			if err != nil {
+				return nil, err
 			}
+			least(m)
 		}
 	}
 	rep.PayloadBytes = r.o.size

@@ -45,7 +45,7 @@ const (
 	DefaultOversize      = OversizeFragment
 	// DefaultUnderlayMTU is the MTU of the outer path that a plaintext MTU
 	// of 0 (TUN.MTU, Tunnel.MTU) is computed from: this less the ESP
-	// overhead of the tunnel (esp.SA.Overhead).
+	// overhead of the tunnel (esp.TunnelMTU).
 	DefaultUnderlayMTU = 1500
 	MaxWorkers         = 1024
 	MaxTUNQueues       = 256 // Linux's limit for a multi-queue TUN device
@@ -139,7 +139,9 @@ type Gateway struct {
 type TUN struct {
 	Name string // interface name; default DefaultTUNName
 	// MTU is the plaintext MTU. 0 means DefaultUnderlayMTU less the
-	// largest ESP overhead of the tunnels, computed at start-up.
+	// largest ESP overhead of the tunnels and of what the IKE children's
+	// ESP proposals may be negotiated with, in UDP (esp.TunnelMTU),
+	// computed at start-up and at each reload.
 	MTU int
 	// Addresses are assigned to the device, host bits kept: 10.1.0.1/24.
 	Addresses []netip.Prefix
@@ -179,8 +181,10 @@ type Tunnel struct {
 	Out    string   // name of the outbound SA
 	In     []string // names of the inbound SAs, 1 to MaxInboundSAs
 	Engine string   // crypto engine for the tunnel's SAs; "" = Gateway.Engine
-	// MTU is the tunnel's plaintext MTU; 0 means DefaultUnderlayMTU less
-	// the tunnel's ESP overhead, computed at start-up.
+	// MTU is the tunnel's plaintext MTU; 0 means TUN.MTU if that is set,
+	// else DefaultUnderlayMTU less the tunnel's ESP overhead, computed at
+	// start-up. A packet larger than it is fragmented or answered with an
+	// ICMP error (gateway.oversize).
 	MTU int
 	Pos Pos // where its [[tunnel]] table starts
 }

@@ -62,7 +62,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net/netip"
 	"runtime"
 	"sort"
 	"sync"
@@ -134,10 +133,7 @@ type Config struct {
 	Pool      *packet.Pool
 	NATTPorts []uint16
 	Oversize  Oversize
-	// ICMPSource4/6 are the addresses ICMP errors are sent from (the TUN
-	// addresses); zero means the packet's destination.
-	ICMPSource4, ICMPSource6 netip.Addr
-	Logger                   *slog.Logger
+	Logger    *slog.Logger
 }
 
 // Dataplane is a running data plane.

@@ -413,6 +413,12 @@ func TestOversize(t *testing.T) {
 	if ip.Dst() != netip.MustParseAddr("10.1.0.5") || !bytes.Equal(icmp[8:8+28], df[:28]) || packet.Checksum(icmp, 0) != 0xffff {
 		t.Fatalf("ICMP error malformed: %x", reply)
 	}
+	// From the packet's destination, which the sender's kernel routes
+	// into the tunnel: from one of the gateway's own addresses it would
+	// be a martian there (issue 16, defect 3).
+	if ip.Src() != netip.MustParseAddr("10.2.0.7") {
+		t.Fatalf("ICMP error from %v, want the packet's destination 10.2.0.7", ip.Src())
+	}
 }
 
 // TestRetireDuringSnapshot (issue 8, defect 8): an SA removed between a

@@ -7,9 +7,19 @@ package dataplane
 // all IPv6, get an ICMP "fragmentation needed" / ICMPv6 "packet too big"
 // (RFC 1191, RFC 8201) back into the plaintext side, built in the packet's
 // own buffer.
+//
+// The error's source is the packet's destination, as if the router that
+// could not forward it sat at the tunnel's far end (RFC 4459 section 3:
+// the encapsulator reports the inner MTU to the source). The kernel takes
+// what the TUN device hands it as arriving from outside: an error from
+// one of its own addresses (the TUN's) is a martian that it drops
+// unread, and the sender, which never learns the MTU, resends the same
+// packet until it gives up. The destination is routed into the tunnel,
+// so the error passes reverse path filtering too.
 
 import (
 	"encoding/binary"
+	"net/netip"
 
 	"github.com/sluicegw/sluice/esp"
 	"github.com/sluicegw/sluice/packet"
@@ -106,11 +116,10 @@ func (ln *lane) tooBig(p *packet.Buf, mtu int) bool {
 		if !ip.IsValid() || ip.FragmentOffset() != 0 || isICMPError(ip.Protocol(), data[hl:]) || p.Headroom() < 28 {
 			return false
 		}
-		src := ln.d.cfg.ICMPSource4
-		if !src.IsValid() {
-			src = ip.Dst()
+		src, dst := ip.Dst(), ip.Src()
+		if !unicast(src) || !unicast(dst) { // RFC 1812 section 4.3.2.7
+			return false
 		}
-		dst := ip.Src()
 		quote := min(len(data), hl+8) // RFC 792: header + 64 bits
 		p.SetWindow(p.Offset(), quote)
 		p.Prepend(28)
@@ -128,11 +137,10 @@ func (ln *lane) tooBig(p *packet.Buf, mtu int) bool {
 		if len(data) < packet.IPv6Header || isICMPError6(ip.NextHeader(), data[packet.IPv6Header:]) || p.Headroom() < 48 {
 			return false
 		}
-		src := ln.d.cfg.ICMPSource6
-		if !src.IsValid() {
-			src = ip.Dst()
+		src, dst := ip.Dst(), ip.Src()
+		if !unicast(src) || !unicast(dst) { // RFC 4443 section 2.2: never from a multicast address
+			return false
 		}
-		dst := ip.Src()
 		quote := min(len(data), 1280-48) // RFC 4443 section 2.4 (c)
 		p.SetWindow(p.Offset(), quote)
 		p.Prepend(48)
@@ -147,6 +155,12 @@ func (ln *lane) tooBig(p *packet.Buf, mtu int) bool {
 		return true
 	}
 	return false
+}
+
+// unicast reports an address an ICMP error may come from and go to: not
+// unspecified, multicast or the IPv4 limited broadcast.
+func unicast(a netip.Addr) bool {
+	return !a.IsUnspecified() && !a.IsMulticast() && a != netip.AddrFrom4([4]byte{255, 255, 255, 255})
 }
 
 // isICMPError reports an ICMPv4 error message, to which no error is sent

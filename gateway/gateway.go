@@ -60,6 +60,10 @@ type Gateway struct {
 	// mu: data-plane workers, the default engine, the state directory.
 	workers int
 	cfg0    fixedConfig
+	// tunMTU0 is the TUN device's MTU at start, which the packet pool's
+	// slots are sized for; tunMTU is its MTU now (reload may lower it).
+	// Both are read and written under mu.
+	tunMTU0, tunMTU int
 }
 
 // fixedConfig is what of the configuration a reload cannot change and
@@ -124,6 +128,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	if queues <= 0 {
 		queues = workers
 	}
+	g.tunMTU0, g.tunMTU = mtu, mtu
 	plain, err := tun.Open(cfg.TUN.Name, mtu, queues)
 	if err != nil {
 		return nil, fmt.Errorf("gateway: TUN %s: %w", cfg.TUN.Name, err)
@@ -200,14 +205,6 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	}
 	if cfg.Oversize == "drop" {
 		dcfg.Oversize = dataplane.OversizeDrop
-	}
-	for _, p := range cfg.TUN.Addresses {
-		if p.Addr().Is4() && !dcfg.ICMPSource4.IsValid() {
-			dcfg.ICMPSource4 = p.Addr()
-		}
-		if p.Addr().Is6() && !dcfg.ICMPSource6.IsValid() {
-			dcfg.ICMPSource6 = p.Addr()
-		}
 	}
 	if len(cfg.Policies) > 0 {
 		ps, err := newPolicySet(cfg)
@@ -298,37 +295,6 @@ func allRemotes(cfg *config.Gateway) []netip.Prefix {
 	return out
 }
 
-// saOverhead is the most ESP adds to a full-sized packet of the SA.
-func saOverhead(sa *config.SA, outer6 bool) int {
-	info := sa.Alg.Info()
-	o := esp.HeaderLen + info.IVLen + info.BlockSize - 1 + esp.TrailerLen + info.ICVLen + 20
-	if outer6 {
-		o += 20
-	}
-	if sa.Encap == config.EncapUDP {
-		o += packet.UDPHeader
-	}
-	return o
-}
-
-// tunnelMTU is the plaintext MTU: configured, or the underlay MTU less the
-// largest overhead of any tunnel's outbound SA.
-func tunnelMTU(cfg *config.Gateway) int {
-	if cfg.TUN.MTU > 0 {
-		return cfg.TUN.MTU
-	}
-	worst := 0
-	for _, t := range cfg.Tunnels {
-		if sa := cfg.SA(t.Out); sa != nil {
-			worst = max(worst, saOverhead(sa, t.Peer.Is6()))
-		}
-	}
-	if worst == 0 {
-		worst = 80
-	}
-	return (UnderlayMTU - worst) &^ 3
-}
-
 // openSA builds the SAD entry for the named SA of tunnel t in one
 // direction. An SA that leaves out its addresses takes the tunnel's.
 func (g *Gateway) openSA(cfg *config.Gateway, t *config.Tunnel, name string, dir esp.Direction) (*sad.SA, error) {
@@ -394,10 +360,7 @@ func (g *Gateway) addTunnel(t *config.Tunnel, owner int) error {
 	if t.Encap == config.EncapUDP {
 		spec.Encap = esp.EncapUDP
 	}
-	spec.MTU = t.MTU
-	if spec.MTU == 0 {
-		spec.MTU = tunnelMTU(g.cfg)
-	}
+	spec.MTU = staticTunnelMTU(g.cfg, t)
 	var opened []*sad.SA
 	fail := func(err error) error {
 		for _, s := range opened {

@@ -583,7 +583,7 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 		spec.Encap, spec.PeerPort = esp.EncapUDP, c.Remote.Port()
 	}
 	def, _ := childSAConfig(name, c, esp.Outbound)
-	spec.MTU = (UnderlayMTU - saOverhead(def, spec.Peer.Is6())) &^ 3
+	spec.MTU = saMTU(def, spec.Peer.Is6())
 	t := g.store.Load().Tunnel(name)
 	if t != nil && t.Local == spec.Local && t.Peer == spec.Peer && t.Encap == spec.Encap && t.PeerPort == spec.PeerPort && t.Out() != nil {
 		// Room for the new inbound SA: the oldest draining one goes

@@ -133,6 +133,7 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 		}
 	}
 	errs = append(errs, g.syncRoutes(old, next, note))
+	errs = append(errs, g.syncTUNMTU(next, note))
 	if err := errors.Join(errs...); err != nil {
 		g.log.Error("reload partly applied", "changes", len(changes), "err", err)
 		return changes, fmt.Errorf("gateway: reload partly applied (%d changes made; the rest failed): %w", len(changes), err)
@@ -173,6 +174,24 @@ func (g *Gateway) syncRoutes(old, next *config.Gateway, note func(string, ...any
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// syncTUNMTU sets the TUN device's MTU to what next's tunnels take
+// (tunnelMTU), so that a tunnel or IKE child that takes less than the
+// device did learns its senders the path MTU as those at start do. It is
+// never raised above the MTU at start, which the packet pool's slots are
+// sized for. g.mu is held.
+func (g *Gateway) syncTUNMTU(next *config.Gateway, note func(string, ...any)) error {
+	want := min(tunnelMTU(next), g.tunMTU0)
+	if want == g.tunMTU {
+		return nil
+	}
+	if err := netutil.SetMTU(next.TUN.Name, want); err != nil {
+		return err
+	}
+	note("TUN MTU changed", "dev", next.TUN.Name, "from", g.tunMTU, "to", want)
+	g.tunMTU = want
+	return nil
 }
 
 // reconcile makes tunnel t's running SAs those nt names, in the order that

@@ -193,13 +193,9 @@ func (s *MemorySite) addTunnel(t *config.Tunnel, owner int) error {
 	}
 	if spec.MTU == 0 {
 		// The largest packet that the outbound SA keeps within the
-		// underlay MTU.
-		u := config.DefaultUnderlayMTU
-		n := u
-		for n > 0 && n+out.SA.Overhead(n) > u {
-			n--
-		}
-		spec.MTU = n &^ 3
+		// underlay MTU, as a gateway computes it.
+		c := s.Config.SA(t.Out)
+		spec.MTU = esp.TunnelMTU(c.Alg, t.Peer.Is6(), t.Encap == config.EncapUDP, config.DefaultUnderlayMTU)
 	}
 	if _, err := s.store.AddTunnel(spec); err != nil {
 		return fail(err)
