@@ -92,6 +92,45 @@ func TestStrongSwanInteropCert(t *testing.T) {
 	}
 }
 
+// TestStrongSwanInteropDN negotiates with charon in both roles, both
+// sides identified by distinguished names (id = "CN=...") and
+// authenticating with certificates whose subjects are those names in
+// UTF8String, as openssl writes them, while charon sends its IDi/IDr with
+// PrintableStrings: the names must match by value (issue 16, defect 6).
+func TestStrongSwanInteropDN(t *testing.T) {
+	for _, role := range []string{"initiator", "responder"} {
+		t.Run("sluice-"+role, func(t *testing.T) {
+			lab.RequireCharon(t)
+			interop(t, role == "initiator", "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &certAuth{sluiceKey: "p256", charonKey: "p256", dn: true})
+		})
+	}
+}
+
+// DN identities of TestStrongSwanInteropDN.
+const (
+	ssDN = "CN=sw.example.test"
+	slDN = "CN=sl.example.test"
+)
+
+// ids are charon's and sluice's identities for a test with cert.
+func ids(cert *certAuth) (ss, sl string) {
+	if cert != nil && cert.dn {
+		return ssDN, slDN
+	}
+	return ssIDStr, slIDStr
+}
+
+// utf8Subject is the DER of the Name CN=cn with a UTF8String value.
+func utf8Subject(t *testing.T, cn string) []byte {
+	t.Helper()
+	der, err := asn1.Marshal(pkix.RDNSequence{{{Type: asn1.ObjectIdentifier{2, 5, 4, 3},
+		Value: asn1.RawValue{Tag: asn1.TagUTF8String, Bytes: []byte(cn)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}
+
 // testCreds are the certificates and keys of one certificate test: a CA,
 // charon's certificate and key as files in its swanctl directory, sluice's
 // certificate and its key inside cryptodev's soft engine.
@@ -121,7 +160,15 @@ func newTestCreds(t *testing.T, c *lab.Charon, a *certAuth) *testCreds {
 		extra = []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 32473, 1}, Value: v}}
 	}
 	issue := func(id string, pub crypto.PublicKey) *x509.Certificate {
-		cert, err := ca.Certify(pub, []string{id}, extra...)
+		var cert *x509.Certificate
+		var err error
+		if a.dn {
+			// The subject is the DN id; the subjectAltName its CN.
+			cn := strings.TrimPrefix(id, "CN=")
+			cert, err = ca.CertifySubject(pub, utf8Subject(t, cn), []string{cn}, extra...)
+		} else {
+			cert, err = ca.Certify(pub, []string{id}, extra...)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +176,8 @@ func newTestCreds(t *testing.T, c *lab.Charon, a *certAuth) *testCreds {
 	}
 	cr := &testCreds{ca: ca.Cert}
 	ck := ike.GenKey(t, a.charonKey)
-	if cr.caFile, cr.charonCert, err = c.WriteCredentials(ca.Cert, issue(ssIDStr, ck.Public()), ck); err != nil {
+	ssID, slID := ids(a)
+	if cr.caFile, cr.charonCert, err = c.WriteCredentials(ca.Cert, issue(ssID, ck.Public()), ck); err != nil {
 		t.Fatal(err)
 	}
 	// sluice's key goes into the soft engine; AUTH is signed through it.
@@ -141,7 +189,7 @@ func newTestCreds(t *testing.T, c *lab.Charon, a *certAuth) *testCreds {
 	if cr.signer, err = cryptodev.NewSigner(eng, key); err != nil {
 		t.Fatal(err)
 	}
-	cr.sluiceCert = issue(slIDStr, cr.signer.Public())
+	cr.sluiceCert = issue(slID, cr.signer.Public())
 	return cr
 }
 
@@ -155,6 +203,9 @@ type certAuth struct {
 	// pad, if set, pads each end-entity certificate with an extension of
 	// that many bytes (IKE fragmentation).
 	pad int
+	// dn identifies both sides by distinguished names (ssDN, slDN), the
+	// subjects of their certificates.
+	dn bool
 }
 
 // bed is one interop test bed: charon in namespace "ss", sluice's
@@ -230,9 +281,10 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 	}
 	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.Conf(), confVars)
 	swconf := filepath.Join(dir, "swanctl.conf")
+	ssID, slID := ids(cert)
 	vars := map[string]string{
 		"Local": ssWAN.Addr().String(), "Remote": slWAN.Addr().String(),
-		"LocalID": ssIDStr, "RemoteID": slIDStr, "LocalTS": ssSite.String(), "RemoteTS": slSite.String(),
+		"LocalID": ssID, "RemoteID": slID, "LocalTS": ssSite.String(), "RemoteTS": slSite.String(),
 		"IKE": ikeProps, "ESP": espProps, "PSK": pskHex,
 	}
 	for k, v := range extra {
@@ -271,7 +323,7 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 		t.Fatal(err)
 	}
 	peer := &ike.Peer{Name: "strongswan", Local: slWAN.Addr(), Remote: ssWAN.Addr(),
-		LocalID: ike.ParseIdentity(slIDStr), RemoteID: ike.ParseIdentity(ssIDStr), PSK: []byte(pskHex),
+		LocalID: ike.ParseIdentity(slID), RemoteID: ike.ParseIdentity(ssID), PSK: []byte(pskHex),
 		IKE: ikeP, ESP: espP, LocalTS: []netip.Prefix{slSite}, RemoteTS: []netip.Prefix{ssSite}}
 	if creds != nil {
 		peer.PSK = nil
@@ -372,7 +424,8 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 		for _, l := range strings.Split(string(data), "\n") {
 			if strings.Contains(l, "authentication of") {
 				t.Logf("charon: %s", strings.TrimSpace(l[strings.Index(l, "]")+1:]))
-				verified = verified || (strings.Contains(l, "authentication of '"+slIDStr+"' with") && strings.HasSuffix(l, "successful"))
+				_, slID := ids(cert)
+				verified = verified || (strings.Contains(l, "authentication of '"+slID+"' with") && strings.HasSuffix(l, "successful"))
 			}
 		}
 		if !verified {
