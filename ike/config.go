@@ -258,7 +258,7 @@ type Config struct {
 	BlockThreshold int
 	// HalfOpenTimeout is how long a half-open SA may live (default 30s).
 	// Under pressure (CookieThreshold half-open SAs or more) a new one
-	// lives a sixth of it, at least a second: a legitimate initiator
+	// lives a fifth of it, at least a second: a legitimate initiator
 	// finishes IKE_AUTH in a few round trips.
 	HalfOpenTimeout time.Duration
 	// CookieSecretLifetime is how long a cookie secret serves (default
