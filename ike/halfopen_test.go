@@ -142,69 +142,14 @@ func TestHalfOpenPerSource(t *testing.T) {
 	b := serve(rc, Config{Peers: []*Peer{pb}, MaxHalfOpen: 32, CookieThreshold: 4})
 	a := serve(lc, Config{Peers: []*Peer{pa}, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 5})
 
-	// The attacker: bursts of requests with fresh SPIs, and the same
-	// request again with each cookie it is sent.
+	// The attacker.
 	ac, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(attacker, 0)))
 	if err != nil {
 		t.Fatal(err)
 	}
-	to := net.UDPAddrFromAddrPort(netip.AddrPortFrom(resp, port))
-	tmpl := initRequest(t, 1, DHCurve25519, pb.IKE)
-	var sent, answered atomic.Uint64
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(2)
-	go func() { // requests
-		defer wg.Done()
-		req := append([]byte(nil), tmpl...)
-		tick := time.NewTicker(time.Millisecond)
-		defer tick.Stop()
-		for spi := uint64(1); ; {
-			select {
-			case <-stop:
-				return
-			case <-tick.C:
-			}
-			for range 5 {
-				spi++
-				binary.BigEndian.PutUint64(req, spi)
-				ac.WriteToUDP(req, to)
-				sent.Add(1)
-			}
-		}
-	}()
-	go func() { // cookies
-		defer wg.Done()
-		buf := make([]byte, 2048)
-		req := append([]byte(nil), tmpl...)
-		for {
-			n, _, err := ac.ReadFromUDP(buf)
-			if err != nil {
-				if errors.Is(err, net.ErrClosed) {
-					return
-				}
-				continue
-			}
-			if c := cookieOf(buf[:n]); c != nil {
-				copy(req, buf[:8]) // its SPIi
-				ac.WriteToUDP(withCookie(t, req, c), to)
-				answered.Add(1)
-			}
-		}
-	}()
-	t.Cleanup(func() { close(stop); ac.Close(); wg.Wait() })
+	sent, answered := Flood(t, ac, netip.AddrPortFrom(resp, port), pb.IKE)
 
-	// The attack at full force: many of its requests refused, cookies
-	// answered.
-	wctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for s := b.Stats(); s.RxBlocked+s.RxHalfOpenLimit < 200 || answered.Load() < 200; s = b.Stats() {
-		select {
-		case <-wctx.Done():
-			t.Fatalf("the attack did not get going: sent %d, cookies answered %d, stats %+v", sent.Load(), answered.Load(), s)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
+	WaitFlood(t, b, answered)
 
 	// The legitimate initiator, during the attack.
 	before := sent.Load()
@@ -223,10 +168,85 @@ func TestHalfOpenPerSource(t *testing.T) {
 	if child == nil || during == 0 {
 		t.Fatalf("child %v; the attack sent %d requests meanwhile", child, during)
 	}
-	b.mu.Lock()
-	held := b.halfOpenBy[attacker]
-	b.mu.Unlock()
+	held := HalfOpenFrom(b, attacker)
 	if s.RxBlocked == 0 || held > DefaultBlockThreshold {
 		t.Fatalf("the attacker holds %d half-open SAs (limit %d), RxBlocked %d", held, DefaultBlockThreshold, s.RxBlocked)
 	}
+}
+
+// Flood attacks the responder at to from c, until the test ends: bursts
+// of IKE_SA_INIT requests (5 a millisecond) for proposals props, each
+// with a fresh SPI, and the same request again with each cookie the
+// responder sends back (section 2.6), as a host that answers cookies
+// does. It counts the requests sent and the cookies answered.
+func Flood(t *testing.T, c *net.UDPConn, to netip.AddrPort, props []Proposal) (sent, answered *atomic.Uint64) {
+	tmpl := initRequest(t, 1, DHCurve25519, props)
+	sent, answered = new(atomic.Uint64), new(atomic.Uint64)
+	dst := net.UDPAddrFromAddrPort(to)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() { // requests
+		defer wg.Done()
+		req := append([]byte(nil), tmpl...)
+		tick := time.NewTicker(time.Millisecond)
+		defer tick.Stop()
+		for spi := uint64(1); ; {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+			}
+			for range 5 {
+				spi++
+				binary.BigEndian.PutUint64(req, spi)
+				c.WriteToUDP(req, dst)
+				sent.Add(1)
+			}
+		}
+	}()
+	go func() { // cookies
+		defer wg.Done()
+		buf := make([]byte, 2048)
+		req := append([]byte(nil), tmpl...)
+		for {
+			n, _, err := c.ReadFromUDP(buf)
+			if err != nil {
+				if errors.Is(err, net.ErrClosed) {
+					return
+				}
+				continue
+			}
+			if ck := cookieOf(buf[:n]); ck != nil {
+				copy(req, buf[:8]) // its SPIi
+				c.WriteToUDP(withCookie(t, req, ck), dst)
+				answered.Add(1)
+			}
+		}
+	}()
+	t.Cleanup(func() { close(stop); c.Close(); wg.Wait() })
+	return sent, answered
+}
+
+// WaitFlood waits (at most 10s) until a Flood is at full force against
+// e: 200 of its requests refused (per source or over all) and 200
+// cookies answered.
+func WaitFlood(t testing.TB, e *Endpoint, answered *atomic.Uint64) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for s := e.Stats(); s.RxBlocked+s.RxHalfOpenLimit < 200 || answered.Load() < 200; s = e.Stats() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the flood did not get going: cookies answered %d, stats %+v", answered.Load(), s)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}
+
+// HalfOpenFrom is how many half-open SAs e holds for initiator address a.
+func HalfOpenFrom(e *Endpoint, a netip.Addr) int {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.halfOpenBy[a]
 }

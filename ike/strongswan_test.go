@@ -106,6 +106,49 @@ func TestStrongSwanInteropDN(t *testing.T) {
 	}
 }
 
+// TestStrongSwanHalfOpenFlood: a host beside charon (192.0.2.3) floods
+// sluice with IKE_SA_INIT requests with fresh SPIs, answering every
+// cookie; charon, a legitimate peer, initiates during the flood and gets
+// its IKE and Child SA at once, while the flooder holds no more than
+// block_threshold (5) half-open SAs (issue 16, defect 8: the flooder took
+// every half-open place and charon timed out).
+func TestStrongSwanHalfOpenFlood(t *testing.T) {
+	lab.RequireCharon(t)
+	const props = "aes256-sha256-x25519" // the flood's KE is X25519
+	b := newBed(t, props, "aes128gcm16", nil, func(p *ike.Peer, c *ike.Config) {
+		p.Remote = netip.Addr{} // any initiator: the flood's requests fit too
+		c.MaxHalfOpen, c.CookieThreshold = 32, 4
+	})
+	flooder := netip.MustParseAddr("192.0.2.3")
+	if err := b.ssNS.AddAddr("wan0", netip.PrefixFrom(flooder, 24)); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := b.ssNS.ListenUDP(netip.AddrPortFrom(flooder, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ikeP, err := ike.ParseProposals(ike.ProtoIKE, props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, answered := ike.Flood(t, fc, netip.AddrPortFrom(slWAN.Addr(), 500), ikeP)
+	ike.WaitFlood(t, b.ep, answered)
+
+	before, start := sent.Load(), time.Now()
+	out, err := b.c.Swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("charon initiating during the flood: %v after %v\n%s\n(sluice stats %+v)", err, took, out, b.ep.Stats())
+	}
+	b.waitChild(t, 1, "sluice's Child SA")
+	s := b.ep.Stats()
+	t.Logf("charon connected in %v while the flooder sent %d requests (%d in all, %d cookies answered); sluice %+v",
+		took.Round(time.Millisecond), sent.Load()-before, sent.Load(), answered.Load(), s)
+	if held := ike.HalfOpenFrom(b.ep, flooder); s.RxBlocked == 0 || held > ike.DefaultBlockThreshold || sent.Load() == before {
+		t.Fatalf("the flooder holds %d half-open SAs, RxBlocked %d, sent %d during the initiation", held, s.RxBlocked, sent.Load()-before)
+	}
+}
+
 // DN identities of TestStrongSwanInteropDN.
 const (
 	ssDN = "CN=sw.example.test"
@@ -213,6 +256,7 @@ type certAuth struct {
 type bed struct {
 	ctx                  context.Context
 	c                    *lab.Charon
+	ssNS                 *lab.Netns
 	swconf               string
 	ep                   *ike.Endpoint
 	mu                   sync.Mutex
@@ -329,7 +373,7 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 		peer.PSK = nil
 		peer.Signer, peer.Certificates, peer.RemoteCAs, peer.AuthMethod = creds.signer, []*x509.Certificate{creds.sluiceCert}, []*x509.Certificate{creds.ca}, cert.method
 	}
-	b := &bed{ctx: ctx, c: c, swconf: swconf}
+	b := &bed{ctx: ctx, c: c, ssNS: ssNS, swconf: swconf}
 	cfg := ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
 		OnChildSA:  func(c *ike.ChildSA) { b.mu.Lock(); b.established = append(b.established, c); b.mu.Unlock() },
 		OnDelete:   func(c *ike.ChildSA) { b.mu.Lock(); b.deleted = append(b.deleted, c); b.mu.Unlock() },
