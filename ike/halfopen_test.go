@@ -250,3 +250,51 @@ func HalfOpenFrom(e *Endpoint, a netip.Addr) int {
 	defer e.mu.Unlock()
 	return e.halfOpenBy[a]
 }
+
+// TestHalfOpenLifeUnderPressure: a half-open SA made while cookies are
+// due lives HalfOpenTimeout/5 (6s of 30s), one made before lives
+// HalfOpenTimeout.
+func TestHalfOpenLifeUnderPressure(t *testing.T) {
+	_, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pb.Remote = netip.Addr{}
+	var mu sync.Mutex
+	var last []byte
+	tr := transportFunc(func(local, remote netip.AddrPort, pkt []byte) error {
+		mu.Lock()
+		last = append([]byte(nil), pkt...)
+		mu.Unlock()
+		return nil
+	})
+	clk := newFakeClock()
+	e, err := NewEndpoint(Config{Peers: []*Peer{pb}, CookieThreshold: 2, clock: clk}, tr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	local := netip.AddrPortFrom(addrB, 500)
+	from := func(i int) netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), 500) }
+	halfOpen := func() int { e.mu.Lock(); defer e.mu.Unlock(); return len(e.halfOpen) }
+	for i := 1; i <= 2; i++ { // no pressure yet
+		e.Receive(local, from(i), initRequest(t, uint64(i), DHCurve25519, pb.IKE))
+	}
+	r3 := initRequest(t, 3, DHCurve25519, pb.IKE)
+	e.Receive(local, from(3), r3) // two half open: a cookie is due
+	mu.Lock()
+	c := cookieOf(last)
+	mu.Unlock()
+	if c == nil {
+		t.Fatal("no cookie demanded")
+	}
+	e.Receive(local, from(3), withCookie(t, r3, c))
+	if n := halfOpen(); n != 3 {
+		t.Fatalf("half-open %d, want 3", n)
+	}
+	clk.Advance(6 * time.Second)
+	if n := halfOpen(); n != 2 {
+		t.Fatalf("after 6s: half-open %d, want 2 (the one made under pressure gone)", n)
+	}
+	clk.Advance(24 * time.Second)
+	if n := halfOpen(); n != 0 {
+		t.Fatalf("after 30s: half-open %d, want 0", n)
+	}
+}
