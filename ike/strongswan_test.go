@@ -149,6 +149,65 @@ func TestStrongSwanHalfOpenFlood(t *testing.T) {
 	}
 }
 
+// TestStrongSwanManyChildren: one IKE SA between charon and sluice
+// carries 20 Child SAs, each child of the connection made with
+// CREATE_CHILD_SA by either side, as strongSwan allows (issue 16, defect
+// 7: sluice refused the ninth with NO_ADDITIONAL_SAS).
+func TestStrongSwanManyChildren(t *testing.T) {
+	const n = 20
+	for _, by := range []string{"sluice", "charon"} {
+		t.Run("by-"+by, func(t *testing.T) {
+			lab.RequireCharon(t)
+			var more strings.Builder
+			var children []ike.Child
+			for i := 1; i < n; i++ {
+				ss, sl := fmt.Sprintf("10.1.%d.0/24", 100+i), fmt.Sprintf("10.2.%d.0/24", 100+i)
+				fmt.Fprintf(&more, "      c%d {\n        mode = tunnel\n        local_ts = %s\n        remote_ts = %s\n        esp_proposals = aes128gcm16\n"+
+					"        rekey_time = 0s\n        life_time = 0s\n        start_action = none\n      }\n", i, ss, sl)
+				children = append(children, ike.Child{Name: fmt.Sprintf("c%d", i),
+					LocalTS: []netip.Prefix{netip.MustParsePrefix(sl)}, RemoteTS: []netip.Prefix{netip.MustParsePrefix(ss)}})
+			}
+			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, func(p *ike.Peer, _ *ike.Config) {
+				p.ChildName, p.Children = "net", children
+			}, map[string]string{"More": more.String()})
+			// charon needs an address in each local selector.
+			for _, c := range children {
+				if err := b.c.Netns().AddAddr("lo", netip.PrefixFrom(c.RemoteTS[0].Addr().Next(), 32)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := b.ep.Initiate(b.ctx, "strongswan"); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range children {
+				if by == "sluice" {
+					if _, err := b.ep.InitiateChild(b.ctx, "strongswan", c.Name); err != nil {
+						t.Fatalf("child %d of %d: %v (stats %+v)", i+2, n, err, b.ep.Stats())
+					}
+					continue
+				}
+				if out, err := b.c.Swanctl(b.ctx, "--initiate", "--child", c.Name, "--timeout", "20"); err != nil {
+					t.Fatalf("charon initiating child %d of %d: %v\n%s (sluice stats %+v)", i+2, n, err, out, b.ep.Stats())
+				}
+			}
+			b.waitChild(t, n, "sluice to report every Child SA")
+			if sa := b.oneIKESA(t); len(sa.Children) != n {
+				t.Fatalf("sluice's IKE SA carries %d Child SAs, want %d", len(sa.Children), n)
+			}
+			err := lab.WaitFor(b.ctx, "charon to list every child", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+				out, err := b.c.Swanctl(b.ctx, "--list-sas")
+				return err == nil && strings.Count(out, "INSTALLED, TUNNEL") == n && strings.Count(out, "interop: #") == 1, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := b.ep.Stats(); s.ChildSALimit != 0 || s.ChildSAAdded != n-1 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
 // DN identities of TestStrongSwanInteropDN.
 const (
 	ssDN = "CN=sw.example.test"
