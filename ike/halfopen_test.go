@@ -272,7 +272,9 @@ func TestHalfOpenLifeUnderPressure(t *testing.T) {
 	}
 	defer e.Close()
 	local := netip.AddrPortFrom(addrB, 500)
-	from := func(i int) netip.AddrPort { return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), 500) }
+	from := func(i int) netip.AddrPort {
+		return netip.AddrPortFrom(netip.AddrFrom4([4]byte{198, 51, 100, byte(i)}), 500)
+	}
 	halfOpen := func() int { e.mu.Lock(); defer e.mu.Unlock(); return len(e.halfOpen) }
 	for i := 1; i <= 2; i++ { // no pressure yet
 		e.Receive(local, from(i), initRequest(t, uint64(i), DHCurve25519, pb.IKE))
