@@ -250,8 +250,9 @@ type Config struct {
 	// MaxHalfOpen). 0 keeps the default; a negative value demands a
 	// cookie always.
 	CookieThreshold int
-	// BlockThreshold bounds the half-open SAs of one initiator address
-	// (strongSwan's charon.block_threshold; default
+	// BlockThreshold bounds the half-open SAs of one initiator address,
+	// or of one IPv6 /64 (strongSwan's charon.block_threshold, per
+	// address; default
 	// DefaultBlockThreshold): its further IKE_SA_INIT requests are
 	// dropped (Stats.RxBlocked), cookie or not, so that a host that
 	// answers cookies cannot take the places of all others (MaxHalfOpen).

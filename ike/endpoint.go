@@ -41,7 +41,7 @@ type Endpoint struct {
 	mu         sync.Mutex
 	sas        map[uint64]*ikeSA      // by our SPI
 	halfOpen   map[halfOpenKey]*ikeSA // responder SAs before IKE_AUTH, by the initiator's
-	halfOpenBy map[netip.Addr]int     // how many of them each initiator address holds (BlockThreshold)
+	halfOpenBy map[netip.Addr]int     // how many of them each initiator (halfOpenSource) holds (BlockThreshold)
 	children   map[uint32]*childEntry // established Child SAs, by our inbound SPI
 	restarting map[string]bool        // peers that DPDAction restart initiates to
 	cookies    cookieSecrets          // section 2.6
@@ -470,7 +470,20 @@ func makeCookie(secret *[32]byte, ver uint32, ni []byte, remote netip.AddrPort, 
 // MaxHalfOpen and its initiator's address's BlockThreshold.
 func (e *Endpoint) addHalfOpenLocked(sa *ikeSA) {
 	e.halfOpen[sa.hoKey] = sa
-	e.halfOpenBy[sa.hoKey.remote.Addr().Unmap()]++
+	e.halfOpenBy[halfOpenSource(sa.hoKey.remote)]++
+}
+
+// halfOpenSource is the initiator a half-open SA counts against for
+// BlockThreshold: its IPv4 address, or the /64 of its IPv6 address, all
+// of which one host usually holds (counting each IPv6 address alone
+// would give it 2^64 times the limit).
+func halfOpenSource(remote netip.AddrPort) netip.Addr {
+	a := remote.Addr().Unmap()
+	if a.Is6() {
+		p, _ := a.WithZone("").Prefix(64)
+		return p.Addr()
+	}
+	return a
 }
 
 // dropHalfOpenLocked forgets sa as half open, if it is.
@@ -479,7 +492,7 @@ func (e *Endpoint) dropHalfOpenLocked(sa *ikeSA) {
 		return
 	}
 	delete(e.halfOpen, sa.hoKey)
-	a := sa.hoKey.remote.Addr().Unmap()
+	a := halfOpenSource(sa.hoKey.remote)
 	if e.halfOpenBy[a] <= 1 {
 		delete(e.halfOpenBy, a)
 	} else {

@@ -638,7 +638,7 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 	// One address holds at most BlockThreshold half-open SAs (counted
 	// after the cookie, so that a forged source address takes no places
 	// when cookies are due), whatever the others hold.
-	if e.halfOpenBy[remote.Addr().Unmap()] >= e.cfg.BlockThreshold {
+	if e.halfOpenBy[halfOpenSource(remote)] >= e.cfg.BlockThreshold {
 		e.stats.RxBlocked++
 		return nil
 	}

@@ -248,7 +248,7 @@ func WaitFlood(t testing.TB, e *Endpoint, answered *atomic.Uint64) {
 func HalfOpenFrom(e *Endpoint, a netip.Addr) int {
 	e.mu.Lock()
 	defer e.mu.Unlock()
-	return e.halfOpenBy[a]
+	return e.halfOpenBy[halfOpenSource(netip.AddrPortFrom(a, 0))]
 }
 
 // TestHalfOpenLifeUnderPressure: a half-open SA made while cookies are
@@ -298,5 +298,28 @@ func TestHalfOpenLifeUnderPressure(t *testing.T) {
 	clk.Advance(24 * time.Second)
 	if n := halfOpen(); n != 0 {
 		t.Fatalf("after 30s: half-open %d, want 0", n)
+	}
+}
+
+// TestHalfOpenPerSourceIPv6: an IPv6 initiator's half-open SAs count per
+// /64, which one host holds: fresh addresses in it do not get it more
+// places; another /64 has places of its own.
+func TestHalfOpenPerSourceIPv6(t *testing.T) {
+	_, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pb.Remote = netip.Addr{}
+	e, err := NewEndpoint(Config{Peers: []*Peer{pb}, CookieThreshold: 100}, transportFunc(func(netip.AddrPort, netip.AddrPort, []byte) error { return nil }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	local := netip.AddrPortFrom(addrB, 500)
+	for i := 1; i <= 10; i++ {
+		src := netip.AddrPortFrom(netip.AddrFrom16([16]byte{0x20, 0x01, 0x0d, 0xb8, 15: byte(i)}), 500)
+		e.Receive(local, src, initRequest(t, uint64(i), DHCurve25519, pb.IKE))
+	}
+	e.Receive(local, netip.MustParseAddrPort("[2001:db8:0:1::1]:500"), initRequest(t, 11, DHCurve25519, pb.IKE))
+	if s := e.Stats(); s.RxBlocked != 5 || HalfOpenFrom(e, netip.MustParseAddr("2001:db8::7")) != DefaultBlockThreshold ||
+		HalfOpenFrom(e, netip.MustParseAddr("2001:db8:0:1::9")) != 1 {
+		t.Fatalf("stats %+v", s)
 	}
 }
