@@ -228,6 +228,10 @@ const DefaultMaxChildSAs = 1024
 // charon.block_threshold: half-open IKE SAs one address may hold.
 const DefaultBlockThreshold = 5
 
+// DefaultCookieThresholdIP is Config.CookieThresholdIP's default,
+// strongSwan's charon.cookie_threshold_ip.
+const DefaultCookieThresholdIP = 3
+
 // DefaultCookieSecretLifetime is Config.CookieSecretLifetime's default.
 const DefaultCookieSecretLifetime = 2 * time.Minute
 
@@ -257,6 +261,14 @@ type Config struct {
 	// dropped (Stats.RxBlocked), cookie or not, so that a host that
 	// answers cookies cannot take the places of all others (MaxHalfOpen).
 	BlockThreshold int
+	// CookieThresholdIP is the number of half-open SAs of one initiator
+	// (as BlockThreshold counts them) from which it must return a
+	// cookie whatever the others hold (strongSwan's
+	// charon.cookie_threshold_ip; default DefaultCookieThresholdIP, at
+	// most BlockThreshold-1). A sender that forges a peer's address
+	// never sees the cookies, so it cannot take all of that address's
+	// BlockThreshold places and lock the peer out.
+	CookieThresholdIP int
 	// HalfOpenTimeout is how long a half-open SA may live (default 30s).
 	// Under pressure (CookieThreshold half-open SAs or more) a new one
 	// lives a fifth of it, at least a second: a legitimate initiator
@@ -357,6 +369,10 @@ func (c *Config) defaults() error {
 	if c.BlockThreshold <= 0 {
 		c.BlockThreshold = DefaultBlockThreshold
 	}
+	if c.CookieThresholdIP <= 0 {
+		c.CookieThresholdIP = DefaultCookieThresholdIP
+	}
+	c.CookieThresholdIP = min(c.CookieThresholdIP, c.BlockThreshold-1)
 	if c.CookieSecretLifetime <= 0 {
 		c.CookieSecretLifetime = DefaultCookieSecretLifetime
 	}

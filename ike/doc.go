@@ -105,7 +105,8 @@
 // in Stats, never answered with state changes. Half-open SAs are bounded
 // (Config.MaxHalfOpen) and, per initiator address, by
 // Config.BlockThreshold; cookies are demanded beyond
-// Config.CookieThreshold, made with a secret that changes every
+// Config.CookieThreshold (or Config.CookieThresholdIP from one address),
+// made with a secret that changes every
 // Config.CookieSecretLifetime.
 //
 // Child SAs and the IKE SA are rekeyed by the Endpoint at their

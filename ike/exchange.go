@@ -619,7 +619,8 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 			e.sendLocked(local, remote, b)
 		}
 	}
-	pressure := e.cfg.CookieThreshold < 0 || len(e.halfOpen) >= e.cfg.CookieThreshold
+	held := e.halfOpenBy[halfOpenSource(remote)]
+	pressure := e.cfg.CookieThreshold < 0 || len(e.halfOpen) >= e.cfg.CookieThreshold || held >= e.cfg.CookieThresholdIP
 	if pressure {
 		e.rotateCookieSecretLocked()
 		want := e.cookieLocked(ni.Data, remote, h.SPIi)
@@ -635,10 +636,10 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 			return nil
 		}
 	}
-	// One address holds at most BlockThreshold half-open SAs (counted
-	// after the cookie, so that a forged source address takes no places
-	// when cookies are due), whatever the others hold.
-	if e.halfOpenBy[halfOpenSource(remote)] >= e.cfg.BlockThreshold {
+	// One address holds at most BlockThreshold half-open SAs, whatever
+	// the others hold; beyond CookieThresholdIP of them it had to return
+	// a cookie, so that a forged source address cannot take them all.
+	if held >= e.cfg.BlockThreshold {
 		e.stats.RxBlocked++
 		return nil
 	}

@@ -319,8 +319,9 @@ func TestHalfOpenLifeUnderPressure(t *testing.T) {
 }
 
 // TestHalfOpenPerSourceIPv6: an IPv6 initiator's half-open SAs count per
-// /64, which one host holds: fresh addresses in it do not get it more
-// places; another /64 has places of its own.
+// /64, which one host holds: fresh addresses in it do not spare it the
+// cookies due from CookieThresholdIP (3) on; another /64 has places of
+// its own.
 func TestHalfOpenPerSourceIPv6(t *testing.T) {
 	_, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
 	pb.Remote = netip.Addr{}
@@ -335,8 +336,49 @@ func TestHalfOpenPerSourceIPv6(t *testing.T) {
 		e.Receive(local, src, initRequest(t, uint64(i), DHCurve25519, pb.IKE))
 	}
 	e.Receive(local, netip.MustParseAddrPort("[2001:db8:0:1::1]:500"), initRequest(t, 11, DHCurve25519, pb.IKE))
-	if s := e.Stats(); s.RxBlocked != 5 || HalfOpenFrom(e, netip.MustParseAddr("2001:db8::7")) != DefaultBlockThreshold ||
+	if s := e.Stats(); s.CookiesSent != 7 || HalfOpenFrom(e, netip.MustParseAddr("2001:db8::7")) != DefaultCookieThresholdIP ||
 		HalfOpenFrom(e, netip.MustParseAddr("2001:db8:0:1::9")) != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+}
+
+// TestHalfOpenForgedSource: a sender that forges a peer's address (and
+// so never sees the cookies sent to it) takes no more than
+// CookieThresholdIP (3) of that address's BlockThreshold (5) places: the
+// peer itself, returning its cookie, still gets one.
+func TestHalfOpenForgedSource(t *testing.T) {
+	_, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	var mu sync.Mutex
+	var last []byte
+	tr := transportFunc(func(local, remote netip.AddrPort, pkt []byte) error {
+		mu.Lock()
+		last = append([]byte(nil), pkt...)
+		mu.Unlock()
+		return nil
+	})
+	e, err := NewEndpoint(Config{Peers: []*Peer{pb}}, tr) // global cookie threshold 128: far away
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer e.Close()
+	local, peer := netip.AddrPortFrom(addrB, 500), netip.AddrPortFrom(addrA, 500)
+	for i := 1; i <= 20; i++ { // forged: the cookies go to the real peer, unanswered
+		e.Receive(local, peer, initRequest(t, uint64(i), DHCurve25519, pb.IKE))
+	}
+	if held, s := HalfOpenFrom(e, addrA), e.Stats(); held != DefaultCookieThresholdIP || s.CookiesSent != 20-DefaultCookieThresholdIP {
+		t.Fatalf("the forger holds %d half-open SAs (want %d), stats %+v", held, DefaultCookieThresholdIP, s)
+	}
+	// The peer asks, gets a cookie, returns it: it has a place.
+	req := initRequest(t, 100, DHCurve25519, pb.IKE)
+	e.Receive(local, peer, req)
+	mu.Lock()
+	c := cookieOf(last)
+	mu.Unlock()
+	if c == nil {
+		t.Fatal("no cookie demanded")
+	}
+	e.Receive(local, peer, withCookie(t, req, c))
+	if held, s := HalfOpenFrom(e, addrA), e.Stats(); held != DefaultCookieThresholdIP+1 || s.RxBlocked != 0 {
+		t.Fatalf("the peer did not get its place: %d held, stats %+v", held, s)
 	}
 }
