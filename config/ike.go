@@ -76,12 +76,39 @@ type IKEOptions struct {
 	// RetransmitTries is how many times a request is retransmitted
 	// before the peer is given up (0: package ike's default, 5).
 	RetransmitTries int
+	// MaxChildSAs bounds the Child SAs of one IKE SA (max_child_sas; 0:
+	// ike.DefaultMaxChildSAs). strongSwan has no such limit: this one
+	// only bounds what a peer can make the gateway hold, and a
+	// connection with more children than it is refused.
+	MaxChildSAs int
+	// BlockThreshold is how many IKE SAs one peer address may hold half
+	// open (strongSwan's charon.block_threshold; 0: package ike's
+	// default, 5); its further IKE_SA_INITs are dropped, so that one
+	// host cannot take the half-open places of all others.
+	BlockThreshold int
 }
 
 // DefaultIKEPort is the port of IKE_SA_INIT (RFC 7296 section 2).
 const DefaultIKEPort = 500
 
-var ikeKeys = []string{"port", "retransmit_timeout", "retransmit_tries"}
+var ikeKeys = []string{"port", "retransmit_timeout", "retransmit_tries", "max_child_sas", "block_threshold"}
+
+// Bounds of the IKE durations: below them the gateway would spend itself
+// on rekeys, liveness checks or retransmissions (a rekey_time of 1ns
+// rekeys without end); above them a time stops meaning anything, and
+// rekey_time plus its margin could overflow.
+const (
+	MinIKERetransmitTimeout = 100 * time.Millisecond
+	MaxIKERetransmitTimeout = time.Minute
+	MinDPDDelay             = time.Second
+	MaxDPDDelay             = 24 * time.Hour
+	MinIKELifetime          = time.Second // rekey_time and life_time, of IKE SAs and children
+	MaxIKELifetime          = 365 * 24 * time.Hour
+	// MaxMaxChildSAs bounds max_child_sas; MaxBlockThreshold
+	// block_threshold.
+	MaxMaxChildSAs    = 1 << 16
+	MaxBlockThreshold = 1024
+)
 
 func (d *gwDecoder) ikeSection(f string, v *Value) {
 	t, ok := d.table(f, v)
@@ -97,12 +124,20 @@ func (d *gwDecoder) ikeSection(f string, v *Value) {
 				o.Port = uint16(i)
 			}
 		case "retransmit_timeout":
-			if t, ok := d.duration(kf, v); ok {
+			if t, ok := d.durationIn(kf, v, MinIKERetransmitTimeout, MaxIKERetransmitTimeout, "default 1s"); ok {
 				o.RetransmitTimeout = t
 			}
 		case "retransmit_tries":
 			if i, ok := d.intIn(kf, v, "", 1, 20, "1..20; default 5"); ok {
 				o.RetransmitTries = int(i)
+			}
+		case "max_child_sas":
+			if i, ok := d.intIn(kf, v, "", 1, MaxMaxChildSAs, fmt.Sprintf("1..%d; default %d", MaxMaxChildSAs, ike.DefaultMaxChildSAs)); ok {
+				o.MaxChildSAs = int(i)
+			}
+		case "block_threshold":
+			if i, ok := d.intIn(kf, v, "", 1, MaxBlockThreshold, fmt.Sprintf("1..%d half-open IKE SAs per peer address; default %d", MaxBlockThreshold, ike.DefaultBlockThreshold)); ok {
+				o.BlockThreshold = int(i)
 			}
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, ikeKeys, ""))
@@ -281,7 +316,7 @@ func (d *gwDecoder) connection(te tableElem) {
 				c.Proposals = s
 			}
 		case "dpd_delay":
-			if t, ok := d.duration(kf, v); ok {
+			if t, ok := d.durationIn(kf, v, MinDPDDelay, MaxDPDDelay, "leave it out for no liveness checks"); ok {
 				c.DPDDelay = t
 			}
 		case "encap":
@@ -289,7 +324,7 @@ func (d *gwDecoder) connection(te tableElem) {
 				c.Encap = b
 			}
 		case "rekey_time":
-			if t, ok := d.duration(kf, v); ok {
+			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default 4h"); ok {
 				c.RekeyTime = t
 			}
 		case "local", "remote":
@@ -392,7 +427,7 @@ func (d *gwDecoder) authSection(f string, v *Value, remote bool) (AuthConfig, bo
 			s, good := d.oneOf(kf, v, "authentication", authMethods, "psk, a pre-shared key from a [[secret]] with type = \"ike\"; pubkey, certificates")
 			a.Auth, ok = s, ok && good
 		case "id":
-			if s, good := d.str(kf, v); good {
+			if s, good := d.checked(kf, v, checkID); good {
 				a.ID = s
 			}
 		case "certs", "cacerts":
@@ -477,11 +512,11 @@ func (d *gwDecoder) child(te tableElem) Child {
 				c.StartAction = s
 			}
 		case "rekey_time":
-			if t, ok := d.duration(kf, v); ok {
+			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default 1h"); ok {
 				c.RekeyTime = t
 			}
 		case "life_time":
-			if t, ok := d.duration(kf, v); ok {
+			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default rekey_time + 10%"); ok {
 				c.LifeTime = t
 			}
 		default:
@@ -509,6 +544,33 @@ func (d *gwDecoder) child(te tableElem) Child {
 		d.errorf(d.at(f+".life_time"), f+".life_time", "life_time %v is not after rekey_time %v (%s): the child would expire before it is rekeyed", c.LifeTime, c.RekeyTime, d.where(f+".rekey_time"))
 	}
 	return c
+}
+
+// checkID checks an identity as ike.ParseIdentity reads it: a
+// distinguished name must be a good one.
+func checkID(s string) string {
+	if _, err := ike.ReadIdentity(s); err != nil {
+		return strings.TrimPrefix(err.Error(), "ike: ") + ` (a distinguished name is written "C=CH, O=Example, CN=gw.example"; "fqdn:" before the id makes it a name)`
+	}
+	return ""
+}
+
+// durationIn reads a duration in lo..hi; help says more of what is
+// valid (the default).
+func (d *decoder) durationIn(f string, v *Value, lo, hi time.Duration, help string) (time.Duration, bool) {
+	t, ok := d.duration(f, v)
+	if !ok {
+		return 0, false
+	}
+	if t < lo || t > hi {
+		rel := "below " + lo.String()
+		if t > hi {
+			rel = "above " + hi.String()
+		}
+		d.errorf(v.Pos, f, "duration %v is %s (want %v..%v; %s)", t, rel, lo, hi, help)
+		return 0, false
+	}
+	return t, true
 }
 
 // parseTS parses a traffic selector: a prefix without host bits, or an
@@ -592,8 +654,12 @@ func parseSecret(s string) ([]byte, string) {
 		b = []byte(s)
 	}
 	switch {
+	case err != nil && strings.HasPrefix(s, "0x"):
+		// The decoder's error quotes the bad character: a secret's text
+		// is never shown.
+		return nil, "invalid hex secret (want 0x followed by an even number of hex digits; its characters are not shown)"
 	case err != nil:
-		return nil, fmt.Sprintf("invalid %s secret (%v)", map[bool]string{true: "hex", false: "base64"}[strings.HasPrefix(s, "0x")], err)
+		return nil, "invalid base64 secret (want 0s followed by standard base64 with padding; its characters are not shown)"
 	case len(b) == 0:
 		return nil, "empty secret (want the pre-shared key: a string, 0x followed by hex, or 0s followed by base64)"
 	case len(b) < 16:
@@ -650,10 +716,22 @@ func (d *gwDecoder) crossCheckIKE() {
 					idList(c.LocalID(), c.RemoteAuth.ID))
 			}
 		}
+		if max := maxChildSAs(g); len(c.Children) > max && !d.failed(cf+".children") {
+			d.errorf(d.at(cf+".children"), cf+".children", "%d children, but one IKE SA carries at most %d Child SAs (ike.max_child_sas: %s)",
+				len(c.Children), max, d.where("ike.max_child_sas"))
+		}
 		if c.LocalAuth.Auth == AuthPubkey && !d.failed(cf+".local") && !slices.ContainsFunc(g.Secrets, func(s Secret) bool { return s.Type == SecretPrivate }) {
 			d.errorf(d.at(cf+".local.auth"), cf+".local.auth", `auth = "pubkey", but no [[secret]] with type = "private" holds a key (add one with file = "gw.key")`)
 		}
 	}
+}
+
+// maxChildSAs is [ike] max_child_sas, or its default.
+func maxChildSAs(g *Gateway) int {
+	if g.IKE.MaxChildSAs > 0 {
+		return g.IKE.MaxChildSAs
+	}
+	return ike.DefaultMaxChildSAs
 }
 
 func idList(local, remote string) string {
@@ -673,6 +751,13 @@ func (c *Connection) LocalID() string {
 		return c.Local.String()
 	}
 	return ""
+}
+
+// HasField reports whether the file gives field ("ike.port"), rather
+// than leaving it to its default.
+func (g *Gateway) HasField(field string) bool {
+	_, ok := g.fields[field]
+	return ok
 }
 
 // IKEOnly reports whether the gateway's tunnels all come from connections

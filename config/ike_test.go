@@ -111,7 +111,7 @@ func TestIKEErrors(t *testing.T) {
 		want []wantErr
 	}{
 		{"ike port", "[ike]\nport = 0\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.port", "port 0 out of range (want 1..65535"}}},
-		{"ike key", "[ike]\nretransmit_base = 1.8\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.retransmit_base", "unknown key (valid: port, retransmit_timeout, retransmit_tries)"}}},
+		{"ike key", "[ike]\nretransmit_base = 1.8\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.retransmit_base", "unknown key (valid: port, retransmit_timeout, retransmit_tries, max_child_sas, block_threshold)"}}},
 		{"version", ikeConn("version = 1") + ikeSecret, []wantErr{{5, "connection[1].version", "IKE version 1 out of range (want 2"}}},
 		{"unknown key", ikeConn("mobike = true") + ikeSecret, []wantErr{{5, "connection[1].mobike", "unknown key (valid: name, version"}}},
 		{"bad proposal", ikeConn(`proposals = "aes256gcm16-prfsha384-ecp999"`) + ikeSecret, []wantErr{{5, "connection[1].proposals", "want strongSwan IKE proposals"}}},

@@ -27,6 +27,8 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"fmt"
 	"net/netip"
 	"os"
@@ -87,6 +89,24 @@ func TestStrongSwanInterop(t *testing.T) {
 			b := newSSBed(t, ssOptions{esp: tc.esp, auth: tc.auth, sluiceInitiates: tc.sluiceInitiates})
 			ch := b.establish()
 			b.traffic(tc.esp, tc.iperf)
+			b.checkCharonSPIs(ch)
+		})
+	}
+}
+
+// TestStrongSwanDN: the gateway's [connection.local] and
+// [connection.remote] ids are distinguished names (id = "CN=..."), both
+// sides authenticate with certificates whose subjects are those names in
+// UTF8String, and charon sends its DN in PrintableString; sluice as
+// initiator and as responder, with ping through the tunnel (issue 16,
+// defect 6: the id was read as an FQDN and DNs compared byte for byte).
+func TestStrongSwanDN(t *testing.T) {
+	for _, initiates := range []bool{true, false} {
+		t.Run(map[bool]string{true: "initiator", false: "responder"}[initiates], func(t *testing.T) {
+			requireCharon(t)
+			b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "pubkey", sluiceInitiates: initiates, dn: true})
+			ch := b.establish()
+			b.traffic("DN ids", false)
 			b.checkCharonSPIs(ch)
 		})
 	}
@@ -181,6 +201,20 @@ type ssOptions struct {
 	childRekey, ikeRekey string // sluice's; "" is the default
 	dpd                  string // sluice's dpd_delay
 	nat                  bool
+	// dn identifies both sides by distinguished names (ssDNs), the
+	// subjects of their certificates (auth "pubkey").
+	dn bool
+}
+
+// ssDNs are the identities of a test with ssOptions.dn: charon's, sluice's.
+var ssDNs = [2]string{"CN=sw.example.test", "CN=sl.example.test"}
+
+// ids are charon's and sluice's identities.
+func (o ssOptions) ids() [2]string {
+	if o.dn {
+		return ssDNs
+	}
+	return ssIDs
 }
 
 // ssBed is charon in "ss" and sluice in "gw", set up to negotiate.
@@ -275,11 +309,11 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	renderTemplate(t, "strongswan/swanctl.conf.tmpl", b.swconf, map[string]string{
 		"Local": b.ssAddr.String(), "Remote": remote, "IKE": ssIKE, "Auth": o.auth,
 		"LocalTS": ssInner[0].Masked().String(), "RemoteTS": ssInner[1].Masked().String(),
-		"LocalID": ssIDs[0], "RemoteID": ssIDs[1], "ESP": o.esp, "PSK": psk,
+		"LocalID": o.ids()[0], "RemoteID": o.ids()[1], "ESP": o.esp, "PSK": psk,
 	})
 	cc := connConfig{
 		Name: "strongswan", Local: b.gwAddr, Remote: b.ssAddr, Proposals: ssIKE,
-		LocalID: ssIDs[1], RemoteID: ssIDs[0], Auth: o.auth, DPDDelay: o.dpd, RekeyTime: o.ikeRekey,
+		LocalID: o.ids()[1], RemoteID: o.ids()[0], Auth: o.auth, DPDDelay: o.dpd, RekeyTime: o.ikeRekey,
 		Child: "net", LocalTS: []netip.Prefix{ssInner[1].Masked()}, RemoteTS: []netip.Prefix{ssInner[0].Masked()},
 		ESP: o.esp, ChildRekeyTime: o.childRekey, Start: "none",
 	}
@@ -398,14 +432,28 @@ func (b *ssBed) certs(cc *connConfig) {
 		return k
 	}
 	issue := func(id string, k *ecdsa.PrivateKey) *x509.Certificate {
-		cert, err := ca.Certify(k.Public(), []string{id})
+		var cert *x509.Certificate
+		var err error
+		if b.o.dn {
+			// The subject is the DN in UTF8String, as openssl writes it;
+			// charon sends its DN in PrintableString.
+			cn := strings.TrimPrefix(id, "CN=")
+			var subject []byte
+			subject, err = asn1.Marshal(pkix.RDNSequence{{{Type: asn1.ObjectIdentifier{2, 5, 4, 3},
+				Value: asn1.RawValue{Tag: asn1.TagUTF8String, Bytes: []byte(cn)}}}})
+			if err == nil {
+				cert, err = ca.CertifySubject(k.Public(), subject, []string{cn})
+			}
+		} else {
+			cert, err = ca.Certify(k.Public(), []string{id})
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		return cert
 	}
 	ck := newKey()
-	caFile, _, err := b.ch.WriteCredentials(ca.Cert, issue(ssIDs[0], ck), ck)
+	caFile, _, err := b.ch.WriteCredentials(ca.Cert, issue(b.o.ids()[0], ck), ck)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +465,7 @@ func (b *ssBed) certs(cc *connConfig) {
 	cc.Certs = []string{filepath.Join(b.dir, "sluice", "sluice.pem")}
 	cc.CACerts = []string{filepath.Join(b.dir, "x509ca", caFile)}
 	cc.KeyFile = filepath.Join(b.dir, "sluice", "sluice.key")
-	if err := lab.WritePEM(cc.Certs[0], "CERTIFICATE", issue(ssIDs[1], sk).Raw); err != nil {
+	if err := lab.WritePEM(cc.Certs[0], "CERTIFICATE", issue(b.o.ids()[1], sk).Raw); err != nil {
 		t.Fatal(err)
 	}
 	if err := lab.WritePEM(cc.KeyFile, "PRIVATE KEY", der); err != nil {

@@ -45,6 +45,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/sluicegw/sluice/config"
@@ -207,7 +208,8 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		}
 	}()
 	var peers []*ike.Peer
-	locals := map[netip.Addr]bool{}
+	locals := map[netip.Addr]int{} // the first connection on each address
+	var order []netip.Addr
 	for i := range cfg.Connections {
 		c := &cfg.Connections[i]
 		p, sg, k, err := g.ikePeer(cfg, i)
@@ -216,7 +218,10 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		}
 		creds[c.Name] = ikeCred{p, sg, k}
 		peers = append(peers, p)
-		locals[c.Local] = true
+		if _, ok := locals[c.Local]; !ok {
+			locals[c.Local] = i
+			order = append(order, c.Local)
+		}
 	}
 	// The old endpoint goes first: the new one binds the same port-500
 	// sockets. Its callbacks are ignored from here on (gen).
@@ -234,13 +239,13 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 	}
 	port := cfg.IKE.Port
 	var conns []*net.UDPConn
-	for a := range locals {
+	for _, a := range order {
 		uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, port)))
 		if err != nil {
 			for _, c := range conns {
 				c.Close()
 			}
-			return fmt.Errorf("%s: ike.port: IKE port %d on %v: %w", cfg.FieldPos("ike.port"), port, a, err)
+			return bindError(cfg, locals[a], port, a, err)
 		}
 		conns = append(conns, uc)
 	}
@@ -254,6 +259,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 	ecfg := ike.Config{
 		Peers: peers, Port: port, NATTPort: s.nattPort,
 		RetransmitTimeout: cfg.IKE.RetransmitTimeout, RetransmitTries: cfg.IKE.RetransmitTries,
+		MaxChildSAs: cfg.IKE.MaxChildSAs, BlockThreshold: cfg.IKE.BlockThreshold,
 		OnChildSA: func(c *ike.ChildSA) { g.onChildSA(gen, c) },
 		OnDelete:  func(c *ike.ChildSA) { g.onChildDelete(gen, c) },
 		Log:       g.log,
@@ -291,6 +297,18 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		}
 	}
 	return nil
+}
+
+// bindError says why the IKE port could not be bound on address a, at
+// the field to change: the [ike] port when the file sets it and the port
+// is taken or forbidden, otherwise the local_addrs of connection i, the
+// first on a (an address this host does not have, say).
+func bindError(cfg *config.Gateway, i int, port uint16, a netip.Addr, err error) error {
+	field := config.ConnectionField(i) + ".local_addrs"
+	if cfg.HasField("ike.port") && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+		field = "ike.port"
+	}
+	return fmt.Errorf("%s: %s: IKE port %d on %v: %w", cfg.FieldPos(field), field, port, a, err)
 }
 
 func closeSigner(s crypto.Signer) {
@@ -361,6 +379,9 @@ func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer,
 			p.LocalID = ike.ParseIdentity("@" + leaf.DNSNames[0])
 		case len(leaf.EmailAddresses) > 0:
 			p.LocalID = ike.ParseIdentity(leaf.EmailAddresses[0])
+		default:
+			// None: its subject, as strongSwan's default id.
+			p.LocalID = ike.Identity{Type: ike.IDDERASN1, Data: leaf.RawSubject}
 		}
 	}
 	eng := g.engines[cfg.Engine]

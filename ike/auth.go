@@ -20,7 +20,6 @@ package ike
 // CAs and name the peer's identity.
 
 import (
-	"bytes"
 	"crypto"
 	"crypto/ecdsa"
 	"crypto/ed25519"
@@ -415,7 +414,7 @@ func certNames(cert *x509.Certificate, id *ID) bool {
 			}
 		}
 	case IDDERASN1:
-		return bytes.Equal(cert.RawSubject, id.Data)
+		return DNEqual(cert.RawSubject, id.Data)
 	}
 	return false
 }

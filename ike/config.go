@@ -19,22 +19,46 @@ type Identity struct {
 }
 
 // ParseIdentity reads an identity the way strongSwan's id = does for the
-// common forms: an IPv4 or IPv6 address, "user@domain" (RFC822), "@fqdn"
-// or a bare name (FQDN).
+// common forms: an IPv4 or IPv6 address, a distinguished name
+// ("C=CH, O=strongSwan, CN=gw.example": see IsDN and ParseDN),
+// "user@domain" (RFC822), "@fqdn" or a bare name (FQDN). The prefixes
+// "asn1dn:" and "fqdn:" force a type. A malformed DN is taken as an FQDN
+// of its text (which no peer's DN matches); ReadIdentity reports it.
 func ParseIdentity(s string) Identity {
+	id, err := ReadIdentity(s)
+	if err != nil {
+		return Identity{Type: IDFQDN, Data: []byte(s)}
+	}
+	return id
+}
+
+// ReadIdentity is ParseIdentity with an error for a malformed
+// distinguished name.
+func ReadIdentity(s string) (Identity, error) {
+	switch {
+	case strings.HasPrefix(s, "asn1dn:"):
+		der, err := ParseDN(s[len("asn1dn:"):])
+		return Identity{Type: IDDERASN1, Data: der}, err
+	case strings.HasPrefix(s, "fqdn:"):
+		return Identity{Type: IDFQDN, Data: []byte(s[len("fqdn:"):])}, nil
+	}
 	if a, err := netip.ParseAddr(s); err == nil {
 		if a.Is4() {
-			return Identity{Type: IDIPv4Addr, Data: a.AsSlice()}
+			return Identity{Type: IDIPv4Addr, Data: a.AsSlice()}, nil
 		}
-		return Identity{Type: IDIPv6Addr, Data: a.AsSlice()}
+		return Identity{Type: IDIPv6Addr, Data: a.AsSlice()}, nil
+	}
+	if IsDN(s) {
+		der, err := ParseDN(s)
+		return Identity{Type: IDDERASN1, Data: der}, err
 	}
 	if strings.HasPrefix(s, "@") {
-		return Identity{Type: IDFQDN, Data: []byte(s[1:])}
+		return Identity{Type: IDFQDN, Data: []byte(s[1:])}, nil
 	}
 	if strings.Contains(s, "@") {
-		return Identity{Type: IDRFC822, Data: []byte(s)}
+		return Identity{Type: IDRFC822, Data: []byte(s)}, nil
 	}
-	return Identity{Type: IDFQDN, Data: []byte(s)}
+	return Identity{Type: IDFQDN, Data: []byte(s)}, nil
 }
 
 // String formats the identity for logs.
@@ -46,6 +70,10 @@ func (i Identity) String() string {
 		}
 	case IDFQDN, IDRFC822:
 		return string(i.Data)
+	case IDDERASN1:
+		if s := dnString(i.Data); s != "" {
+			return s
+		}
 	}
 	return fmt.Sprintf("id(%d):%x", i.Type, i.Data)
 }
@@ -53,7 +81,19 @@ func (i Identity) String() string {
 // IsZero reports whether no identity is set.
 func (i Identity) IsZero() bool { return i.Type == 0 && len(i.Data) == 0 }
 
-func (i Identity) equal(p *ID) bool { return p.IDType == i.Type && bytes.Equal(p.Data, i.Data) }
+// Equal reports whether i and o are the same identity: distinguished
+// names compare by value (DNEqual), other types byte for byte.
+func (i Identity) Equal(o Identity) bool {
+	if i.Type != o.Type {
+		return false
+	}
+	if i.Type == IDDERASN1 {
+		return DNEqual(i.Data, o.Data)
+	}
+	return bytes.Equal(i.Data, o.Data)
+}
+
+func (i Identity) equal(p *ID) bool { return i.Equal(Identity{p.IDType, p.Data}) }
 
 // Peer is the configuration of one peer: addresses, identities, the
 // pre-shared key, proposals and its Child SAs' traffic selectors.
@@ -178,6 +218,23 @@ const (
 // DefaultRekeyDeleteDelay is Config.RekeyDeleteDelay's default.
 const DefaultRekeyDeleteDelay = 100 * time.Millisecond
 
+// DefaultMaxChildSAs is Config.MaxChildSAs's default: far more Child SAs
+// than one connection's configuration names (a gateway's configuration
+// refuses a connection with more children than its limit), so that only
+// a peer that makes Child SAs without end meets it.
+const DefaultMaxChildSAs = 1024
+
+// DefaultBlockThreshold is Config.BlockThreshold's default, strongSwan's
+// charon.block_threshold: half-open IKE SAs one address may hold.
+const DefaultBlockThreshold = 5
+
+// DefaultCookieThresholdIP is Config.CookieThresholdIP's default,
+// strongSwan's charon.cookie_threshold_ip.
+const DefaultCookieThresholdIP = 3
+
+// DefaultCookieSecretLifetime is Config.CookieSecretLifetime's default.
+const DefaultCookieSecretLifetime = 2 * time.Minute
+
 // Config configures an Endpoint. The zero value of each optional field
 // selects the default named.
 type Config struct {
@@ -197,8 +254,32 @@ type Config struct {
 	// MaxHalfOpen). 0 keeps the default; a negative value demands a
 	// cookie always.
 	CookieThreshold int
+	// BlockThreshold bounds the half-open SAs of one initiator address,
+	// or of one IPv6 /64 (strongSwan's charon.block_threshold, per
+	// address; default
+	// DefaultBlockThreshold): its further IKE_SA_INIT requests are
+	// dropped (Stats.RxBlocked), cookie or not, so that a host that
+	// answers cookies cannot take the places of all others (MaxHalfOpen).
+	BlockThreshold int
+	// CookieThresholdIP is the number of half-open SAs of one initiator
+	// (as BlockThreshold counts them) from which it must return a
+	// cookie whatever the others hold (strongSwan's
+	// charon.cookie_threshold_ip; default DefaultCookieThresholdIP, at
+	// most BlockThreshold-1). A sender that forges a peer's address
+	// never sees the cookies, so it cannot take all of that address's
+	// BlockThreshold places and lock the peer out.
+	CookieThresholdIP int
 	// HalfOpenTimeout is how long a half-open SA may live (default 30s).
+	// Under pressure (CookieThreshold half-open SAs or more) a new one
+	// lives a fifth of it, at least a second: a legitimate initiator
+	// finishes IKE_AUTH in a few round trips.
 	HalfOpenTimeout time.Duration
+	// CookieSecretLifetime is how long a cookie secret serves (default
+	// 2m; section 2.6): then a fresh one takes its place, and cookies
+	// made with the previous one are still accepted until the next
+	// change, so that an initiator that got its cookie just before a
+	// change is not refused.
+	CookieSecretLifetime time.Duration
 	// RetransmitTimeout is the first retransmission timeout of a
 	// request (default 1s); it doubles with each retransmission
 	// (section 2.1).
@@ -235,10 +316,11 @@ type Config struct {
 	// turns fragmentation off: it is not announced, and fragments are
 	// dropped.
 	FragmentSize int
-	// MaxChildSAs bounds the Child SAs of one IKE SA (default 8), not
-	// counting those a rekey is replacing: a CREATE_CHILD_SA for one more
-	// is refused with NO_ADDITIONAL_SAS (Stats.ChildSALimit) and
-	// InitiateChild fails.
+	// MaxChildSAs bounds the Child SAs of one IKE SA (default
+	// DefaultMaxChildSAs), not counting those a rekey is replacing: a
+	// CREATE_CHILD_SA for one more is refused with NO_ADDITIONAL_SAS
+	// (Stats.ChildSALimit) and InitiateChild fails. strongSwan has no
+	// such limit; this one only bounds what a peer can make us hold.
 	MaxChildSAs int
 	// MaxCryptoJobs bounds the signatures and Diffie-Hellman computations
 	// running outside the Endpoint's lock at once (default 64); a message
@@ -284,6 +366,16 @@ func (c *Config) defaults() error {
 	if c.HalfOpenTimeout <= 0 {
 		c.HalfOpenTimeout = 30 * time.Second
 	}
+	if c.BlockThreshold <= 0 {
+		c.BlockThreshold = DefaultBlockThreshold
+	}
+	if c.CookieThresholdIP <= 0 {
+		c.CookieThresholdIP = DefaultCookieThresholdIP
+	}
+	c.CookieThresholdIP = min(c.CookieThresholdIP, c.BlockThreshold-1)
+	if c.CookieSecretLifetime <= 0 {
+		c.CookieSecretLifetime = DefaultCookieSecretLifetime
+	}
 	if c.RetransmitTimeout <= 0 {
 		c.RetransmitTimeout = time.Second
 	}
@@ -306,7 +398,7 @@ func (c *Config) defaults() error {
 		return fmt.Errorf("ike: FragmentSize %d is below 256", c.FragmentSize)
 	}
 	if c.MaxChildSAs <= 0 {
-		c.MaxChildSAs = 8
+		c.MaxChildSAs = DefaultMaxChildSAs
 	}
 	if c.MaxCryptoJobs <= 0 {
 		c.MaxCryptoJobs = 64
@@ -423,6 +515,7 @@ type Stats struct {
 	RxUnexpected       uint64 // response to no outstanding request, or out of place
 	RxIntegrityFailed  uint64 // SK payload failed its ICV or did not decrypt
 	RxHalfOpenLimit    uint64 // IKE_SA_INIT dropped: half-open or SA limit
+	RxBlocked          uint64 // IKE_SA_INIT dropped: its address holds BlockThreshold half-open SAs
 	RxBadCookie        uint64 // IKE_SA_INIT with a wrong cookie when one was due
 	RxUnsupportedCrit  uint64 // unknown critical payload
 	RxRetransmits      uint64 // retransmitted requests, answered from the cache

@@ -103,8 +103,11 @@
 // Whatever cannot be processed (malformed, unknown SPI, outside the
 // message ID window, failing its integrity check) is dropped and counted
 // in Stats, never answered with state changes. Half-open SAs are bounded
-// (Config.MaxHalfOpen), and cookies are demanded beyond
-// Config.CookieThreshold.
+// (Config.MaxHalfOpen) and, per initiator address, by
+// Config.BlockThreshold; cookies are demanded beyond
+// Config.CookieThreshold (or Config.CookieThresholdIP from one address),
+// made with a secret that changes every
+// Config.CookieSecretLifetime.
 //
 // Child SAs and the IKE SA are rekeyed by the Endpoint at their
 // Lifetime's rekey time less a random jitter (Peer.ChildLifetime,

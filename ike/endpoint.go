@@ -6,6 +6,7 @@ import (
 	"crypto/rand"
 	"crypto/sha1"
 	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -13,6 +14,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 )
 
 // Transport sends IKE datagrams. Send sends pkt (the UDP payload; on the
@@ -39,9 +41,10 @@ type Endpoint struct {
 	mu         sync.Mutex
 	sas        map[uint64]*ikeSA      // by our SPI
 	halfOpen   map[halfOpenKey]*ikeSA // responder SAs before IKE_AUTH, by the initiator's
+	halfOpenBy map[netip.Addr]int     // how many of them each initiator (halfOpenSource) holds (BlockThreshold)
 	children   map[uint32]*childEntry // established Child SAs, by our inbound SPI
 	restarting map[string]bool        // peers that DPDAction restart initiates to
-	secret     [32]byte               // cookie secret (section 2.6)
+	cookies    cookieSecrets          // section 2.6
 	stats      Stats
 	stopping   bool // Close has begun: start no goroutines
 	closed     bool
@@ -76,12 +79,13 @@ func NewEndpoint(cfg Config, tr Transport) (*Endpoint, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{},
+	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{}, halfOpenBy: map[netip.Addr]int{},
 		children: map[uint32]*childEntry{}, restarting: map[string]bool{},
 		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{}), jobs: make(chan struct{}, cfg.MaxCryptoJobs)}
-	if _, err := rand.Read(e.secret[:]); err != nil {
+	if _, err := rand.Read(e.cookies.cur[:]); err != nil {
 		return nil, fmt.Errorf("ike: %w", err)
 	}
+	e.cookies.since = cfg.clock.Now()
 	e.wg.Add(1)
 	go e.run()
 	return e, nil
@@ -284,8 +288,8 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	if e.sas[sa.ourSPI()] == sa {
 		delete(e.sas, sa.ourSPI())
 	}
-	if !sa.initiator && e.halfOpen[sa.hoKey] == sa {
-		delete(e.halfOpen, sa.hoKey)
+	if !sa.initiator {
+		e.dropHalfOpenLocked(sa)
 	}
 	sa.stopTimerLocked()
 	stop(sa.halfOpenTimer)
@@ -401,17 +405,99 @@ func natCheck(ps []Payload, spii, spir uint64, local, remote netip.AddrPort) (ou
 	return dstSeen && !dstMatch, srcSeen && !srcMatch
 }
 
-// cookieLocked computes the cookie of section 2.6 for an initiator:
-// version | SHA-256(Ni | IPi | SPIi | secret).
+// cookieSecrets are the secrets cookies are made with (section 2.6): the
+// current one, numbered ver, and the one before it, which still verifies
+// the cookies it made until the next change.
+type cookieSecrets struct {
+	cur, prev [32]byte
+	ver       uint32
+	hasPrev   bool
+	since     time.Time // when cur took its place
+}
+
+// rotateCookieSecretLocked puts a fresh cookie secret in place once the
+// current one has served Config.CookieSecretLifetime; after two
+// lifetimes or more the previous one goes too.
+func (e *Endpoint) rotateCookieSecretLocked() {
+	c, now, life := &e.cookies, e.cfg.clock.Now(), e.cfg.CookieSecretLifetime
+	age := now.Sub(c.since)
+	if age < life {
+		return
+	}
+	c.prev, c.hasPrev = c.cur, age < 2*life
+	c.ver++
+	c.since = now
+	if _, err := rand.Read(c.cur[:]); err != nil {
+		panic("ike: no randomness for the cookie secret: " + err.Error())
+	}
+}
+
+// cookieLocked computes the cookie of section 2.6 for an initiator with
+// the current secret: version | SHA-256(Ni | IPi | SPIi | secret).
 func (e *Endpoint) cookieLocked(ni []byte, remote netip.AddrPort, spii uint64) []byte {
+	return makeCookie(&e.cookies.cur, e.cookies.ver, ni, remote, spii)
+}
+
+// cookieValidLocked reports whether cookie is one made with the current
+// secret or, when it names the version before, with the previous one.
+func (e *Endpoint) cookieValidLocked(cookie, ni []byte, remote netip.AddrPort, spii uint64) bool {
+	if len(cookie) < 4 {
+		return false
+	}
+	c := &e.cookies
+	switch binary.BigEndian.Uint32(cookie) {
+	case c.ver:
+		return subtle.ConstantTimeCompare(cookie, makeCookie(&c.cur, c.ver, ni, remote, spii)) == 1
+	case c.ver - 1:
+		return c.hasPrev && subtle.ConstantTimeCompare(cookie, makeCookie(&c.prev, c.ver-1, ni, remote, spii)) == 1
+	}
+	return false
+}
+
+func makeCookie(secret *[32]byte, ver uint32, ni []byte, remote netip.AddrPort, spii uint64) []byte {
 	h := sha256.New()
 	h.Write(ni)
 	h.Write(remote.Addr().Unmap().AsSlice())
 	var b [8]byte
 	binary.BigEndian.PutUint64(b[:], spii)
 	h.Write(b[:])
-	h.Write(e.secret[:])
-	return append([]byte{0, 0, 0, 1}, h.Sum(nil)...)
+	h.Write(secret[:])
+	out := binary.BigEndian.AppendUint32(make([]byte, 0, 4+sha256.Size), ver)
+	return h.Sum(out)
+}
+
+// addHalfOpenLocked counts sa, a responder's SA before IKE_AUTH, against
+// MaxHalfOpen and its initiator's address's BlockThreshold.
+func (e *Endpoint) addHalfOpenLocked(sa *ikeSA) {
+	e.halfOpen[sa.hoKey] = sa
+	e.halfOpenBy[halfOpenSource(sa.hoKey.remote)]++
+}
+
+// halfOpenSource is the initiator a half-open SA counts against for
+// BlockThreshold: its IPv4 address, or the /64 of its IPv6 address, all
+// of which one host usually holds (counting each IPv6 address alone
+// would give it 2^64 times the limit).
+func halfOpenSource(remote netip.AddrPort) netip.Addr {
+	a := remote.Addr().Unmap()
+	if a.Is6() {
+		p, _ := a.WithZone("").Prefix(64)
+		return p.Addr()
+	}
+	return a
+}
+
+// dropHalfOpenLocked forgets sa as half open, if it is.
+func (e *Endpoint) dropHalfOpenLocked(sa *ikeSA) {
+	if e.halfOpen[sa.hoKey] != sa {
+		return
+	}
+	delete(e.halfOpen, sa.hoKey)
+	a := halfOpenSource(sa.hoKey.remote)
+	if e.halfOpenBy[a] <= 1 {
+		delete(e.halfOpenBy, a)
+	} else {
+		e.halfOpenBy[a]--
+	}
 }
 
 // Initiate negotiates an IKE SA and its Child SA with the configured peer

@@ -421,7 +421,8 @@ func TestHalfOpenBound(t *testing.T) {
 		mu.Unlock()
 		return nil
 	})
-	e, err := NewEndpoint(Config{Peers: []*Peer{pb}, MaxHalfOpen: 4, CookieThreshold: 2}, tr)
+	// One source stands for many here: no limit per source.
+	e, err := NewEndpoint(Config{Peers: []*Peer{pb}, MaxHalfOpen: 4, CookieThreshold: 2, BlockThreshold: 100, CookieThresholdIP: 100}, tr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -619,7 +619,10 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 			e.sendLocked(local, remote, b)
 		}
 	}
-	if th := e.cfg.CookieThreshold; th < 0 || len(e.halfOpen) >= th {
+	held := e.halfOpenBy[halfOpenSource(remote)]
+	pressure := e.cfg.CookieThreshold < 0 || len(e.halfOpen) >= e.cfg.CookieThreshold || held >= e.cfg.CookieThresholdIP
+	if pressure {
+		e.rotateCookieSecretLocked()
 		want := e.cookieLocked(ni.Data, remote, h.SPIi)
 		c, ok := ps[0].(*Notify)
 		if !ok || c.NType != Cookie {
@@ -627,11 +630,18 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 			reply(&Notify{NType: Cookie, Data: want})
 			return nil
 		}
-		if subtle.ConstantTimeCompare(c.Data, want) != 1 {
+		if !e.cookieValidLocked(c.Data, ni.Data, remote, h.SPIi) {
 			e.stats.RxBadCookie++
 			reply(&Notify{NType: Cookie, Data: want})
 			return nil
 		}
+	}
+	// One address holds at most BlockThreshold half-open SAs, whatever
+	// the others hold; beyond CookieThresholdIP of them it had to return
+	// a cookie, so that a forged source address cannot take them all.
+	if held >= e.cfg.BlockThreshold {
+		e.stats.RxBlocked++
+		return nil
 	}
 	if len(e.halfOpen) >= e.cfg.MaxHalfOpen || len(e.sas) >= e.cfg.MaxSAs {
 		e.stats.RxHalfOpenLimit++
@@ -691,8 +701,8 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		return nil // counted; the initiator retransmits
 	}
 	e.sas[sa.spir] = sa
-	e.halfOpen[key] = sa
-	sa.halfOpenTimer = e.cfg.clock.AfterFunc(e.cfg.HalfOpenTimeout, func() {
+	e.addHalfOpenLocked(sa)
+	sa.halfOpenTimer = e.cfg.clock.AfterFunc(halfOpenLife(e.cfg.HalfOpenTimeout, pressure), func() {
 		e.mu.Lock()
 		var after []func()
 		if !sa.removed && sa.state == stateHalfOpen {
@@ -703,6 +713,18 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		run(after)
 	})
 	return nil
+}
+
+// halfOpenLife is how long a new half-open SA may live: HalfOpenTimeout
+// d, or under pressure (cookies are due) a fifth of it, at least a
+// second, so that places held by initiators that never finish come free
+// sooner. A fifth of the default 30s still lets a peer retransmit its
+// IKE_AUTH once on strongSwan's 4s schedule.
+func halfOpenLife(d time.Duration, pressure bool) time.Duration {
+	if !pressure {
+		return d
+	}
+	return max(d/5, min(d, time.Second))
 }
 
 // respKeys is the responder's work for IKE_SA_INIT, without the lock: its
@@ -948,9 +970,7 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 	if sa.halfOpenTimer != nil {
 		sa.halfOpenTimer.Stop()
 	}
-	if e.halfOpen[sa.hoKey] == sa {
-		delete(e.halfOpen, sa.hoKey)
-	}
+	e.dropHalfOpenLocked(sa)
 	sa.state = stateEstablished
 	childFail := func(n NotifyType) ([]Payload, []func()) {
 		e.stats.IKESAEstablished++

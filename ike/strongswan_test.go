@@ -92,6 +92,148 @@ func TestStrongSwanInteropCert(t *testing.T) {
 	}
 }
 
+// TestStrongSwanInteropDN negotiates with charon in both roles, both
+// sides identified by distinguished names (id = "CN=...") and
+// authenticating with certificates whose subjects are those names in
+// UTF8String, as openssl writes them, while charon sends its IDi/IDr with
+// PrintableStrings: the names must match by value (issue 16, defect 6).
+func TestStrongSwanInteropDN(t *testing.T) {
+	for _, role := range []string{"initiator", "responder"} {
+		t.Run("sluice-"+role, func(t *testing.T) {
+			lab.RequireCharon(t)
+			interop(t, role == "initiator", "aes256gcm16-prfsha384-ecp384", "aes128gcm16", &certAuth{sluiceKey: "p256", charonKey: "p256", dn: true})
+		})
+	}
+}
+
+// TestStrongSwanHalfOpenFlood: a host beside charon (192.0.2.3) floods
+// sluice with IKE_SA_INIT requests with fresh SPIs, answering every
+// cookie; charon, a legitimate peer, initiates during the flood and gets
+// its IKE and Child SA at once, while the flooder holds no more than
+// block_threshold (5) half-open SAs (issue 16, defect 8: the flooder took
+// every half-open place and charon timed out).
+func TestStrongSwanHalfOpenFlood(t *testing.T) {
+	lab.RequireCharon(t)
+	const props = "aes256-sha256-x25519" // the flood's KE is X25519
+	b := newBed(t, props, "aes128gcm16", nil, func(p *ike.Peer, c *ike.Config) {
+		p.Remote = netip.Addr{} // any initiator: the flood's requests fit too
+		c.MaxHalfOpen, c.CookieThreshold = 32, 4
+	})
+	flooder := netip.MustParseAddr("192.0.2.3")
+	if err := b.ssNS.AddAddr("wan0", netip.PrefixFrom(flooder, 24)); err != nil {
+		t.Fatal(err)
+	}
+	fc, err := b.ssNS.ListenUDP(netip.AddrPortFrom(flooder, 0))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ikeP, err := ike.ParseProposals(ike.ProtoIKE, props)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sent, answered := ike.Flood(t, fc, netip.AddrPortFrom(slWAN.Addr(), 500), ikeP)
+	ike.WaitFlood(t, b.ep, answered)
+
+	before, start := sent.Load(), time.Now()
+	out, err := b.c.Swanctl(b.ctx, "--initiate", "--child", "net", "--timeout", "20")
+	took := time.Since(start)
+	if err != nil {
+		t.Fatalf("charon initiating during the flood: %v after %v\n%s\n(sluice stats %+v)", err, took, out, b.ep.Stats())
+	}
+	b.waitChild(t, 1, "sluice's Child SA")
+	s := b.ep.Stats()
+	t.Logf("charon connected in %v while the flooder sent %d requests (%d in all, %d cookies answered); sluice %+v",
+		took.Round(time.Millisecond), sent.Load()-before, sent.Load(), answered.Load(), s)
+	ike.FloodGoesOn(t, sent)
+	if held := ike.HalfOpenFrom(b.ep, flooder); s.RxBlocked == 0 || held > ike.DefaultBlockThreshold {
+		t.Fatalf("the flooder holds %d half-open SAs, RxBlocked %d", held, s.RxBlocked)
+	}
+}
+
+// TestStrongSwanManyChildren: one IKE SA between charon and sluice
+// carries 20 Child SAs, each child of the connection made with
+// CREATE_CHILD_SA by either side, as strongSwan allows (issue 16, defect
+// 7: sluice refused the ninth with NO_ADDITIONAL_SAS).
+func TestStrongSwanManyChildren(t *testing.T) {
+	const n = 20
+	for _, by := range []string{"sluice", "charon"} {
+		t.Run("by-"+by, func(t *testing.T) {
+			lab.RequireCharon(t)
+			var more strings.Builder
+			var children []ike.Child
+			for i := 1; i < n; i++ {
+				ss, sl := fmt.Sprintf("10.1.%d.0/24", 100+i), fmt.Sprintf("10.2.%d.0/24", 100+i)
+				fmt.Fprintf(&more, "      c%d {\n        mode = tunnel\n        local_ts = %s\n        remote_ts = %s\n        esp_proposals = aes128gcm16\n"+
+					"        rekey_time = 0s\n        life_time = 0s\n        start_action = none\n      }\n", i, ss, sl)
+				children = append(children, ike.Child{Name: fmt.Sprintf("c%d", i),
+					LocalTS: []netip.Prefix{netip.MustParsePrefix(sl)}, RemoteTS: []netip.Prefix{netip.MustParsePrefix(ss)}})
+			}
+			b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, func(p *ike.Peer, _ *ike.Config) {
+				p.ChildName, p.Children = "net", children
+			}, map[string]string{"More": more.String()})
+			// charon needs an address in each local selector.
+			for _, c := range children {
+				if err := b.c.Netns().AddAddr("lo", netip.PrefixFrom(c.RemoteTS[0].Addr().Next(), 32)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if _, err := b.ep.Initiate(b.ctx, "strongswan"); err != nil {
+				t.Fatal(err)
+			}
+			for i, c := range children {
+				if by == "sluice" {
+					if _, err := b.ep.InitiateChild(b.ctx, "strongswan", c.Name); err != nil {
+						t.Fatalf("child %d of %d: %v (stats %+v)", i+2, n, err, b.ep.Stats())
+					}
+					continue
+				}
+				if out, err := b.c.Swanctl(b.ctx, "--initiate", "--child", c.Name, "--timeout", "20"); err != nil {
+					t.Fatalf("charon initiating child %d of %d: %v\n%s (sluice stats %+v)", i+2, n, err, out, b.ep.Stats())
+				}
+			}
+			b.waitChild(t, n, "sluice to report every Child SA")
+			if sa := b.oneIKESA(t); len(sa.Children) != n {
+				t.Fatalf("sluice's IKE SA carries %d Child SAs, want %d", len(sa.Children), n)
+			}
+			err := lab.WaitFor(b.ctx, "charon to list every child", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+				out, err := b.c.Swanctl(b.ctx, "--list-sas")
+				return err == nil && strings.Count(out, "INSTALLED, TUNNEL") == n && strings.Count(out, "interop: #") == 1, err
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s := b.ep.Stats(); s.ChildSALimit != 0 || s.ChildSAAdded != n-1 {
+				t.Errorf("stats %+v", s)
+			}
+		})
+	}
+}
+
+// DN identities of TestStrongSwanInteropDN.
+const (
+	ssDN = "CN=sw.example.test"
+	slDN = "CN=sl.example.test"
+)
+
+// ids are charon's and sluice's identities for a test with cert.
+func ids(cert *certAuth) (ss, sl string) {
+	if cert != nil && cert.dn {
+		return ssDN, slDN
+	}
+	return ssIDStr, slIDStr
+}
+
+// utf8Subject is the DER of the Name CN=cn with a UTF8String value.
+func utf8Subject(t *testing.T, cn string) []byte {
+	t.Helper()
+	der, err := asn1.Marshal(pkix.RDNSequence{{{Type: asn1.ObjectIdentifier{2, 5, 4, 3},
+		Value: asn1.RawValue{Tag: asn1.TagUTF8String, Bytes: []byte(cn)}}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return der
+}
+
 // testCreds are the certificates and keys of one certificate test: a CA,
 // charon's certificate and key as files in its swanctl directory, sluice's
 // certificate and its key inside cryptodev's soft engine.
@@ -121,7 +263,15 @@ func newTestCreds(t *testing.T, c *lab.Charon, a *certAuth) *testCreds {
 		extra = []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 32473, 1}, Value: v}}
 	}
 	issue := func(id string, pub crypto.PublicKey) *x509.Certificate {
-		cert, err := ca.Certify(pub, []string{id}, extra...)
+		var cert *x509.Certificate
+		var err error
+		if a.dn {
+			// The subject is the DN id; the subjectAltName its CN.
+			cn := strings.TrimPrefix(id, "CN=")
+			cert, err = ca.CertifySubject(pub, utf8Subject(t, cn), []string{cn}, extra...)
+		} else {
+			cert, err = ca.Certify(pub, []string{id}, extra...)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -129,7 +279,8 @@ func newTestCreds(t *testing.T, c *lab.Charon, a *certAuth) *testCreds {
 	}
 	cr := &testCreds{ca: ca.Cert}
 	ck := ike.GenKey(t, a.charonKey)
-	if cr.caFile, cr.charonCert, err = c.WriteCredentials(ca.Cert, issue(ssIDStr, ck.Public()), ck); err != nil {
+	ssID, slID := ids(a)
+	if cr.caFile, cr.charonCert, err = c.WriteCredentials(ca.Cert, issue(ssID, ck.Public()), ck); err != nil {
 		t.Fatal(err)
 	}
 	// sluice's key goes into the soft engine; AUTH is signed through it.
@@ -141,7 +292,7 @@ func newTestCreds(t *testing.T, c *lab.Charon, a *certAuth) *testCreds {
 	if cr.signer, err = cryptodev.NewSigner(eng, key); err != nil {
 		t.Fatal(err)
 	}
-	cr.sluiceCert = issue(slIDStr, cr.signer.Public())
+	cr.sluiceCert = issue(slID, cr.signer.Public())
 	return cr
 }
 
@@ -155,6 +306,9 @@ type certAuth struct {
 	// pad, if set, pads each end-entity certificate with an extension of
 	// that many bytes (IKE fragmentation).
 	pad int
+	// dn identifies both sides by distinguished names (ssDN, slDN), the
+	// subjects of their certificates.
+	dn bool
 }
 
 // bed is one interop test bed: charon in namespace "ss", sluice's
@@ -162,6 +316,7 @@ type certAuth struct {
 type bed struct {
 	ctx                  context.Context
 	c                    *lab.Charon
+	ssNS                 *lab.Netns
 	swconf               string
 	ep                   *ike.Endpoint
 	mu                   sync.Mutex
@@ -230,9 +385,10 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 	}
 	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.Conf(), confVars)
 	swconf := filepath.Join(dir, "swanctl.conf")
+	ssID, slID := ids(cert)
 	vars := map[string]string{
 		"Local": ssWAN.Addr().String(), "Remote": slWAN.Addr().String(),
-		"LocalID": ssIDStr, "RemoteID": slIDStr, "LocalTS": ssSite.String(), "RemoteTS": slSite.String(),
+		"LocalID": ssID, "RemoteID": slID, "LocalTS": ssSite.String(), "RemoteTS": slSite.String(),
 		"IKE": ikeProps, "ESP": espProps, "PSK": pskHex,
 	}
 	for k, v := range extra {
@@ -271,13 +427,13 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 		t.Fatal(err)
 	}
 	peer := &ike.Peer{Name: "strongswan", Local: slWAN.Addr(), Remote: ssWAN.Addr(),
-		LocalID: ike.ParseIdentity(slIDStr), RemoteID: ike.ParseIdentity(ssIDStr), PSK: []byte(pskHex),
+		LocalID: ike.ParseIdentity(slID), RemoteID: ike.ParseIdentity(ssID), PSK: []byte(pskHex),
 		IKE: ikeP, ESP: espP, LocalTS: []netip.Prefix{slSite}, RemoteTS: []netip.Prefix{ssSite}}
 	if creds != nil {
 		peer.PSK = nil
 		peer.Signer, peer.Certificates, peer.RemoteCAs, peer.AuthMethod = creds.signer, []*x509.Certificate{creds.sluiceCert}, []*x509.Certificate{creds.ca}, cert.method
 	}
-	b := &bed{ctx: ctx, c: c, swconf: swconf}
+	b := &bed{ctx: ctx, c: c, ssNS: ssNS, swconf: swconf}
 	cfg := ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
 		OnChildSA:  func(c *ike.ChildSA) { b.mu.Lock(); b.established = append(b.established, c); b.mu.Unlock() },
 		OnDelete:   func(c *ike.ChildSA) { b.mu.Lock(); b.deleted = append(b.deleted, c); b.mu.Unlock() },
@@ -372,7 +528,8 @@ func interop(t *testing.T, sluiceInitiates bool, ikeProps, espProps string, cert
 		for _, l := range strings.Split(string(data), "\n") {
 			if strings.Contains(l, "authentication of") {
 				t.Logf("charon: %s", strings.TrimSpace(l[strings.Index(l, "]")+1:]))
-				verified = verified || (strings.Contains(l, "authentication of '"+slIDStr+"' with") && strings.HasSuffix(l, "successful"))
+				_, slID := ids(cert)
+				verified = verified || (strings.Contains(l, "authentication of '"+slID+"' with") && strings.HasSuffix(l, "successful"))
 			}
 		}
 		if !verified {

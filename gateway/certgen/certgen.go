@@ -114,6 +114,27 @@ func (ca *CA) Certify(pub crypto.PublicKey, names []string, extra ...pkix.Extens
 	return cert, nil
 }
 
+// CertifySubject is Certify with the subject given as the DER of an
+// X.501 Name, encoded as the caller chose (a test of distinguished-name
+// identities gives its values as UTF8Strings, as openssl does).
+func (ca *CA) CertifySubject(pub crypto.PublicKey, subject []byte, names []string, extra ...pkix.Extension) (*x509.Certificate, error) {
+	tmpl, err := leafTemplate(names)
+	if err != nil {
+		return nil, err
+	}
+	tmpl.RawSubject = subject
+	tmpl.ExtraExtensions = extra
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("certgen: %w", err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		return nil, fmt.Errorf("certgen: %w", err)
+	}
+	return cert, nil
+}
+
 // leafTemplate is the template of an end-entity certificate for names,
 // for signatures; the first name is the common name.
 func leafTemplate(names []string) (*x509.Certificate, error) {
