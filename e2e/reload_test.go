@@ -433,3 +433,34 @@ func TestReloadRefusesAbsentLocalAddr(t *testing.T) {
 	a.waitChild(ctx, "net-b", 20*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != before.InSPI })
 	waitPing(t, ctx, a.ns, inner4[1].Addr())
 }
+
+// TestReloadMovesLocalAddr: a reload that moves A's connection to another
+// address the host has is taken: the IKE port is bound there, the child
+// is negotiated again from it, and traffic goes on (B accepts any remote
+// address).
+func TestReloadMovesLocalAddr(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	cfgs := ikePairConfigs("aes128gcm16", true)
+	cfgs[0].UDP = netip.MustParseAddrPort("0.0.0.0:4500")
+	cfgs[1].Connections[0].Remote = netip.Addr{}
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	ctx := tb.ctx
+	before := a.waitChild(ctx, "net-b", 20*time.Second, nil)
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+
+	moved := netip.MustParsePrefix("192.0.2.11/24")
+	if err := a.ns.AddAddr(wanIf, moved); err != nil {
+		t.Fatal(err)
+	}
+	cfgs[0].Connections[0].Local = moved.Addr()
+	a.writeConfig(cfgs[0])
+	a.mustReload()
+	a.waitChild(ctx, "net-b", 20*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != before.InSPI })
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+	if ts := b.tunnels(); len(ts) != 1 || ts[0].Peer != moved.Addr().String() {
+		t.Errorf("B's tunnels after A moved to %v: %+v", moved.Addr(), ts)
+	}
+	mustPing(t, ctx, "A->B from the moved address", a.ns, inner4[1].Addr(), 50, 10*time.Millisecond)
+}
