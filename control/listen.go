@@ -21,9 +21,9 @@ const staleProbeTimeout = time.Second
 // listenUnix creates the Unix socket at path with mode 0600. A missing
 // parent directory is created with mode 0700; an existing one is left as
 // it is, but refused if others may write it or a directory above it
-// (checkSocketDir). A socket file already at path is removed only when nothing answers
-// on it (its server died); a live socket or a file that is not a socket is
-// an error. The listener does not unlink path on Close: the server removes
+// (checkSocketDir). A socket file already at path is removed only when
+// nothing answers on it (its server died); a live socket or a file that
+// is not a socket is an error. The listener does not unlink path on Close: the server removes
 // the file itself, and only if it is still the one it created (same).
 func listenUnix(path string) (l *net.UnixListener, same fs.FileInfo, err error) {
 	if path == "" {
@@ -38,6 +38,10 @@ func listenUnix(path string) (l *net.UnixListener, same fs.FileInfo, err error) 
 	// A directory others may write lets them bind the name first (or
 	// replace the socket), and clients refuse to talk through it.
 	if err := checkSocketDir(path, dir); err != nil {
+		var ue *UntrustedError
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("control: not creating the control socket %s: %s", path, ue.Reason)
+		}
 		return nil, nil, err
 	}
 	if err := removeStale(path); err != nil {
