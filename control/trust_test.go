@@ -239,3 +239,31 @@ func TestSocketDirCreatedPrivate(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A user who may not reach root's socket directory gets the dial's
+// "permission denied" explanation, as before the checks.
+func TestClientNoAccessExplained(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to play another user")
+	}
+	s := start(t, controltest.New(), nil)
+	type result struct{ err error }
+	ch := make(chan result)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, 65534, 65534, 0); e != 0 {
+			ch <- result{e}
+			return
+		}
+		c, err := Dial(context.Background(), s.Path())
+		if err == nil {
+			c.Close()
+		}
+		ch <- result{err}
+	}()
+	err := (<-ch).err
+	var de *DialError
+	if !errors.As(err, &de) || !strings.Contains(err.Error(), "only for root and the user sluice runs as") {
+		t.Fatalf("dial as nobody into root's 0700 directory: %v", err)
+	}
+}
