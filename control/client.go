@@ -55,7 +55,16 @@ type Client struct {
 }
 
 // Dial connects to the control socket at path.
+//
+// Before it returns, Dial checks that what listens there may be trusted
+// with requests (and their keys): the socket file and its directory are
+// root's or this user's and no one else may write the directory, and the
+// process listening runs as root or as this user (SO_PEERCRED). Otherwise
+// the error is an *UntrustedError and nothing was sent.
 func Dial(ctx context.Context, path string) (*Client, error) {
+	if err := checkSocketFile(path); err != nil {
+		return nil, err
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", path)
 	if err != nil {
@@ -67,6 +76,10 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 			err = oe.Err
 		}
 		return nil, &DialError{Path: path, Err: err}
+	}
+	if err := checkServer(path, c.(*net.UnixConn)); err != nil {
+		c.Close()
+		return nil, err
 	}
 	sc := bufio.NewScanner(c)
 	sc.Buffer(make([]byte, 0, 64<<10), MaxResponse)

@@ -20,9 +20,10 @@ const staleProbeTimeout = time.Second
 
 // listenUnix creates the Unix socket at path with mode 0600. A missing
 // parent directory is created with mode 0700; an existing one is left as
-// it is. A socket file already at path is removed only when nothing answers
-// on it (its server died); a live socket or a file that is not a socket is
-// an error. The listener does not unlink path on Close: the server removes
+// it is, but refused if others may write it or a directory above it
+// (checkSocketDir). A socket file already at path is removed only when
+// nothing answers on it (its server died); a live socket or a file that
+// is not a socket is an error. The listener does not unlink path on Close: the server removes
 // the file itself, and only if it is still the one it created (same).
 func listenUnix(path string) (l *net.UnixListener, same fs.FileInfo, err error) {
 	if path == "" {
@@ -33,6 +34,15 @@ func listenUnix(path string) (l *net.UnixListener, same fs.FileInfo, err error) 
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return nil, nil, fmt.Errorf("control: %w", err)
 		}
+	}
+	// A directory others may write lets them bind the name first (or
+	// replace the socket), and clients refuse to talk through it.
+	if err := checkSocketDir(path, dir); err != nil {
+		var ue *UntrustedError
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("control: not creating the control socket %s: %s", path, ue.Reason)
+		}
+		return nil, nil, err
 	}
 	if err := removeStale(path); err != nil {
 		return nil, nil, err

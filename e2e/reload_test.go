@@ -352,3 +352,115 @@ func TestReloadRestoresFileState(t *testing.T) {
 		t.Errorf("second reload: %q, %v", out, err)
 	}
 }
+
+// TestReloadRefusesAbsentLocalAddr: between two sluice gateways keyed by
+// IKE, under a 100 pps ping, A's file moves its connection to a local
+// address the host does not have. `sluice run` refuses that file, and a
+// reload must too, with the file, line and field, before it changes
+// anything: the child keeps its SPIs and the ping loses nothing. The
+// valid file reloads afterwards, and a valid change of the connection
+// (its DPD delay) is taken and renegotiates.
+func TestReloadRefusesAbsentLocalAddr(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	cfgs := ikePairConfigs("aes128gcm16", true)
+	// On the wildcard, [udp] allows any local address (a specific listen
+	// address pins local_addrs to it, and the file check refuses others).
+	cfgs[0].UDP = netip.MustParseAddrPort("0.0.0.0:4500")
+	tb := startPair(t, wan4, cfgs)
+	a := tb.sites[0]
+	ctx := tb.ctx
+	before := a.waitChild(ctx, "net-b", 20*time.Second, nil)
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+	valid := cfgs[0].render()
+
+	const count, interval = 300, 10 * time.Millisecond
+	type pinged struct {
+		r   pingResult
+		err error
+	}
+	pingc := make(chan pinged, 1)
+	go func() {
+		r, err := ping(ctx, a.ns, inner4[1].Addr(), count, interval)
+		pingc <- pinged{r, err}
+	}()
+
+	absent := netip.MustParseAddr("192.0.2.99")
+	bad := *cfgs[0]
+	bad.Connections = append([]connConfig(nil), cfgs[0].Connections...)
+	bad.Connections[0].Local = absent
+	text := bad.render()
+	a.writeConfigText(text)
+	line := 0
+	for i, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(l, "local_addrs = ") {
+			line = i + 1
+		}
+	}
+	want := fmt.Sprintf("%s:%d:15: connection[1].local_addrs", a.cfgPath, line)
+	err := a.reload()
+	if err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), absent.String()) {
+		t.Errorf("reload to the absent local address %v: %v\nwant it refused naming %q", absent, err, want)
+	} else {
+		t.Logf("refused: %v", err)
+	}
+	// Nothing changed: the same child, the same SPIs.
+	after := a.waitChild(ctx, "net-b", 5*time.Second, nil)
+	if after.InSPI != before.InSPI || after.OutSPI != before.OutSPI {
+		t.Errorf("a refused reload renegotiated the child: SPIs in %#x out %#x, were in %#x out %#x",
+			after.InSPI, after.OutSPI, before.InSPI, before.OutSPI)
+	}
+	r := <-pingc
+	if r.err != nil {
+		t.Fatal(r.err)
+	}
+	measuref(t, "A->B across a refused reload of local_addrs: ping -c %d -i %v: %v", count, interval, r.r)
+	if r.r.Received != count {
+		t.Errorf("A->B across a refused reload: %d of %d pings lost, want none", count-r.r.Received, count)
+	}
+
+	// The valid file again: nothing to change, and taken.
+	a.writeConfigText(valid)
+	a.mustReload()
+	if c := a.waitChild(ctx, "net-b", 5*time.Second, nil); c.InSPI != before.InSPI {
+		t.Errorf("reloading the unchanged file renegotiated the child: %+v", c)
+	}
+	// A valid change of the connection is applied: the child is
+	// negotiated again, and traffic goes on.
+	cfgs[0].Connections[0].DPDDelay = "30s"
+	a.writeConfig(cfgs[0])
+	a.mustReload()
+	a.waitChild(ctx, "net-b", 20*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != before.InSPI })
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+}
+
+// TestReloadMovesLocalAddr: a reload that moves A's connection to another
+// address the host has is taken: the IKE port is bound there, the child
+// is negotiated again from it, and traffic goes on (B accepts any remote
+// address).
+func TestReloadMovesLocalAddr(t *testing.T) {
+	lab.Require(t)
+	requireTool(t, "ping")
+	cfgs := ikePairConfigs("aes128gcm16", true)
+	cfgs[0].UDP = netip.MustParseAddrPort("0.0.0.0:4500")
+	cfgs[1].Connections[0].Remote = netip.Addr{}
+	tb := startPair(t, wan4, cfgs)
+	a, b := tb.sites[0], tb.sites[1]
+	ctx := tb.ctx
+	before := a.waitChild(ctx, "net-b", 20*time.Second, nil)
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+
+	moved := netip.MustParsePrefix("192.0.2.11/24")
+	if err := a.ns.AddAddr(wanIf, moved); err != nil {
+		t.Fatal(err)
+	}
+	cfgs[0].Connections[0].Local = moved.Addr()
+	a.writeConfig(cfgs[0])
+	a.mustReload()
+	a.waitChild(ctx, "net-b", 20*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != before.InSPI })
+	waitPing(t, ctx, a.ns, inner4[1].Addr())
+	if ts := b.tunnels(); len(ts) != 1 || ts[0].Peer != moved.Addr().String() {
+		t.Errorf("B's tunnels after A moved to %v: %+v", moved.Addr(), ts)
+	}
+	mustPing(t, ctx, "A->B from the moved address", a.ns, inner4[1].Addr(), 50, 10*time.Millisecond)
+}

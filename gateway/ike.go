@@ -829,6 +829,9 @@ func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) err
 	s.mu.Lock()
 	same := ikeSectionsEqual(s.conns, next.Connections) && reflect.DeepEqual(stripSecretPos(s.secrets), stripSecretPos(next.Secrets)) &&
 		s.ikeOpts == next.IKE
+	// The endpoint's port-500 sockets are bound per local address when it
+	// is built: other addresses need a new endpoint.
+	sameLocals := maps.Equal(localAddrs(s.conns), localAddrs(next.Connections))
 	ep := s.ep
 	var gone []*ike.ChildSA
 	var goneNames []string
@@ -873,7 +876,7 @@ func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) err
 	if s.stop == nil || s.closed {
 		return errors.New("gateway: IKE is not running")
 	}
-	if ep != nil && s.ikeOpts == next.IKE {
+	if ep != nil && s.ikeOpts == next.IKE && sameLocals {
 		return g.reloadPeers(next, again, note)
 	}
 	first := ep == nil
@@ -1028,6 +1031,16 @@ func (g *Gateway) closeIKEEndpoint() {
 		p500.Close()
 	}
 	closeCreds(creds)
+}
+
+// localAddrs is the set of the connections' local addresses, on each of
+// which the endpoint binds the IKE port.
+func localAddrs(cs []config.Connection) map[netip.Addr]bool {
+	m := map[netip.Addr]bool{}
+	for i := range cs {
+		m[cs[i].Local] = true
+	}
+	return m
 }
 
 func ikeSectionsEqual(a, b []config.Connection) bool {

@@ -21,9 +21,11 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net"
 	"net/netip"
 	"slices"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/sluicegw/sluice/config"
@@ -37,6 +39,8 @@ import (
 var DrainTime = 2 * time.Second
 
 // Reload applies next and returns what it changed, one line per change.
+// It first checks what Start would: the IKE port binds on every local
+// address next's connections name (checkIKEBinds).
 // The running state it compares next with is the SAD itself, not the file
 // it last applied, so whatever the control socket changed since (an SA
 // added or deleted, an outbound SA switched) is put back to what next
@@ -51,6 +55,11 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	}
 	old := g.cfg
 	if err := fixedPartsEqual(old, next); err != nil {
+		return nil, err
+	}
+	// What Start checks by binding, a reload checks before it changes
+	// anything.
+	if err := g.checkIKEBinds(next); err != nil {
 		return nil, err
 	}
 	var changes []string
@@ -354,4 +363,49 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 func sameEndpoints(a, b *config.Tunnel) bool {
 	return a.Local == b.Local && a.Peer == b.Peer && a.Encap == b.Encap && a.PeerPort == b.PeerPort &&
 		slices.Equal(a.Remote, b.Remote) && a.MTU == b.MTU && a.Engine == b.Engine
+}
+
+// checkIKEBinds does what Start does first for the IKE endpoint
+// (buildEndpoint), for the local addresses that next's connections name
+// and no running socket holds: it binds the IKE port on each, and closes
+// it again. An address the host lacks, or a port another process holds,
+// refuses the reload with the file, line and field before it changes
+// anything, as the same file is refused by `sluice run`. Otherwise a
+// changed connection would have its SAs deleted and then fail to send
+// from the new address.
+func (g *Gateway) checkIKEBinds(next *config.Gateway) error {
+	s := &g.ike
+	s.mu.Lock()
+	held := map[netip.Addr]bool{}
+	if s.ep != nil && s.ikeOpts.Port == next.IKE.Port {
+		for _, c := range s.conns {
+			held[c.Local] = true
+		}
+	}
+	portChanged := s.ep != nil && s.ikeOpts.Port != next.IKE.Port
+	s.mu.Unlock()
+	port := next.IKE.Port
+	for i := range next.Connections {
+		a := next.Connections[i].Local
+		if held[a] {
+			continue
+		}
+		held[a] = true
+		uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, port)))
+		if err == nil {
+			uc.Close()
+			continue
+		}
+		field := config.ConnectionField(i) + ".local_addrs"
+		if portChanged && !errors.Is(err, syscall.EADDRNOTAVAIL) {
+			field = "ike.port"
+		}
+		why := err.Error()
+		if errors.Is(err, syscall.EADDRNOTAVAIL) {
+			why = "the host has no such address"
+		}
+		return fmt.Errorf("%s: %s: cannot bind IKE port %d on %v: %s; the running configuration stays",
+			next.FieldPos(field), field, port, a, why)
+	}
+	return nil
 }

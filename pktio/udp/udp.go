@@ -30,14 +30,18 @@
 //
 // OpenN opens several sockets on one address with SO_REUSEPORT, one per
 // worker; the kernel spreads flows (by a hash of addresses and ports) across
-// them.
+// them. The group is the caller's alone: a port that another socket holds
+// is refused with EADDRINUSE (see OpenN).
 package udp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
+	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -95,6 +99,8 @@ type Conn struct {
 	ctl    func(pkt []byte, from, to netip.AddrPort)
 	v6     bool // AF_INET6 socket
 	v6only bool
+	lock   *portLock // OpenN's group lock, released once by Close
+	unlock sync.Once
 }
 
 // Open binds a UDP socket to laddr and returns it as a Link (a *Conn). An
@@ -112,11 +118,41 @@ func Open(laddr netip.AddrPort, opts Options) (pktio.Link, error) {
 
 // OpenN opens n sockets bound to laddr with SO_REUSEPORT, so that the
 // kernel spreads flows across them: one per worker. With port 0 they all
-// share the ephemeral port the first one got.
+// share an ephemeral port.
+//
+// The group is exclusive, as one socket of wireguard-go or charon is: a
+// port that any other socket holds (another process's group included) is
+// refused with an error that wraps syscall.EADDRINUSE. The kernel alone
+// would let a second group of the same user (a second root gateway) join
+// the first and take a share of its flows. OpenN therefore:
+//
+//  1. binds a probe socket without SO_REUSEPORT to laddr, which fails if
+//     anything holds the port (and picks the port when laddr's is 0);
+//  2. takes the port's lock: an abstract Unix socket named after the
+//     address and port, which, like the port, belongs to the network
+//     namespace and is released by the kernel when the process dies; a
+//     second sluice that got past its probe stops here;
+//  3. closes the probe and binds the group.
+//
+// Between 3's close and bind (microseconds) a process that is not sluice
+// and uses SO_REUSEPORT under the same user could still bind the port and
+// join; nothing else can.
 func OpenN(laddr netip.AddrPort, n int, opts Options) ([]pktio.Link, error) {
 	if n < 1 {
 		return nil, fmt.Errorf("udp: OpenN needs at least one socket, got %d", n)
 	}
+	network, addr := listenAddr(laddr)
+	probe, err := net.ListenPacket(network, netip.AddrPortFrom(addr, laddr.Port()).String())
+	if err != nil {
+		return nil, fmt.Errorf("udp: %w", err)
+	}
+	bound := probe.LocalAddr().(*net.UDPAddr).AddrPort()
+	lock, err := lockPort(netip.AddrPortFrom(addr, bound.Port()))
+	probe.Close()
+	if err != nil {
+		return nil, err
+	}
+	laddr = netip.AddrPortFrom(laddr.Addr(), bound.Port())
 	links := make([]pktio.Link, 0, n)
 	for range n {
 		c, err := open(laddr, opts, true)
@@ -124,16 +160,53 @@ func OpenN(laddr netip.AddrPort, n int, opts Options) ([]pktio.Link, error) {
 			for _, l := range links {
 				l.Close()
 			}
+			lock.release()
 			return nil, err
 		}
-		laddr = netip.AddrPortFrom(laddr.Addr(), c.local.Port())
+		lock.refs.Add(1)
+		c.lock = lock
 		links = append(links, c)
 	}
+	lock.release() // OpenN's own reference: the last Close releases it
 	return links, nil
 }
 
-func open(laddr netip.AddrPort, opts Options, reuseport bool) (*Conn, error) {
-	network, addr := "udp6", laddr.Addr()
+// portLock is the lock of one group's address and port (OpenN, step 2):
+// held while a socket of the group is open.
+type portLock struct {
+	fd   int
+	refs atomic.Int32
+}
+
+// lockPort binds the abstract Unix socket that stands for ap in this
+// network namespace, with one reference held by the caller. The socket
+// never listens, so nobody can connect to it.
+func lockPort(ap netip.AddrPort) (*portLock, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("udp: lock of %v: %w", ap, err)
+	}
+	if err := unix.Bind(fd, &unix.SockaddrUnix{Name: "@sluice/udp/" + ap.String()}); err != nil {
+		unix.Close(fd)
+		if errors.Is(err, unix.EADDRINUSE) {
+			return nil, fmt.Errorf("udp: listen %v: %w (another sluice gateway in this network namespace holds the port)", ap, syscall.EADDRINUSE)
+		}
+		return nil, fmt.Errorf("udp: lock of %v: %w", ap, err)
+	}
+	l := &portLock{fd: fd}
+	l.refs.Store(1)
+	return l, nil
+}
+
+func (l *portLock) release() {
+	if l.refs.Add(-1) == 0 {
+		unix.Close(l.fd)
+	}
+}
+
+// listenAddr is the network and address to bind for laddr (see Open).
+func listenAddr(laddr netip.AddrPort) (network string, addr netip.Addr) {
+	network, addr = "udp6", laddr.Addr()
 	switch {
 	case !addr.IsValid():
 		network, addr = "udp", netip.IPv6Unspecified()
@@ -142,6 +215,11 @@ func open(laddr netip.AddrPort, opts Options, reuseport bool) (*Conn, error) {
 	case addr.IsUnspecified():
 		network = "udp"
 	}
+	return network, addr
+}
+
+func open(laddr netip.AddrPort, opts Options, reuseport bool) (*Conn, error) {
+	network, addr := listenAddr(laddr)
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
 		if !reuseport {
 			return nil
@@ -248,7 +326,13 @@ func (c *Conn) Write(bufs []*packet.Buf) (int, error) { return c.w.Write(bufs) }
 func (c *Conn) BatchSize() int { return c.batch }
 
 // Close closes the socket. It is idempotent and unblocks a blocked Read.
-func (c *Conn) Close() error { return c.sock.Close() }
+func (c *Conn) Close() error {
+	err := c.sock.Close()
+	if c.lock != nil {
+		c.unlock.Do(c.lock.release)
+	}
+	return err
+}
 
 // Stats returns the counters.
 func (c *Conn) Stats() *pktio.LinkStats { return &c.stats }
