@@ -92,3 +92,97 @@ func TestStaticTunnelSpoofedSource(t *testing.T) {
 	mustPing(t, ctx, "after the spoofing, B->A", b.ns, a4, 10, 10*time.Millisecond)
 	mustPing(t, ctx, "after the spoofing, B->A IPv6", b.ns, a6, 10, 10*time.Millisecond)
 }
+
+// sealedOut adds up the packets of sluice's outbound SAs.
+func sealedOut(s *site) uint64 {
+	var n uint64
+	for _, sa := range s.sas() {
+		if sa.Direction == "out" {
+			n += sa.Packets
+		}
+	}
+	return n
+}
+
+// waitDrops waits until the drops of each reason in want grew by at least
+// that much since before (a packet the kernel sends into the TUN device on
+// its own, such as an IPv6 router solicitation, may add a no_route).
+func waitDrops(t *testing.T, s *site, before map[string]uint64, want map[string]uint64) {
+	t.Helper()
+	err := lab.WaitFor(s.tb.ctx, "gateway "+s.name+"'s drops", 10*time.Second, 20*time.Millisecond, func() (bool, error) {
+		d := dropsSince(drops(s.stats()), before)
+		for k, v := range want {
+			if d[k] < v {
+				return false, fmt.Errorf("drops since: %v, want at least %v", d, want)
+			}
+		}
+		return true, nil
+	})
+	if err != nil {
+		t.Error(err)
+	}
+}
+
+// TestStrongSwanSelectors: when strongSwan narrows the traffic selectors
+// of sluice's child (RFC 7296 section 2.9), sluice lists what was agreed,
+// routes only that, and seals nothing outside it: a destination outside
+// the agreed prefix has no route (no_route), a protocol outside it is
+// ts_mismatch; strongSwan, which enforces them, never sees such ESP.
+func TestStrongSwanSelectors(t *testing.T) {
+	requireCharon(t)
+	t.Run("initiator-narrowed-prefix", func(t *testing.T) {
+		// sluice proposes 10.1.0.0/16 for strongSwan's side; strongSwan
+		// has 10.1.0.0/24 and answers with it.
+		b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true,
+			gwRemoteTS: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}})
+		ch := b.establish()
+		if strings.Join(ch.RemoteTS, ",") != "10.1.0.0/24" || strings.Join(ch.LocalTS, ",") != "10.2.0.0/24" {
+			t.Errorf("sluice lists TS %v === %v, want the negotiated 10.2.0.0/24 === 10.1.0.0/24", ch.LocalTS, ch.RemoteTS)
+		}
+		waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
+		before, sealed := drops(b.gw.stats()), sealedOut(b.gw)
+		r, err := ping(b.ctx, b.gw.ns, netip.MustParseAddr("10.1.7.1"), 10, 10*time.Millisecond, "-W", "0.5")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Received != 0 {
+			t.Errorf("%d answers from outside the agreed selectors", r.Received)
+		}
+		waitDrops(t, b.gw, before, map[string]uint64{"no_route": 10})
+		if n := sealedOut(b.gw) - sealed; n != 0 {
+			t.Errorf("sluice sealed %d packets for 10.1.7.1, outside the agreed 10.1.0.0/24", n)
+		}
+		mustPing(t, b.ctx, "inside the narrowed selectors", b.gw.ns, ssInner[0].Addr(), 10, 10*time.Millisecond)
+	})
+	t.Run("responder-narrowed-icmp", func(t *testing.T) {
+		// strongSwan proposes ICMP only, from a /25 of sluice's /24.
+		b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", ssLocalTS: "10.1.0.0/25[icmp]", ssRemoteTS: "10.2.0.0/24[icmp]"})
+		ch := b.establish()
+		if strings.Join(ch.RemoteTS, ",") != "10.1.0.0/25[1/0-65535]" || strings.Join(ch.LocalTS, ",") != "10.2.0.0/24[1/0-65535]" {
+			t.Errorf("sluice lists TS %v === %v, want the negotiated ICMP-only 10.2.0.0/24 === 10.1.0.0/25", ch.LocalTS, ch.RemoteTS)
+		}
+		waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
+		waitPing(t, b.ctx, b.ssNS, ssInner[1].Addr())
+		before, sealed := drops(b.gw.stats()), sealedOut(b.gw)
+		// UDP, which strongSwan did not agree to.
+		c, err := b.gw.ns.Dial(b.ctx, "udp", netip.AddrPortFrom(ssInner[0].Addr(), 9).String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		for range 5 {
+			if _, err := c.Write([]byte("outside the selectors")); err != nil {
+				t.Fatal(err)
+			}
+		}
+		// ICMP to the half of the /24 strongSwan did not agree to.
+		if _, err := ping(b.ctx, b.gw.ns, netip.MustParseAddr("10.1.0.200"), 5, 10*time.Millisecond, "-W", "0.5"); err != nil {
+			t.Fatal(err)
+		}
+		waitDrops(t, b.gw, before, map[string]uint64{"ts_mismatch": 5, "no_route": 5})
+		if n := sealedOut(b.gw) - sealed; n != 0 {
+			t.Errorf("sluice sealed %d packets outside the agreed selectors", n)
+		}
+		mustPing(t, b.ctx, "ICMP inside the narrowed selectors", b.gw.ns, ssInner[0].Addr(), 10, 10*time.Millisecond)
+	})
+}
