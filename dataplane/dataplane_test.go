@@ -101,8 +101,8 @@ type pairOptions struct {
 
 // siteTS are the selectors of a tunnel between subnets local and remote.
 func siteTS(local, remote string) *spd.SATS {
-	return &spd.SATS{Local: []spd.Range{spd.RangeOf(netip.MustParsePrefix(local))},
-		Remote: []spd.Range{spd.RangeOf(netip.MustParsePrefix(remote))}}
+	return spd.NewSATS([]spd.Range{spd.RangeOf(netip.MustParsePrefix(local))},
+		[]spd.Range{spd.RangeOf(netip.MustParsePrefix(remote))})
 }
 
 // pairWith is pair with options.
@@ -309,6 +309,27 @@ func TestInboundSelectors(t *testing.T) {
 	}
 }
 
+// TestInboundSelectorsStatic: a static tunnel's selectors (its routed
+// remote prefixes, any address on our side) drop a spoofed source too,
+// and the packets its routes give it are sealed without a check.
+func TestInboundSelectorsStatic(t *testing.T) {
+	static := spd.NewSATS(spd.AnyAddress, []spd.Range{spd.RangeOf(netip.MustParsePrefix("10.1.0.0/24"))})
+	if !static.Routed() {
+		t.Fatal("a static tunnel's selectors are not Routed")
+	}
+	a, b, _, _ := pairWith(t, soft.New(), pairOptions{ts: func(i int) *spd.SATS {
+		if i == 0 {
+			return nil
+		}
+		return static
+	}})
+	a.send(t, [][]byte{udpPacket("10.3.0.5", "10.2.0.7", 1, 10), udpPacket("10.1.0.5", "10.2.0.9", 2, 10)})
+	checkInOrder(t, b.recv(t, 1), 2, 1)
+	waitFor(t, func() bool { return b.dp.Stats().Drops()["policy_mismatch"] == 1 })
+	b.send(t, [][]byte{udpPacket("10.9.9.9", "10.1.0.5", 3, 10)}) // any source on B's side
+	checkInOrder(t, a.recv(t, 1), 3, 1)
+}
+
 // TestOutboundSelectors: a packet routed into a tunnel whose outbound SA's
 // selectors do not hold it (the peer narrowed them: a smaller prefix, a
 // protocol) is dropped and counted as ts_mismatch, not sealed for the
@@ -316,9 +337,9 @@ func TestInboundSelectors(t *testing.T) {
 func TestOutboundSelectors(t *testing.T) {
 	// A routes 10.2.0.0/24 but negotiated 10.2.0.0/25 for any protocol
 	// and 10.2.0.128/25 for ICMP only.
-	aTS := &spd.SATS{Local: []spd.Range{spd.RangeOf(netip.MustParsePrefix("10.1.0.0/24"))},
-		Remote: []spd.Range{spd.RangeOf(netip.MustParsePrefix("10.2.0.0/25")),
-			{Start: netip.MustParseAddr("10.2.0.128"), End: netip.MustParseAddr("10.2.0.255"), Proto: 1}}}
+	aTS := spd.NewSATS([]spd.Range{spd.RangeOf(netip.MustParsePrefix("10.1.0.0/24"))},
+		[]spd.Range{spd.RangeOf(netip.MustParsePrefix("10.2.0.0/25")),
+			{Start: netip.MustParseAddr("10.2.0.128"), End: netip.MustParseAddr("10.2.0.255"), Proto: 1}})
 	a, b, _, _ := pairWith(t, soft.New(), pairOptions{ts: func(i int) *spd.SATS {
 		if i == 0 {
 			return aTS

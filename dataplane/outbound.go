@@ -45,7 +45,10 @@ func (ln *lane) outbound(db *sad.DB, pkts []*packet.Buf) {
 			}
 			continue
 		}
-		if ts := sa.TS; ts != nil && !(spd.ExtractFlowKey(p.Bytes(), &ln.flow) && ts.Outbound(&ln.flow)) {
+		// A route to a tunnel whose selectors are its routes (a static
+		// tunnel's) says all the check would.
+		if ts := sa.TS; ts != nil && !(ln.classify == nil && ts.Routed()) &&
+			!(spd.ExtractFlowKey(p.Bytes(), &ln.flow) && ts.Outbound(&ln.flow)) {
 			ln.drop(p, ReasonTSMismatch)
 			continue
 		}

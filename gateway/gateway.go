@@ -437,11 +437,11 @@ func staticTS(remote []netip.Prefix, policyMode bool) *spd.SATS {
 	if policyMode && len(remote) == 0 {
 		return nil
 	}
-	ts := &spd.SATS{Local: spd.AnyAddress, Remote: make([]spd.Range, len(remote))}
+	rs := make([]spd.Range, len(remote))
 	for i, p := range remote {
-		ts.Remote[i] = spd.RangeOf(p)
+		rs[i] = spd.RangeOf(p)
 	}
-	return ts
+	return spd.NewSATS(spd.AnyAddress, rs)
 }
 
 // Store gives read access to the SAD.

@@ -631,7 +631,7 @@ func childTS(c *ike.ChildSA) (*spd.SATS, []netip.Prefix) {
 		}
 		return out
 	}
-	ts := &spd.SATS{Local: conv(c.LocalTS), Remote: conv(c.RemoteTS)}
+	ts := spd.NewSATS(conv(c.LocalTS), conv(c.RemoteTS))
 	var routes []netip.Prefix
 	for _, r := range ts.Remote {
 		for _, p := range r.Prefixes() {

@@ -100,11 +100,41 @@ func (r Range) String() string {
 // the peer's. A packet is inside them when its addresses, protocol and
 // ports fall in one Local selector on our side and one Remote selector on
 // the peer's (each TS payload is a set, RFC 7296 section 2.9). An SATS is
-// immutable once made, so the data path reads it without a lock; its
-// methods do not allocate.
+// immutable once made (NewSATS), so the data path reads it without a
+// lock; its methods do not allocate.
 type SATS struct {
 	Local, Remote []Range
+	// What NewSATS learned once so that the data path need not: Local
+	// holds every address of both families with any protocol and port,
+	// and Remote restricts neither protocol nor ports.
+	localAny, remoteAddrOnly bool
 }
+
+// NewSATS returns the selectors local === remote. The slices are kept,
+// not copied: the caller does not change them afterwards.
+func NewSATS(local, remote []Range) *SATS {
+	s := &SATS{Local: local, Remote: remote, remoteAddrOnly: true}
+	var any4, any6 bool
+	for _, r := range local {
+		if r.Proto == 0 && r.Ports.IsAny() {
+			any4 = any4 || r.Start == AnyAddress[0].Start && r.End == AnyAddress[0].End
+			any6 = any6 || r.Start == AnyAddress[1].Start && r.End == AnyAddress[1].End
+		}
+	}
+	s.localAny = any4 && any6
+	for _, r := range remote {
+		if r.Proto != 0 || !r.Ports.IsAny() {
+			s.remoteAddrOnly = false
+		}
+	}
+	return s
+}
+
+// Routed reports whether every packet whose destination is in Remote's
+// addresses is inside s, whatever its source, protocol and ports: then a
+// packet that the tunnel's routes (the Prefixes of Remote) gave to the SA
+// needs no Outbound check. It holds for a static tunnel's selectors.
+func (s *SATS) Routed() bool { return s.localAny && s.remoteAddrOnly }
 
 // AnyAddress is the Local side of a tunnel that does not restrict its own
 // side: every IPv4 and every IPv6 address.
@@ -117,13 +147,13 @@ var AnyAddress = []Range{
 // Inbound reports whether a decrypted packet with flow key k is inside s:
 // its source in Remote, its destination in Local.
 func (s *SATS) Inbound(k *FlowKey) bool {
-	return inAny(s.Remote, k.Src, k.Proto, k.SPort) && inAny(s.Local, k.Dst, k.Proto, k.DPort)
+	return inAny(s.Remote, k.Src, k.Proto, k.SPort) && (s.localAny || inAny(s.Local, k.Dst, k.Proto, k.DPort))
 }
 
 // Outbound reports whether a packet to seal with flow key k is inside s:
 // its source in Local, its destination in Remote.
 func (s *SATS) Outbound(k *FlowKey) bool {
-	return inAny(s.Local, k.Src, k.Proto, k.SPort) && inAny(s.Remote, k.Dst, k.Proto, k.DPort)
+	return (s.localAny || inAny(s.Local, k.Src, k.Proto, k.SPort)) && inAny(s.Remote, k.Dst, k.Proto, k.DPort)
 }
 
 func inAny(rs []Range, a netip.Addr, proto uint8, port uint16) bool {

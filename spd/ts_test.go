@@ -41,12 +41,12 @@ func tsKey(src, dst string, proto uint8, sport, dport uint16) *spd.FlowKey {
 // in one of Local; the other family, another protocol or a port outside
 // the range are not.
 func TestSATS(t *testing.T) {
-	ts := &spd.SATS{
-		Local: []spd.Range{spd.RangeOf(netip.MustParsePrefix("10.1.0.0/24"))},
-		Remote: []spd.Range{spd.RangeOf(netip.MustParsePrefix("10.2.0.0/25")),
+	ts := spd.NewSATS(
+		[]spd.Range{spd.RangeOf(netip.MustParsePrefix("10.1.0.0/24"))},
+		[]spd.Range{spd.RangeOf(netip.MustParsePrefix("10.2.0.0/25")),
 			{Start: netip.MustParseAddr("10.2.0.128"), End: netip.MustParseAddr("10.2.0.255"), Proto: 1},
 			{Start: netip.MustParseAddr("10.9.0.1"), End: netip.MustParseAddr("10.9.0.1"), Proto: 6, Ports: spd.PortRange{Lo: 443, Hi: 443}}},
-	}
+	)
 	in := []struct {
 		k    *spd.FlowKey
 		want bool
@@ -72,8 +72,12 @@ func TestSATS(t *testing.T) {
 			t.Errorf("Outbound(%+v) = %v, want %v", *out, got, c.want)
 		}
 	}
-	anyLocal := &spd.SATS{Local: spd.AnyAddress, Remote: []spd.Range{spd.RangeOf(netip.MustParsePrefix("fd00:2::/64"))}}
-	if !anyLocal.Inbound(tsKey("fd00:2::5", "2001:db8::1", 58, 0, 0)) || anyLocal.Inbound(tsKey("fd00:3::5", "2001:db8::1", 58, 0, 0)) {
+	if ts.Routed() {
+		t.Error("selectors with a protocol and a restricted local side are Routed")
+	}
+	anyLocal := spd.NewSATS(spd.AnyAddress, []spd.Range{spd.RangeOf(netip.MustParsePrefix("fd00:2::/64"))})
+	if !anyLocal.Inbound(tsKey("fd00:2::5", "2001:db8::1", 58, 0, 0)) || anyLocal.Inbound(tsKey("fd00:3::5", "2001:db8::1", 58, 0, 0)) ||
+		!anyLocal.Outbound(tsKey("fd00:1::1", "fd00:2::5", 6, 1, 2)) || !anyLocal.Routed() {
 		t.Error("a static tunnel's selectors")
 	}
 	k := tsKey("10.2.0.5", "10.1.0.1", 17, 53, 1000)
