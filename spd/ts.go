@@ -45,16 +45,28 @@ func lastAddr(p netip.Prefix) netip.Addr {
 	return netip.AddrFrom16(a16)
 }
 
-// contains reports whether a is in r's address range. An address of the
-// other family (or with an IPv6 zone) is not.
-func (r *Range) contains(a netip.Addr) bool {
-	return a.BitLen() == r.Start.BitLen() && a.Zone() == "" && r.Start.Compare(a) <= 0 && a.Compare(r.End) <= 0
+// tsSpan is a Range as the data path matches it: its bounds as points of
+// its family's value space (classify.go's u128), compared without netip's
+// family and zone logic on every packet.
+type tsSpan struct {
+	start, end u128
+	is4        bool
+	proto      uint8
+	ports      PortRange
 }
 
-// matches reports whether an address, protocol and port of a packet are
-// inside r.
-func (r *Range) matches(a netip.Addr, proto uint8, port uint16) bool {
-	return r.contains(a) && (r.Proto == 0 || r.Proto == proto) && r.Ports.Contains(port)
+// spanOf returns r's span; ok is false for a range that holds no address
+// (invalid bounds, mixed families, a zone, start past end).
+func spanOf(r Range) (tsSpan, bool) {
+	if !r.Start.IsValid() || r.Start.BitLen() != r.End.BitLen() || r.Start.Zone() != "" || r.End.Zone() != "" || r.Start.Compare(r.End) > 0 {
+		return tsSpan{}, false
+	}
+	return tsSpan{start: addrPoint(r.Start), end: addrPoint(r.End), is4: r.Start.Is4(), proto: r.Proto, ports: r.Ports}, true
+}
+
+func (s *tsSpan) matches(p u128, is4 bool, proto uint8, port uint16) bool {
+	return s.is4 == is4 && s.start.compare(p) <= 0 && p.compare(s.end) <= 0 &&
+		(s.proto == 0 || s.proto == proto) && s.ports.Contains(port)
 }
 
 // Prefixes returns the fewest prefixes that cover exactly r's addresses,
@@ -102,18 +114,36 @@ func (r Range) String() string {
 // the peer's (each TS payload is a set, RFC 7296 section 2.9). An SATS is
 // immutable once made (NewSATS), so the data path reads it without a
 // lock; its methods do not allocate.
+//
+// Only NewSATS makes a working SATS: the zero value matches nothing.
 type SATS struct {
+	// Local and Remote are the selectors as given, to be read (they
+	// are not what the methods match against).
 	Local, Remote []Range
-	// What NewSATS learned once so that the data path need not: Local
-	// holds every address of both families with any protocol and port,
-	// and Remote restricts neither protocol nor ports.
+	// What NewSATS prepared once so that the data path need not: the
+	// ranges as spans; whether local holds every address of both
+	// families with any protocol and port, and whether remote restricts
+	// neither protocol nor ports.
+	local, remote            []tsSpan
 	localAny, remoteAddrOnly bool
 }
 
 // NewSATS returns the selectors local === remote. The slices are kept,
-// not copied: the caller does not change them afterwards.
+// not copied: the caller does not change them afterwards. A range that
+// holds no address (invalid, of mixed families, backwards) matches
+// nothing.
 func NewSATS(local, remote []Range) *SATS {
 	s := &SATS{Local: local, Remote: remote, remoteAddrOnly: true}
+	for _, r := range local {
+		if sp, ok := spanOf(r); ok {
+			s.local = append(s.local, sp)
+		}
+	}
+	for _, r := range remote {
+		if sp, ok := spanOf(r); ok {
+			s.remote = append(s.remote, sp)
+		}
+	}
 	var any4, any6 bool
 	for _, r := range local {
 		if r.Proto == 0 && r.Ports.IsAny() {
@@ -147,18 +177,22 @@ var AnyAddress = []Range{
 // Inbound reports whether a decrypted packet with flow key k is inside s:
 // its source in Remote, its destination in Local.
 func (s *SATS) Inbound(k *FlowKey) bool {
-	return inAny(s.Remote, k.Src, k.Proto, k.SPort) && (s.localAny || inAny(s.Local, k.Dst, k.Proto, k.DPort))
+	return inAny(s.remote, k.Src, k.Proto, k.SPort) && (s.localAny || inAny(s.local, k.Dst, k.Proto, k.DPort))
 }
 
 // Outbound reports whether a packet to seal with flow key k is inside s:
 // its source in Local, its destination in Remote.
 func (s *SATS) Outbound(k *FlowKey) bool {
-	return (s.localAny || inAny(s.Local, k.Src, k.Proto, k.SPort)) && inAny(s.Remote, k.Dst, k.Proto, k.DPort)
+	return (s.localAny || inAny(s.local, k.Src, k.Proto, k.SPort)) && inAny(s.remote, k.Dst, k.Proto, k.DPort)
 }
 
-func inAny(rs []Range, a netip.Addr, proto uint8, port uint16) bool {
-	for i := range rs {
-		if rs[i].matches(a, proto, port) {
+func inAny(ss []tsSpan, a netip.Addr, proto uint8, port uint16) bool {
+	if !a.IsValid() || a.Zone() != "" {
+		return false
+	}
+	p, is4 := addrPoint(a), a.Is4()
+	for i := range ss {
+		if ss[i].matches(p, is4, proto, port) {
 			return true
 		}
 	}
