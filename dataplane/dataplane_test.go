@@ -22,6 +22,7 @@ import (
 	"github.com/sluicegw/sluice/pktio"
 	"github.com/sluicegw/sluice/pktio/pipe"
 	"github.com/sluicegw/sluice/sad"
+	"github.com/sluicegw/sluice/spd"
 )
 
 // site is one gateway of a back-to-back pair on in-memory links: the test
@@ -92,6 +93,16 @@ type pairOptions struct {
 	// received).
 	esn bool
 	seq uint64
+	// ts, if set, gives the traffic selectors of a site's SAs (0 is A,
+	// 1 is B) in place of the default (its own subnet === the other's);
+	// a nil result checks nothing, as a peer that spoofs would not.
+	ts func(site int) *spd.SATS
+}
+
+// siteTS are the selectors of a tunnel between subnets local and remote.
+func siteTS(local, remote string) *spd.SATS {
+	return spd.NewSATS([]spd.Range{spd.RangeOf(netip.MustParsePrefix(local))},
+		[]spd.Range{spd.RangeOf(netip.MustParsePrefix(remote))})
 }
 
 // pairWith is pair with options.
@@ -103,7 +114,7 @@ func pairWith(t *testing.T, eng cryptodev.Engine, o pairOptions) (a, b *site, ab
 		netA, netB = o.wire(netA, netB)
 	}
 	ab, ba = newKeys(), newKeys()
-	mk := func(local, peer netip.Addr, remote string, net pktio.Link, outKeys, inKeys keys, outSPI, inSPI uint32) *site {
+	mk := func(i int, local, peer netip.Addr, remote string, net pktio.Link, outKeys, inKeys keys, outSPI, inSPI uint32) *site {
 		user, plain := pipe.New(4096)
 		s := &site{user: user, pool: packet.NewPool(8192, 2048, 128), eng: eng}
 		var dp *dataplane.Dataplane
@@ -115,8 +126,12 @@ func pairWith(t *testing.T, eng cryptodev.Engine, o pairOptions) (a, b *site, ab
 			t.Fatal(err)
 		}
 		s.dp = dp
+		ts := siteTS([2]string{"10.1.0.0/24", "10.2.0.0/24"}[i], remote)
+		if o.ts != nil {
+			ts = o.ts(i)
+		}
 		_, err = s.store.AddTunnel(sad.TunnelSpec{Name: "t", Local: local, Peer: peer, Encap: esp.EncapUDP,
-			Remote: []netip.Prefix{netip.MustParsePrefix(remote)}, MTU: 1400,
+			Remote: []netip.Prefix{netip.MustParsePrefix(remote)}, MTU: 1400, TS: ts,
 			Out: mkSAWith(t, eng, outKeys, outSPI, local, peer, true, o), In: []*sad.SA{mkSAWith(t, eng, inKeys, inSPI, peer, local, false, o)}})
 		if err != nil {
 			t.Fatal(err)
@@ -125,8 +140,8 @@ func pairWith(t *testing.T, eng cryptodev.Engine, o pairOptions) (a, b *site, ab
 		t.Cleanup(func() { dp.Close(); s.store.Close(); user.Close() })
 		return s
 	}
-	a = mk(addrA, addrB, "10.2.0.0/24", netA, ab, ba, 0x1001, 0x2001)
-	b = mk(addrB, addrA, "10.1.0.0/24", netB, ba, ab, 0x2001, 0x1001)
+	a = mk(0, addrA, addrB, "10.2.0.0/24", netA, ab, ba, 0x1001, 0x2001)
+	b = mk(1, addrB, addrA, "10.1.0.0/24", netB, ba, ab, 0x2001, 0x1001)
 	return a, b, ab, ba
 }
 
@@ -265,6 +280,86 @@ func TestDropsCounted(t *testing.T) {
 	// Traffic still flows.
 	a.send(t, [][]byte{udpPacket("10.1.0.5", "10.2.0.7", 9, 10)})
 	checkInOrder(t, b.recv(t, 1), 9, 1)
+}
+
+// TestInboundSelectors: a decrypted packet whose inner source is outside
+// the peer's selectors (another tunnel's subnet, our own, anywhere), or
+// whose destination is outside ours, is dropped and counted as
+// policy_mismatch, not written to the TUN device (RFC 4301 section 5.2).
+// A's SAs check nothing: it plays a peer that spoofs.
+func TestInboundSelectors(t *testing.T) {
+	a, b, _, _ := pairWith(t, soft.New(), pairOptions{ts: func(i int) *spd.SATS {
+		if i == 0 {
+			return nil
+		}
+		return siteTS("10.2.0.0/24", "10.1.0.0/24")
+	}})
+	a.send(t, [][]byte{
+		udpPacket("10.3.0.5", "10.2.0.7", 1, 10),  // another connection's subnet
+		udpPacket("10.2.0.77", "10.2.0.7", 2, 10), // B's own subnet
+		udpPacket("8.8.8.8", "10.2.0.7", 3, 10),   // anywhere
+		udpPacket("10.1.0.5", "10.2.0.7", 4, 10),  // inside
+	})
+	checkInOrder(t, b.recv(t, 1), 4, 1)
+	waitFor(t, func() bool { return b.dp.Stats().Drops()["policy_mismatch"] == 3 })
+	a.send(t, [][]byte{udpPacket("10.1.0.5", "10.2.0.8", 5, 10)})
+	checkInOrder(t, b.recv(t, 1), 5, 1)
+	if n := b.dp.Stats().Drops()["policy_mismatch"]; n != 3 {
+		t.Fatalf("policy_mismatch %d, want 3", n)
+	}
+}
+
+// TestInboundSelectorsStatic: a static tunnel's selectors (its routed
+// remote prefixes, any address on our side) drop a spoofed source too,
+// and the packets its routes give it are sealed without a check.
+func TestInboundSelectorsStatic(t *testing.T) {
+	static := spd.NewSATS(spd.AnyAddress, []spd.Range{spd.RangeOf(netip.MustParsePrefix("10.1.0.0/24"))})
+	if !static.Routed() {
+		t.Fatal("a static tunnel's selectors are not Routed")
+	}
+	a, b, _, _ := pairWith(t, soft.New(), pairOptions{ts: func(i int) *spd.SATS {
+		if i == 0 {
+			return nil
+		}
+		return static
+	}})
+	a.send(t, [][]byte{udpPacket("10.3.0.5", "10.2.0.7", 1, 10), udpPacket("10.1.0.5", "10.2.0.9", 2, 10)})
+	checkInOrder(t, b.recv(t, 1), 2, 1)
+	waitFor(t, func() bool { return b.dp.Stats().Drops()["policy_mismatch"] == 1 })
+	b.send(t, [][]byte{udpPacket("10.9.9.9", "10.1.0.5", 3, 10)}) // any source on B's side
+	checkInOrder(t, a.recv(t, 1), 3, 1)
+}
+
+// TestOutboundSelectors: a packet routed into a tunnel whose outbound SA's
+// selectors do not hold it (the peer narrowed them: a smaller prefix, a
+// protocol) is dropped and counted as ts_mismatch, not sealed for the
+// peer to discard (RFC 7296 section 2.9).
+func TestOutboundSelectors(t *testing.T) {
+	// A routes 10.2.0.0/24 but negotiated 10.2.0.0/25 for any protocol
+	// and 10.2.0.128/25 for ICMP only.
+	aTS := spd.NewSATS([]spd.Range{spd.RangeOf(netip.MustParsePrefix("10.1.0.0/24"))},
+		[]spd.Range{spd.RangeOf(netip.MustParsePrefix("10.2.0.0/25")),
+			{Start: netip.MustParseAddr("10.2.0.128"), End: netip.MustParseAddr("10.2.0.255"), Proto: 1}})
+	a, b, _, _ := pairWith(t, soft.New(), pairOptions{ts: func(i int) *spd.SATS {
+		if i == 0 {
+			return aTS
+		}
+		return siteTS("10.2.0.0/24", "10.1.0.0/24")
+	}})
+	a.send(t, [][]byte{
+		udpPacket("10.1.0.5", "10.2.0.200", 1, 10), // UDP where only ICMP was agreed
+		udpPacket("10.9.0.5", "10.2.0.7", 2, 10),   // a source outside our selectors
+		udpPacket("10.1.0.5", "10.2.0.7", 3, 10),   // inside
+	})
+	checkInOrder(t, b.recv(t, 1), 3, 1)
+	waitFor(t, func() bool { return a.dp.Stats().Drops()["ts_mismatch"] == 2 })
+	var sealed uint64
+	for _, w := range a.dp.Stats().Workers {
+		sealed += w.Sealed
+	}
+	if sealed != 1 {
+		t.Fatalf("A sealed %d packets, want 1", sealed)
+	}
 }
 
 func waitFor(t *testing.T, cond func() bool) {

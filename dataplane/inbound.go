@@ -12,7 +12,11 @@ package dataplane
 //     held for the replay pre-check before the crypto and for the
 //     authoritative replay update after it (esp.Pipeline, DESIGN.md
 //     decision 5), not during the crypto.
-//  4. Check the inner packet against its tunnel's policy, if any.
+//  4. Check the inner packet against the traffic selectors of the SA that
+//     opened it (RFC 4301 section 5.2: the source in the peer's, the
+//     destination in ours, protocol and ports where they were narrowed),
+//     and against its tunnel's policy, if any: a packet outside them is
+//     dropped as policy_mismatch.
 //  5. Transmit: every packet of the read goes to this lane's TUN queue in
 //     one write, where runs of one flow are coalesced into super-packets
 //     (pktio/tun), so the kernel's receive path runs once per run.
@@ -21,6 +25,7 @@ import (
 	"github.com/sluicegw/sluice/esp"
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/sad"
+	"github.com/sluicegw/sluice/spd"
 )
 
 // inbound carries one read of ESP packets to completion (stages 2 and 3;
@@ -44,7 +49,8 @@ func (ln *lane) inbound(db *sad.DB, pkts []*packet.Buf) {
 }
 
 // emitInbound puts the opened packets of a completed batch that pass their
-// tunnel's policy on the TUN transmit list.
+// SA's traffic selectors and their tunnel's policy on the TUN transmit
+// list.
 func (ln *lane) emitInbound(b *batch) {
 	check := ln.d.cfg.InboundCheck
 	for i, p := range b.Bufs {
@@ -54,7 +60,9 @@ func (ln *lane) emitInbound(b *batch) {
 			continue
 		}
 		ln.counters.opened.inc()
-		if check != nil && !check(b.sas[i].Tunnel, p.Bytes()) {
+		sa := b.sas[i]
+		if ts := sa.TS; ts != nil && !(spd.ExtractFlowKey(p.Bytes(), &ln.flow) && ts.Inbound(&ln.flow)) ||
+			check != nil && !check(sa.Tunnel, p.Bytes()) {
 			ln.counters.drops.inc(ReasonPolicyMismatch)
 			ln.release = append(ln.release, p)
 			continue

@@ -17,6 +17,7 @@ import (
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/pktio"
 	"github.com/sluicegw/sluice/sad"
+	"github.com/sluicegw/sluice/spd"
 )
 
 // idle marks a lane that holds no snapshot of the SAD (it is about to
@@ -94,6 +95,7 @@ type lane struct {
 	have   int
 	frags  [64]*packet.Buf
 	parsed esp.Parsed
+	flow   spd.FlowKey // the packet under a traffic-selector check
 
 	txTun, txNet, txRaw4, txRaw6, release []*packet.Buf
 }

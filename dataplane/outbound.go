@@ -6,8 +6,10 @@ package dataplane
 //  1. Read: one read of the TUN queue; a TSO super-packet arrives already
 //     cut into segments (pktio/tun), up to the link's batch size.
 //  2. Classify: each packet to its tunnel by route (or by policy), to the
-//     tunnel's outbound SA; check the tunnel MTU (pre-fragment, or answer
-//     with ICMP "too big").
+//     tunnel's outbound SA, whose traffic selectors must hold it (RFC 7296
+//     section 2.9: what the peer narrowed away is dropped as ts_mismatch,
+//     not sent for the peer to discard); check the tunnel MTU
+//     (pre-fragment, or answer with ICMP "too big").
 //  3. Seal: the packets join one ESP batch per engine; a batch is submitted
 //     when full and at the end of the read. The SA's lock is held while its
 //     packets take sequence numbers (esp.Pipeline), not during the crypto.
@@ -21,6 +23,7 @@ import (
 	"github.com/sluicegw/sluice/esp"
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/sad"
+	"github.com/sluicegw/sluice/spd"
 )
 
 // outbound carries one read of plaintext packets to completion (stages 2
@@ -40,6 +43,13 @@ func (ln *lane) outbound(db *sad.DB, pkts []*packet.Buf) {
 			if f := ln.d.cfg.NoSA; f != nil {
 				f(t)
 			}
+			continue
+		}
+		// A route to a tunnel whose selectors are its routes (a static
+		// tunnel's) says all the check would.
+		if ts := sa.TS; ts != nil && !(ln.classify == nil && ts.Routed()) &&
+			!(spd.ExtractFlowKey(p.Bytes(), &ln.flow) && ts.Outbound(&ln.flow)) {
+			ln.drop(p, ReasonTSMismatch)
 			continue
 		}
 		if t.MTU > 0 && p.Len() > t.MTU {

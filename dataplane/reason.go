@@ -16,13 +16,14 @@ const (
 	ReasonNoBuffer                                       // the buffer pool was empty
 	ReasonTooBig                                         // larger than the tunnel MTU; ICMP sent
 	ReasonPolicyDiscard                                  // a discard policy matched, or none did
-	ReasonPolicyMismatch                                 // a decrypted packet outside its SA's policy
+	ReasonPolicyMismatch                                 // a decrypted packet outside its SA's selectors or policy
 	ReasonBypass                                         // a bypass policy matched (not forwarded)
 	ReasonLinkError                                      // the link refused the packet
+	ReasonTSMismatch                                     // a packet to seal outside its SA's traffic selectors
 	numReasons
 )
 
-var extraNames = [...]string{"no_route", "no_sa", "no_buffer", "too_big", "policy_discard", "policy_mismatch", "bypass", "link_error"}
+var extraNames = [...]string{"no_route", "no_sa", "no_buffer", "too_big", "policy_discard", "policy_mismatch", "bypass", "link_error", "ts_mismatch"}
 
 func (r Reason) String() string {
 	if r < Reason(esp.NumReasons) {

@@ -22,6 +22,7 @@ package e2e_test
 // e2e/strongswan/README.md says the same for people who run it by hand.
 
 import (
+	"cmp"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -204,6 +205,10 @@ type ssOptions struct {
 	// dn identifies both sides by distinguished names (ssDNs), the
 	// subjects of their certificates (auth "pubkey").
 	dn bool
+	// Traffic selectors other than the two sites' subnets: charon's, in
+	// swanctl's syntax ("10.1.0.0/25[icmp]"), and sluice's.
+	ssLocalTS, ssRemoteTS string
+	gwLocalTS, gwRemoteTS []netip.Prefix
 }
 
 // ssDNs are the identities of a test with ssOptions.dn: charon's, sluice's.
@@ -306,9 +311,10 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	}
 	renderTemplate(t, "strongswan/strongswan.conf.tmpl", b.ch.Conf(), map[string]string{"Vici": b.ch.Vici(), "Log": b.ch.Log()})
 	b.swconf = filepath.Join(dir, "swanctl.conf")
+	ssLocalTS, ssRemoteTS := cmp.Or(o.ssLocalTS, ssInner[0].Masked().String()), cmp.Or(o.ssRemoteTS, ssInner[1].Masked().String())
 	renderTemplate(t, "strongswan/swanctl.conf.tmpl", b.swconf, map[string]string{
 		"Local": b.ssAddr.String(), "Remote": remote, "IKE": ssIKE, "Auth": o.auth,
-		"LocalTS": ssInner[0].Masked().String(), "RemoteTS": ssInner[1].Masked().String(),
+		"LocalTS": ssLocalTS, "RemoteTS": ssRemoteTS,
 		"LocalID": o.ids()[0], "RemoteID": o.ids()[1], "ESP": o.esp, "PSK": psk,
 	})
 	cc := connConfig{
@@ -316,6 +322,12 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 		LocalID: o.ids()[1], RemoteID: o.ids()[0], Auth: o.auth, DPDDelay: o.dpd, RekeyTime: o.ikeRekey,
 		Child: "net", LocalTS: []netip.Prefix{ssInner[1].Masked()}, RemoteTS: []netip.Prefix{ssInner[0].Masked()},
 		ESP: o.esp, ChildRekeyTime: o.childRekey, Start: "none",
+	}
+	if o.gwLocalTS != nil {
+		cc.LocalTS = o.gwLocalTS
+	}
+	if o.gwRemoteTS != nil {
+		cc.RemoteTS = o.gwRemoteTS
 	}
 	if o.childRekey != "" {
 		// Room for a rekey that waits behind the IKE SA's: the child

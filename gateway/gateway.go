@@ -25,6 +25,7 @@ import (
 	"github.com/sluicegw/sluice/pktio/tun"
 	"github.com/sluicegw/sluice/pktio/udp"
 	"github.com/sluicegw/sluice/sad"
+	"github.com/sluicegw/sluice/spd"
 
 	// The engines a configuration may name.
 	_ "github.com/sluicegw/sluice/cryptodev/sched"
@@ -361,6 +362,7 @@ func (g *Gateway) addTunnel(t *config.Tunnel, owner int) error {
 		spec.Encap = esp.EncapUDP
 	}
 	spec.MTU = staticTunnelMTU(g.cfg, t)
+	spec.TS = staticTS(t.Remote, g.policy != nil)
 	var opened []*sad.SA
 	fail := func(err error) error {
 		for _, s := range opened {
@@ -386,6 +388,23 @@ func (g *Gateway) addTunnel(t *config.Tunnel, owner int) error {
 		return fail(err)
 	}
 	return nil
+}
+
+// staticTS are the traffic selectors of a static tunnel's SAs: its routed
+// remote prefixes on the peer's side, as WireGuard's AllowedIPs, and any
+// address on ours. A packet it decrypts from another source is dropped
+// (RFC 4301 section 5.2). A tunnel without prefixes in policy-based mode
+// has none (nil): the reverse of its protect policies checks its packets
+// (policy.go). A route-based tunnel without prefixes accepts nothing.
+func staticTS(remote []netip.Prefix, policyMode bool) *spd.SATS {
+	if policyMode && len(remote) == 0 {
+		return nil
+	}
+	rs := make([]spd.Range, len(remote))
+	for i, p := range remote {
+		rs[i] = spd.RangeOf(p)
+	}
+	return spd.NewSATS(spd.AnyAddress, rs)
 }
 
 // Store gives read access to the SAD.

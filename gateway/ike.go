@@ -54,6 +54,7 @@ import (
 	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/pktio/udp"
 	"github.com/sluicegw/sluice/sad"
+	"github.com/sluicegw/sluice/spd"
 )
 
 // IKEReplayWindow is the replay window of negotiated inbound SAs.
@@ -598,15 +599,22 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 			in = s
 		}
 	}
-	spec := sad.TunnelSpec{Name: name, Local: c.Local.Addr().Unmap(), Peer: c.Remote.Addr().Unmap(), Remote: ch.child.RemoteTS,
-		Owner: g.ownerOf(name), Encap: esp.EncapNone}
+	// The negotiated selectors, not the configured ones: the peer may
+	// have narrowed them (RFC 7296 section 2.9). They are the SAs' check
+	// both ways and the tunnel's routes; what the peer narrowed away has
+	// no route here (no_route) instead of going out to be discarded.
+	ts, routes := childTS(c)
+	in.TS, out.TS = ts, ts
+	spec := sad.TunnelSpec{Name: name, Local: c.Local.Addr().Unmap(), Peer: c.Remote.Addr().Unmap(), Remote: routes,
+		TS: ts, Owner: g.ownerOf(name), Encap: esp.EncapNone}
 	if c.Encap {
 		spec.Encap, spec.PeerPort = esp.EncapUDP, c.Remote.Port()
 	}
 	def, _ := childSAConfig(name, c, esp.Outbound)
 	spec.MTU = saMTU(def, spec.Peer.Is6())
 	t := g.store.Load().Tunnel(name)
-	if t != nil && t.Local == spec.Local && t.Peer == spec.Peer && t.Encap == spec.Encap && t.PeerPort == spec.PeerPort && t.Out() != nil {
+	if t != nil && t.Local == spec.Local && t.Peer == spec.Peer && t.Encap == spec.Encap && t.PeerPort == spec.PeerPort &&
+		slices.Equal(t.Remote, spec.Remote) && t.Out() != nil {
 		// Room for the new inbound SA: the oldest draining one goes
 		// first if the tunnel is full. The current pair's inbound SA
 		// stays: the peer may send with it until our Delete of it.
@@ -632,6 +640,31 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 		return fail(err)
 	}
 	return nil
+}
+
+// childTS returns the negotiated traffic selectors of c as its SAs check
+// them, and the prefixes its tunnel routes: those that cover exactly the
+// address ranges of the peer's selectors (a protocol or ports narrow what
+// the route takes further, in the SAs' check).
+func childTS(c *ike.ChildSA) (*spd.SATS, []netip.Prefix) {
+	conv := func(sels []ike.Selector) []spd.Range {
+		out := make([]spd.Range, len(sels))
+		for i, s := range sels {
+			out[i] = spd.Range{Start: s.Start.Unmap(), End: s.End.Unmap(), Proto: s.IPProto,
+				Ports: spd.PortRange{Lo: s.StartPort, Hi: s.EndPort}}
+		}
+		return out
+	}
+	ts := spd.NewSATS(conv(c.LocalTS), conv(c.RemoteTS))
+	var routes []netip.Prefix
+	for _, r := range ts.Remote {
+		for _, p := range r.Prefixes() {
+			if !slices.Contains(routes, p) {
+				routes = append(routes, p)
+			}
+		}
+	}
+	return ts, routes
 }
 
 // onChildDelete takes a pair that IKE deleted out of its tunnel: an
@@ -1258,11 +1291,22 @@ func (g *Gateway) IKE() IKEInfo {
 			}
 			cc := IKEChildInfo{Name: ch.child.Name, StartAction: ch.child.StartAction, State: "down",
 				RekeyTime: ch.child.RekeyTime.String(), LifeTime: ch.child.LifeTime.String()}
-			for _, p := range ch.child.LocalTS {
-				cc.LocalTS = append(cc.LocalTS, p.String())
-			}
-			for _, p := range ch.child.RemoteTS {
-				cc.RemoteTS = append(cc.RemoteTS, p.String())
+			// The negotiated selectors while a pair is installed (the
+			// peer may have narrowed them), else the configured ones.
+			if ch.cur != nil {
+				for _, sel := range ch.cur.LocalTS {
+					cc.LocalTS = append(cc.LocalTS, sel.String())
+				}
+				for _, sel := range ch.cur.RemoteTS {
+					cc.RemoteTS = append(cc.RemoteTS, sel.String())
+				}
+			} else {
+				for _, p := range ch.child.LocalTS {
+					cc.LocalTS = append(cc.LocalTS, p.String())
+				}
+				for _, p := range ch.child.RemoteTS {
+					cc.RemoteTS = append(cc.RemoteTS, p.String())
+				}
 			}
 			switch {
 			case ch.cur != nil:

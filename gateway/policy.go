@@ -137,8 +137,9 @@ func (c *classifier) Classify(db *sad.DB, pkt []byte) (*sad.Tunnel, dataplane.Re
 }
 
 // inboundCheck accepts a decrypted packet of tunnel t if it matches the
-// reverse of one of t's protect policies. Tunnels no policy names (route-
-// based ones) accept everything.
+// reverse of one of t's protect policies. It passes the packets of
+// tunnels no policy names: the data plane checks every packet against its
+// SA's traffic selectors (sad.SA.TS) before this.
 func (s *policySet) inboundCheck(t *sad.Tunnel, inner []byte) bool {
 	sels, ok := s.cur.Load().reverse[t.Name]
 	if !ok {

@@ -200,3 +200,29 @@ func TestDPDRestartChildren(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 }
+
+// TestAuthChildMatchesEveryChild: the Child SA of IKE_AUTH is matched
+// against every child of the responder's connection, as CREATE_CHILD_SA's
+// is, not only against its first: an initiator whose first child is the
+// responder's second gets that child (issue 16).
+func TestAuthChildMatchesEveryChild(t *testing.T) {
+	pa, pb := childPeers(t)
+	// a's only child is b's "second" (10.3/24 on a's side, 10.4/24 on
+	// b's); b's first child ("net", 10.1/24 === 10.2/16) does not fit it.
+	pa.ChildName, pa.LocalTS, pa.RemoteTS, pa.Children = "second", prefixes("10.3.0.0/24"), prefixes("10.4.0.0/24"), nil
+	p := newPair(t, pa, pb, nil)
+	c, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatalf("IKE_AUTH with the responder's second child: %v", err)
+	}
+	b := p.bChildFor(t, c)
+	checkMirror(t, c, b, "aes128gcm16", false)
+	if b.Child != "second" {
+		t.Fatalf("the responder made child %q, want \"second\"", b.Child)
+	}
+	checkTS(t, c, "10.3.0.0/24", "10.4.0.0/24")
+	checkTS(t, b, "10.4.0.0/24", "10.3.0.0/24")
+	if st := p.b.Stats(); st.TSUnacceptable != 0 {
+		t.Fatalf("responder counted %d TS_UNACCEPTABLE", st.TSUnacceptable)
+	}
+}

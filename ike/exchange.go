@@ -955,8 +955,7 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 		// Section 2.4: the peer has no other IKE SA with us (it
 		// restarted); whatever we still hold for it is stale.
 		for _, o := range e.sas {
-			if o != sa && o.peer == peer && o.state >= stateEstablished && o.remoteID.Type == sa.remoteID.Type &&
-				string(o.remoteID.Data) == string(sa.remoteID.Data) {
+			if o != sa && o.peer == peer && o.state >= stateEstablished && o.remoteID.Equal(sa.remoteID) {
 				e.stats.InitialContacts++
 				e.stats.Deleted++
 				e.cfg.Log.Info("ike: INITIAL_CONTACT: dropping the peer's old IKE SA", "peer", peer.Name)
@@ -983,14 +982,34 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 	if !ok1 || !ok2 || !ok3 {
 		return childFail(InvalidSyntax)
 	}
-	esp, chosen, ok := selectProposal(peer.ESP, sap.Proposals, true)
-	if !ok || len(chosen.SPI) != 4 {
+	// The first of the connection's children whose proposals fit and
+	// whose selectors intersect the proposed ones, as for CREATE_CHILD_SA
+	// (rekey.go): the initiator's first child need not be ours.
+	var (
+		conf          childConf
+		esp           Suite
+		chosen        *Proposal
+		nTSi, nTSr    []Selector
+		found, propOK bool
+	)
+	for _, cc := range peer.childConfs() {
+		s, ch, ok := selectProposal(cc.esp, sap.Proposals, true)
+		if !ok || len(ch.SPI) != 4 {
+			continue
+		}
+		propOK = true
+		ti, tr := narrow(tsi.Selectors, selectors(cc.remoteTS)), narrow(tsr.Selectors, selectors(cc.localTS))
+		if len(ti) == 0 || len(tr) == 0 {
+			continue
+		}
+		conf, esp, chosen, nTSi, nTSr, found = cc, s, ch, ti, tr, true
+		break
+	}
+	if !propOK {
 		e.stats.NoProposalChosen++
 		return childFail(NoProposalChosen)
 	}
-	nTSi := narrow(tsi.Selectors, selectors(peer.RemoteTS))
-	nTSr := narrow(tsr.Selectors, selectors(peer.LocalTS))
-	if len(nTSi) == 0 || len(nTSr) == 0 {
+	if !found {
 		e.stats.TSUnacceptable++
 		return childFail(TSUnacceptable)
 	}
@@ -1002,7 +1021,7 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 	resp = append(resp,
 		&SA{Proposals: []Proposal{{Num: chosen.Num, Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, inSPI), Transforms: esp.transforms()}}},
 		&TS{Selectors: nTSi}, &TS{Responder: true, Selectors: nTSr})
-	c := &ChildSA{Name: peer.Name, Child: peer.ChildName, Local: sa.local, Remote: sa.remote,
+	c := &ChildSA{Name: peer.Name, Child: conf.name, Local: sa.local, Remote: sa.remote,
 		InSPI: inSPI, OutSPI: binary.BigEndian.Uint32(chosen.SPI),
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,

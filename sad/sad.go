@@ -21,6 +21,7 @@ import (
 
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/spd"
 )
 
 // MaxInbound is the number of inbound SAs a tunnel holds at once: the
@@ -44,6 +45,14 @@ type SA struct {
 	// that a reload can tell a running SA that is what the file says from
 	// one that is not. sad only carries it.
 	Def [32]byte
+	// TS are the traffic selectors the SA carries (RFC 4301 section 5.2,
+	// RFC 7296 section 2.9): the negotiated ones of an IKE child, or a
+	// static tunnel's routed remote prefixes. The data plane drops a
+	// packet it decrypted with the SA whose inner addresses, protocol or
+	// ports fall outside them, and a packet it would seal with it that
+	// does. Set before the SA is installed and never changed; nil checks
+	// nothing (a tunnel of policy-based mode, which its policies check).
+	TS *spd.SATS
 	// Retired, if set, is called once, after the data plane has let go of
 	// the SA for good (no packet can use it any more) and destroyed its
 	// key (End). The gateway records the SA's final sequence state there.
@@ -82,6 +91,10 @@ type Tunnel struct {
 	PeerPort uint16
 	Remote   []netip.Prefix
 	MTU      int // plaintext MTU of the tunnel
+	// TS are the traffic selectors of the tunnel's SAs that come without
+	// their own (SA.TS): a static tunnel's routed remote prefixes. The
+	// store gives them to each such SA as it is added.
+	TS *spd.SATS
 	// Owner is the data-plane worker that owns the tunnel's SA state
 	// (sequence numbers, replay windows): every packet of the tunnel is
 	// handed to it (DESIGN.md decision 4).
@@ -195,9 +208,11 @@ type TunnelSpec struct {
 	PeerPort uint16
 	Remote   []netip.Prefix
 	MTU      int
-	Owner    int
-	Out      *SA
-	In       []*SA
+	// TS becomes Tunnel.TS: the selectors of SAs added without their own.
+	TS    *spd.SATS
+	Owner int
+	Out   *SA
+	In    []*SA
 }
 
 // Store holds the current snapshot and serialises changes.
@@ -303,14 +318,14 @@ func (s *Store) AddTunnel(spec TunnelSpec) (*Tunnel, error) {
 			}
 		}
 		t = &Tunnel{Name: spec.Name, Local: spec.Local, Peer: spec.Peer, Encap: spec.Encap, PeerPort: spec.PeerPort,
-			Remote: spec.Remote, MTU: spec.MTU, Owner: spec.Owner}
+			Remote: spec.Remote, MTU: spec.MTU, TS: spec.TS, Owner: spec.Owner}
 		for i, in := range spec.In {
-			in.Tunnel = t
+			t.adopt(in)
 			t.in[i].Store(in)
 			db.inbound[in.SA.SPI()] = in
 		}
 		if spec.Out != nil {
-			spec.Out.Tunnel = t
+			t.adopt(spec.Out)
 			t.out.Store(spec.Out)
 		}
 		db.tunnels = append(db.tunnels, t)
@@ -321,6 +336,15 @@ func (s *Store) AddTunnel(spec TunnelSpec) (*Tunnel, error) {
 		return nil, err
 	}
 	return t, nil
+}
+
+// adopt makes s an SA of t, with t's selectors unless it has its own. It
+// runs before s is published.
+func (t *Tunnel) adopt(s *SA) {
+	s.Tunnel = t
+	if s.TS == nil {
+		s.TS = t.TS
+	}
 }
 
 func containsOverlap(ps []netip.Prefix, p netip.Prefix) bool {
@@ -374,7 +398,7 @@ func (s *Store) AddInbound(tunnel string, in *SA) error {
 		}
 		for i := range t.in {
 			if t.in[i].Load() == nil {
-				in.Tunnel = t
+				t.adopt(in)
 				t.in[i].Store(in)
 				db.inbound[in.SA.SPI()] = in
 				return nil, nil
@@ -393,7 +417,7 @@ func (s *Store) SwitchOutbound(tunnel string, out *SA) error {
 		if err != nil {
 			return nil, err
 		}
-		out.Tunnel = t
+		t.adopt(out)
 		if old := t.out.Swap(out); old != nil {
 			return []*SA{old}, nil
 		}

@@ -7,6 +7,7 @@ import (
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/cryptodev/soft"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/spd"
 )
 
 func testSA(t *testing.T, spi uint32, out bool) *SA {
@@ -98,5 +99,31 @@ func TestRoutesAndLookups(t *testing.T) {
 	}
 	if err := s.AddInbound("b", testSA(t, 0x500, false)); err == nil {
 		t.Fatal("a fifth inbound SA was accepted")
+	}
+}
+
+// TestSelectorsInherited: an SA added to a tunnel without selectors of
+// its own takes the tunnel's (a static tunnel's remote prefixes), on
+// AddTunnel, AddInbound and SwitchOutbound; one with its own (a
+// negotiated IKE pair's) keeps them.
+func TestSelectorsInherited(t *testing.T) {
+	s := NewStore(nil)
+	defer s.Close()
+	tts := spd.NewSATS(spd.AnyAddress, []spd.Range{spd.RangeOf(netip.MustParsePrefix("10.2.0.0/16"))})
+	own := spd.NewSATS(nil, nil)
+	out, in := testSA(t, 0x100, true), testSA(t, 0x200, false)
+	in.TS = own
+	if _, err := s.AddTunnel(TunnelSpec{Name: "a", Remote: prefixes("10.2.0.0/16"), TS: tts, Out: out, In: []*SA{in}}); err != nil {
+		t.Fatal(err)
+	}
+	in2, out2 := testSA(t, 0x201, false), testSA(t, 0x101, true)
+	if err := s.AddInbound("a", in2); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.SwitchOutbound("a", out2); err != nil {
+		t.Fatal(err)
+	}
+	if out.TS != tts || in.TS != own || in2.TS != tts || out2.TS != tts || s.Load().Tunnel("a").TS != tts {
+		t.Fatalf("selectors: out %p in %p in2 %p out2 %p, tunnel's %p, own %p", out.TS, in.TS, in2.TS, out2.TS, tts, own)
 	}
 }
