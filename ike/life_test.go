@@ -214,7 +214,7 @@ func TestLifetimes(t *testing.T) {
 	}
 	clk.Advance(5 * time.Second)
 	waitFor(t, func() bool { return p.a.Stats().ChildSARekeyed == 1 })
-	waitFor(t, settled(p))
+	settleAfterRekey(t, clk, p)
 	second, _ := checkPair(t, p)
 	if second.InSPI == first.InSPI {
 		t.Fatal("no new Child SA")
@@ -232,7 +232,7 @@ func TestLifetimes(t *testing.T) {
 	}
 	clk.Advance(10 * time.Second)
 	waitFor(t, func() bool { return p.a.Stats().ChildSARekeyed == 2 })
-	waitFor(t, settled(p))
+	settleAfterRekey(t, clk, p)
 	checkPair(t, p)
 	// The IKE SA at 200 s minus up to 20 s.
 	ikeBefore, _ := only(t, p.a)
@@ -563,6 +563,19 @@ func heldDeletes(e *Endpoint) int {
 		}
 	}
 	return n
+}
+
+// settleAfterRekey waits until p settles after a Child SA rekey of a's
+// that clk started. The rekey's DH runs off the endpoint's lock, so the
+// exchange may end after clk last moved; the Delete of the old Child SA
+// is then held on clk (Config.RekeyDeleteDelay) until clk moves past it.
+func settleAfterRekey(t *testing.T, clk *fakeClock, p *pair) {
+	t.Helper()
+	waitFor(t, func() bool { return heldDeletes(p.a) > 0 || settled(p)() })
+	if heldDeletes(p.a) > 0 {
+		clk.Advance(p.a.cfg.RekeyDeleteDelay)
+	}
+	waitFor(t, settled(p))
 }
 
 // rekeyOnClock rekeys c on e when e runs on clk: it moves clk past the
