@@ -3,6 +3,7 @@ module github.com/sluicegw/sluice
 go 1.26.0
 
 require (
+	github.com/coreos/go-systemd/v22 v22.7.0
 	github.com/gopacket/gopacket v1.7.7
 	github.com/pelletier/go-toml/v2 v2.4.3
 	github.com/prometheus/client_golang v1.25.0

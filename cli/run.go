@@ -3,11 +3,13 @@ package cli
 // sluice run: the gateway daemon.
 //
 //  1. Load and check the configuration (errors name file:line:col; exit 2):
-//     its engines are registered, the TLS sections' files can be read.
+//     its engines are registered, the TLS and IKE files can be read and
+//     hold what they should, the addresses it binds are this host's
+//     (loadChecked, which is all that `sluice check` runs).
 //  2. Claim the control socket, so that a second instance stops here,
 //     before it creates anything.
 //  3. Start the gateway, then serve the control socket and, if configured,
-//     the Prometheus endpoint. A configuration with only TLS sections
+//     the Prometheus endpoint, and tell systemd it is ready (Type=notify). A configuration with only TLS sections
 //     starts a TLS-only gateway: no TUN device, ESP sockets or state
 //     directory, so it runs without root (given a control socket it may
 //     create).
@@ -26,6 +28,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/coreos/go-systemd/v22/daemon"
 	"github.com/spf13/cobra"
 
 	"github.com/sluicegw/sluice/config"
@@ -35,13 +38,14 @@ import (
 )
 
 func init() {
-	commands = append(commands, newRunCommand)
+	commands = append(commands, newRunCommand, newCheckCommand)
 }
 
 // runOptions are the flags of sluice run.
 type runOptions struct {
 	config string
 	socket string
+	check  bool
 }
 
 func newRunCommand(e *env) *cobra.Command {
@@ -60,44 +64,109 @@ no state directory. SIGHUP or "sluice reload" re-reads FILE and applies the
 changes without dropping traffic; a file with errors is refused, logged, and
 the running configuration stays. Logs go to stderr.
 
+With --check, only check FILE as "sluice check" does, and exit.
+
 Exit status: 0 after a clean shutdown; 2 for a configuration with errors or
 a gateway that cannot start.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.check {
+				return checkGateway(e, o)
+			}
 			return runGateway(cmd.Context(), e, o)
 		},
 	}
 	f := cmd.Flags()
 	f.StringVarP(&o.config, "config", "c", "", "gateway configuration file (TOML)")
 	f.StringVar(&o.socket, "socket", "", "control socket path (default: the file's control_socket, else "+control.DefaultSocket+")")
+	f.BoolVar(&o.check, "check", false, "check the configuration as sluice check does, and exit")
 	cmd.MarkFlagRequired("config")
 	return cmd
 }
 
-// runGateway runs the gateway until ctx ends.
-func runGateway(ctx context.Context, e *env, o *runOptions) error {
+func newCheckCommand(e *env) *cobra.Command {
+	o := &runOptions{}
+	cmd := &cobra.Command{
+		Use:   "check -c FILE [--socket PATH]",
+		Short: "Check a configuration as sluice run would, without starting anything",
+		Long: `Check the configuration FILE the way "sluice run" checks it before it
+changes anything, and more of what starting it would find: its syntax and
+values, the engines it names, the TLS certificates and keys, the IKE
+certificates and the private keys that go with them, that every local
+address it names is one of this host's, the state directory and the
+control socket's directory. It creates, binds and writes nothing, so it
+can check a file for a running gateway before "sluice reload" (as nginx -t
+does). What only a start finds out (a port another process holds, a TUN
+device name in use) is left to it.
+
+Exit status: 0 when FILE would start; 2 with each error found, with its
+file, line and field.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			return checkGateway(e, o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVarP(&o.config, "config", "c", "", "gateway configuration file (TOML)")
+	f.StringVar(&o.socket, "socket", "", "control socket path to check (default: the file's control_socket, else "+control.DefaultSocket+")")
+	cmd.MarkFlagRequired("config")
+	return cmd
+}
+
+// loadChecked loads o.config and makes every check that changes nothing
+// on the system, as run makes them before it starts and check makes
+// them alone. Warnings go to warn (nil: discarded; run's start warns
+// again). It returns the configuration and the control socket's path.
+func loadChecked(o *runOptions, level *slog.LevelVar, warn *slog.Logger) (*config.Gateway, string, error) {
 	cfg, err := config.LoadGateway(o.config)
 	if err != nil {
-		return withCode(ExitUsage, err)
+		return nil, "", withCode(ExitUsage, err)
 	}
 	if err := cfg.CheckEngines(cryptodev.CheckEngine); err != nil {
-		return withCode(ExitUsage, err)
+		return nil, "", withCode(ExitUsage, err)
 	}
 	if err := cfg.CheckTLSFiles(); err != nil {
-		return withCode(ExitUsage, err)
+		return nil, "", withCode(ExitUsage, err)
 	}
-	level := new(slog.LevelVar)
 	if err := setLogLevel(level, cfg.LogLevel); err != nil {
-		return withCode(ExitUsage, fmt.Errorf("%s: gateway.log_level: %w", cfg.FieldPos("gateway.log_level"), err))
+		return nil, "", withCode(ExitUsage, fmt.Errorf("%s: gateway.log_level: %w", cfg.FieldPos("gateway.log_level"), err))
 	}
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-
+	if err := gateway.Check(cfg, warn); err != nil {
+		return nil, "", withCode(ExitUsage, err)
+	}
 	socket := o.socket
 	if socket == "" {
 		socket = cfg.ControlSocket
 	}
 	if socket == "" {
 		socket = control.DefaultSocket
+	}
+	if err := control.CheckSocketDir(socket); err != nil {
+		return nil, "", withCode(ExitUsage, err)
+	}
+	return cfg, socket, nil
+}
+
+// checkGateway is sluice check: loadChecked, and a line saying what the
+// file holds.
+func checkGateway(e *env, o *runOptions) error {
+	log := slog.New(slog.NewTextHandler(e.stderr, nil))
+	cfg, _, err := loadChecked(o, new(slog.LevelVar), log)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s: configuration OK (%d tunnels, %d IKE connections, %d TLS listeners, %d TLS origins)\n",
+		o.config, len(cfg.Tunnels), len(cfg.Connections), len(cfg.TLS), len(cfg.TLSOrigins))
+	return nil
+}
+
+// runGateway runs the gateway until ctx ends.
+func runGateway(ctx context.Context, e *env, o *runOptions) error {
+	level := new(slog.LevelVar)
+	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
+	cfg, socket, err := loadChecked(o, level, nil)
+	if err != nil {
+		return err
 	}
 	srv, err := control.Listen(socket, &control.Options{Log: log})
 	if err != nil {
@@ -133,14 +202,18 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 	}
 	srv.Serve(backend)
 	log.Info("sluice running", "config", o.config, "socket", socket, "metrics", cfg.Metrics, "pid", os.Getpid())
+	notify(log, daemon.SdNotifyReady)
 
 	for {
 		select {
 		case <-hup:
 			log.Info("SIGHUP: reloading", "file", cfg.File)
+			notify(log, daemon.SdNotifyReloading)
 			backend.Reload() // logs its outcome
+			notify(log, daemon.SdNotifyReady)
 		case <-ctx.Done():
 			log.Info("shutting down")
+			notify(log, daemon.SdNotifyStopping)
 			srv.Close()
 			if metrics != nil {
 				metrics.Close()
@@ -150,6 +223,16 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 			}
 			return nil
 		}
+	}
+}
+
+// notify tells systemd (a Type=notify service: packaging/systemd) that
+// the gateway is ready, reloading or stopping, through $NOTIFY_SOCKET;
+// without one it does nothing. A failed notification is logged: systemd
+// would otherwise time the start out without saying why.
+func notify(log *slog.Logger, state string) {
+	if _, err := daemon.SdNotify(false, state); err != nil {
+		log.Warn("systemd notification failed", "state", state, "err", err)
 	}
 }
 

@@ -35,13 +35,7 @@ func listenUnix(path string) (l *net.UnixListener, same fs.FileInfo, err error) 
 			return nil, nil, fmt.Errorf("control: %w", err)
 		}
 	}
-	// A directory others may write lets them bind the name first (or
-	// replace the socket), and clients refuse to talk through it.
-	if err := checkSocketDir(path, dir); err != nil {
-		var ue *UntrustedError
-		if errors.As(err, &ue) {
-			err = fmt.Errorf("control: not creating the control socket %s: %s", path, ue.Reason)
-		}
+	if err := CheckSocketDir(path); err != nil {
 		return nil, nil, err
 	}
 	if err := removeStale(path); err != nil {
@@ -64,6 +58,26 @@ func listenUnix(path string) (l *net.UnixListener, same fs.FileInfo, err error) 
 		return nil, nil, fmt.Errorf("control: %w", err)
 	}
 	return l, same, nil
+}
+
+// CheckSocketDir reports whether a server may create its control socket
+// at path: the directory, if it exists, and those above it must be ones
+// that others cannot write, or they could bind the name first (or
+// replace the socket), and clients refuse to talk through it. A missing
+// directory is fine: the server creates it, mode 0700.
+func CheckSocketDir(path string) error {
+	dir := filepath.Dir(path)
+	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err := checkSocketDir(path, dir); err != nil {
+		var ue *UntrustedError
+		if errors.As(err, &ue) {
+			err = fmt.Errorf("control: not creating the control socket %s: %s", path, ue.Reason)
+		}
+		return err
+	}
+	return nil
 }
 
 // removeStale removes the socket file at path if no server answers on it.

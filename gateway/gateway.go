@@ -132,13 +132,13 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	g.tunMTU0, g.tunMTU = mtu, mtu
 	plain, err := tun.Open(cfg.TUN.Name, mtu, queues)
 	if err != nil {
-		return nil, fmt.Errorf("gateway: TUN %s: %w", cfg.TUN.Name, err)
+		return nil, fmt.Errorf("gateway: TUN %s: %w", cfg.TUN.Name, needCap(err, "CAP_NET_ADMIN"))
 	}
 	for _, l := range plain {
 		closers = append(closers, func() { l.Close() })
 	}
 	if err := netutil.Configure(plain[0].(*tun.Queue).Name(), cfg.TUN.Addresses, allRemotes(cfg)); err != nil {
-		return nil, fmt.Errorf("gateway: TUN %s: %w", cfg.TUN.Name, err)
+		return nil, fmt.Errorf("gateway: TUN %s: %w", cfg.TUN.Name, needCap(err, "CAP_NET_ADMIN"))
 	}
 	var netLinks []dataplane.Link
 	if cfg.UDP != nil {
@@ -171,7 +171,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 		for _, a := range addrs {
 			l, err := rawesp.Open(a)
 			if err != nil {
-				return nil, fmt.Errorf("gateway: raw ESP %v: %w", a, err)
+				return nil, fmt.Errorf("gateway: raw ESP %v: %w", a, needCap(err, "CAP_NET_RAW"))
 			}
 			closers = append(closers, func() { l.Close() })
 			if a.Is4() {

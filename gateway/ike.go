@@ -36,6 +36,7 @@ import (
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"log/slog"
 	"maps"
 	"net"
 	"net/netip"
@@ -309,6 +310,9 @@ func bindError(cfg *config.Gateway, i int, port uint16, a netip.Addr, err error)
 	if cfg.HasField("ike.port") && !errors.Is(err, syscall.EADDRNOTAVAIL) {
 		field = "ike.port"
 	}
+	if port < 1024 {
+		err = needCap(err, "CAP_NET_BIND_SERVICE")
+	}
 	return fmt.Errorf("%s: %s: IKE port %d on %v: %w", cfg.FieldPos(field), field, port, a, err)
 }
 
@@ -322,6 +326,35 @@ func closeSigner(s crypto.Signer) {
 // pre-shared key, or our certificates with the private key loaded into the
 // gateway's engine and signed through it (cryptodev.NewSigner).
 func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer, *cryptodev.Key, error) {
+	p, priv, field, err := ikeCredentials(cfg, i, g.log)
+	if err != nil || priv == nil {
+		return p, nil, nil, err
+	}
+	eng := g.engines[cfg.Engine]
+	ae, ok := eng.(cryptodev.AsymEngine)
+	if !ok {
+		return nil, nil, nil, fmt.Errorf("%s: gateway.engine: engine %q holds no private keys (auth = \"pubkey\" of connection %q needs one that does, such as soft)",
+			cfg.FieldPos("gateway.engine"), eng.Name(), cfg.Connections[i].Name)
+	}
+	key, err := ae.NewPrivateKey(priv)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("%s: %s: engine %s: %w", cfg.FieldPos(field), field, eng.Name(), err)
+	}
+	sg, err := cryptodev.NewSigner(eng, key)
+	if err != nil {
+		key.Destroy()
+		return nil, nil, nil, fmt.Errorf("gateway: %w", err)
+	}
+	p.Signer = sg
+	return p, sg, key, nil
+}
+
+// ikeCredentials makes the ike.Peer of connection i with its pre-shared
+// key or certificates, and finds the private key of our certificate among
+// the [[secret]]s (priv, with field, the secret's file field), without
+// touching an engine: ikePeer imports priv, Check only wants to know that
+// it is there. priv is nil for a connection that does not sign.
+func ikeCredentials(cfg *config.Gateway, i int, log *slog.Logger) (*ike.Peer, crypto.PrivateKey, string, error) {
 	c := &cfg.Connections[i]
 	cf := config.ConnectionField(i)
 	ch := &c.Children[0]
@@ -355,20 +388,20 @@ func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer,
 				certs, err := readCerts(f)
 				if err != nil {
 					field := fmt.Sprintf("%s.remote.%s[%d]", cf, key, j+1)
-					return nil, nil, nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+					return nil, nil, "", fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
 				}
 				p.RemoteCAs = append(p.RemoteCAs, certs...)
 			}
 		}
 	}
 	if c.LocalAuth.Auth != config.AuthPubkey {
-		return p, nil, nil, nil
+		return p, nil, "", nil
 	}
 	for j, f := range c.LocalAuth.Certs {
 		certs, err := readCerts(f)
 		if err != nil {
 			field := fmt.Sprintf("%s.local.certs[%d]", cf, j+1)
-			return nil, nil, nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+			return nil, nil, "", fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
 		}
 		p.Certificates = append(p.Certificates, certs...)
 	}
@@ -385,12 +418,6 @@ func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer,
 			p.LocalID = ike.Identity{Type: ike.IDDERASN1, Data: leaf.RawSubject}
 		}
 	}
-	eng := g.engines[cfg.Engine]
-	ae, ok := eng.(cryptodev.AsymEngine)
-	if !ok {
-		return nil, nil, nil, fmt.Errorf("%s: gateway.engine: engine %q holds no private keys (auth = \"pubkey\" of connection %q needs one that does, such as soft)",
-			cfg.FieldPos("gateway.engine"), eng.Name(), c.Name)
-	}
 	for k := range cfg.Secrets {
 		sec := &cfg.Secrets[k]
 		if sec.Type != config.SecretPrivate {
@@ -399,30 +426,20 @@ func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer,
 		field := config.SecretField(k) + ".file"
 		priv, err := cryptodev.ReadPrivateKey(sec.File)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+			return nil, nil, "", fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
 		}
 		if mode, loose := cryptodev.LooseKeyFile(sec.File); loose {
-			g.log.Warn("gateway: private key file readable by others (chmod 600 it, or 640 for a group)", "file", sec.File, "mode", fmt.Sprintf("%#o", mode), "field", field)
+			log.Warn("gateway: private key file readable by others (chmod 600 it, or 640 for a group)", "file", sec.File, "mode", fmt.Sprintf("%#o", mode), "field", field)
 		}
 		ps, ok := priv.(crypto.Signer)
 		pk, ok2 := leaf.PublicKey.(interface{ Equal(crypto.PublicKey) bool })
 		if !ok || !ok2 || !pk.Equal(ps.Public()) {
 			continue
 		}
-		key, err := ae.NewPrivateKey(priv)
-		if err != nil {
-			return nil, nil, nil, fmt.Errorf("%s: %s: engine %s: %w", cfg.FieldPos(field), field, eng.Name(), err)
-		}
-		sg, err := cryptodev.NewSigner(eng, key)
-		if err != nil {
-			key.Destroy()
-			return nil, nil, nil, fmt.Errorf("gateway: %w", err)
-		}
-		p.Signer = sg
-		return p, sg, key, nil
+		return p, priv, field, nil
 	}
 	field := cf + ".local.certs[1]"
-	return nil, nil, nil, fmt.Errorf("%s: %s: no [[secret]] with type = \"private\" holds the key of %s", cfg.FieldPos(field), field, c.LocalAuth.Certs[0])
+	return nil, nil, "", fmt.Errorf("%s: %s: no [[secret]] with type = \"private\" holds the key of %s", cfg.FieldPos(field), field, c.LocalAuth.Certs[0])
 }
 
 func readCerts(file string) ([]*x509.Certificate, error) {
