@@ -9,10 +9,10 @@ package cli
 //  2. Claim the control socket, so that a second instance stops here,
 //     before it creates anything.
 //  3. Start the gateway, then serve the control socket and, if configured,
-//     the Prometheus endpoint, and tell systemd it is ready (Type=notify). A configuration with only TLS sections
-//     starts a TLS-only gateway: no TUN device, ESP sockets or state
-//     directory, so it runs without root (given a control socket it may
-//     create).
+//     the Prometheus endpoint, and tell systemd it is ready (Type=notify).
+//     A configuration with only TLS sections starts a TLS-only gateway: no
+//     TUN device, ESP sockets or state directory, so it runs without root
+//     (given a control socket it may create).
 //  4. Until ctx ends (SIGINT, SIGTERM): SIGHUP, like the control socket's
 //     reload, re-reads the file and applies it; a file that does not load,
 //     or a change that needs a restart, is logged and the running
