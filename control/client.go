@@ -57,12 +57,14 @@ type Client struct {
 // Dial connects to the control socket at path.
 //
 // Before it returns, Dial checks that what listens there may be trusted
-// with requests (and their keys): the socket file and its directory are
-// root's or this user's and no one else may write the directory, and the
-// process listening runs as root or as this user (SO_PEERCRED). Otherwise
-// the error is an *UntrustedError and nothing was sent.
+// with requests (and their keys): the socket's directory is writable by
+// its owner alone, the directories above it are root's or this user's,
+// and the socket file and the process listening (SO_PEERCRED) are root's,
+// this user's or the directory owner's (trust.go). Otherwise the error is
+// an *UntrustedError and nothing was sent.
 func Dial(ctx context.Context, path string) (*Client, error) {
-	if err := checkSocketFile(path); err != nil {
+	o, err := checkSocketFile(path)
+	if err != nil {
 		return nil, err
 	}
 	var d net.Dialer
@@ -77,7 +79,7 @@ func Dial(ctx context.Context, path string) (*Client, error) {
 		}
 		return nil, &DialError{Path: path, Err: err}
 	}
-	if err := checkServer(path, c.(*net.UnixConn)); err != nil {
+	if err := checkServer(path, c.(*net.UnixConn), o); err != nil {
 		c.Close()
 		return nil, err
 	}

@@ -61,16 +61,24 @@ func listenUnix(path string) (l *net.UnixListener, same fs.FileInfo, err error) 
 }
 
 // CheckSocketDir reports whether a server may create its control socket
-// at path: the directory, if it exists, and those above it must be ones
-// that others cannot write, or they could bind the name first (or
-// replace the socket), and clients refuse to talk through it. A missing
-// directory is fine: the server creates it, mode 0700.
+// at path: the directory, if it exists, must be root's or this user's and
+// writable by its owner alone, and those above it root's or this user's
+// and not writable by others unless sticky; otherwise another user could
+// bind the name first (or replace the socket), and clients refuse to
+// talk through it. A missing directory is fine: the server creates it,
+// mode 0700.
 func CheckSocketDir(path string) error {
 	dir := filepath.Dir(path)
 	if _, err := os.Stat(dir); errors.Is(err, fs.ErrNotExist) {
 		return nil
 	}
-	if err := checkSocketDir(path, dir); err != nil {
+	o, err := checkSocketDir(path, dir)
+	if err == nil && !trustedUID(o.gw) {
+		// Clients would trust its owner, who could replace the socket.
+		err = &UntrustedError{Path: path, Reason: fmt.Sprintf("its directory %s is owned by uid %d, neither root nor uid %d (this user); %s",
+			dir, o.gw, os.Geteuid(), fix)}
+	}
+	if err != nil {
 		var ue *UntrustedError
 		if errors.As(err, &ue) {
 			err = fmt.Errorf("control: not creating the control socket %s: %s", path, ue.Reason)

@@ -43,17 +43,18 @@ func checkPeer(c *net.UnixConn) error {
 	return nil
 }
 
-// checkServer accepts a server that runs as root or as the client's own
-// user (rule 4 in trust.go).
-func checkServer(path string, c *net.UnixConn) error {
+// checkServer accepts a server that runs as one of o: root, the client's
+// own user, or the owner of the socket's private directory (rule 4 in
+// trust.go).
+func checkServer(path string, c *net.UnixConn, o owners) error {
 	cred, err := peerCred(c)
 	if err != nil {
 		return fmt.Errorf("control: %s: %w", path, err)
 	}
-	if !trustedUID(cred.Uid) {
+	if !o.trusts(cred.Uid) {
 		return &UntrustedError{Path: path, Reason: fmt.Sprintf(
-			"the process listening on it (pid %d) runs as uid %d, neither root nor uid %d (this user); nothing was sent to it; %s",
-			cred.Pid, cred.Uid, os.Geteuid(), fix)}
+			"the process listening on it (pid %d) runs as uid %d, %s; nothing was sent to it; %s",
+			cred.Pid, cred.Uid, o, fix)}
 	}
 	return nil
 }

@@ -267,3 +267,46 @@ func TestClientNoAccessExplained(t *testing.T) {
 		t.Fatalf("dial as nobody into root's 0700 directory: %v", err)
 	}
 }
+
+// The systemd unit's way (packaging/systemd): the gateway runs as its own
+// user, in a runtime directory that user owns and no one else may write
+// (mode 0750). Only that user can have made the socket there, so root's
+// client trusts it, its socket and its process, and sends the request;
+// a root server still refuses to create its socket in another user's
+// directory, whose owner could replace it.
+func TestClientTrustsGatewayUsersPrivateDir(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root to play another user")
+	}
+	dir := privateDir(t)
+	if err := os.Chmod(dir, 0o750); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, 65534, 65534); err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "sluice.sock")
+	ln, err := listenAs(65534, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	im := serveImpostor(t, ln)
+	if err := reloadVia(path); err != nil {
+		t.Fatalf("reload through the gateway user's private directory: %v", err)
+	}
+	if conns, n := im.got(); conns != 1 || n == 0 {
+		t.Errorf("the gateway user's server saw %d connections and %d bytes, want the request", conns, n)
+	}
+	if err := CheckSocketDir(filepath.Join(dir, "root.sock")); err == nil || !strings.Contains(err.Error(), "owned by uid 65534") {
+		t.Errorf("a root server's socket in uid 65534's directory: %v, want it refused", err)
+	}
+
+	// The same directory made writable by its group is no longer private.
+	if err := os.Chmod(dir, 0o770); err != nil {
+		t.Fatal(err)
+	}
+	var ue *UntrustedError
+	if err := reloadVia(path); !errors.As(err, &ue) {
+		t.Errorf("reload through a group-writable directory: %v, want it refused", err)
+	}
+}

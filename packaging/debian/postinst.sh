@@ -8,6 +8,9 @@ if command -v systemd-sysusers >/dev/null 2>&1; then
 elif ! getent passwd sluice >/dev/null; then
 	adduser --system --group --home /var/lib/sluice --no-create-home sluice
 fi
+# /etc/sluice (0750) is readable by the service's group: its configuration
+# and key files go there, keys 0640 root:sluice.
+chgrp sluice /etc/sluice
 if [ -d /run/systemd/system ]; then
 	systemctl daemon-reload || true
 fi
