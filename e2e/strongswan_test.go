@@ -129,6 +129,76 @@ func TestStrongSwanRekeyUnderTraffic(t *testing.T) {
 	b.checkCharonSPIs(now)
 }
 
+// TestStrongSwanRekeyNoLoss: the Child SA is rekeyed three times under
+// pings both ways at 100 a second, once with charon starting each rekey
+// (sluice responds) and once with sluice starting them; not one ping is
+// lost and sluice drops nothing for an unknown SPI. As rekey responder
+// sluice installs its new inbound SA before its answer leaves, and keeps
+// sending on the old SA until the requester's Delete, as strongSwan does.
+func TestStrongSwanRekeyNoLoss(t *testing.T) {
+	cases := []struct {
+		name string
+		o    ssOptions
+	}{
+		{"strongswan-rekeys", ssOptions{esp: "aes128gcm16", auth: "psk", ssChildRekey: "3s"}},
+		{"sluice-rekeys", ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, childRekey: "2s"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			requireCharon(t)
+			b := newSSBed(t, tc.o)
+			b.establish()
+			waitPing(t, b.ctx, b.ssNS, ssInner[1].Addr())
+			waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
+			rekeyed := func() uint64 {
+				if st := b.gw.stats().IKE; st != nil {
+					return st.Stats["child_sa_rekeyed"]
+				}
+				return 0
+			}
+			const rekeys = 3
+			r0, d0 := rekeyed(), drops(b.gw.stats())
+			var toSluice, toSS pingResult
+			// Rounds of one second of pings each way until three
+			// rekeys are behind (at most a minute).
+			deadline := time.Now().Add(time.Minute)
+			for rekeyed() < r0+rekeys {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d rekeys in a minute, want %d", rekeyed()-r0, rekeys)
+				}
+				done := make(chan pingResult, 1)
+				go func() {
+					r, err := ping(b.ctx, b.gw.ns, ssInner[0].Addr(), 100, 10*time.Millisecond)
+					if err != nil {
+						t.Error(err)
+					}
+					done <- r
+				}()
+				r, err := ping(b.ctx, b.ssNS, ssInner[1].Addr(), 100, 10*time.Millisecond)
+				if err != nil {
+					t.Error(err)
+				}
+				r2 := <-done
+				toSluice.Sent, toSluice.Received = toSluice.Sent+r.Sent, toSluice.Received+r.Received
+				toSS.Sent, toSS.Received = toSS.Sent+r2.Sent, toSS.Received+r2.Received
+			}
+			measuref(t, "%s, %d rekeys: strongSwan->sluice %d/%d pings answered; sluice->strongSwan %d/%d", tc.name, rekeyed()-r0,
+				toSluice.Received, toSluice.Sent, toSS.Received, toSS.Sent)
+			if toSluice.Received != toSluice.Sent || toSS.Received != toSS.Sent {
+				t.Errorf("pings lost across the rekeys: strongSwan->sluice %d of %d answered, sluice->strongSwan %d of %d",
+					toSluice.Received, toSluice.Sent, toSS.Received, toSS.Sent)
+			}
+			if d := dropsSince(drops(b.gw.stats()), d0); d["unknown_spi"] > 0 {
+				t.Errorf("sluice dropped ESP for an unknown SPI across the rekeys: %v", d)
+			}
+			if st := b.gw.stats().IKE; st == nil || st.Stats["child_sa_expired"] > 0 {
+				t.Errorf("a Child SA expired: %v", st)
+			}
+			b.checkCharonSPIs(b.gw.waitChild(b.ctx, "net", time.Second, nil))
+		})
+	}
+}
+
 // TestStrongSwanRestart: charon is killed (SIGKILL) and started again;
 // sluice's liveness checks find it dead, and sluice (start_action =
 // "start") negotiates a new IKE SA and child with it.
@@ -181,6 +251,7 @@ type ssOptions struct {
 	childRekey, ikeRekey string // sluice's; "" is the default
 	dpd                  string // sluice's dpd_delay
 	nat                  bool
+	ssChildRekey         string // charon's child rekey_time (rand_time 0); "" never
 }
 
 // ssBed is charon in "ss" and sluice in "gw", set up to negotiate.
@@ -272,10 +343,19 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	}
 	renderTemplate(t, "strongswan/strongswan.conf.tmpl", b.ch.Conf(), map[string]string{"Vici": b.ch.Vici(), "Log": b.ch.Log()})
 	b.swconf = filepath.Join(dir, "swanctl.conf")
+	ssRekey, ssLife := "0s", "0s"
+	if o.ssChildRekey != "" {
+		d, err := time.ParseDuration(o.ssChildRekey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ssRekey, ssLife = o.ssChildRekey, (3 * d).String()
+	}
 	renderTemplate(t, "strongswan/swanctl.conf.tmpl", b.swconf, map[string]string{
 		"Local": b.ssAddr.String(), "Remote": remote, "IKE": ssIKE, "Auth": o.auth,
 		"LocalTS": ssInner[0].Masked().String(), "RemoteTS": ssInner[1].Masked().String(),
 		"LocalID": ssIDs[0], "RemoteID": ssIDs[1], "ESP": o.esp, "PSK": psk,
+		"ChildRekey": ssRekey, "ChildLife": ssLife,
 	})
 	cc := connConfig{
 		Name: "strongswan", Local: b.gwAddr, Remote: b.ssAddr, Proposals: ssIKE,

@@ -125,6 +125,20 @@ type ikeChild struct {
 	// draining are the inbound SPIs of pairs IKE deleted that still take
 	// the peer's packets in flight, oldest first.
 	draining []uint32
+	// held is a pair the peer's rekey of cur made
+	// (ike.ChildSA.HoldOutbound): its inbound SA is in the tunnel, its
+	// outbound one, heldOut, waits for cur's Delete.
+	held    *ike.ChildSA
+	heldOut *sad.SA
+}
+
+// dropHeld forgets ch's held pair, if any, and ends its outbound SA,
+// which never carried a packet. s.mu is held.
+func (ch *ikeChild) dropHeld() {
+	if ch.heldOut != nil {
+		ch.heldOut.End()
+	}
+	ch.held, ch.heldOut = nil, nil
 }
 
 // ikeControlHook is the Control function of the ESP-in-UDP sockets: IKE
@@ -278,6 +292,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		for j := range c.Children {
 			ch := &ikeChild{conn: c, child: &c.Children[j]}
 			if o := old[ch.child.Name]; o != nil {
+				o.dropHeld() // the old endpoint will not delete what it replaces
 				ch.cur, ch.gen, ch.since, ch.pairs, ch.terminated = o.cur, o.gen, o.since, o.pairs, o.terminated
 			}
 			s.children[ch.child.Name] = ch
@@ -482,8 +497,15 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 		g.log.Warn("IKE child SA of no configured child", "connection", c.Name)
 		return
 	}
-	if err := g.installPair(ch, c); err != nil {
+	hold := c.HoldOutbound && ch.cur != nil && ch.gen == gen
+	if err := g.installPair(ch, c, hold); err != nil {
 		g.log.Error("IKE child SA not installed", "child", ch.child.Name, "err", err)
+		return
+	}
+	if ch.held == c {
+		ch.pairs++
+		g.log.Info("IKE child SA installed inbound; outbound waits for the peer's Delete of the old one", "child", ch.child.Name,
+			"in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI))
 		return
 	}
 	if prev := ch.cur; prev != nil && ch.gen != gen {
@@ -543,10 +565,12 @@ func childSAConfig(name string, c *ike.ChildSA, dir esp.Direction) (*config.SA, 
 }
 
 // installPair opens both SAs of c and puts them in ch's tunnel: the
-// inbound one first, then the outbound switch (a rekey loses nothing);
-// a tunnel whose outer endpoints differ (a first pair, a NAT found) is
-// replaced. s.mu is held.
-func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
+// inbound one first, then the outbound switch (a rekey loses nothing),
+// or, with hold, the outbound one aside as ch's held pair (it goes in
+// when the pair it replaces is deleted: onChildDelete); a tunnel whose
+// outer endpoints differ (a first pair, a NAT found) is replaced. s.mu is
+// held.
+func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA, hold bool) error {
 	name := ch.child.Name
 	engine := g.ikeEngine()
 	var opened []*sad.SA
@@ -593,6 +617,11 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 		if err := g.store.AddInbound(name, in); err != nil {
 			return fail(err)
 		}
+		if hold {
+			ch.dropHeld()
+			ch.held, ch.heldOut = c, out
+			return nil
+		}
 		if err := g.store.SwitchOutbound(name, out); err != nil {
 			g.store.RemoveInbound(in.SA.SPI())
 			out.End()
@@ -603,6 +632,7 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 	if t != nil {
 		g.store.RemoveTunnel(name)
 	}
+	ch.dropHeld()
 	spec.Out, spec.In = out, []*sad.SA{in}
 	if _, err := g.store.AddTunnel(spec); err != nil {
 		return fail(err)
@@ -612,8 +642,9 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 
 // onChildDelete takes a pair that IKE deleted out of its tunnel: an
 // inbound SA replaced by a rekey drains for DrainTime first; a pair that
-// is still the tunnel's outbound one takes the tunnel (a trap child keeps
-// one without SAs).
+// is still the tunnel's outbound one hands the tunnel to the held pair
+// that the peer's rekey of it made, or takes the tunnel (a trap child
+// keeps one without SAs).
 func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 	s := &g.ike
 	s.mu.Lock()
@@ -629,9 +660,32 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 	name := ch.child.Name
 	t := g.store.Load().Tunnel(name)
 	if t == nil {
+		ch.dropHeld()
 		return
 	}
+	if ch.held == c {
+		// The peer deleted the pair it made (it lost a rekey
+		// collision, RFC 7296 section 2.8.1): it never sent with it.
+		ch.dropHeld()
+		g.drainInbound(ch, c.InSPI)
+		return
+	}
+	if out := t.Out(); out != nil && out.SA.SPI() == c.OutSPI && ch.held != nil {
+		next, nextOut := ch.held, ch.heldOut
+		ch.held, ch.heldOut = nil, nil
+		err := g.store.SwitchOutbound(name, nextOut)
+		if err == nil {
+			ch.cur, ch.since = next, time.Now()
+			g.log.Info("IKE child SA sends on the pair the peer's rekey made", "child", name,
+				"in_spi", fmt.Sprintf("%#x", next.InSPI), "out_spi", fmt.Sprintf("%#x", next.OutSPI))
+			g.drainInbound(ch, c.InSPI)
+			return
+		}
+		nextOut.End()
+		g.log.Error("IKE child SA: outbound switch failed", "child", name, "err", err)
+	}
 	if out := t.Out(); out != nil && out.SA.SPI() == c.OutSPI {
+		ch.dropHeld()
 		ch.cur = nil
 		g.store.RemoveTunnel(name)
 		g.log.Info("IKE child SA deleted; tunnel down", "child", name, "out_spi", fmt.Sprintf("%#x", c.OutSPI))
@@ -768,6 +822,7 @@ func (g *Gateway) closeIKE() {
 		if ch.cur != nil {
 			live = append(live, ch.cur)
 		}
+		ch.dropHeld()
 	}
 	s.mu.Unlock()
 	if ep != nil && len(live) > 0 {

@@ -214,7 +214,11 @@ type Config struct {
 	// OnChildSA, if set, is called (without locks held, from the
 	// goroutine that delivered the completing message, or from the one
 	// that computed its signature or Diffie-Hellman off the lock) for
-	// each Child SA established, as initiator or responder.
+	// each Child SA established, as initiator or responder. As
+	// responder, the answer that makes the Child SA leaves only once it
+	// returned; as rekey requester, the Delete of the old Child SA
+	// likewise (see ChildSA.HoldOutbound): it must install the SAs
+	// before it returns, and not take long.
 	OnChildSA func(*ChildSA)
 	// OnDelete, if set, is called when an established Child SA goes
 	// (deleted by either side, or its IKE SA failed).
@@ -406,6 +410,14 @@ type ChildSA struct {
 	// them: the Endpoint finds a Child SA by InSPI (IKESAs lists where
 	// each is now).
 	IKESPIi, IKESPIr uint64
+	// HoldOutbound is set on a Child SA that the peer made by rekeying
+	// one (we answered its CREATE_CHILD_SA, RFC 7296 section 2.8): the
+	// peer can open ESP on it only once it has read our answer, which
+	// leaves after OnChildSA returned. The data plane installs its
+	// inbound SA at once, but keeps sending on the Child SA it replaces
+	// until OnDelete reports that one (the peer's Delete, or its
+	// expiry), as strongSwan does.
+	HoldOutbound bool
 }
 
 // Stats are the endpoint's counters. Each dropped message is counted under

@@ -108,6 +108,7 @@ type ikeSA struct {
 	timerGen           uint64
 	halfOpenTimer      stopper
 	respLocal, respRem netip.AddrPort
+	respHeld           bool // lastResp waits for its request's callbacks (respondLocked)
 
 	remoteID        Identity  // the peer's authenticated identity
 	queue           []op      // requests waiting for the window (maxQueued)
@@ -788,7 +789,9 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 		switch {
 		case string(raw) == string(sa.lastReq):
 			e.stats.RxRetransmits++
-			e.sendAllLocked(sa.respLocal, sa.respRem, sa.lastResp)
+			if !sa.respHeld {
+				e.sendAllLocked(sa.respLocal, sa.respRem, sa.lastResp)
+			}
 		case isFrag && f.Number != 1:
 			e.stats.RxRetransmits++
 		default:
@@ -829,14 +832,31 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 
 // respondLocked sends (and caches, for retransmissions) the response
 // with inner payloads resp to the request raw with message ID id; remove
-// deletes the IKE SA once it is sent. after is passed through.
+// deletes the IKE SA once it is sent. When the request has callbacks
+// (after: OnChildSA above all), the response leaves only once they have
+// run: the peer may send ESP on a Child SA as soon as it reads the answer
+// that makes it (RFC 7296 section 2.8; strongSwan installs its inbound SA
+// before it answers, too), so the data plane must have it first. A
+// retransmission of the request meanwhile is not answered (respHeld).
 func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch ExchangeType, id uint32, resp []Payload, after []func(), remove bool) []func() {
 	e := sa.ep
 	pkts, err := sa.sealLocked(sa.header(exch, id, true), resp)
 	if err == nil {
 		sa.lastReq, sa.lastResp = raw, pkts
 		sa.respLocal, sa.respRem = local, remote
-		e.sendAllLocked(local, remote, pkts)
+		if len(after) == 0 {
+			e.sendAllLocked(local, remote, pkts)
+		} else {
+			sa.respHeld = true
+			after = append(after, func() {
+				e.mu.Lock()
+				sa.respHeld = false
+				if !e.closed {
+					e.sendAllLocked(local, remote, pkts)
+				}
+				e.mu.Unlock()
+			})
+		}
 	}
 	if remove {
 		e.stats.Deleted++
