@@ -244,6 +244,66 @@ func TestStrongSwanNAT(t *testing.T) {
 	}
 }
 
+// TestStrongSwanNATKeepAlive: sluice behind a NAT that forgets an idle
+// UDP mapping after 3 s, charon outside it. With keep_alive = "1s" sluice
+// sends NAT-keepalives while idle, so after 10 s of silence charon still
+// reaches sluice through the NAT (pings charon->sluice first, which
+// need the mapping, then back); with keep_alive = "0s" (what sluice did
+// before it had keepalives) the same silence kills the tunnel, which
+// shows that the NAT does forget.
+func TestStrongSwanNATKeepAlive(t *testing.T) {
+	const mapping, idle = 3, 10 * time.Second
+	for _, tc := range []struct {
+		name, keepAlive string
+		survives        bool
+	}{
+		{"keepalive", "1s", true},
+		{"off", "0s", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			requireCharon(t)
+			requireTool(t, "nft", "sysctl")
+			b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, nat: true,
+				natUDPTimeout: mapping, gwIKE: fmt.Sprintf("keep_alive = %q\n", tc.keepAlive)})
+			ch := b.establish()
+			if !ch.Encap {
+				t.Fatalf("behind a NAT the child must use ESP in UDP: %+v", ch)
+			}
+			waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
+			mustPing(t, b.ctx, "NAT-T strongSwan->sluice before the silence", b.ssNS, ssInner[1].Addr(), 5, 10*time.Millisecond)
+			// Silence on both sides (no DPD, no rekeys, no traffic) for
+			// more than three times the NAT's mapping timeout: the
+			// subject of the test is time passing, so it waits for it.
+			kaBefore := b.gw.stats().IKE.Stats["keep_alives"]
+			time.Sleep(idle)
+			kas := b.gw.stats().IKE.Stats["keep_alives"] - kaBefore
+			r, err := ping(b.ctx, b.ssNS, ssInner[1].Addr(), 5, 200*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			measuref(t, "keep_alive %s, NAT mapping %ds, %v idle: %d NAT-keepalives sent; then strongSwan->sluice %d/%d pings answered",
+				tc.keepAlive, mapping, idle, kas, r.Received, r.Sent)
+			if !tc.survives {
+				if kas != 0 {
+					t.Errorf("%d NAT-keepalives with keep_alive = \"0s\"", kas)
+				}
+				if r.Received == r.Sent {
+					t.Fatalf("the NAT kept its mapping through %v of silence: the test shows nothing", idle)
+				}
+				return
+			}
+			if want := uint64(idle/time.Second) - 2; kas < want {
+				t.Errorf("%d NAT-keepalives in %v idle with keep_alive %s, want at least %d", kas, idle, tc.keepAlive, want)
+			}
+			if r.Received != r.Sent {
+				t.Fatalf("after %v idle behind the NAT strongSwan->sluice: %d of %d pings answered", idle, r.Received, r.Sent)
+			}
+			mustPing(t, b.ctx, "NAT-T sluice->strongSwan after the silence", b.gw.ns, ssInner[0].Addr(), 5, 10*time.Millisecond)
+			b.checkCharonSPIs(ch)
+		})
+	}
+}
+
 // ssOptions shape one strongSwan test bed.
 type ssOptions struct {
 	esp, auth            string
@@ -252,6 +312,8 @@ type ssOptions struct {
 	dpd                  string // sluice's dpd_delay
 	nat                  bool
 	ssChildRekey         string // charon's child rekey_time (rand_time 0); "" never
+	natUDPTimeout        int    // with nat: the NAT forgets an idle UDP mapping after this many seconds; 0 is the kernel's
+	gwIKE                string // more of sluice's [ike] section
 }
 
 // ssBed is charon in "ss" and sluice in "gw", set up to negotiate.
@@ -320,7 +382,14 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 		if err := os.WriteFile(rules, []byte("table ip nat {\n  chain post {\n    type nat hook postrouting priority 100;\n    oifname \"out0\" masquerade\n  }\n}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		for _, cmd := range [][]string{{"sysctl", "-qw", "net.ipv4.ip_forward=1"}, {"nft", "-f", rules}} {
+		cmds := [][]string{{"sysctl", "-qw", "net.ipv4.ip_forward=1"}, {"nft", "-f", rules}}
+		if o.natUDPTimeout > 0 {
+			// Conntrack's timeouts are per namespace: the NAT's alone.
+			for _, k := range []string{"nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"} {
+				cmds = append(cmds, []string{"sysctl", "-qw", fmt.Sprintf("net.netfilter.%s=%d", k, o.natUDPTimeout)})
+			}
+		}
+		for _, cmd := range cmds {
 			if out, err := natNS.Exec(ctx, cmd[0], cmd[1:]...); err != nil {
 				t.Fatalf("%s: %v: %s", strings.Join(cmd, " "), err, out)
 			}
@@ -389,6 +458,7 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	if o.dpd != "" {
 		cfg.IKE = "retransmit_timeout = \"250ms\"\nretransmit_tries = 2\n"
 	}
+	cfg.IKE += o.gwIKE
 	b.gw.start(cfg)
 	return b
 }

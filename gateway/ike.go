@@ -270,6 +270,8 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		RetransmitTimeout: cfg.IKE.RetransmitTimeout, RetransmitTries: cfg.IKE.RetransmitTries,
 		OnChildSA: func(c *ike.ChildSA) { g.onChildSA(gen, c) },
 		OnDelete:  func(c *ike.ChildSA) { g.onChildDelete(gen, c) },
+		KeepAlive: cfg.IKE.KeepAlive,
+		ESPSent:   g.espSent,
 		Log:       g.log,
 	}
 	setIKELifetimes(&ecfg, g)
@@ -518,6 +520,24 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 	ch.pairs++
 	g.log.Info("IKE child SA installed", "child", ch.child.Name, "in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI),
 		"suite", c.Suite, "esn", c.ESN, "encap", c.Encap, "remote", c.Remote)
+}
+
+// espSent is ike.Config.ESPSent: the packets sent on c's outbound SA
+// while it is its tunnel's, for the NAT-keepalives.
+func (g *Gateway) espSent(c *ike.ChildSA) uint64 {
+	s := &g.ike
+	s.mu.Lock()
+	ch := g.childOfLocked(c)
+	s.mu.Unlock()
+	if ch == nil {
+		return 0
+	}
+	if t := g.store.Load().Tunnel(ch.child.Name); t != nil {
+		if out := t.Out(); out != nil && out.SA.SPI() == c.OutSPI {
+			return out.SA.Counters.Packets.Load()
+		}
+	}
+	return 0
 }
 
 // childOfLocked finds the configured child of a negotiated SA: by its

@@ -90,6 +90,8 @@ type ikeSA struct {
 	initReq  []byte // the IKE_SA_INIT request as sent (AUTH signs it)
 	initResp []byte
 	encap    bool
+	natHere  bool      // NAT detection found our address translated: send NAT-keepalives (keepalive.go)
+	ka       keepAlive // NAT-keepalive state
 	cookie   []byte
 	retries  int      // cookie and INVALID_KE restarts
 	hashes   []uint16 // the peer's N(SIGNATURE_HASH_ALGORITHMS)
@@ -383,6 +385,7 @@ func (sa *ikeSA) authRequestOutLocked(m *Message, raw []byte, suite Suite, prf P
 	sa.frag = e.cfg.FragmentSize > 0 && findNotify(ps, FragmentationSupported) != nil
 	ourNAT, peerNAT := natCheck(ps, sa.spii, sa.spir, sa.local, sa.remote)
 	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
+	sa.natHere = ourNAT
 	if sa.encap {
 		// Section 2.23: once a NAT is detected, the initiator moves to
 		// port 4500 for IKE_AUTH and everything after.
@@ -742,6 +745,7 @@ func (sa *ikeSA) initResponseOutLocked(m *Message, suite Suite, chosenNum uint8,
 	}
 	ourNAT, peerNAT := natCheck(ps, sa.spii, 0, local, remote)
 	sa.encap = ourNAT || peerNAT || peer.ForceEncap
+	sa.natHere = ourNAT
 	resp := []Payload{
 		&SA{Proposals: []Proposal{{Num: chosenNum, Protocol: ProtoIKE, Transforms: sa.suite.transforms()}}},
 		&KE{Group: dh.Group(), Data: dh.Public()},
