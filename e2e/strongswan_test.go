@@ -159,6 +159,7 @@ func TestStrongSwanRekeyNoLoss(t *testing.T) {
 			const rekeys = 3
 			r0, d0 := rekeyed(), drops(b.gw.stats())
 			var toSluice, toSS pingResult
+			var rounds []string
 			// Rounds of one second of pings each way until three
 			// rekeys are behind (at most a minute).
 			deadline := time.Now().Add(time.Minute)
@@ -179,6 +180,7 @@ func TestStrongSwanRekeyNoLoss(t *testing.T) {
 					t.Error(err)
 				}
 				r2 := <-done
+				rounds = append(rounds, fmt.Sprintf("after rekey %d: strongSwan->sluice %d/%d, sluice->strongSwan %d/%d", rekeyed()-r0, r.Received, r.Sent, r2.Received, r2.Sent))
 				toSluice.Sent, toSluice.Received = toSluice.Sent+r.Sent, toSluice.Received+r.Received
 				toSS.Sent, toSS.Received = toSS.Sent+r2.Sent, toSS.Received+r2.Received
 			}
@@ -187,6 +189,12 @@ func TestStrongSwanRekeyNoLoss(t *testing.T) {
 			if toSluice.Received != toSluice.Sent || toSS.Received != toSS.Sent {
 				t.Errorf("pings lost across the rekeys: strongSwan->sluice %d of %d answered, sluice->strongSwan %d of %d",
 					toSluice.Received, toSluice.Sent, toSS.Received, toSS.Sent)
+				t.Logf("rounds of pings:\n%s", strings.Join(rounds, "\n"))
+				gs := b.gw.stats()
+				t.Logf("sluice data plane drops %v; IKE %v", dropsSince(drops(gs), d0), gs.IKE.Stats)
+				for _, sa := range gs.SAs {
+					t.Logf("sluice SA %#x %s: %d packets, drops %v", sa.SPI, sa.Direction, sa.Packets, sa.Drops)
+				}
 			}
 			if d := dropsSince(drops(b.gw.stats()), d0); d["unknown_spi"] > 0 {
 				t.Errorf("sluice dropped ESP for an unknown SPI across the rekeys: %v", d)
