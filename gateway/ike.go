@@ -14,7 +14,10 @@ package gateway
 //  3. Child SAs (OnChildSA): the SA pair opens like a static SA, with its
 //     sequence numbers in the state directory, and goes into the child's
 //     tunnel make-before-break: the new inbound SA first, then the
-//     outbound switch. The old pair's inbound SA drains for DrainTime
+//     outbound switch (for a pair the peer's rekey made, only once the
+//     peer deleted the old one: ike.ChildSA.HoldOutbound). The Endpoint
+//     lets the peer learn of the pair only after OnChildSA returned. The
+//     old pair's inbound SA drains for DrainTime
 //     after its OnDelete, then goes. A child whose only pair goes (the
 //     peer deleted it, or died) takes its tunnel with it; a trap child
 //     keeps a tunnel without SAs, whose packets are dropped (no_sa) and
@@ -23,6 +26,8 @@ package gateway
 //     rekey a child whose SA nears its sequence-number limit. The
 //     Endpoint holds the Delete of the replaced SA for
 //     ike.Config.RekeyDeleteDelay, so ESP already sealed under it arrives.
+//     Behind a NAT it sends NAT-keepalives ([ike] keep_alive) when the
+//     child's outbound SA sent nothing (espSent).
 //  5. Reloads (reloadIKE): with the same [ike] options the endpoint stays
 //     and takes the new connections (ike.Endpoint.SetPeers), so unchanged
 //     connections keep their SAs; otherwise it is rebuilt.
