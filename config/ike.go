@@ -86,12 +86,17 @@ type IKEOptions struct {
 	// default, 5); its further IKE_SA_INITs are dropped, so that one
 	// host cannot take the half-open places of all others.
 	BlockThreshold int
+	// KeepAlive is keep_alive: how often an IKE SA behind a NAT sends a
+	// NAT-keepalive when it sent nothing else (RFC 3948 section 2.3). 0
+	// is package ike's default (20s, strongSwan's); "0s" in the file
+	// turns them off and is stored as a negative value.
+	KeepAlive time.Duration
 }
 
 // DefaultIKEPort is the port of IKE_SA_INIT (RFC 7296 section 2).
 const DefaultIKEPort = 500
 
-var ikeKeys = []string{"port", "retransmit_timeout", "retransmit_tries", "max_child_sas", "block_threshold"}
+var ikeKeys = []string{"port", "retransmit_timeout", "retransmit_tries", "max_child_sas", "block_threshold", "keep_alive"}
 
 // Bounds of the IKE durations: below them the gateway would spend itself
 // on rekeys, liveness checks or retransmissions (a rekey_time of 1ns
@@ -108,6 +113,12 @@ const (
 	// block_threshold.
 	MaxMaxChildSAs    = 1 << 16
 	MaxBlockThreshold = 1024
+	// MinKeepAlive and MaxKeepAlive bound keep_alive (other than "0s"):
+	// a NAT forgets an idle UDP mapping after 30 s to a few minutes
+	// (RFC 4787 REQ-5 asks for at least two minutes, many keep it for
+	// 30 s).
+	MinKeepAlive = time.Second
+	MaxKeepAlive = time.Hour
 )
 
 func (d *gwDecoder) ikeSection(f string, v *Value) {
@@ -139,10 +150,35 @@ func (d *gwDecoder) ikeSection(f string, v *Value) {
 			if i, ok := d.intIn(kf, v, "", 1, MaxBlockThreshold, fmt.Sprintf("1..%d half-open IKE SAs per peer address; default %d", MaxBlockThreshold, ike.DefaultBlockThreshold)); ok {
 				o.BlockThreshold = int(i)
 			}
+		case "keep_alive":
+			if t, ok := d.keepAlive(kf, v); ok {
+				o.KeepAlive = t
+			}
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, ikeKeys, ""))
 		}
 	}
+}
+
+// keepAlive reads keep_alive: "0s" (off, returned as -1) or a duration
+// from MinKeepAlive to MaxKeepAlive.
+func (d *gwDecoder) keepAlive(f string, v *Value) (time.Duration, bool) {
+	if i, ok := v.Int(); ok {
+		d.errorf(v.Pos, f, "want a duration string such as \"20s\", got the integer %d (a number needs a unit: \"%ds\")", i, i)
+		return 0, false
+	}
+	return parsed(&d.decoder, f, v, func(s string) (time.Duration, string) {
+		t, err := time.ParseDuration(s)
+		switch {
+		case err != nil:
+			return 0, fmt.Sprintf("invalid duration %s (want \"0s\" for none, or %v..%v; default 20s)", shortQuote(s), MinKeepAlive, MaxKeepAlive)
+		case t == 0:
+			return -1, ""
+		case t < MinKeepAlive || t > MaxKeepAlive:
+			return 0, fmt.Sprintf("keep_alive %s out of range (want \"0s\" for none, or %v..%v; default 20s)", shortQuote(s), MinKeepAlive, MaxKeepAlive)
+		}
+		return t, ""
+	})
 }
 
 // Connection is a [[connection]]: one IKE peer.

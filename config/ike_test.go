@@ -91,12 +91,20 @@ func TestIKEDefaults(t *testing.T) {
 	if g.Connections[0].Remote.IsValid() || len(g.PSK("a.example", "x")) != 16 || g.IKE != (IKEOptions{Port: DefaultIKEPort}) {
 		t.Errorf("%+v %+v", g.Connections[0], g.IKE)
 	}
-	g, err = ParseGateway("gw.toml", []byte("[ike]\nport = 1500\nretransmit_timeout = \"250ms\"\nretransmit_tries = 2\n"+ikeTun+ikeConn("")+ikeSecret))
+	g, err = ParseGateway("gw.toml", []byte("[ike]\nport = 1500\nretransmit_timeout = \"250ms\"\nretransmit_tries = 2\nkeep_alive = \"2s\"\n"+ikeTun+ikeConn("")+ikeSecret))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if g.IKE != (IKEOptions{Port: 1500, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 2}) {
+	if g.IKE != (IKEOptions{Port: 1500, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 2, KeepAlive: 2 * time.Second}) {
 		t.Errorf("[ike] %+v", g.IKE)
+	}
+	// keep_alive = "0s" turns NAT-keepalives off.
+	g, err = ParseGateway("gw.toml", []byte("[ike]\nkeep_alive = \"0s\"\n"+ikeTun+ikeConn("")+ikeSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.IKE.KeepAlive >= 0 {
+		t.Errorf("keep_alive = \"0s\": %+v", g.IKE)
 	}
 	// Beside a static tunnel.
 	if _, err := ParseGateway("gw.toml", []byte(tun1+sas1+strings.Replace(ikeConn(""), "10.2.0.0/24", "10.9.0.0/24", 1)+ikeSecret)); err != nil {
@@ -111,7 +119,10 @@ func TestIKEErrors(t *testing.T) {
 		want []wantErr
 	}{
 		{"ike port", "[ike]\nport = 0\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.port", "port 0 out of range (want 1..65535"}}},
-		{"ike key", "[ike]\nretransmit_base = 1.8\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.retransmit_base", "unknown key (valid: port, retransmit_timeout, retransmit_tries, max_child_sas, block_threshold)"}}},
+		{"ike key", "[ike]\nretransmit_base = 1.8\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.retransmit_base", "unknown key (valid: port, retransmit_timeout, retransmit_tries, max_child_sas, block_threshold, keep_alive)"}}},
+		{"keep_alive short", "[ike]\nkeep_alive = \"500ms\"\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.keep_alive", `keep_alive "500ms" out of range (want "0s" for none, or 1s..1h0m0s; default 20s)`}}},
+		{"keep_alive int", "[ike]\nkeep_alive = 20\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.keep_alive", `want a duration string such as "20s", got the integer 20`}}},
+		{"keep_alive bad", "[ike]\nkeep_alive = \"soon\"\n" + ikeConn("") + ikeSecret, []wantErr{{2, "ike.keep_alive", `invalid duration "soon"`}}},
 		{"version", ikeConn("version = 1") + ikeSecret, []wantErr{{5, "connection[1].version", "IKE version 1 out of range (want 2"}}},
 		{"unknown key", ikeConn("mobike = true") + ikeSecret, []wantErr{{5, "connection[1].mobike", "unknown key (valid: name, version"}}},
 		{"bad proposal", ikeConn(`proposals = "aes256gcm16-prfsha384-ecp999"`) + ikeSecret, []wantErr{{5, "connection[1].proposals", "want strongSwan IKE proposals"}}},

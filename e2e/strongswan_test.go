@@ -150,6 +150,111 @@ func TestStrongSwanRekeyUnderTraffic(t *testing.T) {
 	b.checkCharonSPIs(now)
 }
 
+// TestStrongSwanRekeyNoLoss: the Child SA is rekeyed three times under
+// pings both ways at 100 a second, once with charon starting each rekey
+// (sluice responds) and once with sluice starting them; not one ping is
+// lost and sluice drops nothing for an unknown SPI (a single lost ping
+// without unknown_spi is reported as a known bug, see the end). As rekey
+// responder sluice installs its new inbound SA before its answer leaves,
+// and keeps sending on the old SA until the requester's Delete, as
+// strongSwan does.
+func TestStrongSwanRekeyNoLoss(t *testing.T) {
+	cases := []struct {
+		name string
+		o    ssOptions
+	}{
+		{"strongswan-rekeys", ssOptions{esp: "aes128gcm16", auth: "psk", ssChildRekey: "3s"}},
+		{"sluice-rekeys", ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, childRekey: "2s"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			requireCharon(t)
+			b := newSSBed(t, tc.o)
+			b.establish()
+			waitPing(t, b.ctx, b.ssNS, ssInner[1].Addr())
+			waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
+			rekeyed := func() uint64 {
+				if st := b.gw.stats().IKE; st != nil {
+					return st.Stats["child_sa_rekeyed"]
+				}
+				return 0
+			}
+			const rekeys = 3
+			espCount := func() (opened, sealed, txErrors uint64) {
+				for _, w := range b.gw.stats().Dataplane.Workers {
+					opened, sealed, txErrors = opened+w.Opened, sealed+w.Sealed, txErrors+w.TxErrors
+				}
+				return opened, sealed, txErrors
+			}
+			r0, d0 := rekeyed(), drops(b.gw.stats())
+			opened0, sealed0, txErrors0 := espCount()
+			var toSluice, toSS pingResult
+			var rounds []string
+			// Rounds of one second of pings each way until three
+			// rekeys are behind (at most a minute).
+			deadline := time.Now().Add(time.Minute)
+			for rekeyed() < r0+rekeys {
+				if time.Now().After(deadline) {
+					t.Fatalf("%d rekeys in a minute, want %d", rekeyed()-r0, rekeys)
+				}
+				done := make(chan pingResult, 1)
+				go func() {
+					r, err := ping(b.ctx, b.gw.ns, ssInner[0].Addr(), 100, 10*time.Millisecond)
+					if err != nil {
+						t.Error(err)
+					}
+					done <- r
+				}()
+				r, err := ping(b.ctx, b.ssNS, ssInner[1].Addr(), 100, 10*time.Millisecond)
+				if err != nil {
+					t.Error(err)
+				}
+				r2 := <-done
+				rounds = append(rounds, fmt.Sprintf("after rekey %d: strongSwan->sluice %d/%d, sluice->strongSwan %d/%d", rekeyed()-r0, r.Received, r.Sent, r2.Received, r2.Sent))
+				toSluice.Sent, toSluice.Received = toSluice.Sent+r.Sent, toSluice.Received+r.Received
+				toSS.Sent, toSS.Received = toSS.Sent+r2.Sent, toSS.Received+r2.Received
+			}
+			measuref(t, "%s, %d rekeys: strongSwan->sluice %d/%d pings answered; sluice->strongSwan %d/%d", tc.name, rekeyed()-r0,
+				toSluice.Received, toSluice.Sent, toSS.Received, toSS.Sent)
+			d := dropsSince(drops(b.gw.stats()), d0)
+			oneLost := ""
+			if d["unknown_spi"] > 0 {
+				t.Errorf("sluice dropped ESP for an unknown SPI across the rekeys: %v", d)
+			}
+			if lost := toSluice.Sent - toSluice.Received + toSS.Sent - toSS.Received; lost > 0 {
+				opened, sealed, txErrors := espCount()
+				t.Logf("rounds of pings:\n%s", strings.Join(rounds, "\n"))
+				// Each ping answered is one ESP packet each way at sluice;
+				// one lost before sluice is missing from opened.
+				t.Logf("sluice opened %d ESP packets, sealed %d, %d transmit errors; pings answered %d, sent %d",
+					opened-opened0, sealed-sealed0, txErrors-txErrors0, toSluice.Received+toSS.Received, toSluice.Sent+toSS.Sent)
+				gs := b.gw.stats()
+				t.Logf("sluice data plane drops %v; IKE %v", d, gs.IKE.Stats)
+				for _, sa := range gs.SAs {
+					t.Logf("sluice SA %#x %s: %d packets, drops %v", sa.SPI, sa.Direction, sa.Packets, sa.Drops)
+				}
+				msg := fmt.Sprintf("pings lost across the rekeys: strongSwan->sluice %d of %d answered, sluice->strongSwan %d of %d",
+					toSluice.Received, toSluice.Sent, toSS.Received, toSS.Sent)
+				if lost > 1 || d["unknown_spi"] > 0 {
+					t.Error(msg)
+				} else {
+					oneLost = msg
+				}
+			}
+			if st := b.gw.stats().IKE; st == nil || st.Stats["child_sa_expired"] > 0 {
+				t.Errorf("a Child SA expired: %v", st)
+			}
+			b.checkCharonSPIs(b.gw.waitChild(b.ctx, "net", time.Second, nil))
+			if oneLost != "" {
+				// About one run in ten loses a single ping, with no
+				// unknown_spi at sluice (once with the reply opened by
+				// sluice, so after its ESP path); not explained yet.
+				knownBug(t, "%s, with no unknown_spi at sluice", oneLost)
+			}
+		})
+	}
+}
+
 // TestStrongSwanRestart: charon is killed (SIGKILL) and started again;
 // sluice's liveness checks find it dead, and sluice (start_action =
 // "start") negotiates a new IKE SA and child with it.
@@ -195,6 +300,66 @@ func TestStrongSwanNAT(t *testing.T) {
 	}
 }
 
+// TestStrongSwanNATKeepAlive: sluice behind a NAT that forgets an idle
+// UDP mapping after 3 s, charon outside it. With keep_alive = "1s" sluice
+// sends NAT-keepalives while idle, so after 10 s of silence charon still
+// reaches sluice through the NAT (pings charon->sluice first, which
+// need the mapping, then back); with keep_alive = "0s" (what sluice did
+// before it had keepalives) the same silence kills the tunnel, which
+// shows that the NAT does forget.
+func TestStrongSwanNATKeepAlive(t *testing.T) {
+	const mapping, idle = 3, 10 * time.Second
+	for _, tc := range []struct {
+		name, keepAlive string
+		survives        bool
+	}{
+		{"keepalive", "1s", true},
+		{"off", "0s", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			requireCharon(t)
+			requireTool(t, "nft", "sysctl")
+			b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, nat: true,
+				natUDPTimeout: mapping, gwIKE: fmt.Sprintf("keep_alive = %q\n", tc.keepAlive)})
+			ch := b.establish()
+			if !ch.Encap {
+				t.Fatalf("behind a NAT the child must use ESP in UDP: %+v", ch)
+			}
+			waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
+			mustPing(t, b.ctx, "NAT-T strongSwan->sluice before the silence", b.ssNS, ssInner[1].Addr(), 5, 10*time.Millisecond)
+			// Silence on both sides (no DPD, no rekeys, no traffic) for
+			// more than three times the NAT's mapping timeout: the
+			// subject of the test is time passing, so it waits for it.
+			kaBefore := b.gw.stats().IKE.Stats["keep_alives"]
+			time.Sleep(idle)
+			kas := b.gw.stats().IKE.Stats["keep_alives"] - kaBefore
+			r, err := ping(b.ctx, b.ssNS, ssInner[1].Addr(), 5, 200*time.Millisecond)
+			if err != nil {
+				t.Fatal(err)
+			}
+			measuref(t, "keep_alive %s, NAT mapping %ds, %v idle: %d NAT-keepalives sent; then strongSwan->sluice %d/%d pings answered",
+				tc.keepAlive, mapping, idle, kas, r.Received, r.Sent)
+			if !tc.survives {
+				if kas != 0 {
+					t.Errorf("%d NAT-keepalives with keep_alive = \"0s\"", kas)
+				}
+				if r.Received == r.Sent {
+					t.Fatalf("the NAT kept its mapping through %v of silence: the test shows nothing", idle)
+				}
+				return
+			}
+			if want := uint64(idle/time.Second) - 2; kas < want {
+				t.Errorf("%d NAT-keepalives in %v idle with keep_alive %s, want at least %d", kas, idle, tc.keepAlive, want)
+			}
+			if r.Received != r.Sent {
+				t.Fatalf("after %v idle behind the NAT strongSwan->sluice: %d of %d pings answered", idle, r.Received, r.Sent)
+			}
+			mustPing(t, b.ctx, "NAT-T sluice->strongSwan after the silence", b.gw.ns, ssInner[0].Addr(), 5, 10*time.Millisecond)
+			b.checkCharonSPIs(ch)
+		})
+	}
+}
+
 // ssOptions shape one strongSwan test bed.
 type ssOptions struct {
 	esp, auth            string
@@ -209,6 +374,9 @@ type ssOptions struct {
 	// swanctl's syntax ("10.1.0.0/25[icmp]"), and sluice's.
 	ssLocalTS, ssRemoteTS string
 	gwLocalTS, gwRemoteTS []netip.Prefix
+	ssChildRekey         string // charon's child rekey_time (rand_time 0); "" never
+	natUDPTimeout        int    // with nat: the NAT forgets an idle UDP mapping after this many seconds; 0 is the kernel's
+	gwIKE                string // more of sluice's [ike] section
 }
 
 // ssDNs are the identities of a test with ssOptions.dn: charon's, sluice's.
@@ -288,7 +456,14 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 		if err := os.WriteFile(rules, []byte("table ip nat {\n  chain post {\n    type nat hook postrouting priority 100;\n    oifname \"out0\" masquerade\n  }\n}\n"), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		for _, cmd := range [][]string{{"sysctl", "-qw", "net.ipv4.ip_forward=1"}, {"nft", "-f", rules}} {
+		cmds := [][]string{{"sysctl", "-qw", "net.ipv4.ip_forward=1"}, {"nft", "-f", rules}}
+		if o.natUDPTimeout > 0 {
+			// Conntrack's timeouts are per namespace: the NAT's alone.
+			for _, k := range []string{"nf_conntrack_udp_timeout", "nf_conntrack_udp_timeout_stream"} {
+				cmds = append(cmds, []string{"sysctl", "-qw", fmt.Sprintf("net.netfilter.%s=%d", k, o.natUDPTimeout)})
+			}
+		}
+		for _, cmd := range cmds {
 			if out, err := natNS.Exec(ctx, cmd[0], cmd[1:]...); err != nil {
 				t.Fatalf("%s: %v: %s", strings.Join(cmd, " "), err, out)
 			}
@@ -311,11 +486,20 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	}
 	renderTemplate(t, "strongswan/strongswan.conf.tmpl", b.ch.Conf(), map[string]string{"Vici": b.ch.Vici(), "Log": b.ch.Log()})
 	b.swconf = filepath.Join(dir, "swanctl.conf")
+	ssRekey, ssLife := "0s", "0s"
+	if o.ssChildRekey != "" {
+		d, err := time.ParseDuration(o.ssChildRekey)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ssRekey, ssLife = o.ssChildRekey, (3 * d).String()
+	}
 	ssLocalTS, ssRemoteTS := cmp.Or(o.ssLocalTS, ssInner[0].Masked().String()), cmp.Or(o.ssRemoteTS, ssInner[1].Masked().String())
 	renderTemplate(t, "strongswan/swanctl.conf.tmpl", b.swconf, map[string]string{
 		"Local": b.ssAddr.String(), "Remote": remote, "IKE": ssIKE, "Auth": o.auth,
 		"LocalTS": ssLocalTS, "RemoteTS": ssRemoteTS,
 		"LocalID": o.ids()[0], "RemoteID": o.ids()[1], "ESP": o.esp, "PSK": psk,
+		"ChildRekey": ssRekey, "ChildLife": ssLife,
 	})
 	cc := connConfig{
 		Name: "strongswan", Local: b.gwAddr, Remote: b.ssAddr, Proposals: ssIKE,
@@ -355,6 +539,7 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	if o.dpd != "" {
 		cfg.IKE = "retransmit_timeout = \"250ms\"\nretransmit_tries = 2\n"
 	}
+	cfg.IKE += o.gwIKE
 	b.gw.start(cfg)
 	return b
 }

@@ -14,7 +14,10 @@ package gateway
 //  3. Child SAs (OnChildSA): the SA pair opens like a static SA, with its
 //     sequence numbers in the state directory, and goes into the child's
 //     tunnel make-before-break: the new inbound SA first, then the
-//     outbound switch. The old pair's inbound SA drains for DrainTime
+//     outbound switch (for a pair the peer's rekey made, only once the
+//     peer deleted the old one: ike.ChildSA.HoldOutbound). The Endpoint
+//     lets the peer learn of the pair only after OnChildSA returned. The
+//     old pair's inbound SA drains for DrainTime
 //     after its OnDelete, then goes. A child whose only pair goes (the
 //     peer deleted it, or died) takes its tunnel with it; a trap child
 //     keeps a tunnel without SAs, whose packets are dropped (no_sa) and
@@ -23,6 +26,8 @@ package gateway
 //     rekey a child whose SA nears its sequence-number limit. The
 //     Endpoint holds the Delete of the replaced SA for
 //     ike.Config.RekeyDeleteDelay, so ESP already sealed under it arrives.
+//     Behind a NAT it sends NAT-keepalives ([ike] keep_alive) when the
+//     child's outbound SA sent nothing (espSent).
 //  5. Reloads (reloadIKE): with the same [ike] options the endpoint stays
 //     and takes the new connections (ike.Endpoint.SetPeers), so unchanged
 //     connections keep their SAs; otherwise it is rebuilt.
@@ -128,6 +133,20 @@ type ikeChild struct {
 	// draining are the inbound SPIs of pairs IKE deleted that still take
 	// the peer's packets in flight, oldest first.
 	draining []uint32
+	// held is a pair the peer's rekey of cur made
+	// (ike.ChildSA.HoldOutbound): its inbound SA is in the tunnel, its
+	// outbound one, heldOut, waits for cur's Delete.
+	held    *ike.ChildSA
+	heldOut *sad.SA
+}
+
+// dropHeld forgets ch's held pair, if any, and ends its outbound SA,
+// which never carried a packet. s.mu is held.
+func (ch *ikeChild) dropHeld() {
+	if ch.heldOut != nil {
+		ch.heldOut.End()
+	}
+	ch.held, ch.heldOut = nil, nil
 }
 
 // ikeControlHook is the Control function of the ESP-in-UDP sockets: IKE
@@ -264,6 +283,8 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		MaxChildSAs: cfg.IKE.MaxChildSAs, BlockThreshold: cfg.IKE.BlockThreshold,
 		OnChildSA: func(c *ike.ChildSA) { g.onChildSA(gen, c) },
 		OnDelete:  func(c *ike.ChildSA) { g.onChildDelete(gen, c) },
+		KeepAlive: cfg.IKE.KeepAlive,
+		ESPSent:   g.espSent,
 		Log:       g.log,
 	}
 	setIKELifetimes(&ecfg, g)
@@ -286,6 +307,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		for j := range c.Children {
 			ch := &ikeChild{conn: c, child: &c.Children[j]}
 			if o := old[ch.child.Name]; o != nil {
+				o.dropHeld() // the old endpoint will not delete what it replaces
 				ch.cur, ch.gen, ch.since, ch.pairs, ch.terminated = o.cur, o.gen, o.since, o.pairs, o.terminated
 			}
 			s.children[ch.child.Name] = ch
@@ -524,8 +546,15 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 		g.log.Warn("IKE child SA of no configured child", "connection", c.Name)
 		return
 	}
-	if err := g.installPair(ch, c); err != nil {
+	hold := c.HoldOutbound && ch.cur != nil && ch.gen == gen
+	if err := g.installPair(ch, c, hold); err != nil {
 		g.log.Error("IKE child SA not installed", "child", ch.child.Name, "err", err)
+		return
+	}
+	if ch.held == c {
+		ch.pairs++
+		g.log.Info("IKE child SA installed inbound; outbound waits for the peer's Delete of the old one", "child", ch.child.Name,
+			"in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI))
 		return
 	}
 	if prev := ch.cur; prev != nil && ch.gen != gen {
@@ -538,6 +567,24 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 	ch.pairs++
 	g.log.Info("IKE child SA installed", "child", ch.child.Name, "in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI),
 		"suite", c.Suite, "esn", c.ESN, "encap", c.Encap, "remote", c.Remote)
+}
+
+// espSent is ike.Config.ESPSent: the packets sent on c's outbound SA
+// while it is its tunnel's, for the NAT-keepalives.
+func (g *Gateway) espSent(c *ike.ChildSA) uint64 {
+	s := &g.ike
+	s.mu.Lock()
+	ch := g.childOfLocked(c)
+	s.mu.Unlock()
+	if ch == nil {
+		return 0
+	}
+	if t := g.store.Load().Tunnel(ch.child.Name); t != nil {
+		if out := t.Out(); out != nil && out.SA.SPI() == c.OutSPI {
+			return out.SA.Counters.Packets.Load()
+		}
+	}
+	return 0
 }
 
 // childOfLocked finds the configured child of a negotiated SA: by its
@@ -585,10 +632,12 @@ func childSAConfig(name string, c *ike.ChildSA, dir esp.Direction) (*config.SA, 
 }
 
 // installPair opens both SAs of c and puts them in ch's tunnel: the
-// inbound one first, then the outbound switch (a rekey loses nothing);
-// a tunnel whose outer endpoints differ (a first pair, a NAT found) is
-// replaced. s.mu is held.
-func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
+// inbound one first, then the outbound switch (a rekey loses nothing),
+// or, with hold, the outbound one aside as ch's held pair (it goes in
+// when the pair it replaces is deleted: onChildDelete); a tunnel whose
+// outer endpoints differ (a first pair, a NAT found) is replaced. s.mu is
+// held.
+func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA, hold bool) error {
 	name := ch.child.Name
 	engine := g.ikeEngine()
 	var opened []*sad.SA
@@ -642,6 +691,11 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 		if err := g.store.AddInbound(name, in); err != nil {
 			return fail(err)
 		}
+		if hold {
+			ch.dropHeld()
+			ch.held, ch.heldOut = c, out
+			return nil
+		}
 		if err := g.store.SwitchOutbound(name, out); err != nil {
 			g.store.RemoveInbound(in.SA.SPI())
 			out.End()
@@ -652,6 +706,7 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA) error {
 	if t != nil {
 		g.store.RemoveTunnel(name)
 	}
+	ch.dropHeld()
 	spec.Out, spec.In = out, []*sad.SA{in}
 	if _, err := g.store.AddTunnel(spec); err != nil {
 		return fail(err)
@@ -686,8 +741,9 @@ func childTS(c *ike.ChildSA) (*spd.SATS, []netip.Prefix) {
 
 // onChildDelete takes a pair that IKE deleted out of its tunnel: an
 // inbound SA replaced by a rekey drains for DrainTime first; a pair that
-// is still the tunnel's outbound one takes the tunnel (a trap child keeps
-// one without SAs).
+// is still the tunnel's outbound one hands the tunnel to the held pair
+// that the peer's rekey of it made, or takes the tunnel (a trap child
+// keeps one without SAs).
 func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 	s := &g.ike
 	s.mu.Lock()
@@ -703,9 +759,32 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 	name := ch.child.Name
 	t := g.store.Load().Tunnel(name)
 	if t == nil {
+		ch.dropHeld()
 		return
 	}
+	if ch.held == c {
+		// The peer deleted the pair it made (it lost a rekey
+		// collision, RFC 7296 section 2.8.1): it never sent with it.
+		ch.dropHeld()
+		g.drainInbound(ch, c.InSPI)
+		return
+	}
+	if out := t.Out(); out != nil && out.SA.SPI() == c.OutSPI && ch.held != nil {
+		next, nextOut := ch.held, ch.heldOut
+		ch.held, ch.heldOut = nil, nil
+		err := g.store.SwitchOutbound(name, nextOut)
+		if err == nil {
+			ch.cur, ch.since = next, time.Now()
+			g.log.Info("IKE child SA sends on the pair the peer's rekey made", "child", name,
+				"in_spi", fmt.Sprintf("%#x", next.InSPI), "out_spi", fmt.Sprintf("%#x", next.OutSPI))
+			g.drainInbound(ch, c.InSPI)
+			return
+		}
+		nextOut.End()
+		g.log.Error("IKE child SA: outbound switch failed", "child", name, "err", err)
+	}
 	if out := t.Out(); out != nil && out.SA.SPI() == c.OutSPI {
+		ch.dropHeld()
 		ch.cur = nil
 		g.store.RemoveTunnel(name)
 		g.log.Info("IKE child SA deleted; tunnel down", "child", name, "out_spi", fmt.Sprintf("%#x", c.OutSPI))
@@ -842,6 +921,7 @@ func (g *Gateway) closeIKE() {
 		if ch.cur != nil {
 			live = append(live, ch.cur)
 		}
+		ch.dropHeld()
 	}
 	s.mu.Unlock()
 	if ep != nil && len(live) > 0 {

@@ -295,7 +295,11 @@ type Config struct {
 	// OnChildSA, if set, is called (without locks held, from the
 	// goroutine that delivered the completing message, or from the one
 	// that computed its signature or Diffie-Hellman off the lock) for
-	// each Child SA established, as initiator or responder.
+	// each Child SA established, as initiator or responder. As
+	// responder, the answer that makes the Child SA leaves only once it
+	// returned; as rekey requester, the Delete of the old Child SA
+	// likewise (see ChildSA.HoldOutbound): it must install the SAs
+	// before it returns, and not take long.
 	OnChildSA func(*ChildSA)
 	// OnDelete, if set, is called when an established Child SA goes
 	// (deleted by either side, or its IKE SA failed).
@@ -340,6 +344,19 @@ type Config struct {
 	// among them, go out meanwhile; the old Child SA is reported through
 	// OnDelete, and Rekey returns, once the Delete exchange is done.
 	RekeyDeleteDelay time.Duration
+	// KeepAlive is how often an IKE SA whose own address NAT detection
+	// found translated (we are behind a NAT) sends a NAT-keepalive to
+	// the peer when it sent nothing else (RFC 3948 section 2.3; default
+	// DefaultKeepAlive, strongSwan's keep_alive; negative: never), so
+	// that the NAT keeps the mapping through which the peer reaches us.
+	// See keepalive.go.
+	KeepAlive time.Duration
+	// ESPSent, if set, tells the keepalives whether ESP went out on a
+	// Child SA: it returns a count that grows with each packet sent on
+	// it (an outbound sequence number). It is called without locks held
+	// and must not call into the Endpoint. Without it a keepalive goes
+	// every KeepAlive whatever the traffic.
+	ESPSent func(*ChildSA) uint64
 
 	// clock is the time source; nil is the real one (tests set a fake).
 	clock clock
@@ -405,6 +422,9 @@ func (c *Config) defaults() error {
 	}
 	if c.RekeyDeleteDelay == 0 {
 		c.RekeyDeleteDelay = DefaultRekeyDeleteDelay
+	}
+	if c.KeepAlive == 0 {
+		c.KeepAlive = DefaultKeepAlive
 	}
 	if c.clock == nil {
 		c.clock = realClock{}
@@ -498,6 +518,14 @@ type ChildSA struct {
 	// them: the Endpoint finds a Child SA by InSPI (IKESAs lists where
 	// each is now).
 	IKESPIi, IKESPIr uint64
+	// HoldOutbound is set on a Child SA that the peer made by rekeying
+	// one (we answered its CREATE_CHILD_SA, RFC 7296 section 2.8): the
+	// peer can open ESP on it only once it has read our answer, which
+	// leaves after OnChildSA returned. The data plane installs its
+	// inbound SA at once, but keeps sending on the Child SA it replaces
+	// until OnDelete reports that one (the peer's Delete, or its
+	// expiry), as strongSwan does.
+	HoldOutbound bool
 }
 
 // Stats are the endpoint's counters. Each dropped message is counted under
@@ -542,6 +570,7 @@ type Stats struct {
 	RestartChildFailed uint64 // additional Child SAs a restart could not make again
 	InitialContacts    uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
 	RequestQueueFull   uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
+	KeepAlives         uint64 // NAT-keepalives sent (we are behind a NAT; keepalive.go)
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
 	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)

@@ -112,7 +112,10 @@
 // Child SAs and the IKE SA are rekeyed by the Endpoint at their
 // Lifetime's rekey time less a random jitter (Peer.ChildLifetime,
 // Peer.IKELifetime, swanctl's semantics), make-before-break: OnChildSA
-// reports the new Child SA before OnDelete the old. The data plane asks
+// reports the new Child SA before OnDelete the old, and before the peer
+// can use it (a response leaves once its OnChildSA returned; the Delete
+// of the old one too; a new Child SA of the peer's rekey says
+// HoldOutbound). The data plane asks
 // for an early rekey with RequestRekey. The Delete of the Child SA a
 // rekey replaced waits Config.RekeyDeleteDelay, so that ESP sealed under
 // it before the data plane's switch reaches the peer before the peer
@@ -121,7 +124,8 @@
 // and the additional Child SAs the dead one carried. SetPeers changes the
 // configured peers in place: a reload touches only the peers it changes. A responder that sees
 // INITIAL_CONTACT in IKE_AUTH drops the IKE SAs it still holds for that
-// peer's identity (section 2.4).
+// peer's identity (section 2.4). An IKE SA behind a NAT sends
+// NAT-keepalives when idle (Config.KeepAlive, keepalive.go).
 //
 // The result of a negotiation is a ChildSA: SPIs, keys in the form
 // sluice's configuration takes (an AEAD key followed by its salt), the ESP

@@ -18,8 +18,8 @@ import (
 )
 
 // Transport sends IKE datagrams. Send sends pkt (the UDP payload; on the
-// NAT-T port it already begins with the non-ESP marker) from local to
-// remote. It must not keep pkt after it returns and must not call back
+// NAT-T port it already begins with the non-ESP marker, unless it is a
+// NAT-keepalive, the one byte 0xFF) from local to remote. It must not keep pkt after it returns and must not call back
 // into the Endpoint. It is called with the Endpoint's lock held, so it
 // should not block for long (a UDP send).
 type Transport interface {

@@ -90,6 +90,8 @@ type ikeSA struct {
 	initReq  []byte // the IKE_SA_INIT request as sent (AUTH signs it)
 	initResp []byte
 	encap    bool
+	natHere  bool      // NAT detection found our address translated: send NAT-keepalives (keepalive.go)
+	ka       keepAlive // NAT-keepalive state
 	cookie   []byte
 	retries  int      // cookie and INVALID_KE restarts
 	hashes   []uint16 // the peer's N(SIGNATURE_HASH_ALGORITHMS)
@@ -108,6 +110,7 @@ type ikeSA struct {
 	timerGen           uint64
 	halfOpenTimer      stopper
 	respLocal, respRem netip.AddrPort
+	respHeld           bool // lastResp waits for its request's callbacks (respondLocked)
 
 	remoteID        Identity  // the peer's authenticated identity
 	queue           []op      // requests waiting for the window (maxQueued)
@@ -382,6 +385,7 @@ func (sa *ikeSA) authRequestOutLocked(m *Message, raw []byte, suite Suite, prf P
 	sa.frag = e.cfg.FragmentSize > 0 && findNotify(ps, FragmentationSupported) != nil
 	ourNAT, peerNAT := natCheck(ps, sa.spii, sa.spir, sa.local, sa.remote)
 	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
+	sa.natHere = ourNAT
 	if sa.encap {
 		// Section 2.23: once a NAT is detected, the initiator moves to
 		// port 4500 for IKE_AUTH and everything after.
@@ -763,6 +767,7 @@ func (sa *ikeSA) initResponseOutLocked(m *Message, suite Suite, chosenNum uint8,
 	}
 	ourNAT, peerNAT := natCheck(ps, sa.spii, 0, local, remote)
 	sa.encap = ourNAT || peerNAT || peer.ForceEncap
+	sa.natHere = ourNAT
 	resp := []Payload{
 		&SA{Proposals: []Proposal{{Num: chosenNum, Protocol: ProtoIKE, Transforms: sa.suite.transforms()}}},
 		&KE{Group: dh.Group(), Data: dh.Public()},
@@ -810,7 +815,9 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 		switch {
 		case string(raw) == string(sa.lastReq):
 			e.stats.RxRetransmits++
-			e.sendAllLocked(sa.respLocal, sa.respRem, sa.lastResp)
+			if !sa.respHeld {
+				e.sendAllLocked(sa.respLocal, sa.respRem, sa.lastResp)
+			}
 		case isFrag && f.Number != 1:
 			e.stats.RxRetransmits++
 		default:
@@ -851,14 +858,31 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 
 // respondLocked sends (and caches, for retransmissions) the response
 // with inner payloads resp to the request raw with message ID id; remove
-// deletes the IKE SA once it is sent. after is passed through.
+// deletes the IKE SA once it is sent. When the request has callbacks
+// (after: OnChildSA above all), the response leaves only once they have
+// run: the peer may send ESP on a Child SA as soon as it reads the answer
+// that makes it (RFC 7296 section 2.8; strongSwan installs its inbound SA
+// before it answers, too), so the data plane must have it first. A
+// retransmission of the request meanwhile is not answered (respHeld).
 func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch ExchangeType, id uint32, resp []Payload, after []func(), remove bool) []func() {
 	e := sa.ep
 	pkts, err := sa.sealLocked(sa.header(exch, id, true), resp)
 	if err == nil {
 		sa.lastReq, sa.lastResp = raw, pkts
 		sa.respLocal, sa.respRem = local, remote
-		e.sendAllLocked(local, remote, pkts)
+		if len(after) == 0 {
+			e.sendAllLocked(local, remote, pkts)
+		} else {
+			sa.respHeld = true
+			after = append(after, func() {
+				e.mu.Lock()
+				sa.respHeld = false
+				if !e.closed {
+					e.sendAllLocked(local, remote, pkts)
+				}
+				e.mu.Unlock()
+			})
+		}
 	}
 	if remove {
 		e.stats.Deleted++

@@ -153,7 +153,7 @@ func reply(w chan result, c *ChildSA, err error) []func() {
 }
 
 // startTimersLocked starts an established IKE SA's lifetime and liveness
-// timers.
+// timers, and its NAT-keepalives (keepalive.go).
 func (sa *ikeSA) startTimersLocked() {
 	e := sa.ep
 	now := e.cfg.clock.Now()
@@ -165,6 +165,7 @@ func (sa *ikeSA) startTimersLocked() {
 	if d := sa.peer.DPDDelay; d > 0 {
 		sa.dpdT = e.cfg.clock.AfterFunc(d, func() { e.dpdDue(sa) })
 	}
+	sa.startKeepAliveLocked()
 }
 
 func (sa *ikeSA) stopLifeTimersLocked() {
@@ -172,6 +173,7 @@ func (sa *ikeSA) stopLifeTimersLocked() {
 	stop(sa.expireT)
 	stop(sa.dpdT)
 	sa.rekeyT, sa.expireT, sa.dpdT = nil, nil, nil
+	sa.stopKeepAliveLocked()
 }
 
 // scheduleChildLocked starts the lifetime timers of a new Child SA.

@@ -13,8 +13,12 @@ package ike
 //	                                   <--  HDR, SK{D(ESP, its old SPI)}
 //
 // The new Child SA is reported (OnChildSA) as soon as it exists, so the
-// data plane installs it before the old one goes; OnDelete reports the old
-// one once the Delete exchange is done. When both sides rekey one Child SA
+// data plane installs it before the old one goes: as responder before our
+// answer leaves (the requester may send on it once it has the answer),
+// and with ChildSA.HoldOutbound, since the requester can take ESP on it
+// only after it read the answer; as requester before our Delete of the
+// old one leaves. OnDelete reports the old one once the Delete exchange
+// is done. When both sides rekey one Child SA
 // at once (section 2.8.1), both exchanges complete; the one that used the
 // lowest of the four nonces made the redundant SA, which its initiator
 // deletes, and the other initiator deletes the old one. Rekeying the IKE
@@ -212,12 +216,30 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 		}
 	}
 	ent.replaced = true
-	return append(after, sa.deleteRekeyedLocked(doomed, next, r.waiter)...)
+	if de := e.children[doomed.InSPI]; de != nil && de.c == doomed {
+		de.deleting = true
+	}
+	// The Delete (and its hold) starts only once OnChildSA has put the
+	// new Child SA in the data plane: the peer switches its outbound
+	// traffic to it when it reads the Delete.
+	w := r.waiter
+	return append(after, func() {
+		e.mu.Lock()
+		var later []func()
+		if e.closed {
+			later = reply(w, nil, errors.New("ike: endpoint closed"))
+		} else {
+			later = sa.deleteRekeyedLocked(doomed, next, w)
+		}
+		e.mu.Unlock()
+		run(later)
+	})
 }
 
 // deleteRekeyedLocked deletes doomed, the Child SA that a rekey of ours
 // made redundant (the old one, or ours after a lost collision), and then
-// tells w next, its successor. The Delete waits Config.RekeyDeleteDelay
+// tells w next, its successor; rekeyResponseLocked calls it once
+// OnChildSA reported next. The Delete waits Config.RekeyDeleteDelay
 // first, so that ESP sealed under doomed before the data plane's switch
 // reaches the peer before it drops its inbound SA; the hold ends early,
 // and w learns, when doomed goes otherwise (the peer deletes it, the IKE
@@ -424,6 +446,10 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 		e.cfg.Log.Info("ike: additional Child SA made by the peer", "peer", sa.peer.Name, "child", conf.name)
 		return resp, sa.addChildLocked(c)
 	}
+	// The peer installs its inbound SA once it reads our answer, which
+	// leaves after OnChildSA (respondLocked): we send on the old Child
+	// SA until its Delete (section 2.8).
+	c.HoldOutbound = true
 	e.stats.ChildSARekeyed++
 	if ent.ours != nil {
 		// Our rekey of the same SA is outstanding (section 2.8.1): the

@@ -2,6 +2,10 @@ package ike
 
 import (
 	"bytes"
+	"fmt"
+	"net/netip"
+	"strings"
+	"sync"
 	"testing"
 )
 
@@ -105,5 +109,71 @@ func TestRekeyRefused(t *testing.T) {
 	}
 	if _, err := p.a.Rekey(ctx(t), old); err == nil {
 		t.Fatal("rekeyed a deleted Child SA")
+	}
+}
+
+// TestRekeyInstallsFirst: OnChildSA reports a rekey's new Child SA
+// before the peer can use it: the responder's CREATE_CHILD_SA answer, and
+// the requester's Delete of the old Child SA (with no hold), go to the
+// Transport only after OnChildSA returned. The responder's new Child SA
+// says HoldOutbound, the requester's does not.
+func TestRekeyInstallsFirst(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	var (
+		mu              sync.Mutex
+		answers, delets int // CREATE_CHILD_SA answers by b, INFORMATIONAL requests by a
+		seen            []string
+	)
+	report := func(who string) func(*ChildSA) {
+		return func(c *ChildSA) {
+			mu.Lock()
+			defer mu.Unlock()
+			seen = append(seen, fmt.Sprintf("%s %08x hold=%v answers=%d deletes=%d", who, c.InSPI, c.HoldOutbound, answers, delets))
+		}
+	}
+	var p *pair
+	p = newPair(t, pa, pb, func(a, b *Config) {
+		a.RekeyDeleteDelay = -1
+		a.OnChildSA = report("a")
+		onB := b.OnChildSA
+		b.OnChildSA = func(c *ChildSA) { report("b")(c); onB(c) }
+	})
+	p.net.mu.Lock()
+	p.net.drop = func(_ int, from, _ netip.AddrPort, pkt []byte) bool {
+		h, err := ParseHeader(pkt)
+		if err != nil {
+			return false
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		switch {
+		case from.Addr() == addrB && h.Exchange == CREATE_CHILD_SA && h.IsResponse():
+			answers++
+		case from.Addr() == addrA && h.Exchange == INFORMATIONAL && !h.IsResponse():
+			delets++
+		}
+		return false
+	}
+	p.net.mu.Unlock()
+	old, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.respChild(t)
+	fresh, err := p.a.Rekey(ctx(t), old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{
+		// IKE_AUTH's answer, too, leaves after the responder's install.
+		fmt.Sprintf("b %08x hold=false answers=0 deletes=0", old.OutSPI),
+		fmt.Sprintf("a %08x hold=false answers=0 deletes=0", old.InSPI),
+		fmt.Sprintf("b %08x hold=true answers=0 deletes=0", fresh.OutSPI),
+		fmt.Sprintf("a %08x hold=false answers=1 deletes=0", fresh.InSPI),
+	}
+	if strings.Join(seen, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("OnChildSA saw\n%s\nwant\n%s", strings.Join(seen, "\n"), strings.Join(want, "\n"))
 	}
 }

@@ -1,0 +1,117 @@
+package gateway
+
+import (
+	"bytes"
+	"net/netip"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/ike"
+	"github.com/sluicegw/sluice/sad"
+)
+
+// holdBed is a gateway with one IKE child and no endpoint: the tests call
+// its OnChildSA and OnDelete callbacks as an endpoint would.
+type holdBed struct {
+	t   *testing.T
+	g   *Gateway
+	spi uint32
+}
+
+func newHoldBed(t *testing.T) *holdBed {
+	old := DrainTime
+	DrainTime = time.Hour // the drained inbound SAs stay for the checks
+	t.Cleanup(func() { DrainTime = old })
+	g, _ := testGateway(t, t.TempDir())
+	g.store = sad.NewStore(nil)
+	t.Cleanup(g.store.Close)
+	conn := &config.Connection{Name: "peer", Local: netip.MustParseAddr("192.0.2.1"), Remote: netip.MustParseAddr("192.0.2.2"),
+		Children: []config.Child{{Name: "net", RemoteTS: []netip.Prefix{netip.MustParsePrefix("10.2.0.0/24")}}}}
+	g.ike.gen = 1
+	g.ike.children = map[string]*ikeChild{"net": {conn: conn, child: &conn.Children[0]}}
+	return &holdBed{t: t, g: g, spi: 0x1000}
+}
+
+// pair makes a negotiated pair of new SPIs.
+func (b *holdBed) pair(hold bool) *ike.ChildSA {
+	b.spi += 2
+	key := bytes.Repeat([]byte{byte(b.spi)}, 20)
+	return &ike.ChildSA{Name: "peer", Child: "net", Local: netip.MustParseAddrPort("192.0.2.1:4500"), Remote: netip.MustParseAddrPort("192.0.2.2:4500"),
+		InSPI: b.spi, OutSPI: b.spi + 1, Suite: "aes128gcm16", InKey: key, OutKey: key, Encap: true, HoldOutbound: hold}
+}
+
+// check wants the tunnel to send with out and to take in.
+func (b *holdBed) check(what string, out *ike.ChildSA, in ...*ike.ChildSA) {
+	b.t.Helper()
+	db := b.g.store.Load()
+	tn := db.Tunnel("net")
+	if tn == nil || tn.Out() == nil || tn.Out().SA.SPI() != out.OutSPI {
+		b.t.Fatalf("%s: the tunnel does not send with %#x: %+v", what, out.OutSPI, tn)
+	}
+	for _, c := range in {
+		if s := db.Inbound(c.InSPI); s == nil || s.Tunnel != tn {
+			b.t.Fatalf("%s: inbound SA %#x not in the tunnel", what, c.InSPI)
+		}
+	}
+	b.g.ike.mu.Lock()
+	cur := b.g.ike.children["net"].cur
+	b.g.ike.mu.Unlock()
+	if cur != out {
+		b.t.Fatalf("%s: the child's current pair is %+v, want the one sending", what, cur)
+	}
+}
+
+func (b *holdBed) held() *ike.ChildSA {
+	b.g.ike.mu.Lock()
+	defer b.g.ike.mu.Unlock()
+	return b.g.ike.children["net"].held
+}
+
+// TestIKEHoldOutbound: a pair the peer's rekey made (HoldOutbound) takes
+// the peer's packets at once, but the tunnel sends on the old pair until
+// the peer deletes it; in a rekey collision (RFC 7296 section 2.8.1) the
+// tunnel ends up on the surviving pair whichever side won.
+func TestIKEHoldOutbound(t *testing.T) {
+	t.Run("peer rekeys", func(t *testing.T) {
+		b := newHoldBed(t)
+		old := b.pair(false)
+		b.g.onChildSA(1, old)
+		b.check("first pair", old, old)
+		next := b.pair(true)
+		b.g.onChildSA(1, next)
+		b.check("held", old, old, next)
+		b.g.onChildDelete(1, old)
+		b.check("the peer deleted the old pair", next, next)
+		if b.held() != nil {
+			t.Fatal("a pair still held")
+		}
+	})
+	t.Run("collision won by us", func(t *testing.T) {
+		b := newHoldBed(t)
+		old := b.pair(false)
+		b.g.onChildSA(1, old)
+		theirs, ours := b.pair(true), b.pair(false)
+		b.g.onChildSA(1, theirs)
+		b.g.onChildSA(1, ours)
+		b.check("both made", ours, old, theirs, ours)
+		b.g.onChildDelete(1, old)    // we delete the old pair
+		b.g.onChildDelete(1, theirs) // the peer deletes its redundant one
+		b.check("after the deletes", ours, ours)
+		if b.held() != nil {
+			t.Fatal("the peer's redundant pair still held")
+		}
+	})
+	t.Run("collision won by the peer", func(t *testing.T) {
+		b := newHoldBed(t)
+		old := b.pair(false)
+		b.g.onChildSA(1, old)
+		ours, theirs := b.pair(false), b.pair(true)
+		b.g.onChildSA(1, ours)
+		b.g.onChildSA(1, theirs)
+		b.g.onChildDelete(1, ours) // we delete our redundant pair
+		b.check("ours deleted", theirs, theirs)
+		b.g.onChildDelete(1, old) // the peer deletes the old pair
+		b.check("after the deletes", theirs, theirs)
+	})
+}
