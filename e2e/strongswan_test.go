@@ -374,9 +374,9 @@ type ssOptions struct {
 	// swanctl's syntax ("10.1.0.0/25[icmp]"), and sluice's.
 	ssLocalTS, ssRemoteTS string
 	gwLocalTS, gwRemoteTS []netip.Prefix
-	ssChildRekey         string // charon's child rekey_time (rand_time 0); "" never
-	natUDPTimeout        int    // with nat: the NAT forgets an idle UDP mapping after this many seconds; 0 is the kernel's
-	gwIKE                string // more of sluice's [ike] section
+	ssChildRekey          string // charon's child rekey_time (rand_time 0); "" never
+	natUDPTimeout         int    // with nat: the NAT forgets an idle UDP mapping after this many seconds; 0 is the kernel's
+	gwIKE                 string // more of sluice's [ike] section
 }
 
 // ssDNs are the identities of a test with ssOptions.dn: charon's, sluice's.
