@@ -20,10 +20,12 @@ package cli
 //     means: the TUN device exists, the control socket answers, and a probe
 //     crosses the tunnel.
 //  4. Traffic, from sockets in this process opened inside the namespaces:
-//     a flood each way at once for four fifths of --duration (at most
+//     a UDP flood each way at once for four fifths of --duration (at most
 //     demoWindow datagrams in flight each way, so that the generator itself
-//     overflows no queue), then back-to-back UDP echo probes A -> B -> A for
-//     the last fifth.
+//     overflows no queue; in namespaces three fifths, then one TCP stream
+//     A -> B for the fourth), then back-to-back UDP echo probes
+//     A -> B -> A for the last fifth. Lines on stderr say what it is
+//     doing meanwhile.
 //  5. Counters: the SAs' packet counters, once sender and receiver agree,
 //     give the SA-level loss (sealed by one gateway, not opened by the
 //     other).
@@ -38,6 +40,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -71,6 +74,7 @@ const (
 	demoPortRx    = 5002             // flood B -> A
 	demoPortPing  = 5003             // A's probe socket
 	demoPortEcho  = 7                // B's echo socket
+	demoPortTCP   = 5004             // B's TCP stream listener
 	exitNoTraffic = 1
 )
 
@@ -118,9 +122,11 @@ traffic runs over in-memory links between two data planes in this process,
 keyed statically (in-memory links carry no IKE).
 
 For four fifths of --duration a flood goes each way at once (at most 24
-datagrams in flight each way); for the last fifth, UDP echo probes go from A
+datagrams in flight each way; in namespaces for three fifths, then one TCP
+stream A -> B for the fourth); for the last fifth, UDP echo probes go from A
 to B and back, one at a time. Printed: throughput (UDP payload), packet rate
-and loss each way, round-trip latency percentiles, and the SA counters.
+and loss each way, the TCP stream's rate, round-trip latency percentiles,
+and the SA counters.
 Everything the demo creates is removed at the end, on failure and on Ctrl-C.
 
 "sluice demo tls" runs a TLS gateway instead (see its --help).
@@ -225,6 +231,7 @@ func runDemo(ctx context.Context, e *env, cmd *cobra.Command, o *demoOptions) (e
 		if o.gateways == "auto" {
 			daemon = hasRunCommand(cmd)
 		}
+		r.progress("making two sites (network namespaces joined by a veth) and starting their gateways")
 		err = r.setupNetns(ctx, texts, daemon)
 	}
 	if err != nil {
@@ -546,6 +553,7 @@ func (r *demoRun) traffic(ctx context.Context) (*demoReport, error) {
 	defer func() { stopEcho(); <-echoDone }()
 
 	// Up: a probe crosses the tunnel and back.
+	r.progress("waiting for a first packet through the tunnel%s", map[bool]string{true: " (IKEv2 negotiates it first)", false: ""}[r.keying == "ike"])
 	start := time.Now()
 	err := lab.WaitFor(ctx, "a first packet through the tunnel A -> B -> A", demoUpWait, 0, func() (bool, error) {
 		l, err := lab.Ping(ctx, aPing, echoAddr, lab.PingOptions{Count: 1, Timeout: 200 * time.Millisecond})
@@ -589,8 +597,15 @@ func (r *demoRun) traffic(ctx context.Context) (*demoReport, error) {
 		rep.PayloadBytes = mtu - 28 // IPv4 and UDP headers
 	}
 
-	// The floods, both ways at once.
-	floodFor := r.o.duration * 4 / 5
+	// The floods, both ways at once: four fifths of the time, or three
+	// where a TCP stream takes the fourth.
+	tcpFor := time.Duration(0)
+	if a.ns != nil {
+		tcpFor = r.o.duration / 5
+	}
+	floodFor := r.o.duration*4/5 - tcpFor
+	r.progress("traffic: UDP both ways for %v%s, then echo probes for %v",
+		floodFor, map[bool]string{true: ", a TCP stream for " + tcpFor.String(), false: ""}[tcpFor > 0], r.o.duration-floodFor-tcpFor)
 	fo := lab.FloodOptions{Size: rep.PayloadBytes, Duration: floodFor, Window: r.o.window}
 	type result struct {
 		res lab.FloodResult
@@ -611,8 +626,14 @@ func (r *demoRun) traffic(ctx context.Context) (*demoReport, error) {
 	}
 	rep.Traffic = []demoDirection{direction("A", "B", rab.res), direction("B", "A", rba.res)}
 
+	if tcpFor > 0 {
+		if rep.TCP, err = r.tcpStream(ctx, tcpFor); err != nil {
+			return nil, err
+		}
+	}
+
 	// The probes.
-	lat, err := lab.Ping(ctx, aPing, echoAddr, lab.PingOptions{Duration: r.o.duration - floodFor, Timeout: time.Second})
+	lat, err := lab.Ping(ctx, aPing, echoAddr, lab.PingOptions{Duration: r.o.duration - floodFor - tcpFor, Timeout: time.Second})
 	if err != nil {
 		return nil, err
 	}
@@ -624,6 +645,30 @@ func (r *demoRun) traffic(ctx context.Context) (*demoReport, error) {
 		return nil, err
 	}
 	return rep, nil
+}
+
+// tcpStream measures one TCP stream from A to B through the tunnel, both
+// ends in this process, opened inside the namespaces.
+func (r *demoRun) tcpStream(ctx context.Context, d time.Duration) (*demoTCP, error) {
+	a, b := r.sites[0], r.sites[1]
+	dst := netip.AddrPortFrom(b.addr, demoPortTCP)
+	ln, err := b.ns.Listen("tcp", dst.String())
+	if err != nil {
+		return nil, err
+	}
+	defer ln.Close()
+	dial := func(ctx context.Context) (net.Conn, error) { return a.ns.Dial(ctx, "tcp", dst.String()) }
+	res, err := lab.TCPStream(ctx, ln, dial, d)
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	return &demoTCP{Seconds: res.Elapsed.Seconds(), Bytes: res.Bytes, Mbps: res.Mbps()}, nil
+}
+
+// progress says on stderr what the demo is doing, so that its wait is not
+// silent (the text report goes to stdout at the end).
+func (r *demoRun) progress(format string, args ...any) {
+	fmt.Fprintf(r.e.stderr, "sluice demo: "+format+"\n", args...)
 }
 
 // readSAs fills in the SA counters, waiting a bounded time for each SA's
@@ -736,22 +781,32 @@ func (r *demoRun) counterHint(ctx context.Context) string {
 
 // demoReport is what the demo prints; --json prints it as is.
 type demoReport struct {
-	Mode         string                      `json:"mode"`     // "netns" or "in-memory"
-	Gateways     string                      `json:"gateways"` // "daemon", "in-process" or "in-memory"
-	Namespaces   []string                    `json:"namespaces,omitempty"`
-	Pids         []int                       `json:"pids,omitempty"`
-	Keying       string                      `json:"keying"` // "ike" (IKEv2, PSK) or "static" ([[sa]] tables)
-	Engine       string                      `json:"engine"`
-	Alg          string                      `json:"alg"`
-	PayloadBytes int                         `json:"payload_bytes"` // UDP payload per datagram
-	Window       int                         `json:"window"`        // datagrams in flight per direction, at most
-	FirstPacket  float64                     `json:"first_packet_s"`
-	Traffic      []demoDirection             `json:"traffic"`
-	Latency      demoLatency                 `json:"latency"`
-	SALevel      []demoSALevel               `json:"sa_level"`
-	SAs          map[string][]gateway.SAInfo `json:"sas"`
+	Mode         string          `json:"mode"`     // "netns" or "in-memory"
+	Gateways     string          `json:"gateways"` // "daemon", "in-process" or "in-memory"
+	Namespaces   []string        `json:"namespaces,omitempty"`
+	Pids         []int           `json:"pids,omitempty"`
+	Keying       string          `json:"keying"` // "ike" (IKEv2, PSK) or "static" ([[sa]] tables)
+	Engine       string          `json:"engine"`
+	Alg          string          `json:"alg"`
+	PayloadBytes int             `json:"payload_bytes"` // UDP payload per datagram
+	Window       int             `json:"window"`        // datagrams in flight per direction, at most
+	FirstPacket  float64         `json:"first_packet_s"`
+	Traffic      []demoDirection `json:"traffic"`
+	// TCP is one TCP stream A -> B through the tunnel (network namespaces
+	// only: in-memory links carry no kernel TCP).
+	TCP     *demoTCP                    `json:"tcp,omitempty"`
+	Latency demoLatency                 `json:"latency"`
+	SALevel []demoSALevel               `json:"sa_level"`
+	SAs     map[string][]gateway.SAInfo `json:"sas"`
 	// Drops are each gateway's data-plane drops by reason.
 	Drops map[string]map[string]uint64 `json:"dataplane_drops"`
+}
+
+// demoTCP is the TCP stream's result.
+type demoTCP struct {
+	Seconds float64 `json:"seconds"`
+	Bytes   uint64  `json:"bytes"`
+	Mbps    float64 `json:"mbps"`
 }
 
 // demoDirection is one flood.
@@ -855,6 +910,9 @@ func (rep *demoReport) print(w io.Writer) {
 		fmt.Fprintf(tw, "\t%s -> %s\t%.1f\t%.0f\t%d\t%d\t%d (%.3f%%)\t\n", d.From, d.To, d.Mbps, d.PPS, d.Sent, d.Received, d.Lost, 100*d.LossRatio)
 	}
 	tw.Flush()
+	if rep.TCP != nil {
+		fmt.Fprintf(w, "\nTCP: one stream A -> B for %.1fs: %.1f Mbit/s (%d bytes)\n", rep.TCP.Seconds, rep.TCP.Mbps, rep.TCP.Bytes)
+	}
 
 	l := rep.Latency
 	fmt.Fprintf(w, "\nlatency: UDP echo A -> B -> A, one probe at a time: %d probes, %d lost\n", l.Probes, l.Lost)

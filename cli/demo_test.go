@@ -149,6 +149,17 @@ func TestDemoNetns(t *testing.T) {
 	if rep.PayloadBytes != 1438-28 {
 		t.Errorf("payload %d bytes, want %d (the TUN and tunnel MTU less IPv4 and UDP headers)", rep.PayloadBytes, 1438-28)
 	}
+	// A TCP stream through the tunnel too (UDP with a window of 24 in
+	// flight measures latency as much as throughput), and lines on
+	// stderr while it sets up and waits.
+	if rep.TCP == nil || rep.TCP.Bytes == 0 || rep.TCP.Mbps <= 0 {
+		t.Errorf("TCP stream: %+v", rep.TCP)
+	}
+	for _, want := range []string{"starting their gateways", "waiting for a first packet", "a TCP stream for"} {
+		if !strings.Contains(stderr, want) {
+			t.Errorf("stderr lacks %q:\n%s", want, stderr)
+		}
+	}
 }
 
 // TestDemoStaticKeys: --static-keys keys the demo's tunnel with [[sa]]

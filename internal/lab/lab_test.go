@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"os"
 	"os/exec"
@@ -473,5 +474,31 @@ func TestLabPercentile(t *testing.T) {
 	}
 	if lab.Percentile(nil, 0.5) != 0 {
 		t.Error("Percentile of nothing is not 0")
+	}
+}
+
+// TestTCPStream: a stream over loopback carries bytes for about its
+// duration and reports a rate; a dial that fails is an error and leaves
+// the listener usable.
+func TestTCPStream(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	dial := func(ctx context.Context) (net.Conn, error) {
+		var d net.Dialer
+		return d.DialContext(ctx, "tcp", ln.Addr().String())
+	}
+	res, err := lab.TCPStream(context.Background(), ln, dial, 200*time.Millisecond)
+	if err != nil || res.Bytes == 0 || res.Elapsed < 200*time.Millisecond || res.Mbps() <= 0 {
+		t.Fatalf("stream: %+v, %v", res, err)
+	}
+	bad := func(context.Context) (net.Conn, error) { return nil, errors.New("refused") }
+	if _, err := lab.TCPStream(context.Background(), ln, bad, 100*time.Millisecond); err == nil {
+		t.Fatal("a failed dial was not an error")
+	}
+	if res, err := lab.TCPStream(context.Background(), ln, dial, 50*time.Millisecond); err != nil || res.Bytes == 0 {
+		t.Fatalf("after a failed dial: %+v, %v", res, err)
 	}
 }
