@@ -17,6 +17,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
@@ -41,32 +42,143 @@ const minWatchInterval = 100 * time.Millisecond
 // ctlClearScreen moves the cursor home and clears a terminal (ANSI).
 const ctlClearScreen = "\x1b[H\x1b[2J"
 
+// SocketEnv names the environment variable the client commands take the
+// control socket's path from when neither --socket nor -c FILE names it.
+const SocketEnv = "SLUICE_SOCKET"
+
 // ctlOptions are the flags every client command has.
 type ctlOptions struct {
-	socket string
+	socket string // --socket
+	config string // -c FILE: the gateway's configuration file
 	json   bool
+	output string // -o: "" or "wide"
 }
 
 func ctlSocketFlag(cmd *cobra.Command, o *ctlOptions) {
-	cmd.PersistentFlags().StringVar(&o.socket, "socket", control.DefaultSocket, "control socket of the running gateway")
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.socket, "socket", "", "control socket of the running gateway (default: -c FILE's control_socket, else $"+
+		SocketEnv+", else "+control.DefaultSocket+")")
+	f.StringVarP(&o.config, "config", "c", "", "configuration file of the running gateway: talk to the gateway of FILE, at its control_socket")
 }
 
 func ctlJSONFlag(cmd *cobra.Command, o *ctlOptions) {
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the gateway's JSON instead of a table")
 }
 
-// call runs one request against the gateway at o.socket. A socket nobody
-// answers on, and an error the gateway answers with, exit with status 2.
+// ctlSocket is the control socket a client command talks to, and where
+// its path came from, for the errors.
+type ctlSocket struct {
+	path   string
+	source string // "--socket", "$SLUICE_SOCKET", "control_socket of FILE:LINE:COL", ...
+}
+
+// socketPath finds the control socket: --socket, else the control_socket of
+// -c FILE (the default when FILE sets none, as for sluice run), else
+// $SLUICE_SOCKET, else the default.
+func (o *ctlOptions) socketPath() (ctlSocket, error) {
+	switch {
+	case o.socket != "":
+		return ctlSocket{o.socket, "--socket"}, nil
+	case o.config != "":
+		return configSocket(o.config)
+	}
+	if p := os.Getenv(SocketEnv); p != "" {
+		return ctlSocket{p, "$" + SocketEnv}, nil
+	}
+	return ctlSocket{control.DefaultSocket, "the default; -c FILE, $" + SocketEnv + " or --socket name another"}, nil
+}
+
+// configSocket reads [gateway].control_socket from the configuration file
+// at path, and only that: the client needs no more of the file, which a
+// gateway may hold newer than the one it runs. The path is taken as sluice
+// run takes it, relative to the working directory.
+func configSocket(path string) (ctlSocket, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return ctlSocket{}, err
+	}
+	doc, err := config.ParseDocument(path, data)
+	if err != nil {
+		return ctlSocket{}, err
+	}
+	dflt := ctlSocket{config.DefaultControlSocket, "the default: " + path + " sets no control_socket"}
+	e := doc.Root.Lookup("gateway")
+	if e == nil {
+		return dflt, nil
+	}
+	gw, ok := e.Value.Table()
+	if !ok {
+		return ctlSocket{}, &config.Error{Pos: e.Value.Pos, Field: "gateway", Msg: "want a table [gateway], not " + e.Value.Kind.String()}
+	}
+	if e = gw.Lookup("control_socket"); e == nil {
+		return dflt, nil
+	}
+	s, ok := e.Value.Str()
+	if !ok || s == "" {
+		what := e.Value.Kind.String()
+		if ok {
+			what = "an empty string"
+		}
+		return ctlSocket{}, &config.Error{Pos: e.Value.Pos, Field: "gateway.control_socket",
+			Msg: "want a string, the path of the control socket, not " + what}
+	}
+	return ctlSocket{s, "control_socket of " + e.Value.Pos.String()}, nil
+}
+
+// ctlCall runs one request against the gateway at the socket o names. A
+// socket nobody answers on, and an error the gateway answers with, exit
+// with status 2. With -c FILE, a gateway that runs another file is refused
+// before fn sends anything.
 func ctlCall(ctx context.Context, o *ctlOptions, fn func(*control.Client) error) error {
-	c, err := control.Dial(ctx, o.socket)
+	sock, err := o.socketPath()
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
+	c, err := control.Dial(ctx, sock.path)
+	if err != nil {
+		var de *control.DialError
+		if errors.As(err, &de) {
+			de.Source = sock.source
+		}
+		return withCode(ExitUsage, err)
+	}
 	defer c.Close()
+	if o.config != "" {
+		if err := checkServes(ctx, c, sock.path, o.config); err != nil {
+			return withCode(ExitUsage, err)
+		}
+	}
 	if err := fn(c); err != nil {
 		return withCode(ExitUsage, err)
 	}
 	return nil
+}
+
+// checkServes asks the gateway on c which configuration file it runs and
+// returns an error if that is not file. A gateway that does not say
+// (one started from no file, or an older sluice) passes.
+func checkServes(ctx context.Context, c *control.Client, sock, file string) error {
+	st, err := c.Stats(ctx)
+	if err != nil {
+		return err
+	}
+	if st.Config == "" || sameFile(st.Config, file) {
+		return nil
+	}
+	return fmt.Errorf("the socket %s is served by the gateway of %s, not %s", sock, st.Config, file)
+}
+
+// sameFile reports whether the paths a and b name one file: the same
+// inode when both exist, else the same absolute path.
+func sameFile(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(fa, fb)
+	}
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
 }
 
 // group is a command that only holds subcommands.

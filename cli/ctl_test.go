@@ -329,7 +329,7 @@ func TestReload(t *testing.T) {
 
 func TestDeadSocket(t *testing.T) {
 	path := controltest.SocketPath(t)
-	want := "sluice: cannot reach sluice at " + path + ": is `sluice run` running?"
+	want := "sluice: cannot reach sluice at " + path + " (--socket): is `sluice run` running?"
 	for _, args := range [][]string{
 		{"sa", "list"}, {"sa", "del", "--spi", "4097"}, {"tunnel", "list"}, {"policy", "list"},
 		{"stats"}, {"stats", "--watch"}, {"reload"},
@@ -351,7 +351,8 @@ func TestDeadSocket(t *testing.T) {
 func TestDefaultSocketFlag(t *testing.T) {
 	for _, args := range [][]string{{"sa", "list"}, {"tunnel", "list"}, {"policy", "list"}, {"stats"}, {"reload"}} {
 		code, out, _ := ctlRun(append(args, "--help")...)
-		if code != 0 || !strings.Contains(out, `--socket string`) || !strings.Contains(out, `(default "/run/sluice/sluice.sock")`) {
+		if code != 0 || !strings.Contains(out, `--socket string`) || !strings.Contains(out, `-c, --config string`) ||
+			!strings.Contains(out, "else $SLUICE_SOCKET, else /run/sluice/sluice.sock)") {
 			t.Errorf("%q --help: exit %d:\n%s", args, code, out)
 		}
 	}
@@ -466,4 +467,145 @@ func TestStatsTLSOnly(t *testing.T) {
 		"web  terminate  :8443           0     0         0        0            5           0        0         0          0         0      0        -           0          0      -",
 		"api  originate  127.0.0.1:9080  0     0         0        0            1           0        0         0          0         3      2        1.5         2          0      backend=2",
 	)
+}
+
+// configBackend is a controltest.Backend whose stats name the
+// configuration file the gateway runs.
+type configBackend struct {
+	*controltest.Backend
+	file string
+}
+
+func (b configBackend) Stats() gateway.Stats {
+	st := b.Backend.Stats()
+	st.Config = b.file
+	return st
+}
+
+// fakeGatewayOf serves a controltest.Backend that says it runs file, on a
+// fresh socket until the test ends.
+func fakeGatewayOf(t *testing.T, file string) (string, *controltest.Backend) {
+	t.Helper()
+	path := controltest.SocketPath(t)
+	b := controltest.New()
+	s, err := control.Listen(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(configBackend{b, file})
+	t.Cleanup(func() { s.Close() })
+	return path, b
+}
+
+// TestClientFindsSocket: the client commands take the socket from
+// --socket, else from -c FILE's control_socket, else from $SLUICE_SOCKET,
+// else the default; when the socket is not there the error says where its
+// path came from, and a socket served by the gateway of another file is
+// refused before anything is sent.
+func TestClientFindsSocket(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gw.toml")
+	sock, b := fakeGatewayOf(t, file)
+	if err := os.WriteFile(file, []byte("[gateway]\nworkers = 1\ncontrol_socket = \""+sock+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dead := controltest.SocketPath(t)
+
+	for _, args := range [][]string{
+		{"stats", "-c", file}, {"stats", "--config", file}, {"sa", "list", "-c", file}, {"tunnel", "-c", file, "list"},
+		{"policy", "list", "-c", file}, {"ike", "list", "-c", file}, {"reload", "-c", file},
+	} {
+		if code, out, errOut := ctlRun(args...); code != 0 || out == "" {
+			t.Errorf("%q: exit %d, %q, %q", args, code, out, errOut)
+		}
+	}
+	if b.Calls("Reload") != 1 {
+		t.Errorf("reload -c FILE: %d reloads", b.Calls("Reload"))
+	}
+
+	t.Setenv("SLUICE_SOCKET", sock)
+	if code, _, errOut := ctlRun("sa", "list"); code != 0 {
+		t.Errorf("sa list with $SLUICE_SOCKET: exit %d, %q", code, errOut)
+	}
+	// --socket comes first, then the file, then the environment.
+	if code, _, errOut := ctlRun("sa", "list", "--socket", dead); code != ExitUsage ||
+		!strings.HasPrefix(errOut, "sluice: cannot reach sluice at "+dead+" (--socket): is `sluice run` running?") {
+		t.Errorf("--socket over $SLUICE_SOCKET: exit %d, %q", code, errOut)
+	}
+	other := filepath.Join(dir, "other.toml")
+	if err := os.WriteFile(other, []byte("# comment\n[gateway]\ncontrol_socket = \""+dead+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := ctlRun("stats", "-c", other); code != ExitUsage ||
+		!strings.HasPrefix(errOut, "sluice: cannot reach sluice at "+dead+" (control_socket of "+other+":3:18): is `sluice run` running?") {
+		t.Errorf("-c over $SLUICE_SOCKET: exit %d, %q", code, errOut)
+	}
+	t.Setenv("SLUICE_SOCKET", dead)
+	if code, _, errOut := ctlRun("stats"); code != ExitUsage ||
+		!strings.HasPrefix(errOut, "sluice: cannot reach sluice at "+dead+" ($SLUICE_SOCKET): is `sluice run` running?") {
+		t.Errorf("dead $SLUICE_SOCKET: exit %d, %q", code, errOut)
+	}
+
+	// The socket other.toml names is served by the gateway of gw.toml.
+	if err := os.WriteFile(other, []byte("[gateway]\ncontrol_socket = \""+sock+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reloads := b.Calls("Reload")
+	for _, args := range [][]string{{"reload", "-c", other}, {"stats", "-c", other}, {"sa", "list", "--socket", sock, "-c", other}} {
+		code, out, errOut := ctlRun(args...)
+		want := "sluice: the socket " + sock + " is served by the gateway of " + file + ", not " + other + "\n"
+		if code != ExitUsage || out != "" || errOut != want {
+			t.Errorf("%q: exit %d, %q, %q; want %q", args, code, out, errOut, want)
+		}
+	}
+	if b.Calls("Reload") != reloads {
+		t.Errorf("reload reached the gateway of another file")
+	}
+	// The same file by another name is the same file.
+	link := filepath.Join(dir, "link.toml")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := ctlRun("stats", "-c", link); code != 0 {
+		t.Errorf("stats -c through a symlink: exit %d, %q", code, errOut)
+	}
+
+	// A file without control_socket means the default, as for sluice run.
+	bare := filepath.Join(dir, "bare.toml")
+	if err := os.WriteFile(bare, []byte("[gateway]\nworkers = 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := ctlRun("stats", "-c", bare); code != ExitUsage ||
+		!strings.HasPrefix(errOut, "sluice: cannot reach sluice at "+control.DefaultSocket+" (the default: "+bare+" sets no control_socket)") {
+		t.Errorf("-c FILE without control_socket: exit %d, %q", code, errOut)
+	}
+	// A file that cannot be read, or whose control_socket is wrong, is an
+	// error naming it.
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[gateway]\ncontrol_socket = 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		bad:                                "sluice: " + bad + ":2:18: gateway.control_socket: want a string, the path of the control socket, not integer\n",
+		filepath.Join(dir, "none.toml"):    "no such file or directory",
+		writeTemp(t, dir, "[gateway\n"):    ":1:",
+		writeTemp(t, dir, "gateway = 3\n"): ": gateway: want a table [gateway], not integer",
+	} {
+		if code, _, errOut := ctlRun("stats", "-c", file); code != ExitUsage || !strings.Contains(errOut, want) {
+			t.Errorf("-c %s: exit %d, %q, want %q", file, code, errOut, want)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, dir, text string) string {
+	t.Helper()
+	f, err := os.CreateTemp(dir, "*.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
 }
