@@ -546,7 +546,8 @@ func TestClientFindsSocket(t *testing.T) {
 	dead := controltest.SocketPath(t)
 
 	for _, args := range [][]string{
-		{"stats", "-c", file}, {"stats", "--config", file}, {"sa", "list", "-c", file}, {"tunnel", "-c", file, "list"},
+		{"stats", "-c", file}, {"stats", "--config", file}, {"-c", file, "stats"}, {"--config", file, "sa", "list"},
+		{"sa", "list", "-c", file}, {"tunnel", "-c", file, "list"},
 		{"policy", "list", "-c", file}, {"ike", "list", "-c", file}, {"reload", "-c", file},
 	} {
 		if code, out, errOut := ctlRun(args...); code != 0 || out == "" {
