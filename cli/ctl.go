@@ -58,7 +58,7 @@ func ctlSocketFlag(cmd *cobra.Command, o *ctlOptions) {
 	f := cmd.PersistentFlags()
 	f.StringVar(&o.socket, "socket", "", "control socket of the running gateway (default: -c FILE's control_socket, else $"+
 		SocketEnv+", else "+control.DefaultSocket+")")
-	f.StringVarP(&o.config, "config", "c", "", "configuration file of the running gateway: talk to the gateway of FILE, at its control_socket")
+	f.StringVarP(&o.config, "config", "c", "", "the running gateway's configuration file: reach it at the file's control_socket")
 }
 
 // ctlJSONFlag gives a command that prints tables --json and -o.
