@@ -51,7 +51,7 @@ type ctlOptions struct {
 	socket string // --socket
 	config string // -c FILE: the gateway's configuration file
 	json   bool
-	output string // -o: "" or "wide"
+	output string // -o: "", "wide" or "json"
 }
 
 func ctlSocketFlag(cmd *cobra.Command, o *ctlOptions) {
