@@ -17,10 +17,10 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -28,6 +28,7 @@ import (
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/control"
+	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/gateway"
 )
 
@@ -41,32 +42,188 @@ const minWatchInterval = 100 * time.Millisecond
 // ctlClearScreen moves the cursor home and clears a terminal (ANSI).
 const ctlClearScreen = "\x1b[H\x1b[2J"
 
+// SocketEnv names the environment variable the client commands take the
+// control socket's path from when neither --socket nor -c FILE names it.
+const SocketEnv = "SLUICE_SOCKET"
+
 // ctlOptions are the flags every client command has.
 type ctlOptions struct {
-	socket string
+	socket string // --socket
+	config string // -c FILE: the gateway's configuration file
 	json   bool
+	output string // -o: "", "wide" or "json"
 }
 
 func ctlSocketFlag(cmd *cobra.Command, o *ctlOptions) {
-	cmd.PersistentFlags().StringVar(&o.socket, "socket", control.DefaultSocket, "control socket of the running gateway")
+	f := cmd.PersistentFlags()
+	f.StringVar(&o.socket, "socket", "", "control socket of the running gateway (default: -c FILE's control_socket, else $"+
+		SocketEnv+", else "+control.DefaultSocket+")")
+	f.StringVarP(&o.config, "config", "c", "", "the running gateway's configuration file: reach it at the file's control_socket")
 }
 
+// ctlJSONFlag gives a command that prints tables --json and -o.
 func ctlJSONFlag(cmd *cobra.Command, o *ctlOptions) {
 	cmd.Flags().BoolVar(&o.json, "json", false, "print the gateway's JSON instead of a table")
+	cmd.Flags().StringVarP(&o.output, "output", "o", "", "wide: every column, none cut to fit "+strconv.Itoa(ctlWidth)+" columns; json: as --json")
 }
 
-// call runs one request against the gateway at o.socket. A socket nobody
-// answers on, and an error the gateway answers with, exit with status 2.
-func ctlCall(ctx context.Context, o *ctlOptions, fn func(*control.Client) error) error {
-	c, err := control.Dial(ctx, o.socket)
+// view checks -o and says how to print the tables.
+func (o *ctlOptions) view() (ctlView, error) {
+	switch o.output {
+	case "":
+	case "wide":
+		return ctlView{wide: true}, nil
+	case "json":
+		o.json = true
+	default:
+		return ctlView{}, withCode(ExitUsage, fmt.Errorf("-o %q: want wide or json", o.output))
+	}
+	return ctlView{}, nil
+}
+
+// ctlSocket is the control socket a client command talks to, and where
+// its path came from, for the errors.
+type ctlSocket struct {
+	path   string
+	source string // "--socket", "$SLUICE_SOCKET", "control_socket of FILE:LINE:COL", ...
+}
+
+// socketPath finds the control socket: --socket, else the control_socket of
+// -c FILE (the default when FILE sets none, as for sluice run), else
+// $SLUICE_SOCKET, else the default.
+func (o *ctlOptions) socketPath() (ctlSocket, error) {
+	switch {
+	case o.socket != "":
+		return ctlSocket{o.socket, "--socket"}, nil
+	case o.config != "":
+		return configSocket(o.config)
+	}
+	if p := os.Getenv(SocketEnv); p != "" {
+		return ctlSocket{p, "$" + SocketEnv}, nil
+	}
+	return ctlSocket{control.DefaultSocket, "the default; -c FILE, $" + SocketEnv + " or --socket name another"}, nil
+}
+
+// configSocket reads [gateway].control_socket from the configuration file
+// at path, and only that: the client needs no more of the file, which a
+// gateway may hold newer than the one it runs. The path is taken as sluice
+// run takes it, relative to the working directory.
+func configSocket(path string) (ctlSocket, error) {
+	data, err := os.ReadFile(path)
 	if err != nil {
-		return withCode(ExitUsage, err)
+		return ctlSocket{}, err
+	}
+	doc, err := config.ParseDocument(path, data)
+	if err != nil {
+		return ctlSocket{}, err
+	}
+	dflt := ctlSocket{config.DefaultControlSocket, "the default: " + path + " sets no control_socket"}
+	e := doc.Root.Lookup("gateway")
+	if e == nil {
+		return dflt, nil
+	}
+	gw, ok := e.Value.Table()
+	if !ok {
+		return ctlSocket{}, &config.Error{Pos: e.Value.Pos, Field: "gateway", Msg: "want a table [gateway], not " + e.Value.Kind.String()}
+	}
+	if e = gw.Lookup("control_socket"); e == nil {
+		return dflt, nil
+	}
+	s, ok := e.Value.Str()
+	if !ok || s == "" {
+		what := e.Value.Kind.String()
+		if ok {
+			what = "an empty string"
+		}
+		return ctlSocket{}, &config.Error{Pos: e.Value.Pos, Field: "gateway.control_socket",
+			Msg: "want a string, the path of the control socket, not " + what}
+	}
+	return ctlSocket{s, "control_socket of " + e.Value.Pos.String()}, nil
+}
+
+// ctlDial connects to the gateway at the socket o names. A socket that
+// is not there is an error that says where its path came from.
+func ctlDial(ctx context.Context, o *ctlOptions) (*control.Client, ctlSocket, error) {
+	sock, err := o.socketPath()
+	if err != nil {
+		return nil, sock, withCode(ExitUsage, err)
+	}
+	c, err := control.Dial(ctx, sock.path)
+	if err != nil {
+		var de *control.DialError
+		if errors.As(err, &de) {
+			de.Source = sock.source
+		}
+		return nil, sock, withCode(ExitUsage, err)
+	}
+	return c, sock, nil
+}
+
+// ctlCall runs one request against the gateway at the socket o names. A
+// socket nobody answers on, and an error the gateway answers with, exit
+// with status 2. With -c FILE, a gateway that runs another file is refused
+// before fn sends anything.
+func ctlCall(ctx context.Context, o *ctlOptions, fn func(*control.Client) error) error {
+	c, sock, err := ctlDial(ctx, o)
+	if err != nil {
+		return err
 	}
 	defer c.Close()
+	if o.config != "" {
+		st, err := c.Stats(ctx)
+		if err == nil {
+			err = checkServes(st, sock.path, o.config)
+		}
+		if err != nil {
+			return withCode(ExitUsage, err)
+		}
+	}
 	if err := fn(c); err != nil {
 		return withCode(ExitUsage, err)
 	}
 	return nil
+}
+
+// ctlStats reads the gateway's counters, as ctlCall would, in one request:
+// the -c FILE check uses the answer.
+func ctlStats(ctx context.Context, o *ctlOptions) (gateway.Stats, error) {
+	c, sock, err := ctlDial(ctx, o)
+	if err != nil {
+		return gateway.Stats{}, err
+	}
+	defer c.Close()
+	st, err := c.Stats(ctx)
+	if err == nil && o.config != "" {
+		err = checkServes(st, sock.path, o.config)
+	}
+	if err != nil {
+		return gateway.Stats{}, withCode(ExitUsage, err)
+	}
+	return st, nil
+}
+
+// checkServes returns an error if the stats st, read from the socket
+// sock, are not those of the gateway of file. A gateway that does not say
+// which file it runs (one started from no file, or an older sluice)
+// passes.
+func checkServes(st gateway.Stats, sock, file string) error {
+	if st.Config == "" || sameFile(st.Config, file) {
+		return nil
+	}
+	return fmt.Errorf("the socket %s is served by the gateway of %s, not %s", sock, st.Config, file)
+}
+
+// sameFile reports whether the paths a and b name one file: the same
+// inode when both exist, else the same absolute path.
+func sameFile(a, b string) bool {
+	fa, errA := os.Stat(a)
+	fb, errB := os.Stat(b)
+	if errA == nil && errB == nil {
+		return os.SameFile(fa, fb)
+	}
+	absA, errA := filepath.Abs(a)
+	absB, errB := filepath.Abs(b)
+	return errA == nil && errB == nil && absA == absB
 }
 
 // group is a command that only holds subcommands.
@@ -85,10 +242,14 @@ func newSACommand(e *env) *cobra.Command {
 	ctlSocketFlag(cmd, o)
 
 	list := &cobra.Command{
-		Use:   "list [--json]",
+		Use:   "list [-o wide] [--json]",
 		Short: "List the SAs: each tunnel's outbound SA, then its inbound ones",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := o.view()
+			if err != nil {
+				return err
+			}
 			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
 				sas, err := c.SAs(cmd.Context())
 				if err != nil {
@@ -97,7 +258,7 @@ func newSACommand(e *env) *cobra.Command {
 				if o.json {
 					return ctlPrintJSON(e.stdout, sas)
 				}
-				return printSAs(e.stdout, sas)
+				return printSAs(e.stdout, sas, v)
 			})
 		},
 	}
@@ -203,10 +364,14 @@ func newTunnelCommand(e *env) *cobra.Command {
 	cmd := ctlGroup("tunnel", "Show the tunnels of the running gateway")
 	ctlSocketFlag(cmd, o)
 	list := &cobra.Command{
-		Use:   "list [--json]",
+		Use:   "list [-o wide] [--json]",
 		Short: "List the tunnels",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := o.view()
+			if err != nil {
+				return err
+			}
 			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
 				ts, err := c.Tunnels(cmd.Context())
 				if err != nil {
@@ -215,7 +380,7 @@ func newTunnelCommand(e *env) *cobra.Command {
 				if o.json {
 					return ctlPrintJSON(e.stdout, ts)
 				}
-				return printTunnels(e.stdout, ts)
+				return printTunnels(e.stdout, ts, v)
 			})
 		},
 	}
@@ -229,10 +394,14 @@ func newPolicyCommand(e *env) *cobra.Command {
 	cmd := ctlGroup("policy", "Show the security policies of the running gateway")
 	ctlSocketFlag(cmd, o)
 	list := &cobra.Command{
-		Use:   "list [--json]",
+		Use:   "list [-o wide] [--json]",
 		Short: "List the policies in order; the first that matches a packet decides",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := o.view()
+			if err != nil {
+				return err
+			}
 			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
 				ps, err := c.Policies(cmd.Context())
 				if err != nil {
@@ -241,7 +410,7 @@ func newPolicyCommand(e *env) *cobra.Command {
 				if o.json {
 					return ctlPrintJSON(e.stdout, ps)
 				}
-				return printPolicies(e.stdout, ps)
+				return printPolicies(e.stdout, ps, v)
 			})
 		},
 	}
@@ -291,7 +460,7 @@ func newStatsCommand(e *env) *cobra.Command {
 	var watch bool
 	var interval time.Duration
 	cmd := &cobra.Command{
-		Use:   "stats [--watch [--interval 1s]] [--json]",
+		Use:   "stats [--watch [--interval 1s]] [-o wide] [--json]",
 		Short: "Show the counters of the running gateway",
 		Long: `Show the counters of the running gateway: per worker, per receive
 goroutine and per SA, each drop with its reason; then per TLS listener and
@@ -299,9 +468,16 @@ origin: connections, handshakes (resumed among them, failures by reason),
 plaintext bytes each way, and its engine's signing queue (signatures,
 batches, mean and largest batch, waiting now).
 
+The tables fit 100 columns: -o wide adds the columns left out (TLS
+refusals, idle closes, resumptions, requests and the signing queue) and
+cuts no names; --json has everything.
+
 --watch shows them again every --interval until interrupted: on a terminal
 it redraws the screen; otherwise it prints one snapshot after another (with
---json, one JSON object per line).`,
+--json, one JSON object per line). From the second snapshot on, the
+counters of packets, bytes (as bits), handshakes and drops show their rate
+per second since the snapshot before (the totals are in -o wide and
+--json).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if cmd.Flags().Changed("interval") && !watch {
@@ -310,16 +486,21 @@ it redraws the screen; otherwise it prints one snapshot after another (with
 			if interval < minWatchInterval {
 				return withCode(ExitUsage, fmt.Errorf("--interval %v: want at least %v", interval, minWatchInterval))
 			}
-			if !watch {
-				return ctlCall(cmd.Context(), o, func(c *control.Client) error {
-					st, err := c.Stats(cmd.Context())
-					if err != nil {
-						return err
-					}
-					return printStatsAs(e.stdout, st, o.json)
-				})
+			v, err := o.view()
+			if err != nil {
+				return err
 			}
-			return watchStats(cmd.Context(), e, o, interval)
+			if !watch {
+				st, err := ctlStats(cmd.Context(), o)
+				if err != nil {
+					return err
+				}
+				if o.json {
+					return ctlPrintJSON(e.stdout, st)
+				}
+				return printStats(e.stdout, st, v)
+			}
+			return watchStats(cmd.Context(), e, o, v, interval)
 		},
 	}
 	ctlSocketFlag(cmd, o)
@@ -332,34 +513,38 @@ it redraws the screen; otherwise it prints one snapshot after another (with
 // watchStats shows a snapshot every interval until ctx ends. Each snapshot
 // is read on a connection of its own, so the watch outlives the server's
 // idle timeout whatever the interval.
-func watchStats(ctx context.Context, e *env, o *ctlOptions, interval time.Duration) error {
+func watchStats(ctx context.Context, e *env, o *ctlOptions, v ctlView, interval time.Duration) error {
 	term := ctlIsTerminal(e.stdout)
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
+	var prev *gateway.Stats
+	var prevAt time.Time
 	for {
-		var st gateway.Stats
-		err := ctlCall(ctx, o, func(c *control.Client) error {
-			var err error
-			st, err = c.Stats(ctx)
-			return err
-		})
+		st, err := ctlStats(ctx, o)
+		at := time.Now()
 		if ctx.Err() != nil {
 			return nil
 		}
 		if err != nil {
 			return err
 		}
+		// Rates from the second snapshot on, over the time between the
+		// two reads.
+		if prev != nil {
+			v.rates = &ctlRates{prev: *prev, dt: at.Sub(prevAt)}
+		}
+		prev, prevAt = &st, at
 		var b strings.Builder
 		switch {
 		case o.json:
 			err = ctlPrintJSONLine(&b, st)
 		case term:
 			b.WriteString(ctlClearScreen)
-			fmt.Fprintf(&b, "sluice stats, every %v: %s\n\n", interval, time.Now().Format(time.TimeOnly))
-			err = printStats(&b, st)
+			fmt.Fprintf(&b, "sluice stats, every %v%s: %s\n\n", interval, watchWhat(v), at.Format(time.TimeOnly))
+			err = printStats(&b, st, v)
 		default:
-			fmt.Fprintf(&b, "--- %s\n", time.Now().Format(time.RFC3339))
-			err = printStats(&b, st)
+			fmt.Fprintf(&b, "--- %s%s\n", at.Format(time.RFC3339), watchWhat(v))
+			err = printStats(&b, st, v)
 			b.WriteString("\n")
 		}
 		if err != nil {
@@ -374,6 +559,15 @@ func watchStats(ctx context.Context, e *env, o *ctlOptions, interval time.Durati
 		case <-tick.C:
 		}
 	}
+}
+
+// watchWhat says over what time a snapshot's rates are, or that it shows
+// totals.
+func watchWhat(v ctlView) string {
+	if v.rates == nil {
+		return " (totals; rates per second from the next snapshot)"
+	}
+	return fmt.Sprintf(" (rates per second over the last %v)", v.rates.dt.Round(time.Millisecond))
 }
 
 // ctlIsTerminal reports whether w is a terminal.
@@ -404,26 +598,6 @@ func ctlPrintJSONLine(w io.Writer, v any) error {
 	return err
 }
 
-func printStatsAs(w io.Writer, st gateway.Stats, asJSON bool) error {
-	if asJSON {
-		return ctlPrintJSON(w, st)
-	}
-	return printStats(w, st)
-}
-
-// ctlTable writes tab-separated rows as aligned columns.
-type ctlTable struct{ tw *tabwriter.Writer }
-
-func newCtlTable(w io.Writer, header ...string) *ctlTable {
-	t := &ctlTable{tw: tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)}
-	t.row(header...)
-	return t
-}
-
-func (t *ctlTable) row(cells ...string) { fmt.Fprintln(t.tw, strings.Join(cells, "\t")) }
-
-func (t *ctlTable) flush() error { return t.tw.Flush() }
-
 func ctlSPI(spi uint32) string { return fmt.Sprintf("0x%08x", spi) }
 
 func ctlU64(v uint64) string { return strconv.FormatUint(v, 10) }
@@ -447,6 +621,14 @@ func ctlDrops(m map[string]uint64) string {
 	return strings.Join(parts, " ")
 }
 
+func ctlSum(m map[string]uint64) uint64 {
+	var n uint64
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
 func ctlList(s []string) string {
 	if len(s) == 0 {
 		return "-"
@@ -461,12 +643,93 @@ func ctlOrDash(s string) string {
 	return s
 }
 
-func printSAs(w io.Writer, sas []gateway.SAInfo) error {
+// ctlView is how a command prints its tables: wide (-o wide) shows every
+// column whole; rates, set by stats --watch from its second snapshot on,
+// shows rates per second in place of the totals of the counters (the
+// totals move to -o wide).
+type ctlView struct {
+	wide  bool
+	rates *ctlRates
+}
+
+// ctlRates are the snapshot before the one shown and the time between
+// the two.
+type ctlRates struct {
+	prev gateway.Stats
+	dt   time.Duration
+}
+
+// per is the rate of a counter that went from prev to cur; found is false
+// when the previous snapshot did not have it.
+func (r *ctlRates) per(cur, prev uint64, found bool) string {
+	if !found || cur < prev || r.dt <= 0 {
+		return "-"
+	}
+	return ctlRate(float64(cur-prev)/r.dt.Seconds(), true)
+}
+
+// bits is the rate of a byte counter, in bits per second.
+func (r *ctlRates) bits(cur, prev uint64, found bool) string {
+	return r.per(8*cur, 8*prev, found)
+}
+
+// counterCols are the columns of a counter: its total, or with rates its
+// rate (rate names it), the total only with -o wide.
+func (v ctlView) counterCols(name, rate string) []ctlCol {
+	if v.rates == nil {
+		return []ctlCol{col(name)}
+	}
+	return []ctlCol{wideCol(name), col(rate)}
+}
+
+// counter is the cells of counterCols: the total, and with rates the rate
+// fn computes.
+func (v ctlView) counter(total uint64, rate func(*ctlRates) string) []string {
+	if v.rates == nil {
+		return []string{ctlU64(total)}
+	}
+	return []string{ctlU64(total), rate(v.rates)}
+}
+
+// dropCols are the columns of a drop counter by reason: with rates, the
+// drops per second of all reasons, then the totals by reason.
+func (v ctlView) dropCols() []ctlCol {
+	if v.rates == nil {
+		return []ctlCol{cutCol("DROPS")}
+	}
+	return []ctlCol{col("DROPS/S"), cutCol("DROPS")}
+}
+
+func (v ctlView) drops(cur, prev map[string]uint64, found bool) []string {
+	if v.rates == nil {
+		return []string{ctlDrops(cur)}
+	}
+	return []string{v.rates.per(ctlSum(cur), ctlSum(prev), found), ctlDrops(cur)}
+}
+
+func cols(groups ...[]ctlCol) []ctlCol {
+	var out []ctlCol
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+func cells(groups ...[]string) []string {
+	var out []string
+	for _, g := range groups {
+		out = append(out, g...)
+	}
+	return out
+}
+
+func printSAs(w io.Writer, sas []gateway.SAInfo, v ctlView) error {
 	if len(sas) == 0 {
 		_, err := fmt.Fprintln(w, "no SAs")
 		return err
 	}
-	t := newCtlTable(w, "TUNNEL", "DIR", "NAME", "SPI", "ALG", "MODE", "ENCAP", "ENGINE", "FLAGS", "PACKETS", "BYTES", "DROPS")
+	t := newTable(w, v.wide, cutCol("TUNNEL"), col("DIR"), cutCol("NAME"), col("SPI"), col("ALG"), wideCol("MODE"),
+		wideCol("ENCAP"), wideCol("ENGINE"), col("FLAGS"), col("PACKETS"), col("BYTES"), cutCol("DROPS"))
 	for _, s := range sas {
 		var flags []string
 		if s.ESN {
@@ -481,12 +744,13 @@ func printSAs(w io.Writer, sas []gateway.SAInfo) error {
 	return t.flush()
 }
 
-func printTunnels(w io.Writer, ts []gateway.TunnelInfo) error {
+func printTunnels(w io.Writer, ts []gateway.TunnelInfo, v ctlView) error {
 	if len(ts) == 0 {
 		_, err := fmt.Fprintln(w, "no tunnels")
 		return err
 	}
-	t := newCtlTable(w, "NAME", "LOCAL", "PEER", "ENCAP", "MTU", "WORKER", "OUT", "IN", "REMOTE")
+	t := newTable(w, v.wide, cutCol("NAME"), wideCol("LOCAL"), col("PEER"), col("ENCAP"), col("MTU"), wideCol("WORKER"),
+		cutCol("OUT"), cutCol("IN"), cutCol("REMOTE"))
 	for _, tn := range ts {
 		t.row(tn.Name, tn.Local, tn.Peer, tn.Encap, strconv.Itoa(tn.MTU), strconv.Itoa(tn.Worker), ctlOrDash(tn.Out),
 			ctlList(tn.In), ctlList(tn.Remote))
@@ -494,12 +758,12 @@ func printTunnels(w io.Writer, ts []gateway.TunnelInfo) error {
 	return t.flush()
 }
 
-func printPolicies(w io.Writer, ps []gateway.PolicyInfo) error {
+func printPolicies(w io.Writer, ps []gateway.PolicyInfo, v ctlView) error {
 	if len(ps) == 0 {
 		_, err := fmt.Fprintln(w, "no policies: route-based mode (each tunnel's remote prefixes)")
 		return err
 	}
-	t := newCtlTable(w, "#", "NAME", "SELECTOR", "ACTION", "TUNNEL")
+	t := newTable(w, v.wide, col("#"), cutCol("NAME"), cutMin("SELECTOR", 40), col("ACTION"), cutCol("TUNNEL"))
 	for i, p := range ps {
 		t.row(strconv.Itoa(i+1), ctlOrDash(p.Name), p.Selector, p.Action, ctlOrDash(p.Tunnel))
 	}
@@ -509,11 +773,11 @@ func printPolicies(w io.Writer, ps []gateway.PolicyInfo) error {
 // printStats prints the workers, the receivers and the SAs, each table with
 // a total row where one adds up, then the TLS listeners. A TLS-only
 // gateway (no workers, no SAs) has only the TLS table.
-func printStats(w io.Writer, st gateway.Stats) error {
+func printStats(w io.Writer, st gateway.Stats, v ctlView) error {
 	if len(st.Dataplane.Workers) == 0 && len(st.Dataplane.Receivers) == 0 && len(st.SAs) == 0 && len(st.TLS) > 0 {
-		return printTLSStats(w, st.TLS)
+		return printTLSTable(w, st.TLS, v)
 	}
-	if err := printESPStats(w, st); err != nil {
+	if err := printESPStats(w, st, v); err != nil {
 		return err
 	}
 	if st.IKE != nil {
@@ -525,51 +789,109 @@ func printStats(w io.Writer, st gateway.Stats) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	return printTLSStats(w, st.TLS)
+	return printTLSTable(w, st.TLS, v)
 }
 
-// printTLSStats prints one row per TLS listener and origin: connections,
+// printTLSStats prints the TLS table with every column, for sluice demo
+// tls, whose point is the signing queue's columns.
+func printTLSStats(w io.Writer, ls []gateway.TLSInfo) error {
+	return printTLSTable(w, ls, ctlView{wide: true})
+}
+
+// printTLSTable prints one row per TLS listener and origin: connections,
 // handshakes, plaintext bytes, the signing queue of its engine (signatures,
 // batches, the mean and largest batch, waiting now) and failed handshakes
 // by reason.
-func printTLSStats(w io.Writer, ls []gateway.TLSInfo) error {
-	t := newCtlTable(w, "TLS", "KIND", "LISTEN", "OPEN", "ACCEPTED", "REFUSED", "IDLE CLOSED", "HANDSHAKES", "RESUMED",
-		"BYTES IN", "BYTES OUT", "REQUESTS", "SIGNS", "BATCHES", "MEAN BATCH", "MAX BATCH", "QUEUE", "FAILURES")
+func printTLSTable(w io.Writer, ls []gateway.TLSInfo, v ctlView) error {
+	t := newTable(w, v.wide, cols(
+		[]ctlCol{cutCol("TLS"), col("KIND"), cutCol("LISTEN"), col("OPEN"), wideCol("ACCEPTED"), wideCol("REFUSED"), wideCol("IDLE CLOSED")},
+		v.counterCols("HANDSHAKES", "HS/S"), []ctlCol{wideCol("RESUMED")},
+		v.counterCols("BYTES IN", "IN BIT/S"), v.counterCols("BYTES OUT", "OUT BIT/S"),
+		[]ctlCol{wideCol("REQUESTS"), wideCol("SIGNS"), wideCol("BATCHES"), wideCol("MEAN BATCH"), wideCol("MAX BATCH"), wideCol("QUEUE"),
+			cutCol("FAILURES")})...)
 	for _, l := range ls {
 		mean := "-"
 		if l.SignBatches > 0 {
 			mean = strconv.FormatFloat(float64(l.SignOps)/float64(l.SignBatches), 'f', 1, 64)
 		}
-		t.row(l.Name, l.Kind, l.Listen, ctlU64(l.Open), ctlU64(l.Accepted), ctlU64(l.Refused), ctlU64(l.IdleClosed),
-			ctlU64(l.Handshakes), ctlU64(l.Resumed), ctlU64(l.BytesIn), ctlU64(l.BytesOut),
-			ctlU64(l.Requests), ctlU64(l.SignOps), ctlU64(l.SignBatches), mean, ctlU64(l.SignMaxBatch), ctlU64(l.SignQueueDepth),
-			ctlDrops(l.HandshakeFailures))
+		var p gateway.TLSInfo
+		found := false
+		if v.rates != nil {
+			for _, q := range v.rates.prev.TLS {
+				if q.Name == l.Name && q.Kind == l.Kind {
+					p, found = q, true
+				}
+			}
+		}
+		t.row(cells(
+			[]string{l.Name, l.Kind, l.Listen, ctlU64(l.Open), ctlU64(l.Accepted), ctlU64(l.Refused), ctlU64(l.IdleClosed)},
+			v.counter(l.Handshakes, func(r *ctlRates) string { return r.per(l.Handshakes, p.Handshakes, found) }),
+			[]string{ctlU64(l.Resumed)},
+			v.counter(l.BytesIn, func(r *ctlRates) string { return r.bits(l.BytesIn, p.BytesIn, found) }),
+			v.counter(l.BytesOut, func(r *ctlRates) string { return r.bits(l.BytesOut, p.BytesOut, found) }),
+			[]string{ctlU64(l.Requests), ctlU64(l.SignOps), ctlU64(l.SignBatches), mean, ctlU64(l.SignMaxBatch), ctlU64(l.SignQueueDepth),
+				ctlDrops(l.HandshakeFailures)})...)
 	}
 	return t.flush()
 }
 
 // printESPStats prints the data plane's tables: workers, receivers, SAs.
-func printESPStats(w io.Writer, st gateway.Stats) error {
-	t := newCtlTable(w, "WORKER", "SEALED", "OPENED", "TX", "TX ERRORS", "DROPS")
-	var sum workerSum
+func printESPStats(w io.Writer, st gateway.Stats, v ctlView) error {
+	var prev gateway.Stats
+	if v.rates != nil {
+		prev = v.rates.prev
+	}
+	t := newTable(w, v.wide, cols([]ctlCol{col("WORKER")}, v.counterCols("SEALED", "SEALED/S"), v.counterCols("OPENED", "OPENED/S"),
+		v.counterCols("TX", "TX/S"), []ctlCol{col("TX ERRORS")}, v.dropCols())...)
+	var sum, prevSum workerSum
 	for _, ws := range st.Dataplane.Workers {
-		t.row(strconv.Itoa(ws.Index), ctlU64(ws.Sealed), ctlU64(ws.Opened), ctlU64(ws.TxPackets), ctlU64(ws.TxErrors), ctlDrops(ws.Drops))
+		var p dataplane.WorkerStats
+		found := false
+		for _, q := range prev.Dataplane.Workers {
+			if q.Index == ws.Index {
+				p, found = q, true
+			}
+		}
+		t.row(cells([]string{strconv.Itoa(ws.Index)},
+			v.counter(ws.Sealed, func(r *ctlRates) string { return r.per(ws.Sealed, p.Sealed, found) }),
+			v.counter(ws.Opened, func(r *ctlRates) string { return r.per(ws.Opened, p.Opened, found) }),
+			v.counter(ws.TxPackets, func(r *ctlRates) string { return r.per(ws.TxPackets, p.TxPackets, found) }),
+			[]string{ctlU64(ws.TxErrors)}, v.drops(ws.Drops, p.Drops, found))...)
 		sum.add(ws.Sealed, ws.Opened, ws.TxPackets, ws.TxErrors, ws.Drops)
 	}
+	for _, ws := range prev.Dataplane.Workers {
+		prevSum.add(ws.Sealed, ws.Opened, ws.TxPackets, ws.TxErrors, ws.Drops)
+	}
 	if len(st.Dataplane.Workers) > 1 {
-		t.row("total", ctlU64(sum.n[0]), ctlU64(sum.n[1]), ctlU64(sum.n[2]), ctlU64(sum.n[3]), ctlDrops(sum.drops))
+		found := len(prev.Dataplane.Workers) == len(st.Dataplane.Workers)
+		t.row(cells([]string{"total"},
+			v.counter(sum.n[0], func(r *ctlRates) string { return r.per(sum.n[0], prevSum.n[0], found) }),
+			v.counter(sum.n[1], func(r *ctlRates) string { return r.per(sum.n[1], prevSum.n[1], found) }),
+			v.counter(sum.n[2], func(r *ctlRates) string { return r.per(sum.n[2], prevSum.n[2], found) }),
+			[]string{ctlU64(sum.n[3])}, v.drops(sum.drops, prevSum.drops, found))...)
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
 	fmt.Fprintln(w)
-	t = newCtlTable(w, "RECEIVER", "SIDE", "PACKETS", "BYTES", "DROPS")
-	for i, r := range st.Dataplane.Receivers {
+	t = newTable(w, v.wide, cols([]ctlCol{col("RECEIVER"), col("SIDE")}, v.counterCols("PACKETS", "PKTS/S"),
+		v.counterCols("BYTES", "BITS/S"), v.dropCols())...)
+	for i, rx := range st.Dataplane.Receivers {
 		side := "esp"
-		if r.Plain {
+		if rx.Plain {
 			side = "plain"
 		}
-		t.row(strconv.Itoa(i), side, ctlU64(r.Packets), ctlU64(r.Bytes), ctlDrops(r.Drops))
+		var p dataplane.RxStats
+		found := false
+		for j, q := range prev.Dataplane.Receivers {
+			if q.Name == rx.Name && q.Plain == rx.Plain && (rx.Name != "" || i == j) {
+				p, found = q, true
+			}
+		}
+		t.row(cells([]string{strconv.Itoa(i), side},
+			v.counter(rx.Packets, func(r *ctlRates) string { return r.per(rx.Packets, p.Packets, found) }),
+			v.counter(rx.Bytes, func(r *ctlRates) string { return r.bits(rx.Bytes, p.Bytes, found) }),
+			v.drops(rx.Drops, p.Drops, found))...)
 	}
 	if err := t.flush(); err != nil {
 		return err
@@ -579,10 +901,21 @@ func printESPStats(w io.Writer, st gateway.Stats) error {
 		_, err := fmt.Fprintln(w, "no SAs")
 		return err
 	}
-	t = newCtlTable(w, "TUNNEL", "DIR", "SA", "SPI", "PACKETS", "BYTES", "DROPS")
+	t = newTable(w, v.wide, cols([]ctlCol{cutCol("TUNNEL"), col("DIR"), cutCol("SA"), col("SPI")},
+		v.counterCols("PACKETS", "PKTS/S"), v.counterCols("BYTES", "BITS/S"), v.dropCols())...)
 	var failing []gateway.SAInfo
 	for _, s := range st.SAs {
-		t.row(ctlOrDash(s.Tunnel), s.Direction, ctlOrDash(s.Name), ctlSPI(s.SPI), ctlU64(s.Packets), ctlU64(s.Bytes), ctlDrops(s.Drops))
+		var p gateway.SAInfo
+		found := false
+		for _, q := range prev.SAs {
+			if q.Direction == s.Direction && q.SPI == s.SPI && q.Tunnel == s.Tunnel {
+				p, found = q, true
+			}
+		}
+		t.row(cells([]string{ctlOrDash(s.Tunnel), s.Direction, ctlOrDash(s.Name), ctlSPI(s.SPI)},
+			v.counter(s.Packets, func(r *ctlRates) string { return r.per(s.Packets, p.Packets, found) }),
+			v.counter(s.Bytes, func(r *ctlRates) string { return r.bits(s.Bytes, p.Bytes, found) }),
+			v.drops(s.Drops, p.Drops, found))...)
 		if s.StateFailing {
 			failing = append(failing, s)
 		}

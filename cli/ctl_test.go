@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -73,6 +74,12 @@ func TestSAList(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	ctlCheckLines(t, "sa list", out,
+		"TUNNEL  DIR  NAME    SPI         ALG          FLAGS  PACKETS  BYTES  DROPS",
+		"to-b    out  a-to-b  0x00001001  aes128gcm16  -      10       1000   -",
+		"to-b    in   b-to-a  0x00002001  aes128gcm16  -      7        700    auth_failed=1 replay=2",
+	)
+	_, out, _ = ctlRun("sa", "list", "-o", "wide", "--socket", sock)
+	ctlCheckLines(t, "sa list -o wide", out,
 		"TUNNEL  DIR  NAME    SPI         ALG          MODE    ENCAP  ENGINE  FLAGS  PACKETS  BYTES  DROPS",
 		"to-b    out  a-to-b  0x00001001  aes128gcm16  tunnel  udp    soft    -      10       1000   -",
 		"to-b    in   b-to-a  0x00002001  aes128gcm16  tunnel  udp    soft    -      7        700    auth_failed=1 replay=2",
@@ -166,6 +173,11 @@ func TestTunnelAndPolicyList(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	ctlCheckLines(t, "tunnel list", out,
+		"NAME  PEER       ENCAP  MTU   OUT     IN      REMOTE",
+		"to-b  192.0.2.2  udp    1400  a-to-b  b-to-a  10.2.0.0/24",
+	)
+	_, out, _ = ctlRun("tunnel", "list", "-o", "wide", "--socket", sock)
+	ctlCheckLines(t, "tunnel list -o wide", out,
 		"NAME  LOCAL      PEER       ENCAP  MTU   WORKER  OUT     IN      REMOTE",
 		"to-b  192.0.2.1  192.0.2.2  udp    1400  0       a-to-b  b-to-a  10.2.0.0/24",
 	)
@@ -224,8 +236,8 @@ var wantStatsTable = []string{
 	"to-b    out  a-to-b  0x00001001  10       1000   -",
 	"to-b    in   b-to-a  0x00002001  7        700    auth_failed=1 replay=2",
 	"",
-	"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  REQUESTS  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES",
-	"web  terminate  127.0.0.1:8443  2     12        1        3            10          4        5120      1048576    7         6      2        3.0         4          0      protocol=1 timeout=1",
+	"TLS  KIND       LISTEN          OPEN  HANDSHAKES  BYTES IN  BYTES OUT  FAILURES",
+	"web  terminate  127.0.0.1:8443  2     10          5120      1048576    protocol=1 timeout=1",
 }
 
 func TestStats(t *testing.T) {
@@ -235,12 +247,18 @@ func TestStats(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	ctlCheckLines(t, "stats", out, wantStatsTable...)
+	code, out, _ = ctlRun("stats", "-o", "wide", "--socket", sock)
+	if code != 0 || !strings.Contains(out, "\n"+
+		"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  REQUESTS  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES\n"+
+		"web  terminate  127.0.0.1:8443  2     12        1        3            10          4        5120      1048576    7         6      2        3.0         4          0      protocol=1 timeout=1\n") {
+		t.Errorf("stats -o wide: exit %d:\n%s", code, out)
+	}
 	code, out, _ = ctlRun("stats", "--json", "--socket", sock)
 	var st gateway.Stats
 	if err := json.Unmarshal([]byte(out), &st); code != 0 || err != nil || len(st.Dataplane.Receivers) != 2 {
 		t.Fatalf("stats --json: exit %d, %v: %s", code, err, out)
 	}
-	for _, args := range [][]string{{"--interval", "2s"}, {"--watch", "--interval", "1ms"}, {"--watch", "--interval", "soon"}} {
+	for _, args := range [][]string{{"--interval", "2s"}, {"--watch", "--interval", "1ms"}, {"--watch", "--interval", "soon"}, {"-o", "tall"}} {
 		if code, _, errOut := ctlRun(append([]string{"stats", "--socket", sock}, args...)...); code != ExitUsage {
 			t.Errorf("stats %q: exit %d, %q", args, code, errOut)
 		}
@@ -263,13 +281,28 @@ func TestStatsWatch(t *testing.T) {
 	if strings.Contains(out, ctlClearScreen) {
 		t.Errorf("screen cleared on a pipe")
 	}
-	// Each snapshot is a whole table set, after a timestamp line.
-	for _, s := range snaps {
-		ts, body, _ := strings.Cut(s, "\n")
+	// Each snapshot is a whole table set, after a timestamp line: the
+	// first with the totals, the next ones with rates (the fake's
+	// counters stand still).
+	for i, s := range snaps {
+		head, body, _ := strings.Cut(s, "\n")
+		ts, what, _ := strings.Cut(head, " ")
 		if _, err := time.Parse(time.RFC3339, ts); err != nil {
-			t.Errorf("snapshot header %q: %v", ts, err)
+			t.Errorf("snapshot header %q: %v", head, err)
 		}
-		ctlCheckLines(t, "snapshot", body, wantStatsTable...)
+		if i == 0 {
+			if what != "(totals; rates per second from the next snapshot)" {
+				t.Errorf("first snapshot header %q", head)
+			}
+			ctlCheckLines(t, "snapshot", body, wantStatsTable...)
+			continue
+		}
+		if !strings.HasPrefix(what, "(rates per second over the last ") {
+			t.Errorf("snapshot header %q", head)
+		}
+		if !strings.Contains(body, "\nto-b    in   b-to-a  0x00002001  0       0       0        auth_failed=1 replay=2\n") {
+			t.Errorf("snapshot %d:\n%s", i, body)
+		}
 	}
 
 	ctx, cancel = context.WithTimeout(context.Background(), 250*time.Millisecond)
@@ -329,7 +362,7 @@ func TestReload(t *testing.T) {
 
 func TestDeadSocket(t *testing.T) {
 	path := controltest.SocketPath(t)
-	want := "sluice: cannot reach sluice at " + path + ": is `sluice run` running?"
+	want := "sluice: cannot reach sluice at " + path + " (--socket): is `sluice run` running?"
 	for _, args := range [][]string{
 		{"sa", "list"}, {"sa", "del", "--spi", "4097"}, {"tunnel", "list"}, {"policy", "list"},
 		{"stats"}, {"stats", "--watch"}, {"reload"},
@@ -351,7 +384,8 @@ func TestDeadSocket(t *testing.T) {
 func TestDefaultSocketFlag(t *testing.T) {
 	for _, args := range [][]string{{"sa", "list"}, {"tunnel", "list"}, {"policy", "list"}, {"stats"}, {"reload"}} {
 		code, out, _ := ctlRun(append(args, "--help")...)
-		if code != 0 || !strings.Contains(out, `--socket string`) || !strings.Contains(out, `(default "/run/sluice/sluice.sock")`) {
+		if code != 0 || !strings.Contains(out, `--socket string`) || !strings.Contains(out, `-c, --config string`) ||
+			!strings.Contains(out, "else $SLUICE_SOCKET, else /run/sluice/sluice.sock)") {
 			t.Errorf("%q --help: exit %d:\n%s", args, code, out)
 		}
 	}
@@ -411,7 +445,8 @@ func TestStatsWatchTerminal(t *testing.T) {
 	}
 	tty.Close()
 	out := <-screen
-	if n := strings.Count(out, ctlClearScreen); n < 2 || strings.Count(out, "WORKER") != n || !strings.Contains(out, "sluice stats, every 100ms: ") {
+	if n := strings.Count(out, ctlClearScreen); n < 2 || strings.Count(out, "WORKER") != n || !strings.Contains(out, "sluice stats, every 100ms (totals; rates per second from the next snapshot): ") ||
+		!strings.Contains(out, "sluice stats, every 100ms (rates per second over the last ") {
 		t.Fatalf("%d redraws:\n%q", n, out)
 	}
 }
@@ -432,7 +467,7 @@ func TestStatsStateFailing(t *testing.T) {
 	var b strings.Builder
 	st := gateway.Stats{SAs: []gateway.SAInfo{{Name: "o", Tunnel: "t", Direction: "out", SPI: 0x1001,
 		StateFailing: true, StateFailures: 3, StateError: "read-only file system"}}}
-	if err := printStats(&b, st); err != nil {
+	if err := printStats(&b, st, ctlView{}); err != nil {
 		t.Fatal(err)
 	}
 	want := "STATE FAILING: SA o (out, spi 0x00001001) cannot record its sequence-number reservation and drops its packets: read-only file system (3 failures)"
@@ -462,8 +497,228 @@ func TestStatsTLSOnly(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errOut)
 	}
 	ctlCheckLines(t, "stats", out,
-		"TLS  KIND       LISTEN          OPEN  ACCEPTED  REFUSED  IDLE CLOSED  HANDSHAKES  RESUMED  BYTES IN  BYTES OUT  REQUESTS  SIGNS  BATCHES  MEAN BATCH  MAX BATCH  QUEUE  FAILURES",
-		"web  terminate  :8443           0     0         0        0            5           0        0         0          0         0      0        -           0          0      -",
-		"api  originate  127.0.0.1:9080  0     0         0        0            1           0        0         0          0         3      2        1.5         2          0      backend=2",
+		"TLS  KIND       LISTEN          OPEN  HANDSHAKES  BYTES IN  BYTES OUT  FAILURES",
+		"web  terminate  :8443           0     5           0         0          -",
+		"api  originate  127.0.0.1:9080  0     1           0         0          backend=2",
 	)
+}
+
+// configBackend is a controltest.Backend whose stats name the
+// configuration file the gateway runs.
+type configBackend struct {
+	*controltest.Backend
+	file string
+}
+
+func (b configBackend) Stats() gateway.Stats {
+	st := b.Backend.Stats()
+	st.Config = b.file
+	return st
+}
+
+// fakeGatewayOf serves a controltest.Backend that says it runs file, on a
+// fresh socket until the test ends.
+func fakeGatewayOf(t *testing.T, file string) (string, *controltest.Backend) {
+	t.Helper()
+	path := controltest.SocketPath(t)
+	b := controltest.New()
+	s, err := control.Listen(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(configBackend{b, file})
+	t.Cleanup(func() { s.Close() })
+	return path, b
+}
+
+// TestClientFindsSocket: the client commands take the socket from
+// --socket, else from -c FILE's control_socket, else from $SLUICE_SOCKET,
+// else the default; when the socket is not there the error says where its
+// path came from, and a socket served by the gateway of another file is
+// refused before anything is sent.
+func TestClientFindsSocket(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "gw.toml")
+	sock, b := fakeGatewayOf(t, file)
+	if err := os.WriteFile(file, []byte("[gateway]\nworkers = 1\ncontrol_socket = \""+sock+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	dead := controltest.SocketPath(t)
+
+	for _, args := range [][]string{
+		{"stats", "-c", file}, {"stats", "--config", file}, {"-c", file, "stats"}, {"--config", file, "sa", "list"},
+		{"sa", "list", "-c", file}, {"tunnel", "-c", file, "list"},
+		{"policy", "list", "-c", file}, {"ike", "list", "-c", file}, {"reload", "-c", file},
+	} {
+		if code, out, errOut := ctlRun(args...); code != 0 || out == "" {
+			t.Errorf("%q: exit %d, %q, %q", args, code, out, errOut)
+		}
+	}
+	if b.Calls("Reload") != 1 {
+		t.Errorf("reload -c FILE: %d reloads", b.Calls("Reload"))
+	}
+
+	t.Setenv("SLUICE_SOCKET", sock)
+	if code, _, errOut := ctlRun("sa", "list"); code != 0 {
+		t.Errorf("sa list with $SLUICE_SOCKET: exit %d, %q", code, errOut)
+	}
+	// --socket comes first, then the file, then the environment.
+	if code, _, errOut := ctlRun("sa", "list", "--socket", dead); code != ExitUsage ||
+		!strings.HasPrefix(errOut, "sluice: cannot reach sluice at "+dead+" (--socket): is `sluice run` running?") {
+		t.Errorf("--socket over $SLUICE_SOCKET: exit %d, %q", code, errOut)
+	}
+	other := filepath.Join(dir, "other.toml")
+	if err := os.WriteFile(other, []byte("# comment\n[gateway]\ncontrol_socket = \""+dead+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := ctlRun("stats", "-c", other); code != ExitUsage ||
+		!strings.HasPrefix(errOut, "sluice: cannot reach sluice at "+dead+" (control_socket of "+other+":3:18): is `sluice run` running?") {
+		t.Errorf("-c over $SLUICE_SOCKET: exit %d, %q", code, errOut)
+	}
+	t.Setenv("SLUICE_SOCKET", dead)
+	if code, _, errOut := ctlRun("stats"); code != ExitUsage ||
+		!strings.HasPrefix(errOut, "sluice: cannot reach sluice at "+dead+" ($SLUICE_SOCKET): is `sluice run` running?") {
+		t.Errorf("dead $SLUICE_SOCKET: exit %d, %q", code, errOut)
+	}
+
+	// The socket other.toml names is served by the gateway of gw.toml.
+	if err := os.WriteFile(other, []byte("[gateway]\ncontrol_socket = \""+sock+"\"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reloads := b.Calls("Reload")
+	for _, args := range [][]string{{"reload", "-c", other}, {"stats", "-c", other}, {"sa", "list", "--socket", sock, "-c", other}} {
+		code, out, errOut := ctlRun(args...)
+		want := "sluice: the socket " + sock + " is served by the gateway of " + file + ", not " + other + "\n"
+		if code != ExitUsage || out != "" || errOut != want {
+			t.Errorf("%q: exit %d, %q, %q; want %q", args, code, out, errOut, want)
+		}
+	}
+	if b.Calls("Reload") != reloads {
+		t.Errorf("reload reached the gateway of another file")
+	}
+	// The same file by another name is the same file.
+	link := filepath.Join(dir, "link.toml")
+	if err := os.Symlink(file, link); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := ctlRun("stats", "-c", link); code != 0 {
+		t.Errorf("stats -c through a symlink: exit %d, %q", code, errOut)
+	}
+
+	// A file without control_socket means the default, as for sluice run.
+	bare := filepath.Join(dir, "bare.toml")
+	if err := os.WriteFile(bare, []byte("[gateway]\nworkers = 2\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if code, _, errOut := ctlRun("stats", "-c", bare); code != ExitUsage ||
+		!strings.HasPrefix(errOut, "sluice: cannot reach sluice at "+control.DefaultSocket+" (the default: "+bare+" sets no control_socket)") {
+		t.Errorf("-c FILE without control_socket: exit %d, %q", code, errOut)
+	}
+	// A file that cannot be read, or whose control_socket is wrong, is an
+	// error naming it.
+	bad := filepath.Join(dir, "bad.toml")
+	if err := os.WriteFile(bad, []byte("[gateway]\ncontrol_socket = 7\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for file, want := range map[string]string{
+		bad:                                "sluice: " + bad + ":2:18: gateway.control_socket: want a string, the path of the control socket, not integer\n",
+		filepath.Join(dir, "none.toml"):    "no such file or directory",
+		writeTemp(t, dir, "[gateway\n"):    ":1:",
+		writeTemp(t, dir, "gateway = 3\n"): ": gateway: want a table [gateway], not integer",
+	} {
+		if code, _, errOut := ctlRun("stats", "-c", file); code != ExitUsage || !strings.Contains(errOut, want) {
+			t.Errorf("-c %s: exit %d, %q, want %q", file, code, errOut, want)
+		}
+	}
+}
+
+func writeTemp(t *testing.T, dir, text string) string {
+	t.Helper()
+	f, err := os.CreateTemp(dir, "*.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(text); err != nil {
+		t.Fatal(err)
+	}
+	return f.Name()
+}
+
+// growingBackend is a controltest.Backend whose SAs' counters grow by
+// 1000 packets and a megabyte at each read.
+type growingBackend struct {
+	*controltest.Backend
+	mu    sync.Mutex
+	reads uint64
+}
+
+func (b *growingBackend) Stats() gateway.Stats {
+	st := b.Backend.Stats()
+	b.mu.Lock()
+	b.reads++
+	n := b.reads
+	b.mu.Unlock()
+	for i := range st.SAs {
+		st.SAs[i].Packets += 1000 * n
+		st.SAs[i].Bytes += 1e6 * n
+	}
+	return st
+}
+
+// TestStatsWatchRates: stats --watch shows, from its second snapshot on,
+// how fast the counters grow.
+func TestStatsWatchRates(t *testing.T) {
+	path := controltest.SocketPath(t)
+	s, err := control.Listen(path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Serve(&growingBackend{Backend: controltest.New()})
+	t.Cleanup(func() { s.Close() })
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	// Stop the watch once it has shown two snapshots.
+	pr, pw := io.Pipe()
+	done := make(chan struct{})
+	var out strings.Builder
+	go func() {
+		defer close(done)
+		buf := make([]byte, 4096)
+		for {
+			n, err := pr.Read(buf)
+			out.Write(buf[:n])
+			if strings.Count(out.String(), "--- ") >= 3 {
+				cancel()
+			}
+			if err != nil {
+				return
+			}
+		}
+	}()
+	var stderr bytes.Buffer
+	code := Run(ctx, []string{"stats", "--watch", "--interval", "100ms", "--socket", path}, strings.NewReader(""), pw, &stderr)
+	pw.Close()
+	<-done
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr.String())
+	}
+	snaps := strings.Split(out.String(), "--- ")[1:]
+	if len(snaps) < 2 {
+		t.Fatalf("%d snapshots:\n%s", len(snaps), out.String())
+	}
+	if !strings.Contains(snaps[0], "to-b    out  a-to-b  0x00001001  1010") {
+		t.Errorf("first snapshot without the totals:\n%s", snaps[0])
+	}
+	var row string
+	for _, l := range strings.Split(snaps[1], "\n") {
+		if strings.HasPrefix(l, "to-b    out  a-to-b") {
+			row = l
+		}
+	}
+	f := strings.Fields(row)
+	if !strings.Contains(snaps[1], "PKTS/S  BITS/S") || len(f) != 8 || f[4] == "0" || f[4] == "-" || f[5] == "0" || f[5] == "-" {
+		t.Errorf("second snapshot without rates:\n%s", snaps[1])
+	}
+	t.Logf("second snapshot:\n%s", snaps[1])
 }

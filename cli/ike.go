@@ -25,10 +25,14 @@ func newIKECommand(e *env) *cobra.Command {
 	cmd := ctlGroup("ike", "List, initiate and terminate the IKE connections of the running gateway")
 	ctlSocketFlag(cmd, o)
 	list := &cobra.Command{
-		Use:   "list [--json]",
-		Short: "List the IKE connections, their SAs (state, SPIs, suites, lifetimes) and the IKE counters",
+		Use:   "list [-o wide] [--json]",
+		Short: "List the IKE connections (state, suite, identities), their children (SPIs, suite, bytes) and the IKE counters",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			v, err := o.view()
+			if err != nil {
+				return err
+			}
 			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
 				info, err := c.IKE(cmd.Context())
 				if err != nil {
@@ -37,7 +41,7 @@ func newIKECommand(e *env) *cobra.Command {
 				if o.json {
 					return ctlPrintJSON(e.stdout, info)
 				}
-				return printIKE(e.stdout, info)
+				return printIKE(e.stdout, info, v)
 			})
 		},
 	}
@@ -74,33 +78,66 @@ func newIKECommand(e *env) *cobra.Command {
 	return cmd
 }
 
-// printIKE prints one row per child with its connection, then the
-// counters that are not zero.
-func printIKE(w io.Writer, info gateway.IKEInfo) error {
-	t := newCtlTable(w, "CONNECTION", "STATE", "LOCAL", "REMOTE", "IKE SPIS", "CHILD", "CHILD STATE", "START",
-		"IN SPI", "OUT SPI", "SUITE", "ESN", "ENCAP", "PEER", "LOCAL TS", "REMOTE TS", "AGE", "REKEY", "LIFE", "ERROR")
+// printIKE prints a table of the connections (state, the IKE SA's
+// negotiated suite, both identities), a table of their children (the
+// installed pair's SPIs, ESP suite and bytes each way), each connection's
+// last error, then the counters that are not zero.
+func printIKE(w io.Writer, info gateway.IKEInfo, v ctlView) error {
+	if len(info.Connections) == 0 {
+		fmt.Fprintln(w, "no IKE connections")
+		return printIKEStats(w, info.Stats)
+	}
+	t := newTable(w, v.wide, cutCol("CONNECTION"), col("STATE"), wideCol("LOCAL"), col("REMOTE"), wideCol("IKE PEER"),
+		wideCol("LOCAL ID"), cutCol("REMOTE ID"), cutCol("IKE SUITE"), wideCol("IKE SPIS"), wideCol("ROLE"), wideCol("AGE"),
+		wideCol("PROPOSALS"))
+	now := time.Now()
 	for _, c := range info.Connections {
-		spis := "-"
+		spis, role := "-", "-"
 		if c.IKESPIi != "" {
 			spis = c.IKESPIi + "_i " + c.IKESPIr + "_r"
+			role = "responder"
+			if c.IKEInitiator {
+				role = "initiator"
+			}
 		}
+		t.row(c.Name, c.State, c.Local, c.Remote, ctlOrDash(c.IKERemote), ctlOrDash(c.LocalID), ctlOrDash(c.RemoteID),
+			ctlOrDash(c.IKESuite), spis, role, ctlAge(now, c.IKEEstablished), ctlOrDash(c.Proposal))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	fmt.Fprintln(w)
+	t = newTable(w, v.wide, cutCol("CHILD"), wideCol("CONNECTION"), col("STATE"), wideCol("START"), col("IN SPI"), col("OUT SPI"),
+		col("ESP SUITE"), wideCol("ESN"), wideCol("ENCAP"), wideCol("PEER"), wideCol("LOCAL TS"), wideCol("REMOTE TS"),
+		col("BYTES IN"), col("BYTES OUT"), wideCol("PACKETS IN"), wideCol("PACKETS OUT"), col("AGE"), wideCol("REKEY"), wideCol("LIFE"))
+	for _, c := range info.Connections {
 		for _, ch := range c.Children {
-			in, out, age := "-", "-", "-"
+			in, out := "-", "-"
 			if ch.InSPI != 0 {
 				in, out = ctlSPI(ch.InSPI), ctlSPI(ch.OutSPI)
 			}
-			if !ch.Established.IsZero() {
-				age = time.Since(ch.Established).Round(time.Second).String()
-			}
-			t.row(c.Name, c.State, c.Local, c.Remote, spis, ch.Name, ch.State, ch.StartAction, in, out, ctlOrDash(ch.Suite),
-				yesNo(ch.ESN), yesNo(ch.Encap), ctlOrDash(ch.PeerAddr), ctlList(ch.LocalTS), ctlList(ch.RemoteTS), age,
-				ch.RekeyTime, ch.LifeTime, ctlOrDash(c.Error))
+			t.row(ch.Name, c.Name, ch.State, ch.StartAction, in, out, ctlOrDash(ch.Suite), yesNo(ch.ESN), yesNo(ch.Encap),
+				ctlOrDash(ch.PeerAddr), ctlList(ch.LocalTS), ctlList(ch.RemoteTS), ctlU64(ch.BytesIn), ctlU64(ch.BytesOut),
+				ctlU64(ch.PacketsIn), ctlU64(ch.PacketsOut), ctlAge(now, ch.Established), ch.RekeyTime, ch.LifeTime)
 		}
 	}
 	if err := t.flush(); err != nil {
 		return err
 	}
+	for _, c := range info.Connections {
+		if c.Error != "" {
+			fmt.Fprintf(w, "\n%s: last error: %s\n", c.Name, c.Error)
+		}
+	}
 	return printIKEStats(w, info.Stats)
+}
+
+// ctlAge is how long ago t was, to the second, or "-" for none.
+func ctlAge(now, t time.Time) string {
+	if t.IsZero() {
+		return "-"
+	}
+	return now.Sub(t).Round(time.Second).String()
 }
 
 // printIKEStats prints the endpoint's counters that are not zero, on one

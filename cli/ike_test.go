@@ -8,16 +8,19 @@ import (
 	"github.com/sluicegw/sluice/gateway"
 )
 
-// TestIKECommands: sluice ike list shows each connection's child with its
-// SPIs and suite, and the counters; initiate and terminate name the
-// connection; an unknown one exits with status 2.
+// TestIKECommands: sluice ike list shows each connection with its IKE
+// suite and both identities, its child with its SPIs, ESP suite and bytes
+// each way, and the counters; -o wide adds the IKE SPIs, selectors and
+// lifetimes; initiate and terminate name the connection; an unknown one
+// exits with status 2.
 func TestIKECommands(t *testing.T) {
 	path, b := fakeGateway(t)
 	b.SetIKE(&gateway.IKEInfo{
 		Connections: []gateway.IKEConnInfo{{Name: "site-b", Local: "192.0.2.1", Remote: "192.0.2.2", State: "established",
-			IKESPIi: "0102030405060708", IKESPIr: "1112131415161718",
+			IKESPIi: "0102030405060708", IKESPIr: "1112131415161718", IKESuite: "aes256gcm16-prfsha384-ecp384",
+			LocalID: "gw-a.example.com", RemoteID: "C=CH, O=Example, CN=gw-b",
 			Children: []gateway.IKEChildInfo{{Name: "site-b-net", StartAction: "start", State: "installed", InSPI: 0xc0010001, OutSPI: 0xc0020002,
-				Suite: "aes128gcm16", ESN: true, PeerAddr: "192.0.2.2:4500", LocalTS: []string{"10.1.0.0/24"}, RemoteTS: []string{"10.2.0.0/24"},
+				Suite: "aes128gcm16", ESN: true, BytesIn: 12345, BytesOut: 67890, PacketsIn: 12, PacketsOut: 34, PeerAddr: "192.0.2.2:4500", LocalTS: []string{"10.1.0.0/24"}, RemoteTS: []string{"10.2.0.0/24"},
 				Established: time.Now().Add(-time.Minute), RekeyTime: "1h0m0s", LifeTime: "1h6m0s"}}}},
 		Stats: map[string]uint64{"rx_packets": 4, "tx_packets": 4, "child_sa_established": 1, "auth_failed": 0},
 	})
@@ -25,10 +28,18 @@ func TestIKECommands(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("ike list: exit %d: %s", code, errOut)
 	}
-	for _, want := range []string{"site-b", "established", "site-b-net", "installed", "0xc0010001", "0xc0020002", "aes128gcm16",
-		"10.2.0.0/24", "0102030405060708_i", "ike: child_sa_established=1 rx_packets=4 tx_packets=4"} {
+	ctlCheckLines(t, "ike list", out,
+		"CONNECTION  STATE        REMOTE     REMOTE ID                 IKE SUITE",
+		"site-b      established  192.0.2.2  C=CH, O=Example, CN=gw-b  aes256gcm16-prfsha384-ecp384",
+		"",
+		"CHILD       STATE      IN SPI      OUT SPI     ESP SUITE    BYTES IN  BYTES OUT  AGE",
+		"site-b-net  installed  0xc0010001  0xc0020002  aes128gcm16  12345     67890      1m0s",
+		"",
+		"ike: child_sa_established=1 rx_packets=4 tx_packets=4")
+	_, out, _ = ctlRun("ike", "list", "-o", "wide", "--socket", path)
+	for _, want := range []string{"LOCAL ID", "gw-a.example.com", "10.2.0.0/24", "0102030405060708_i", "192.0.2.2:4500", "PACKETS IN", "1h6m0s"} {
 		if !strings.Contains(out, want) {
-			t.Errorf("ike list lacks %q:\n%s", want, out)
+			t.Errorf("ike list -o wide lacks %q:\n%s", want, out)
 		}
 	}
 	if code, out, _ := ctlRun("ike", "initiate", "site-b", "--socket", path); code != 0 || !strings.Contains(out, "site-b established") {

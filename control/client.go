@@ -21,14 +21,21 @@ const MaxResponse = 64 << 20
 // on the socket, or it is not there.
 type DialError struct {
 	Path string
-	Err  error
+	// Source, if set, says where Path came from ("--socket",
+	// "$SLUICE_SOCKET", ...): the error names it after the path.
+	Source string
+	Err    error
 }
 
 func (e *DialError) Error() string {
-	if errors.Is(e.Err, fs.ErrPermission) {
-		return fmt.Sprintf("cannot reach sluice at %s: %v: the control socket is only for root and the user sluice runs as", e.Path, e.Err)
+	at := e.Path
+	if e.Source != "" {
+		at += " (" + e.Source + ")"
 	}
-	return fmt.Sprintf("cannot reach sluice at %s: is `sluice run` running? (%v)", e.Path, e.Err)
+	if errors.Is(e.Err, fs.ErrPermission) {
+		return fmt.Sprintf("cannot reach sluice at %s: %v: the control socket is only for root and the user sluice runs as", at, e.Err)
+	}
+	return fmt.Sprintf("cannot reach sluice at %s: is `sluice run` running? (%v)", at, e.Err)
 }
 
 func (e *DialError) Unwrap() error { return e.Err }

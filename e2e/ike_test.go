@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -199,8 +200,25 @@ func TestIKESluicePair(t *testing.T) {
 	if st.IKE == nil || st.IKE.Stats["ike_sa_established"] != 1 || st.IKE.Stats["child_sa_established"] != 1 {
 		t.Errorf("A's IKE counters: %+v", st.IKE)
 	}
-	if out, err := a.cli("ike", "list"); err != nil || !strings.Contains(out, "installed") {
+	if out, err := a.cli("ike", "list"); err != nil || !strings.Contains(out, "installed") || !strings.Contains(out, "b.e2e.sluice") {
 		t.Errorf("sluice ike list: %v\n%s", err, out)
+	}
+	// ike list has the negotiated IKE suite, both identities and the
+	// child's bytes each way, from its SAs' counters.
+	conns := a.ike().Connections
+	if len(conns) != 1 || len(conns[0].Children) != 1 {
+		t.Fatalf("A's connections: %+v", conns)
+	}
+	c, ch := conns[0], conns[0].Children[0]
+	if c.LocalID != "a.e2e.sluice" || c.RemoteID != "b.e2e.sluice" || c.IKESuite == "" {
+		t.Errorf("A's IKE SA: suite %q, local id %q, remote id %q", c.IKESuite, c.LocalID, c.RemoteID)
+	}
+	if _, err := ike.ParseProposals(ike.ProtoIKE, c.IKESuite); err != nil {
+		t.Errorf("the IKE suite %q is not a proposal: %v", c.IKESuite, err)
+	}
+	if ch.BytesOut < out.Bytes || ch.PacketsOut < out.Packets || ch.BytesIn == 0 || ch.PacketsIn == 0 {
+		t.Errorf("child's counters %d/%d bytes, %d/%d packets in/out; its outbound SA had %d bytes, %d packets",
+			ch.BytesIn, ch.BytesOut, ch.PacketsIn, ch.PacketsOut, out.Bytes, out.Packets)
 	}
 
 	// terminate: B learns of it, both tunnels go; initiate brings it back.

@@ -1330,23 +1330,37 @@ type IKEConnInfo struct {
 	// IKEEstablished is when the IKE SA in use was made (a rekey makes a
 	// new one); IKEInitiator whether we made it; IKERemote the peer's
 	// address and port IKE uses now (4500 after a NAT was found).
-	IKEEstablished time.Time      `json:"ike_established,omitzero"`
-	IKEInitiator   bool           `json:"ike_initiator,omitempty"`
-	IKERemote      string         `json:"ike_remote,omitempty"`
-	Proposal       string         `json:"proposals"`
-	Error          string         `json:"error,omitempty"` // the last failure
-	Children       []IKEChildInfo `json:"children"`
+	IKEEstablished time.Time `json:"ike_established,omitzero"`
+	IKEInitiator   bool      `json:"ike_initiator,omitempty"`
+	IKERemote      string    `json:"ike_remote,omitempty"`
+	// IKESuite is the IKE SA's negotiated suite ("aes256gcm16-prfsha384-
+	// ecp384"); LocalID the identity we authenticated with, RemoteID the
+	// peer's. All three are empty while no IKE SA is established.
+	IKESuite string `json:"ike_suite,omitempty"`
+	LocalID  string `json:"local_id,omitempty"`
+	RemoteID string `json:"remote_id,omitempty"`
+	// Proposal is the configured IKE proposals.
+	Proposal string         `json:"proposals"`
+	Error    string         `json:"error,omitempty"` // the last failure
+	Children []IKEChildInfo `json:"children"`
 }
 
 // IKEChildInfo is one child: its current SA pair, if any.
 type IKEChildInfo struct {
-	Name        string    `json:"name"`
-	StartAction string    `json:"start_action"`
-	State       string    `json:"state"` // "installed", "trap" or "down"
-	InSPI       uint32    `json:"in_spi,omitempty"`
-	OutSPI      uint32    `json:"out_spi,omitempty"`
-	Suite       string    `json:"suite,omitempty"`
-	ESN         bool      `json:"esn"`
+	Name        string `json:"name"`
+	StartAction string `json:"start_action"`
+	State       string `json:"state"` // "installed", "trap" or "down"
+	InSPI       uint32 `json:"in_spi,omitempty"`
+	OutSPI      uint32 `json:"out_spi,omitempty"`
+	Suite       string `json:"suite,omitempty"` // the negotiated ESP suite
+	ESN         bool   `json:"esn"`
+	// BytesIn and PacketsIn count what the inbound SA of the installed
+	// pair opened, BytesOut and PacketsOut what its outbound SA sealed
+	// (the SAs' counters: ESP payload bytes). A rekey starts them again.
+	BytesIn     uint64    `json:"bytes_in"`
+	BytesOut    uint64    `json:"bytes_out"`
+	PacketsIn   uint64    `json:"packets_in"`
+	PacketsOut  uint64    `json:"packets_out"`
 	Encap       bool      `json:"encap"`
 	PeerAddr    string    `json:"peer,omitempty"` // the outer address and port ESP goes to
 	LocalTS     []string  `json:"local_ts"`
@@ -1409,6 +1423,7 @@ func (g *Gateway) IKE() IKEInfo {
 			case ch.cur != nil:
 				cc.State, cc.InSPI, cc.OutSPI, cc.Suite, cc.ESN, cc.Encap = "installed", ch.cur.InSPI, ch.cur.OutSPI, ch.cur.Suite, ch.cur.ESN, ch.cur.Encap
 				cc.PeerAddr, cc.Established = ch.cur.Remote.String(), ch.since
+				cc.PacketsIn, cc.BytesIn, cc.PacketsOut, cc.BytesOut = childCounters(db, ch.child.Name, ch.cur)
 				ci.State = "established"
 			case db.Tunnel(ch.child.Name) != nil:
 				cc.State = "trap"
@@ -1429,10 +1444,26 @@ func (g *Gateway) IKE() IKEInfo {
 		if sa, ok := ikeSAs[c.Name]; ok {
 			ci.IKESPIi, ci.IKESPIr = fmt.Sprintf("%016x", sa.SPIi), fmt.Sprintf("%016x", sa.SPIr)
 			ci.IKEEstablished, ci.IKEInitiator, ci.IKERemote = sa.Established, sa.Initiator, sa.Remote.String()
+			ci.IKESuite, ci.LocalID, ci.RemoteID = sa.Suite, sa.LocalID, sa.RemoteID
 		}
 		info.Connections = append(info.Connections, ci)
 	}
 	return info
+}
+
+// childCounters reads the counters of the SAs of pair in db: the inbound
+// SA by its SPI, the outbound one if it is still the one tunnel sends with
+// (zero while a rekey's pair waits to take over).
+func childCounters(db *sad.DB, tunnel string, pair *ike.ChildSA) (pktsIn, bytesIn, pktsOut, bytesOut uint64) {
+	if in := db.Inbound(pair.InSPI); in != nil {
+		pktsIn, bytesIn = in.SA.Counters.Packets.Load(), in.SA.Counters.Bytes.Load()
+	}
+	if t := db.Tunnel(tunnel); t != nil {
+		if out := t.Out(); out != nil && out.SA.SPI() == pair.OutSPI {
+			pktsOut, bytesOut = out.SA.Counters.Packets.Load(), out.SA.Counters.Bytes.Load()
+		}
+	}
+	return
 }
 
 // IKEStatsMap names each counter of ike.Stats in snake_case, for JSON

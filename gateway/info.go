@@ -5,6 +5,7 @@ package gateway
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/dataplane"
@@ -63,6 +64,11 @@ type Stats struct {
 	TLS       []TLSInfo       `json:"tls"` // the TLS listeners and origins, in configuration order
 	// IKE is the IKE side, when the configuration has [[connection]]s.
 	IKE *IKEInfo `json:"ike,omitempty"`
+	// Config is the absolute path of the configuration file the gateway
+	// runs ("" when its configuration did not come from a file), so that
+	// a client given a file can tell whether it reached that file's
+	// gateway.
+	Config string `json:"config,omitempty"`
 }
 
 func saInfo(s *sad.SA, dir string) SAInfo {
@@ -153,7 +159,20 @@ func (g *Gateway) Stats() Stats {
 		info := g.IKE()
 		st.IKE = &info
 	}
+	st.Config = absPath(g.Config().File)
 	return st
+}
+
+// absPath is path made absolute against the working directory, which
+// is where a relative path given to sluice run was resolved; "" stays "".
+func absPath(path string) string {
+	if path == "" {
+		return ""
+	}
+	if abs, err := filepath.Abs(path); err == nil {
+		return abs
+	}
+	return path
 }
 
 // errTLSOnly is the answer of the SA operations on a TLS-only gateway.

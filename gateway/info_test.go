@@ -2,6 +2,8 @@ package gateway
 
 import (
 	"errors"
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -64,5 +66,21 @@ enc_key = "303132333435363738393a3b3c3d3e3f40414243"
 	}
 	if out := g.store.Load().Tunnel("t").Out(); out.Name != "o2" {
 		t.Fatalf("outbound SA %s after sa add", out.Name)
+	}
+}
+
+// TestStatsNamesConfigFile: the stats say which file the gateway runs, as
+// an absolute path, so that sluice -c FILE can tell another gateway's
+// socket from its own.
+func TestStatsNamesConfigFile(t *testing.T) {
+	g, _ := testGateway(t, t.TempDir())
+	g.store = sad.NewStore(nil)
+	defer g.store.Close()
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := g.Stats().Config, filepath.Join(wd, "gw.toml"); got != want {
+		t.Errorf("Stats().Config = %q, want %q", got, want)
 	}
 }

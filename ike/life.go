@@ -465,6 +465,13 @@ type IKESAInfo struct {
 	State string
 	// Established is when it was established (zero while connecting).
 	Established time.Time
+	// Suite is the negotiated IKE suite in strongSwan's keywords, as
+	// proposals = takes them ("aes256gcm16-prfsha384-ecp384"); "" until
+	// IKE_SA_INIT chose one.
+	Suite string
+	// LocalID is the identity we authenticate with; RemoteID the one the
+	// peer authenticated with ("" before IKE_AUTH).
+	LocalID, RemoteID string
 	// Children are its Child SAs, oldest first (shared with what
 	// OnChildSA reported: do not modify them).
 	Children []*ChildSA
@@ -488,9 +495,16 @@ func (e *Endpoint) IKESAs() []IKESAInfo {
 		case sa.state == stateEstablished:
 			st = "established"
 		}
-		out = append(out, IKESAInfo{Peer: sa.peer.Name, SPIi: sa.spii, SPIr: sa.spir, Initiator: sa.initiator,
+		info := IKESAInfo{Peer: sa.peer.Name, SPIi: sa.spii, SPIr: sa.spir, Initiator: sa.initiator,
 			Local: sa.local, Remote: sa.remote, State: st, Established: sa.established,
-			Children: append([]*ChildSA(nil), sa.children...)})
+			LocalID: sa.peer.LocalID.String(), Children: append([]*ChildSA(nil), sa.children...)}
+		if sa.suite.Encr != 0 {
+			info.Suite = sa.suite.IKEName()
+		}
+		if len(sa.remoteID.Data) > 0 {
+			info.RemoteID = sa.remoteID.String()
+		}
+		out = append(out, info)
 	}
 	sort.Slice(out, func(i, j int) bool {
 		if out[i].Peer != out[j].Peer {

@@ -7,6 +7,7 @@ package ike
 import (
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
 )
 
@@ -277,6 +278,37 @@ func (s Suite) ESPName() string {
 	}
 	h := map[uint16]string{IntegHMACSHA256_128: "sha256", IntegHMACSHA384_192: "sha384", IntegHMACSHA512_256: "sha512"}[s.Integ]
 	return fmt.Sprintf("aes%d-%s", s.KeyLen, h)
+}
+
+// IKEName is an IKE suite's name in the keywords ParseProposal takes, in
+// strongSwan's order: encryption, integrity (none for an AEAD), PRF, DH
+// group: "aes256gcm16-prfsha384-ecp384", "aes128-sha256-prfsha256-modp2048".
+func (s Suite) IKEName() string {
+	var parts []string
+	switch s.Encr {
+	case EncrAESGCM16:
+		parts = append(parts, fmt.Sprintf("aes%dgcm16", s.KeyLen))
+	case EncrChaCha20Poly1305:
+		parts = append(parts, "chacha20poly1305")
+	default:
+		parts = append(parts, fmt.Sprintf("aes%d", s.KeyLen))
+	}
+	name := func(m map[uint16]string, id uint16) string {
+		if n, ok := m[id]; ok {
+			return n
+		}
+		return strconv.Itoa(int(id))
+	}
+	if s.Integ != 0 {
+		parts = append(parts, name(map[uint16]string{IntegHMACSHA256_128: "sha256", IntegHMACSHA384_192: "sha384", IntegHMACSHA512_256: "sha512"}, s.Integ))
+	}
+	if s.PRF != 0 {
+		parts = append(parts, name(map[uint16]string{PRFHMACSHA256: "prfsha256", PRFHMACSHA384: "prfsha384", PRFHMACSHA512: "prfsha512"}, s.PRF))
+	}
+	if s.DH != 0 {
+		parts = append(parts, name(map[uint16]string{DHModp2048: "modp2048", DHECP256: "ecp256", DHECP384: "ecp384", DHCurve25519: "x25519"}, s.DH))
+	}
+	return strings.Join(parts, "-")
 }
 
 // supported reports whether this package implements transform t (for the

@@ -103,6 +103,31 @@ func TestESPName(t *testing.T) {
 	}
 }
 
+// TestIKEName: an IKE suite's name is the proposal it was chosen from, in
+// the keywords ParseProposal takes back (the PRF an integrity algorithm
+// implies is spelt out).
+func TestIKEName(t *testing.T) {
+	for kw, want := range map[string]string{
+		"aes256gcm16-prfsha384-ecp384":      "aes256gcm16-prfsha384-ecp384",
+		"chacha20poly1305-prfsha256-x25519": "chacha20poly1305-prfsha256-x25519",
+		"aes128-sha256-modp2048":            "aes128-sha256-prfsha256-modp2048",
+		"aes192-sha512-ecp256":              "aes192-sha512-prfsha512-ecp256",
+	} {
+		p, err := ParseProposals(ProtoIKE, kw)
+		if err != nil {
+			t.Fatal(err)
+		}
+		suite, _, ok := selectProposal(p, p, false)
+		if !ok || suite.IKEName() != want {
+			t.Errorf("%s: %q, want %q", kw, suite.IKEName(), want)
+			continue
+		}
+		if back, err := ParseProposals(ProtoIKE, want); err != nil || len(back) != 1 {
+			t.Errorf("%s does not parse back: %v", want, err)
+		}
+	}
+}
+
 // TestSKRoundTrip seals and opens an SK payload with each suite, and
 // checks that any change to the message is caught.
 func TestSKRoundTrip(t *testing.T) {
