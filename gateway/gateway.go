@@ -55,6 +55,9 @@ type Gateway struct {
 	stateFiles map[string]*stateFile // by path
 
 	tls tlsState // the TLS listeners and origins (tls.go)
+	// totals sums the counters of each tunnel's SAs, retired ones
+	// included (totals.go).
+	totals tunnelTotals
 	ike ikeState // the IKE connections (ike.go)
 
 	// Fixed for the process (a change needs a restart), so read without
@@ -336,6 +339,7 @@ func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.D
 	if file != nil {
 		s.Retired = func() { file.retire(rt.Seq(), g.log) }
 	}
+	g.totals.register(s, dir)
 	return s, nil
 }
 

@@ -63,6 +63,9 @@ type Stats struct {
 	TLS       []TLSInfo       `json:"tls"` // the TLS listeners and origins, in configuration order
 	// IKE is the IKE side, when the configuration has [[connection]]s.
 	IKE *IKEInfo `json:"ike,omitempty"`
+	// Tunnels are the counters of each tunnel by direction, summed over
+	// its SAs, retired ones included (totals.go).
+	Tunnels []TunnelStats `json:"tunnels,omitempty"`
 }
 
 func saInfo(s *sad.SA, dir string) SAInfo {
@@ -148,6 +151,7 @@ func (g *Gateway) Stats() Stats {
 		st.Dataplane = g.dp.Stats()
 	}
 	st.SAs = g.SAs()
+	st.Tunnels = g.TunnelStats()
 	st.TLS = g.TLS()
 	if g.hasIKE() {
 		info := g.IKE()
