@@ -58,7 +58,7 @@ type Gateway struct {
 	// totals sums the counters of each tunnel's SAs, retired ones
 	// included (totals.go).
 	totals tunnelTotals
-	ike ikeState // the IKE connections (ike.go)
+	ike    ikeState // the IKE connections (ike.go)
 
 	// Fixed for the process (a change needs a restart), so read without
 	// mu: data-plane workers, the default engine, the state directory.
