@@ -126,7 +126,7 @@ func TestGrafanaDashboard(t *testing.T) {
 	// The panels the issue asks for: throughput per tunnel, drops by
 	// reason, IKE SAs and children, exchanges, TLS handshakes and failures.
 	for _, want := range []string{"sluice_tunnel_bytes_total", "sluice_tunnel_drops_total", "sluice_ike_connection_up",
-		"sluice_ike_child_installed", "sluice_ike_sa_events_total", "sluice_ike_exchanges_total",
+		"sluice_ike_child_installed", "sluice_ike_sa_up", "sluice_ike_sa_events_total", "sluice_ike_exchanges_total",
 		"sluice_tls_handshakes_total", "sluice_tls_handshake_failures_total"} {
 		if !strings.Contains(string(raw), want) {
 			t.Errorf("the dashboard has no panel on %s", want)

@@ -50,6 +50,7 @@ package control
 //	sluice_ike_failures_total{reason}
 //	sluice_ike_sa_events_total{sa,event}
 //	sluice_ike_events_total{event}
+//	sluice_ike_sa_up{connection}
 //	sluice_ike_connection_up{connection}
 //	sluice_ike_child_installed{connection,child}
 //
@@ -174,6 +175,8 @@ var (
 		"IKE SAs (sa ike) and Child SAs (sa child) established, rekeyed, added, expired and deleted.", []string{"sa", "event"}, nil)
 	ikeEvents = prometheus.NewDesc("sluice_ike_events_total",
 		"Other IKE events: liveness checks, restarts, rekey collisions, INITIAL_CONTACTs, NAT-keepalives.", []string{"event"}, nil)
+	ikeSAUp = prometheus.NewDesc("sluice_ike_sa_up",
+		"1 while the IKE connection has an established IKE SA, else 0.", []string{"connection"}, nil)
 	ikeUp = prometheus.NewDesc("sluice_ike_connection_up",
 		"1 while the IKE connection has an established child installed, else 0.", []string{"connection"}, nil)
 	ikeChildUp = prometheus.NewDesc("sluice_ike_child_installed",
@@ -262,7 +265,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		tlsAccepted, tlsRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytes,
 		tlsIdleClosed, tlsRequests, tlsHeaderTimeouts, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch,
 		ikePackets, ikeRetransmits, ikeExchanges, ikeDrops, ikeBusy, ikeCookies, ikeFragments, ikeReassembled,
-		ikeFailures, ikeSAEvents, ikeEvents, ikeUp, ikeChildUp} {
+		ikeFailures, ikeSAEvents, ikeEvents, ikeSAUp, ikeUp, ikeChildUp} {
 		ch <- d
 	}
 }
@@ -363,8 +366,8 @@ func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v
 			continue
 		}
 		seen[c.Name] = true
-		up := c.State == "established"
-		gauge(ikeUp, b2u(up), c.Name)
+		gauge(ikeSAUp, b2u(c.IKESPIi != ""), c.Name)
+		gauge(ikeUp, b2u(c.State == "established"), c.Name)
 		children := map[string]bool{}
 		for _, ch := range c.Children {
 			if !children[ch.Name] {

@@ -291,7 +291,7 @@ func TestCollectorIKE(t *testing.T) {
 		IKESAEstablished: 1, ChildSARekeyed: 5, RxBusy: 6, CookiesSent: 7, RxReassembled: 8, RxFragments: 9,
 		IKEAuthInitiated: 1, CreateChildSAAnswered: 5, LivenessChecks: 2})
 	b.SetIKE(&gateway.IKEInfo{
-		Connections: []gateway.IKEConnInfo{{Name: "site-b", State: "established", Children: []gateway.IKEChildInfo{{Name: "net-b", State: "installed"}}},
+		Connections: []gateway.IKEConnInfo{{Name: "site-b", State: "established", IKESPIi: "0102030405060708", Children: []gateway.IKEChildInfo{{Name: "net-b", State: "installed"}}},
 			{Name: "site-c", State: "down"}},
 		Stats: stats,
 	})
@@ -312,6 +312,8 @@ func TestCollectorIKE(t *testing.T) {
 		`sluice_ike_reassembled_total 8`,
 		`sluice_ike_fragments_total{direction="rx"} 9`,
 		`sluice_ike_events_total{event="liveness_checks"} 2`,
+		`sluice_ike_sa_up{connection="site-b"} 1`,
+		`sluice_ike_sa_up{connection="site-c"} 0`,
 		`sluice_ike_connection_up{connection="site-b"} 1`,
 		`sluice_ike_connection_up{connection="site-c"} 0`,
 		`sluice_ike_child_installed{child="net-b",connection="site-b"} 1`,
