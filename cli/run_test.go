@@ -284,7 +284,8 @@ enc_key = "202122232425262728292a2b2c2d2e2f30313233"
 	}
 	body, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{`sluice_sa_packets_total{direction="out",sa="o",spi="0x00001001",tunnel="t"} 0`, `sluice_worker_sealed_total{worker="1"} 0`, "go_goroutines"} {
+	for _, want := range []string{`sluice_tunnel_packets_total{direction="out",tunnel="t"} 0`, `sluice_worker_sealed_total{worker="1"} 0`,
+		`sluice_worker_drops_total{reason="no_route",worker="0"} 0`, "sluice_build_info{", "go_goroutines"} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}

@@ -2,14 +2,19 @@ package control
 
 // Prometheus metrics. The collector reads the gateway's counters at scrape
 // time, so the data plane keeps no second set of counters and pays nothing
-// between scrapes.
+// between scrapes. Every series is labelled by what an operator names in
+// the configuration (a tunnel, an IKE connection, a TLS listener), never by
+// an SPI, so a rekey makes no new series; and every drop or failure reason
+// is there at 0 from the first scrape.
 //
-//	sluice_sa_packets_total{tunnel,sa,spi,direction}
-//	sluice_sa_bytes_total{tunnel,sa,spi,direction}
-//	sluice_sa_drops_total{tunnel,sa,spi,direction,reason}
-//	sluice_sa_needs_rekey{tunnel,sa,spi,direction}
-//	sluice_sa_state_failing{tunnel,sa,spi,direction}
-//	sluice_sa_state_failures_total{tunnel,sa,spi,direction}
+//	sluice_build_info{version,commit,go,engines}            always 1
+//
+//	sluice_tunnel_packets_total{tunnel,direction}
+//	sluice_tunnel_bytes_total{tunnel,direction}
+//	sluice_tunnel_drops_total{tunnel,direction,reason}
+//	sluice_tunnel_needs_rekey{tunnel,direction}
+//	sluice_tunnel_state_failing{tunnel,direction}
+//	sluice_tunnel_state_failures_total{tunnel,direction}
 //	sluice_worker_sealed_total{worker}
 //	sluice_worker_opened_total{worker}
 //	sluice_worker_tx_packets_total{worker}
@@ -18,14 +23,14 @@ package control
 //	sluice_receiver_packets_total{receiver,side}
 //	sluice_receiver_bytes_total{receiver,side}
 //	sluice_receiver_drops_total{receiver,side,reason}
+//
 //	sluice_tls_accepted_total{listener}
 //	sluice_tls_refused_total{listener}
 //	sluice_tls_open_connections{listener}
 //	sluice_tls_handshakes_total{listener}
 //	sluice_tls_handshake_failures_total{listener,reason}
 //	sluice_tls_resumed_total{listener}
-//	sluice_tls_bytes_in_total{listener}
-//	sluice_tls_bytes_out_total{listener}
+//	sluice_tls_bytes_total{listener,direction}
 //	sluice_tls_idle_closed_total{listener}
 //	sluice_tls_requests_total{listener}
 //	sluice_tls_header_timeouts_total{listener}
@@ -35,14 +40,23 @@ package control
 //	sluice_tls_sign_max_batch{listener}
 //
 //	sluice_ike_packets_total{direction}
-//	sluice_ike_drops_total{reason}
-//	sluice_ike_failures_total{reason}
 //	sluice_ike_retransmits_total{direction}
-//	sluice_ike_exchanges_total{event}
+//	sluice_ike_exchanges_total{exchange,role}
+//	sluice_ike_drops_total{reason}
+//	sluice_ike_busy_total{reason}
+//	sluice_ike_cookies_sent_total
+//	sluice_ike_fragments_total{direction}
+//	sluice_ike_reassembled_total
+//	sluice_ike_failures_total{reason}
+//	sluice_ike_sa_events_total{sa,event}
+//	sluice_ike_events_total{event}
+//	sluice_ike_sa_up{connection}
 //	sluice_ike_connection_up{connection}
+//	sluice_ike_child_installed{connection,child}
 //
-// The TLS series are per [[tls]] listener and [[tls_origin]], named by the
-// listener label.
+// A tunnel is a [[tunnel]] or an IKE child, by its name; its counters sum
+// all its SAs, retired ones included (gateway.TunnelStats). The TLS series
+// are per [[tls]] listener and [[tls_origin]], named by the listener label.
 //
 // plus the Go runtime's go_* and the process's process_* series.
 
@@ -62,26 +76,29 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/internal/buildinfo"
+	"github.com/sluicegw/sluice/tls"
 )
 
 var (
-	saLabels     = []string{"tunnel", "sa", "spi", "direction"}
+	tunnelLabels = []string{"tunnel", "direction"}
 	workerLabels = []string{"worker"}
 	rxLabels     = []string{"receiver", "side"}
 
-	saPackets = prometheus.NewDesc("sluice_sa_packets_total",
-		"Packets the SA sealed (direction out) or opened and accepted (direction in).", saLabels, nil)
-	saBytes = prometheus.NewDesc("sluice_sa_bytes_total",
-		"Plaintext bytes of the packets the SA sealed or opened.", saLabels, nil)
-	saDrops = prometheus.NewDesc("sluice_sa_drops_total",
-		"Packets of the SA dropped, by reason.", append(saLabels[:len(saLabels):len(saLabels)], "reason"), nil)
-	saNeedsRekey = prometheus.NewDesc("sluice_sa_needs_rekey",
-		"1 when the SA is near or at its sequence number or lifetime limit and needs a rekey.", saLabels, nil)
-	saStateFailing = prometheus.NewDesc("sluice_sa_state_failing",
-		"1 while the SA cannot record its sequence-number reservation in the state directory (it drops its packets).", saLabels, nil)
-	saStateFailures = prometheus.NewDesc("sluice_sa_state_failures_total",
-		"Sequence-number reservations of the SA that could not be recorded in the state directory.", saLabels, nil)
+	tunnelPackets = prometheus.NewDesc("sluice_tunnel_packets_total",
+		"Packets the tunnel sealed (direction out) or opened and accepted (direction in), over all its SAs.", tunnelLabels, nil)
+	tunnelBytes = prometheus.NewDesc("sluice_tunnel_bytes_total",
+		"Plaintext bytes of the packets the tunnel sealed or opened.", tunnelLabels, nil)
+	tunnelDrops = prometheus.NewDesc("sluice_tunnel_drops_total",
+		"Packets of the tunnel's SAs dropped, by reason.", append(tunnelLabels[:2:2], "reason"), nil)
+	tunnelNeedsRekey = prometheus.NewDesc("sluice_tunnel_needs_rekey",
+		"1 when a current SA of the tunnel is near or at its sequence number or lifetime limit and needs a rekey.", tunnelLabels, nil)
+	tunnelStateFailing = prometheus.NewDesc("sluice_tunnel_state_failing",
+		"1 while a current SA of the tunnel cannot record its sequence-number reservation in the state directory (it drops its packets).", tunnelLabels, nil)
+	tunnelStateFailures = prometheus.NewDesc("sluice_tunnel_state_failures_total",
+		"Sequence-number reservations of the tunnel's SAs that could not be recorded in the state directory.", tunnelLabels, nil)
 
 	workerSealed = prometheus.NewDesc("sluice_worker_sealed_total",
 		"Packets the data-plane worker encrypted.", workerLabels, nil)
@@ -115,10 +132,9 @@ var (
 		"TLS handshakes that failed, by reason.", append(tlsLabels[:1:1], "reason"), nil)
 	tlsResumed = prometheus.NewDesc("sluice_tls_resumed_total",
 		"TLS handshakes that resumed a session with a ticket.", tlsLabels, nil)
-	tlsBytesIn = prometheus.NewDesc("sluice_tls_bytes_in_total",
-		"Plaintext bytes carried from clients to the backend.", tlsLabels, nil)
-	tlsBytesOut = prometheus.NewDesc("sluice_tls_bytes_out_total",
-		"Plaintext bytes carried from the backend to clients.", tlsLabels, nil)
+	tlsBytes = prometheus.NewDesc("sluice_tls_bytes_total",
+		"Plaintext bytes carried from clients to the backend (direction in) and from the backend to clients (out).",
+		append(tlsLabels[:1:1], "direction"), nil)
 	tlsIdleClosed = prometheus.NewDesc("sluice_tls_idle_closed_total",
 		"Connections closed by the idle timeout.", tlsLabels, nil)
 	tlsRequests = prometheus.NewDesc("sluice_tls_requests_total",
@@ -136,23 +152,101 @@ var (
 
 	ikePackets = prometheus.NewDesc("sluice_ike_packets_total",
 		"IKE datagrams received (rx) and sent (tx, retransmissions included).", []string{"direction"}, nil)
-	ikeDrops = prometheus.NewDesc("sluice_ike_drops_total",
-		"IKE datagrams dropped, by reason (ike.Stats).", []string{"reason"}, nil)
-	ikeFailures = prometheus.NewDesc("sluice_ike_failures_total",
-		"IKE negotiations that failed, by reason.", []string{"reason"}, nil)
 	ikeRetransmits = prometheus.NewDesc("sluice_ike_retransmits_total",
 		"IKE requests retransmitted by us (tx) and by the peers, answered from the cache (rx).", []string{"direction"}, nil)
 	ikeExchanges = prometheus.NewDesc("sluice_ike_exchanges_total",
-		"IKE SAs and Child SAs established, rekeyed and deleted, and the other events the endpoint counts.", []string{"event"}, nil)
+		"IKE exchanges completed, by type: initiated by us and answered (role initiator), or by the peer and answered by us (responder).",
+		[]string{"exchange", "role"}, nil)
+	ikeDrops = prometheus.NewDesc("sluice_ike_drops_total",
+		"IKE datagrams dropped, by reason.", []string{"reason"}, nil)
+	ikeBusy = prometheus.NewDesc("sluice_ike_busy_total",
+		"IKE work put off or refused while busy: a message for an IKE SA whose keys or signature are being computed (sa_computing; "+
+			"the peer retransmits), one dropped at the limit of computations (crypto_full), a computation's result no longer "+
+			"wanted (crypto_stale), a request not queued on a busy IKE SA (request_queue_full).", []string{"reason"}, nil)
+	ikeCookies = prometheus.NewDesc("sluice_ike_cookies_sent_total",
+		"IKE_SA_INIT requests answered with a cookie challenge (RFC 7296 section 2.6).", nil, nil)
+	ikeFragments = prometheus.NewDesc("sluice_ike_fragments_total",
+		"IKE fragments (RFC 7383) sent (tx) and received and kept (rx).", []string{"direction"}, nil)
+	ikeReassembled = prometheus.NewDesc("sluice_ike_reassembled_total",
+		"IKE messages reassembled from fragments (RFC 7383).", nil, nil)
+	ikeFailures = prometheus.NewDesc("sluice_ike_failures_total",
+		"IKE negotiations that failed, by reason.", []string{"reason"}, nil)
+	ikeSAEvents = prometheus.NewDesc("sluice_ike_sa_events_total",
+		"IKE SAs (sa ike) and Child SAs (sa child) established, rekeyed, added, expired and deleted.", []string{"sa", "event"}, nil)
+	ikeEvents = prometheus.NewDesc("sluice_ike_events_total",
+		"Other IKE events: liveness checks, restarts, rekey collisions, INITIAL_CONTACTs, NAT-keepalives.", []string{"event"}, nil)
+	ikeSAUp = prometheus.NewDesc("sluice_ike_sa_up",
+		"1 while the IKE connection has an established IKE SA, else 0.", []string{"connection"}, nil)
 	ikeUp = prometheus.NewDesc("sluice_ike_connection_up",
 		"1 while the IKE connection has an established child installed, else 0.", []string{"connection"}, nil)
+	ikeChildUp = prometheus.NewDesc("sluice_ike_child_installed",
+		"1 while the IKE child has an SA pair installed, else 0.", []string{"connection", "child"}, nil)
 )
 
-// ikeFailureReasons are the ike.Stats counters (snake_case) that count
-// failed negotiations; the other rx_ ones count dropped datagrams.
-var ikeFailureReasons = map[string]bool{
-	"auth_failed": true, "no_proposal_chosen": true, "ts_unacceptable": true, "invalid_ke": true,
-	"timeouts": true, "temp_failures": true, "peers_dead": true,
+// ikeSeries says which family, and which labels, each ike.Stats counter
+// (by its snake_case name, gateway.IKEStatsMap) goes to. A counter not
+// listed is an event (sluice_ike_events_total).
+var ikeSeries = map[string]struct {
+	desc   *prometheus.Desc
+	labels []string
+}{
+	"rx_packets":     {ikePackets, []string{"rx"}},
+	"tx_packets":     {ikePackets, []string{"tx"}},
+	"rx_retransmits": {ikeRetransmits, []string{"rx"}},
+	"tx_retransmits": {ikeRetransmits, []string{"tx"}},
+
+	"ike_sa_init_initiated":     {ikeExchanges, []string{"IKE_SA_INIT", "initiator"}},
+	"ike_sa_init_answered":      {ikeExchanges, []string{"IKE_SA_INIT", "responder"}},
+	"ike_auth_initiated":        {ikeExchanges, []string{"IKE_AUTH", "initiator"}},
+	"ike_auth_answered":         {ikeExchanges, []string{"IKE_AUTH", "responder"}},
+	"create_child_sa_initiated": {ikeExchanges, []string{"CREATE_CHILD_SA", "initiator"}},
+	"create_child_sa_answered":  {ikeExchanges, []string{"CREATE_CHILD_SA", "responder"}},
+	"informational_initiated":   {ikeExchanges, []string{"INFORMATIONAL", "initiator"}},
+	"informational_answered":    {ikeExchanges, []string{"INFORMATIONAL", "responder"}},
+
+	"rx_queue_full":       {ikeDrops, []string{"queue_full"}},
+	"rx_malformed":        {ikeDrops, []string{"malformed"}},
+	"rx_no_marker":        {ikeDrops, []string{"no_marker"}},
+	"rx_unknown_spi":      {ikeDrops, []string{"unknown_spi"}},
+	"rx_out_of_window":    {ikeDrops, []string{"out_of_window"}},
+	"rx_unexpected":       {ikeDrops, []string{"unexpected"}},
+	"rx_integrity_failed": {ikeDrops, []string{"integrity_failed"}},
+	"rx_half_open_limit":  {ikeDrops, []string{"half_open_limit"}},
+	"rx_blocked":          {ikeDrops, []string{"blocked"}},
+	"rx_bad_cookie":       {ikeDrops, []string{"bad_cookie"}},
+	"rx_unsupported_crit": {ikeDrops, []string{"unsupported_crit"}},
+	"rx_frag_invalid":     {ikeDrops, []string{"frag_invalid"}},
+	"rx_frag_duplicate":   {ikeDrops, []string{"frag_duplicate"}},
+	"rx_frag_too_large":   {ikeDrops, []string{"frag_too_large"}},
+	"rx_frag_timeout":     {ikeDrops, []string{"frag_timeout"}},
+
+	"rx_busy":            {ikeBusy, []string{"sa_computing"}},
+	"crypto_busy":        {ikeBusy, []string{"crypto_full"}},
+	"crypto_stale":       {ikeBusy, []string{"crypto_stale"}},
+	"request_queue_full": {ikeBusy, []string{"request_queue_full"}},
+	"cookies_sent":       {ikeCookies, nil},
+	"tx_fragments":       {ikeFragments, []string{"tx"}},
+	"rx_fragments":       {ikeFragments, []string{"rx"}},
+	"rx_reassembled":     {ikeReassembled, nil},
+
+	"auth_failed":          {ikeFailures, []string{"auth_failed"}},
+	"no_proposal_chosen":   {ikeFailures, []string{"no_proposal_chosen"}},
+	"ts_unacceptable":      {ikeFailures, []string{"ts_unacceptable"}},
+	"invalid_ke":           {ikeFailures, []string{"invalid_ke"}},
+	"timeouts":             {ikeFailures, []string{"timeout"}},
+	"temp_failures":        {ikeFailures, []string{"temporary_failure"}},
+	"peers_dead":           {ikeFailures, []string{"peer_dead"}},
+	"child_sa_limit":       {ikeFailures, []string{"child_sa_limit"}},
+	"restart_child_failed": {ikeFailures, []string{"restart_child_failed"}},
+
+	"ike_sa_established":   {ikeSAEvents, []string{"ike", "established"}},
+	"ike_sa_rekeyed":       {ikeSAEvents, []string{"ike", "rekeyed"}},
+	"ike_sa_expired":       {ikeSAEvents, []string{"ike", "expired"}},
+	"deleted":              {ikeSAEvents, []string{"ike", "deleted"}},
+	"child_sa_established": {ikeSAEvents, []string{"child", "established"}},
+	"child_sa_rekeyed":     {ikeSAEvents, []string{"child", "rekeyed"}},
+	"child_sa_added":       {ikeSAEvents, []string{"child", "added"}},
+	"child_sa_expired":     {ikeSAEvents, []string{"child", "expired"}},
 }
 
 // Collector is a prometheus.Collector over a gateway's counters. Stats is
@@ -166,11 +260,12 @@ func NewCollector(stats func() gateway.Stats) *Collector { return &Collector{sta
 
 // Describe sends the descriptors of every series the collector makes.
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{saPackets, saBytes, saDrops, saNeedsRekey, saStateFailing, saStateFailures,
+	for _, d := range []*prometheus.Desc{tunnelPackets, tunnelBytes, tunnelDrops, tunnelNeedsRekey, tunnelStateFailing, tunnelStateFailures,
 		workerSealed, workerOpened, workerTx, workerTxErrors, workerDrops, rxPackets, rxBytes, rxDrops,
-		tlsAccepted, tlsRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytesIn, tlsBytesOut,
+		tlsAccepted, tlsRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytes,
 		tlsIdleClosed, tlsRequests, tlsHeaderTimeouts, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch,
-		ikePackets, ikeDrops, ikeFailures, ikeRetransmits, ikeExchanges, ikeUp} {
+		ikePackets, ikeRetransmits, ikeExchanges, ikeDrops, ikeBusy, ikeCookies, ikeFragments, ikeReassembled,
+		ikeFailures, ikeSAEvents, ikeEvents, ikeSAUp, ikeUp, ikeChildUp} {
 		ch <- d
 	}
 }
@@ -181,40 +276,36 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
 		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
 	}
-	// The same SA may be listed twice for a moment while the SAD changes
-	// under the read; a registry refuses a scrape with a duplicate series.
-	seen := map[[4]string]bool{}
-	for _, sa := range st.SAs {
-		key := [4]string{sa.Tunnel, sa.Name, fmt.Sprintf("0x%08x", sa.SPI), sa.Direction}
+	gauge := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
+	}
+	// A tunnel is listed once per direction; a registry would refuse a
+	// scrape with a duplicate series, so a second listing is skipped.
+	seen := map[[2]string]bool{}
+	for _, t := range st.Tunnels {
+		key := [2]string{t.Tunnel, t.Direction}
 		if seen[key] {
 			continue
 		}
 		seen[key] = true
 		l := key[:]
-		counter(saPackets, sa.Packets, l...)
-		counter(saBytes, sa.Bytes, l...)
-		for _, r := range sortedKeys(sa.Drops) {
-			counter(saDrops, sa.Drops[r], append(l[:4:4], r)...)
+		counter(tunnelPackets, t.Packets, l...)
+		counter(tunnelBytes, t.Bytes, l...)
+		for _, r := range withZeros(t.Drops, gateway.DropReasons(t.Direction)) {
+			counter(tunnelDrops, t.Drops[r], t.Tunnel, t.Direction, r)
 		}
-		rekey := 0.0
-		if sa.NeedsRekey {
-			rekey = 1
-		}
-		ch <- prometheus.MustNewConstMetric(saNeedsRekey, prometheus.GaugeValue, rekey, l...)
-		failing := 0.0
-		if sa.StateFailing {
-			failing = 1
-		}
-		ch <- prometheus.MustNewConstMetric(saStateFailing, prometheus.GaugeValue, failing, l...)
-		counter(saStateFailures, sa.StateFailures, l...)
+		gauge(tunnelNeedsRekey, b2u(t.NeedsRekey), l...)
+		gauge(tunnelStateFailing, b2u(t.StateFailing), l...)
+		counter(tunnelStateFailures, t.StateFailures, l...)
 	}
+	dpReasons := dataplane.ReasonNames()
 	for _, w := range st.Dataplane.Workers {
 		i := strconv.Itoa(w.Index)
 		counter(workerSealed, w.Sealed, i)
 		counter(workerOpened, w.Opened, i)
 		counter(workerTx, w.TxPackets, i)
 		counter(workerTxErrors, w.TxErrors, i)
-		for _, r := range sortedKeys(w.Drops) {
+		for _, r := range withZeros(w.Drops, dpReasons) {
 			counter(workerDrops, w.Drops[r], i, r)
 		}
 	}
@@ -226,12 +317,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		idx := strconv.Itoa(i)
 		counter(rxPackets, r.Packets, idx, side)
 		counter(rxBytes, r.Bytes, idx, side)
-		for _, reason := range sortedKeys(r.Drops) {
+		for _, reason := range withZeros(r.Drops, dpReasons) {
 			counter(rxDrops, r.Drops[reason], idx, side, reason)
 		}
-	}
-	gauge := func(d *prometheus.Desc, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels...)
 	}
 	tlsSeen := map[string]bool{} // names are unique; a reload under the read must not fail the scrape
 	for _, l := range st.TLS {
@@ -243,12 +331,12 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		counter(tlsRefused, l.Refused, l.Name)
 		gauge(tlsOpen, l.Open, l.Name)
 		counter(tlsHandshakes, l.Handshakes, l.Name)
-		for _, r := range sortedKeys(l.HandshakeFailures) {
+		for _, r := range withZeros(l.HandshakeFailures, tls.FailureReasons()) {
 			counter(tlsHandshakeFailures, l.HandshakeFailures[r], l.Name, r)
 		}
 		counter(tlsResumed, l.Resumed, l.Name)
-		counter(tlsBytesIn, l.BytesIn, l.Name)
-		counter(tlsBytesOut, l.BytesOut, l.Name)
+		counter(tlsBytes, l.BytesIn, l.Name, "in")
+		counter(tlsBytes, l.BytesOut, l.Name, "out")
 		counter(tlsIdleClosed, l.IdleClosed, l.Name)
 		counter(tlsRequests, l.Requests, l.Name)
 		counter(tlsHeaderTimeouts, l.HeaderTimeouts, l.Name)
@@ -262,26 +350,14 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// collectIKE sends the IKE series: each counter of ike.Stats in one
-// family by what it counts.
+// collectIKE sends the IKE series: each counter of ike.Stats in its family
+// (ikeSeries), and each connection's and child's state.
 func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v uint64, labels ...string)) {
 	for _, k := range sortedKeys(info.Stats) {
-		v := info.Stats[k]
-		switch {
-		case k == "rx_packets":
-			counter(ikePackets, v, "rx")
-		case k == "tx_packets":
-			counter(ikePackets, v, "tx")
-		case k == "rx_retransmits":
-			counter(ikeRetransmits, v, "rx")
-		case k == "tx_retransmits":
-			counter(ikeRetransmits, v, "tx")
-		case ikeFailureReasons[k]:
-			counter(ikeFailures, v, k)
-		case strings.HasPrefix(k, "rx_"):
-			counter(ikeDrops, v, strings.TrimPrefix(k, "rx_"))
-		default:
-			counter(ikeExchanges, v, k)
+		if s, ok := ikeSeries[k]; ok {
+			counter(s.desc, info.Stats[k], s.labels...)
+		} else {
+			counter(ikeEvents, info.Stats[k], k)
 		}
 	}
 	seen := map[string]bool{}
@@ -290,21 +366,57 @@ func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v
 			continue
 		}
 		seen[c.Name] = true
-		up := uint64(0)
-		if c.State == "established" {
-			up = 1
+		gauge(ikeSAUp, b2u(c.IKESPIi != ""), c.Name)
+		gauge(ikeUp, b2u(c.State == "established"), c.Name)
+		children := map[string]bool{}
+		for _, ch := range c.Children {
+			if !children[ch.Name] {
+				children[ch.Name] = true
+				gauge(ikeChildUp, b2u(ch.State == "installed"), c.Name, ch.Name)
+			}
 		}
-		gauge(ikeUp, up, c.Name)
 	}
 }
 
-func sortedKeys(m map[string]uint64) []string {
-	keys := make([]string, 0, len(m))
+func b2u(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+// withZeros returns the keys of m and the names in always, sorted and
+// each once: a reason is shown from the first scrape, before it counts.
+func withZeros(m map[string]uint64, always []string) []string {
+	keys := make([]string, 0, len(m)+len(always))
 	for k := range m {
 		keys = append(keys, k)
 	}
+	for _, k := range always {
+		if _, ok := m[k]; !ok {
+			keys = append(keys, k)
+		}
+	}
 	sort.Strings(keys)
 	return keys
+}
+
+func sortedKeys(m map[string]uint64) []string { return withZeros(m, nil) }
+
+// buildInfo is sluice_build_info: 1, labelled with what the binary is.
+func buildInfo(in buildinfo.Info) prometheus.Collector {
+	commit := in.Commit
+	if in.Modified {
+		commit += "+dirty"
+	}
+	g := prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "sluice_build_info",
+		Help: "Always 1; the labels say what the running binary is: its version, commit, Go toolchain and crypto engines.",
+		ConstLabels: prometheus.Labels{"version": in.Version, "commit": commit, "go": in.GoVersion,
+			"engines": strings.Join(in.Engines, ",")},
+	})
+	g.Set(1)
+	return g
 }
 
 // NewRegistry returns a registry with the gateway's collector and the Go
@@ -313,6 +425,7 @@ func NewRegistry(stats func() gateway.Stats) *prometheus.Registry {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(
 		NewCollector(stats),
+		buildInfo(buildinfo.Get()),
 		collectors.NewGoCollector(),
 		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 	)

@@ -397,6 +397,6 @@ func addLinkDrops(m map[string]uint64, c pktio.Counters) {
 	add(esp.ReasonIKE.String(), c.RxIKE)
 	add(esp.ReasonKeepalive.String(), c.RxKeepalive)
 	add(esp.ReasonMalformed.String(), c.RxInvalid)
-	add("too_long", c.RxShort)
-	add("read_error", c.RxErrors)
+	add(linkDropNames[0], c.RxShort)
+	add(linkDropNames[1], c.RxErrors)
 }

@@ -35,6 +35,21 @@ func (r Reason) String() string {
 	return "reason(?)"
 }
 
+// ReasonNames lists every name a drop may be counted under in
+// WorkerStats.Drops and RxStats.Drops: esp's reasons, the data plane's and
+// the link's own (addLinkDrops), so that an exporter can show each at zero
+// before the first drop.
+func ReasonNames() []string {
+	var names []string
+	for r := Reason(1); r < numReasons; r++ {
+		names = append(names, r.String())
+	}
+	return append(names, linkDropNames...)
+}
+
+// linkDropNames are the names addLinkDrops adds that are no Reason.
+var linkDropNames = []string{"too_long", "read_error"}
+
 // counter is a statistic with one writer (the lane that owns it) and any
 // number of readers: the writer adds without a locked instruction.
 type counter struct{ v atomic.Uint64 }

@@ -278,6 +278,18 @@ func TestIKERekeyUnderTraffic(t *testing.T) {
 		if st == nil || st.Stats["child_sa_rekeyed"] < 2 || st.Stats["ike_sa_rekeyed"] < 1 || st.Stats["child_sa_expired"] > 0 {
 			t.Errorf("gateway %s: want at least 2 Child SA and 1 IKE SA rekeys, none expired: %v", s.name, st)
 		}
+		// The child's tunnel counts every ping and answer in each
+		// direction, across the rekeys: the retired SAs' packets too.
+		ts := s.stats().Tunnels
+		if len(ts) != 2 || ts[0].Direction != "in" || ts[1].Direction != "out" || ts[0].Tunnel != ts[1].Tunnel {
+			t.Errorf("gateway %s: tunnel counters %+v, want one tunnel in and out", s.name, ts)
+			continue
+		}
+		for _, d := range ts {
+			if d.Packets < 2*n {
+				t.Errorf("gateway %s: tunnel %s %s counted %d packets, want at least %d across the rekeys", s.name, d.Tunnel, d.Direction, d.Packets, 2*n)
+			}
+		}
 	}
 	if now := a.waitChild(tb.ctx, "net-b", time.Second, nil); now.InSPI == first.InSPI {
 		t.Errorf("the child still has its first SPI %#x", first.InSPI)

@@ -55,7 +55,10 @@ type Gateway struct {
 	stateFiles map[string]*stateFile // by path
 
 	tls tlsState // the TLS listeners and origins (tls.go)
-	ike ikeState // the IKE connections (ike.go)
+	// totals sums the counters of each tunnel's SAs, retired ones
+	// included (totals.go).
+	totals tunnelTotals
+	ike    ikeState // the IKE connections (ike.go)
 
 	// Fixed for the process (a change needs a restart), so read without
 	// mu: data-plane workers, the default engine, the state directory.
@@ -336,6 +339,7 @@ func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.D
 	if file != nil {
 		s.Retired = func() { file.retire(rt.Seq(), g.log) }
 	}
+	g.totals.register(s, dir)
 	return s, nil
 }
 

@@ -1213,7 +1213,7 @@ func (g *Gateway) ownerOf(name string) int {
 // retired: its keys are never installed again, so the file would only
 // accumulate.
 func forgetStateWhenRetired(s *sad.SA, dir string, def *config.SA, d esp.Direction) {
-	if dir == "" || s.Retired == nil {
+	if dir == "" || s.State == nil { // no state file (withState)
 		return
 	}
 	path := seqStatePath(dir, def, d)

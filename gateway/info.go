@@ -69,6 +69,9 @@ type Stats struct {
 	// a client given a file can tell whether it reached that file's
 	// gateway.
 	Config string `json:"config,omitempty"`
+	// Tunnels are the counters of each tunnel by direction, summed over
+	// its SAs, retired ones included (totals.go).
+	Tunnels []TunnelStats `json:"tunnels,omitempty"`
 }
 
 func saInfo(s *sad.SA, dir string) SAInfo {
@@ -154,6 +157,7 @@ func (g *Gateway) Stats() Stats {
 		st.Dataplane = g.dp.Stats()
 	}
 	st.SAs = g.SAs()
+	st.Tunnels = g.TunnelStats()
 	st.TLS = g.TLS()
 	if g.hasIKE() {
 		info := g.IKE()

@@ -586,6 +586,43 @@ type Stats struct {
 	RxBusy      uint64 // message for an IKE SA whose signature or DH is being computed (the peer retransmits)
 	CryptoBusy  uint64 // message dropped: Config.MaxCryptoJobs computations already in flight
 	CryptoStale uint64 // a computation's result dropped: its IKE SA moved on (deleted, timed out) meanwhile
+
+	// Exchanges (section 1) by type: those we initiated whose response
+	// arrived, and the requests we answered, each once however often it
+	// was retransmitted. An IKE_SA_INIT counts only when it goes on to
+	// make keys: a cookie challenge (CookiesSent), INVALID_KE_PAYLOAD
+	// (InvalidKE) or another error in its place does not count.
+	IKESAInitInitiated     uint64
+	IKESAInitAnswered      uint64
+	IKEAuthInitiated       uint64
+	IKEAuthAnswered        uint64
+	CreateChildSAInitiated uint64
+	CreateChildSAAnswered  uint64
+	InformationalInitiated uint64
+	InformationalAnswered  uint64
+}
+
+// countExchange counts a completed exchange of type exch, initiated by us
+// or answered. Unknown types are not counted.
+func (s *Stats) countExchange(exch ExchangeType, initiated bool) {
+	var c [2]*uint64
+	switch exch {
+	case IKE_SA_INIT:
+		c = [2]*uint64{&s.IKESAInitAnswered, &s.IKESAInitInitiated}
+	case IKE_AUTH:
+		c = [2]*uint64{&s.IKEAuthAnswered, &s.IKEAuthInitiated}
+	case CREATE_CHILD_SA:
+		c = [2]*uint64{&s.CreateChildSAAnswered, &s.CreateChildSAInitiated}
+	case INFORMATIONAL:
+		c = [2]*uint64{&s.InformationalAnswered, &s.InformationalInitiated}
+	default:
+		return
+	}
+	if initiated {
+		*c[1]++
+	} else {
+		*c[0]++
+	}
 }
 
 // Selector helpers -------------------------------------------------------

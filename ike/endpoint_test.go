@@ -242,6 +242,10 @@ func TestNegotiate(t *testing.T) {
 			if nd != 1 || p.a.Stats().Deleted != 1 {
 				t.Fatal("Delete did not reach both sides")
 			}
+			if sa, sb := p.a.Stats(), p.b.Stats(); sa.InformationalInitiated != 1 || sb.InformationalAnswered != 1 ||
+				sa.IKEAuthInitiated != 1 || sb.IKEAuthAnswered != 1 || sa.CreateChildSAInitiated+sb.CreateChildSAAnswered != 0 {
+				t.Fatalf("exchanges: initiator %+v responder %+v", sa, sb)
+			}
 			if n := len(p.a.sas) + len(p.b.sas); n != 0 {
 				t.Fatalf("%d SAs left", n)
 			}
@@ -339,8 +343,12 @@ func TestCookie(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkMirror(t, ca, p.respChild(t), "aes128gcm16", false)
-	if s := p.b.Stats(); s.CookiesSent != 1 || s.RxBadCookie != 0 {
+	if s := p.b.Stats(); s.CookiesSent != 1 || s.RxBadCookie != 0 || s.IKESAInitAnswered != 1 {
 		t.Fatalf("stats %+v", s)
+	}
+	// The challenge is not an exchange of its own.
+	if s := p.a.Stats(); s.IKESAInitInitiated != 1 {
+		t.Fatalf("initiator stats %+v", s)
 	}
 }
 
@@ -373,6 +381,12 @@ func TestRetransmit(t *testing.T) {
 	}
 	if s := p.b.Stats(); s.RxRetransmits < 1 || s.ChildSAEstablished != 1 {
 		t.Fatalf("responder stats %+v", s)
+	}
+	// Each exchange counts once on each side, retransmitted or not.
+	sa, sb := p.a.Stats(), p.b.Stats()
+	if sa.IKESAInitInitiated != 1 || sa.IKEAuthInitiated != 1 || sa.IKESAInitAnswered+sa.IKEAuthAnswered != 0 ||
+		sb.IKESAInitAnswered != 1 || sb.IKEAuthAnswered != 1 || sb.IKESAInitInitiated+sb.IKEAuthInitiated != 0 {
+		t.Fatalf("exchanges: initiator %+v responder %+v", sa, sb)
 	}
 }
 

@@ -313,6 +313,7 @@ func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 		}
 		return sa.failLocked(fmt.Errorf("ike: responder answered IKE_SA_INIT with %s", notifyName(n.NType)))
 	}
+	e.stats.countExchange(IKE_SA_INIT, true)
 	sap, ok1 := find[*SA](ps, nil)
 	ke, ok2 := find[*KE](ps, nil)
 	nr, ok3 := find[*Nonce](ps, nil)
@@ -789,6 +790,7 @@ func (sa *ikeSA) initResponseOutLocked(m *Message, suite Suite, chosenNum uint8,
 		return e.removeLocked(sa, err)
 	}
 	sa.initResp = b
+	e.stats.countExchange(IKE_SA_INIT, false)
 	e.sendLocked(local, remote, b)
 	return nil
 }
@@ -868,6 +870,7 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 	e := sa.ep
 	pkts, err := sa.sealLocked(sa.header(exch, id, true), resp)
 	if err == nil {
+		e.stats.countExchange(exch, false)
 		sa.lastReq, sa.lastResp = raw, pkts
 		sa.respLocal, sa.respRem = local, remote
 		if len(after) == 0 {
@@ -1108,6 +1111,7 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	if !done {
 		return nil
 	}
+	e.stats.countExchange(p.exch, true)
 	sa.lastHeard = e.cfg.clock.Now()
 	sa.stopTimerLocked()
 	sa.pending = nil

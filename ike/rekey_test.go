@@ -81,6 +81,12 @@ func TestRekey(t *testing.T) {
 			if sa, sb := p.a.Stats(), p.b.Stats(); sa.ChildSARekeyed != 2 || sb.ChildSARekeyed != 2 || sa.RxIntegrityFailed+sb.RxIntegrityFailed+sa.RxOutOfWindow+sb.RxOutOfWindow != 0 {
 				t.Fatalf("stats %+v %+v", sa, sb)
 			}
+			// Each rekey is one exchange, initiated by one side and
+			// answered by the other.
+			if sa, sb := p.a.Stats(), p.b.Stats(); sa.CreateChildSAInitiated+sb.CreateChildSAInitiated < 2 ||
+				sa.CreateChildSAInitiated != sb.CreateChildSAAnswered || sb.CreateChildSAInitiated != sa.CreateChildSAAnswered {
+				t.Fatalf("CREATE_CHILD_SA exchanges: initiator %+v responder %+v", sa, sb)
+			}
 			if c.name == "pfs-invalid-ke" && p.a.Stats().InvalidKE != 2 {
 				t.Fatalf("no INVALID_KE round: %+v", p.a.Stats())
 			}

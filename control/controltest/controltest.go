@@ -141,7 +141,38 @@ func (b *Backend) Stats() gateway.Stats {
 	b.enter("Stats")
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return gateway.Stats{Dataplane: b.data, SAs: slices.Clone(b.sas), TLS: slices.Clone(b.tls), IKE: b.ike}
+	return gateway.Stats{Dataplane: b.data, SAs: slices.Clone(b.sas), TLS: slices.Clone(b.tls), IKE: b.ike,
+		Tunnels: b.tunnelStatsLocked()}
+}
+
+// tunnelStatsLocked sums the SAs' counters by tunnel and direction, as the
+// gateway does (its retired SAs aside: this backend retires none). b.mu
+// is held.
+func (b *Backend) tunnelStatsLocked() []gateway.TunnelStats {
+	var out []gateway.TunnelStats
+	for _, t := range b.tunnels {
+		for _, dir := range []string{"in", "out"} {
+			ts := gateway.TunnelStats{Tunnel: t.Name, Direction: dir, Drops: map[string]uint64{}}
+			for _, r := range gateway.DropReasons(dir) {
+				ts.Drops[r] = 0
+			}
+			for _, sa := range b.sas {
+				if sa.Tunnel != t.Name || sa.Direction != dir {
+					continue
+				}
+				ts.Packets += sa.Packets
+				ts.Bytes += sa.Bytes
+				for r, v := range sa.Drops {
+					ts.Drops[r] += v
+				}
+				ts.NeedsRekey = ts.NeedsRekey || sa.NeedsRekey
+				ts.StateFailing = ts.StateFailing || sa.StateFailing
+				ts.StateFailures += sa.StateFailures
+			}
+			out = append(out, ts)
+		}
+	}
+	return out
 }
 
 // AddSA adds an inbound SA to a tunnel, or replaces its outbound SA, as the
