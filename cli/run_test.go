@@ -250,7 +250,7 @@ func TestRunGateway(t *testing.T) {
 		}
 		return out
 	}
-	if out := must("tunnel", "list"); !strings.Contains(out, "t     192.0.2.1  192.0.2.2  udp") {
+	if out := must("tunnel", "list"); !strings.Contains(out, "t     192.0.2.2  udp    1438") {
 		t.Errorf("tunnel list:\n%s", out)
 	}
 	if out := must("sa", "list"); !strings.Contains(out, "t       out  o     0x00001001") || !strings.Contains(out, "t       in   i     0x00001002") {
