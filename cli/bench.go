@@ -3,9 +3,11 @@ package cli
 // sluice bench crypto|esp: the benchmark harness of package bench on the
 // command line. Flags are checked before anything runs (exit status 2 for
 // a bad one); then each combination runs in turn, its row printed as soon
-// as it is measured (or, with --json, one document at the end). A progress
-// bar is drawn on stderr when stdout and stderr are both terminals and
-// --json is off.
+// as it is measured (or, with --json, one document at the end). First, on
+// stderr, an estimate of the whole run's time; then a progress bar on
+// stderr when stdout and stderr are both terminals and --json is off, and
+// otherwise a progress line on stderr now and then (a log or a pipe sees
+// the run move too).
 
 import (
 	"context"
@@ -30,6 +32,10 @@ import (
 // exitBenchFailed is the exit status of a measurement that failed (an
 // engine error, a packet dropped).
 const exitBenchFailed = 1
+
+// defaultCount is the repetitions of each crypto and ESP run: enough for a
+// median and a spread.
+const defaultCount = 3
 
 // Bounds of the bench flags, so that a typo cannot ask for gigabytes.
 const (
@@ -84,7 +90,7 @@ func (c *benchCommon) flags(cmd *cobra.Command) {
 	f.IntVar(&c.inFlight, "inflight", bench.DefaultInFlight, "batches each submitter keeps in flight on an asynchronous engine")
 	f.DurationVar(&c.duration, "duration", 2*time.Second, "measured time of each run (after a short warm-up)")
 	f.IntVar(&c.schedWorkers, "sched-workers", 0, "worker goroutines of the sched engine (0: one per CPU)")
-	f.IntVar(&c.count, "count", 1, "repetitions of each run, interleaved across engines; a row is the median, with every repetition's rate in its JSON samples")
+	f.IntVar(&c.count, "count", defaultCount, "repetitions of each run, interleaved across engines; a row is the median, its spread column the farthest repetition from it, every repetition's rate in its JSON samples")
 	f.BoolVar(&c.json, "json", false, `print one JSON document {"env":...,"results":[...],"notes":[...]} instead of the table`)
 	f.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the runs to `FILE`")
 	f.MarkHidden("cpuprofile")
@@ -140,7 +146,13 @@ type benchRun struct {
 	stop  func()
 }
 
-func startBenchRun(e *env, c *benchCommon, runs int) (*benchRun, error) {
+// progressEvery is the least time between two progress lines when no bar
+// is drawn; tests set it to 0.
+var progressEvery = 10 * time.Second
+
+// startBenchRun starts the output of a bench of runs measured runs that
+// should take about est, and prints that estimate.
+func startBenchRun(e *env, c *benchCommon, runs int, est time.Duration) (*benchRun, error) {
 	r := &benchRun{e: e, json: c.json, stop: func() {}}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -153,11 +165,27 @@ func startBenchRun(e *env, c *benchCommon, runs int) (*benchRun, error) {
 		}
 		r.stop = func() { pprof.StopCPUProfile(); f.Close() }
 	}
+	fmt.Fprintf(e.stderr, "estimate: about %v for %d measured runs\n", roundEstimate(est), runs)
 	if !c.json && bench.IsTerminal(e.stdout) && bench.IsTerminal(e.stderr) {
 		r.bar = bench.NewBar(e.stderr, runs)
+	} else {
+		r.bar = bench.NewLines(e.stderr, runs, progressEvery)
 	}
 	return r, nil
 }
+
+// roundEstimate rounds an estimate to what it can claim: whole seconds
+// under a minute, then 10 seconds.
+func roundEstimate(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return max(d.Round(time.Second), time.Second)
+	}
+	return d.Round(10 * time.Second)
+}
+
+// runTime is the expected time of one measured run of d (its warm-up and
+// window).
+func runTime(d time.Duration) time.Duration { return bench.DefaultWarmup(d) + d }
 
 // line prints a table line (not in JSON mode).
 func (r *benchRun) line(s string) {
@@ -343,7 +371,7 @@ func runBenchCrypto(ctx context.Context, e *env, o *cryptoOptions) error {
 		}
 	}
 
-	r, err := startBenchRun(e, &o.benchCommon, runs*o.count)
+	r, err := startBenchRun(e, &o.benchCommon, runs*o.count, time.Duration(runs*o.count)*runTime(o.duration))
 	if err != nil {
 		return err
 	}
@@ -558,7 +586,8 @@ func runBenchESP(ctx context.Context, e *env, o *espOptions) error {
 		}
 	}
 
-	r, err := startBenchRun(e, &o.benchCommon, len(groups)*len(o.engines)*o.count)
+	runs := len(groups) * len(o.engines) * o.count
+	r, err := startBenchRun(e, &o.benchCommon, runs, time.Duration(runs)*runTime(o.duration))
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ connections at 400/s, timed, first alone and then during a storm of
 RSA-4096 full handshakes from --conns connections, for nginx and for sluice
 with each engine.
 
-Then the ratios that issue 10's targets are stated in. Everything the bench
+Then the ratios that sluice's TLS targets are stated in. Everything the bench
 starts is stopped, and its files removed, at the end and on Ctrl-C.
 
 Exit status: 0; 1 if a measurement failed; 2 for bad flags.`,
@@ -169,7 +169,7 @@ func runBenchTLS(ctx context.Context, e *env, o *tlsOptions) error {
 	// One step makes the material, and each group has one to start its
 	// servers.
 	steps := 1 + len(gs) + to.Steps()
-	r, err := startBenchRun(e, &benchCommon{json: o.json}, steps)
+	r, err := startBenchRun(e, &benchCommon{json: o.json}, steps, to.Estimate())
 	if err != nil {
 		return err
 	}

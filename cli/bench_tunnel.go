@@ -148,7 +148,7 @@ func runBenchTunnel(ctx context.Context, e *env, o *tunnelOptions) error {
 		return withCode(ExitUsage, fmt.Errorf("bench tunnel: %w (run it as root)", err))
 	}
 	steps := len(to.Cells()) * to.StepsPerCell()
-	r, err := startBenchRun(e, &benchCommon{json: o.json}, steps)
+	r, err := startBenchRun(e, &benchCommon{json: o.json}, steps, to.Estimate())
 	if err != nil {
 		return err
 	}

@@ -1,0 +1,96 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/bench/tlsbench"
+	"github.com/sluicegw/sluice/bench/tunnel"
+)
+
+// TestBenchEstimateAndProgress: a bench whose output is not a terminal
+// prints the estimate of its whole time first, then a progress line for
+// finished runs (here every one), and each row with its spread over the
+// default repetitions (more than one).
+func TestBenchEstimateAndProgress(t *testing.T) {
+	old := progressEvery
+	progressEvery = 0
+	t.Cleanup(func() { progressEvery = old })
+	var out, errOut bytes.Buffer
+	code := Run(context.Background(), []string{"bench", "esp", "--engines", "soft", "--sizes", "64", "--dir", "encap", "--duration", "10ms"},
+		strings.NewReader(""), &out, &errOut)
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, errOut.String())
+	}
+	lines := strings.Split(strings.TrimSpace(errOut.String()), "\n")
+	if !regexp.MustCompile(`^estimate: about \S+ for 3 measured runs$`).MatchString(lines[0]) {
+		t.Errorf("first stderr line %q: want the estimate of 3 runs (the default count)", lines[0])
+	}
+	var progress []string
+	for _, l := range lines {
+		if strings.HasPrefix(l, "progress: ") {
+			progress = append(progress, l)
+		}
+	}
+	if len(progress) != 3 || !strings.HasPrefix(progress[2], "progress: 3/3 done (100%)") {
+		t.Errorf("progress lines %q: want one per run, the last 3/3", progress)
+	}
+	rows := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if !strings.Contains(rows[0], "median of 3") || !strings.HasSuffix(rows[1], "spread") {
+		t.Errorf("table head %q", rows[:2])
+	}
+	if f := strings.Fields(rows[len(rows)-1]); !strings.HasPrefix(f[len(f)-1], "±") {
+		t.Errorf("row %q: no spread", rows[len(rows)-1])
+	}
+}
+
+// issueRef matches a reference to an issue of the project's tracker.
+var issueRef = regexp.MustCompile(`(?i)\bissue\b|#[0-9]`)
+
+// TestBenchOutputNoIssueNumbers: what the benches print (help, ratio
+// tables, notes) speaks of the project's targets, not of its issues.
+func TestBenchOutputNoIssueNumbers(t *testing.T) {
+	var texts []string
+	for _, sub := range []string{"crypto", "esp", "tunnel", "tls"} {
+		var out, errOut bytes.Buffer
+		Run(context.Background(), []string{"bench", sub, "--help"}, strings.NewReader(""), &out, &errOut)
+		texts = append(texts, out.String())
+	}
+	var w bytes.Buffer
+	tunnel.WriteRatios(&w, tunnel.Ratios([]tunnel.Result{
+		{Cell: tunnel.Cell{System: tunnel.Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1}, Metric: tunnel.TCP1, Value: 2},
+		{Cell: tunnel.Cell{System: tunnel.WireGuard, Encap: "udp", Engine: "-", Alg: tunnel.WireGuardAlg, Tunnels: 1}, Metric: tunnel.TCP1, Value: 1},
+	}))
+	tlsbench.WriteRatios(&w, tlsbench.Ratios([]tlsbench.Result{
+		{Server: tlsbench.Server{System: tlsbench.Sluice, Engine: "soft"}, Key: tlsbench.ECDSAP256, Version: "1.3", Metric: tlsbench.HSFullCPU, Value: 2},
+		{Server: tlsbench.Server{System: tlsbench.Nginx, Engine: "-"}, Key: tlsbench.ECDSAP256, Version: "1.3", Metric: tlsbench.HSFullCPU, Value: 1},
+	}))
+	if !strings.Contains(strings.ToLower(w.String()), "targets") {
+		t.Fatalf("no ratio tables: %q", w.String())
+	}
+	texts = append(texts, w.String())
+	for _, s := range texts {
+		if m := issueRef.FindString(s); m != "" {
+			t.Errorf("output names an issue (%q):\n%s", m, s)
+		}
+	}
+}
+
+// TestBenchTunnelEstimate: bench tunnel prints its estimate before
+// anything is built, and the README's command is estimated at about a
+// minute.
+func TestBenchTunnelEstimate(t *testing.T) {
+	o := tunnelOptions{systems: tunnel.Systems, engines: []string{"soft"}, algs: []string{"aes128gcm16", "chacha20poly1305"},
+		sizes: []int{1400}, tunnels: []int{1}, duration: time.Second, repeat: 2, latRate: tunnel.DefaultLatencyRate}
+	to, err := o.options()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := to.Estimate(); d < 30*time.Second || d > 100*time.Second {
+		t.Errorf("the README's bench tunnel is estimated at %v; want about a minute", d)
+	}
+}
