@@ -16,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -208,18 +209,15 @@ func (r *benchRun) note(format string, args ...any) {
 }
 
 // end finishes a bench whose run returned runErr: charts into plotDir
-// (when set and there are results), then the JSON document (with the
-// run's notes in *notes) or the ratios under the table; an error of the
-// run or the charts is the bench's failure (exitBenchFailed).
-func (r *benchRun) end(plotDir string, runErr error, results bool, notes *[]string,
-	plot func(dir string) ([]string, error), writeJSON func(io.Writer) error, writeRatios func(io.Writer)) error {
+// (when set and there are results; see charts), then the JSON document
+// (with the run's notes in *notes) or the ratios under the table; an error
+// of the run or the charts is the bench's failure (exitBenchFailed).
+func (r *benchRun) end(plotDir, name string, runErr error, results bool, notes *[]string,
+	writeJSON func(io.Writer) error, writeRatios func(io.Writer)) error {
 	var plotErr error
 	if plotDir != "" && results {
-		files, err := plot(plotDir)
-		plotErr = err
-		if err == nil {
-			r.note("charts: %s", strings.Join(files, " "))
-		}
+		*notes = r.notes
+		plotErr = r.charts(plotDir, name, writeJSON)
 	}
 	if r.json {
 		*notes = r.notes
@@ -232,6 +230,89 @@ func (r *benchRun) end(plotDir string, runErr error, results bool, notes *[]stri
 	}
 	if err := errors.Join(runErr, plotErr); err != nil {
 		return withCode(exitBenchFailed, err)
+	}
+	return nil
+}
+
+// charts writes the document into dir as NAME.json and has sluice-plot
+// draw its charts there. The plotting library is not linked into this
+// binary (the gateway's): sluice-plot is found next to it, on PATH, or, in
+// sluice's source tree, run with go run; without any, a note says what to
+// run.
+func (r *benchRun) charts(dir, name string, writeJSON func(io.Writer) error) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("bench: --plot: %w", err)
+	}
+	path := filepath.Join(dir, name+".json")
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: --plot: %w", err)
+	}
+	err = writeJSON(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("bench: --plot: %s: %w", path, err)
+	}
+	cmd := plotCommand()
+	if cmd == nil {
+		r.note("charts: sluice-plot is not installed; the results are in %s: draw them with sluice-plot -o %s %s (go install %s)",
+			path, dir, path, plotPackage)
+		return nil
+	}
+	cmd.Args = append(cmd.Args, "-o", dir, path)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("bench: --plot: %s: %v: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	r.note("charts: %s", strings.Join(strings.Fields(stdout.String()), " "))
+	return nil
+}
+
+// plotPackage is the import path of the sluice-plot command.
+const plotPackage = "github.com/sluicegw/sluice/cmd/sluice-plot"
+
+// plotCommand returns the command that runs sluice-plot (without its
+// arguments), or nil; tests replace it.
+var plotCommand = findPlotCommand
+
+func findPlotCommand() *exec.Cmd {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "sluice-plot")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return exec.Command(p)
+		}
+	}
+	if p, err := exec.LookPath("sluice-plot"); err == nil {
+		return exec.Command(p)
+	}
+	// In sluice's source tree (go run ./cmd/sluice bench ...): go run it.
+	goExe, err := exec.LookPath("go")
+	if err != nil {
+		return nil
+	}
+	dir, err := os.Getwd()
+	for err == nil {
+		mod, rerr := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if rerr == nil {
+			first, _, _ := strings.Cut(string(mod), "\n")
+			if strings.TrimSpace(first) != "module github.com/sluicegw/sluice" {
+				return nil
+			}
+			if _, err := os.Stat(filepath.Join(dir, "cmd", "sluice-plot", "main.go")); err != nil {
+				return nil
+			}
+			cmd := exec.Command(goExe, "run", "./cmd/sluice-plot")
+			cmd.Dir = dir
+			return cmd
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return nil
+		}
+		dir = parent
 	}
 	return nil
 }

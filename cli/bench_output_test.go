@@ -3,6 +3,10 @@ package cli
 import (
 	"bytes"
 	"context"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -92,5 +96,48 @@ func TestBenchTunnelEstimate(t *testing.T) {
 	}
 	if d := to.Estimate(); d < 30*time.Second || d > 100*time.Second {
 		t.Errorf("the README's bench tunnel is estimated at %v; want about a minute", d)
+	}
+}
+
+// TestBenchPlot: --plot writes the document into the directory and has
+// sluice-plot (here found in the source tree and run with go run) draw the
+// charts beside it; without sluice-plot, a note says what to run and the
+// bench does not fail.
+func TestBenchPlot(t *testing.T) {
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("go is not installed: sluice-plot cannot be run from the source tree")
+	}
+	doc := &tunnel.Document{Results: []tunnel.Result{
+		{Cell: tunnel.Cell{System: tunnel.Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1}, Size: 1400, Metric: tunnel.UDPRate, Value: 1},
+		{Cell: tunnel.Cell{System: tunnel.WireGuard, Encap: "udp", Engine: "-", Alg: tunnel.WireGuardAlg, Tunnels: 1}, Size: 1400, Metric: tunnel.UDPRate, Value: 0.8},
+	}}
+	var out, errOut bytes.Buffer
+	r := &benchRun{e: &env{stdout: &out, stderr: &errOut}}
+	dir := filepath.Join(t.TempDir(), "plots")
+	if err := r.end(dir, tunnel.BenchName, nil, true, &doc.Notes, doc.WriteJSON, func(io.Writer) {}); err != nil {
+		t.Fatalf("%v\n%s", err, errOut.String())
+	}
+	for _, f := range []string{"tunnel.json", "udp-1400.png", "udp-1400.svg"} {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%v", err)
+		}
+	}
+	if !strings.Contains(errOut.String(), "note: charts: "+filepath.Join(dir, "udp-1400.png")) {
+		t.Errorf("stderr %q: no note naming the charts", errOut.String())
+	}
+
+	old := plotCommand
+	plotCommand = func() *exec.Cmd { return nil }
+	t.Cleanup(func() { plotCommand = old })
+	errOut.Reset()
+	dir = filepath.Join(t.TempDir(), "plots")
+	if err := r.end(dir, tunnel.BenchName, nil, true, &doc.Notes, doc.WriteJSON, func(io.Writer) {}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "tunnel.json")); err != nil {
+		t.Error(err)
+	}
+	if want := "sluice-plot -o " + dir + " " + filepath.Join(dir, "tunnel.json"); !strings.Contains(errOut.String(), want) {
+		t.Errorf("stderr %q: want the command %q", errOut.String(), want)
 	}
 }

@@ -3,7 +3,8 @@ package cli
 // sluice bench tls: package bench/tlsbench on the command line. Flags are
 // checked first (exit status 2 for a bad one); then each group runs in
 // turn, its rows printed as soon as it is measured (or, with --json, one
-// document at the end), and --plot writes the charts.
+// document at the end), and --plot writes the
+// document and has sluice-plot draw its charts (bench.go).
 
 import (
 	"context"
@@ -104,7 +105,7 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags.`,
 	f.StringVar(&o.client, "client", tlsbench.ClientAuto, "client of the keep-alive requests: auto (wrk when installed), wrk, go")
 	f.IntVar(&o.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the sluice servers (0: unset, the default a user gets)")
 	f.BoolVar(&o.json, "json", false, `print one JSON document {"env":...,"results":[...],"ratios":[...],"notes":[...]} instead of the table`)
-	f.StringVar(&o.plotDir, "plot", "", "write PNG and SVG charts into `DIR`")
+	f.StringVar(&o.plotDir, "plot", "", "write the results (NAME.json) and, with sluice-plot, PNG and SVG charts into `DIR`")
 	f.StringVar(&o.nginx, "nginx", "", "the nginx executable (default: on PATH, else "+tlsbench.DefaultNginx+")")
 	f.StringVar(&o.wrk, "wrk", "", "the wrk executable (default: on PATH)")
 	f.BoolVar(&o.keep, "keep", false, "keep the run's directory (configurations, logs, certificates)")
@@ -184,7 +185,5 @@ func runBenchTLS(ctx context.Context, e *env, o *tlsOptions) error {
 	if doc == nil {
 		return withCode(exitBenchFailed, runErr)
 	}
-	return r.end(o.plotDir, runErr, len(doc.Results) > 0, &doc.Notes,
-		func(dir string) ([]string, error) { return tlsbench.WritePlots(dir, doc) },
-		doc.WriteJSON, func(w io.Writer) { tlsbench.WriteRatios(w, doc.Ratios) })
+	return r.end(o.plotDir, tlsbench.BenchName, runErr, len(doc.Results) > 0, &doc.Notes, doc.WriteJSON, func(w io.Writer) { tlsbench.WriteRatios(w, doc.Ratios) })
 }

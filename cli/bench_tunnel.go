@@ -3,7 +3,8 @@ package cli
 // sluice bench tunnel: package bench/tunnel on the command line. Flags are
 // checked first (exit status 2 for a bad one, and without root); then each
 // cell runs in turn, its rows printed as soon as it is measured (or, with
-// --json, one document at the end), and --plot writes the charts.
+// --json, one document at the end), and --plot writes the
+// document and has sluice-plot draw its charts (bench.go).
 
 import (
 	"context"
@@ -85,7 +86,7 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags or without root.`,
 	f.IntVar(&o.repeat, "repeat", 3, "repetitions of each measurement; figures are the median")
 	f.IntVar(&o.latRate, "latency-rate", tunnel.DefaultLatencyRate, "UDP echo probes per second of the latency measurement")
 	f.BoolVar(&o.json, "json", false, `print one JSON document {"results":[...],"ratios":[...],"notes":[...]} instead of the table`)
-	f.StringVar(&o.plotDir, "plot", "", "write PNG and SVG charts into `DIR`")
+	f.StringVar(&o.plotDir, "plot", "", "write the results (NAME.json) and, with sluice-plot, PNG and SVG charts into `DIR`")
 	f.StringVar(&o.wg, "wireguard-go", "", "the wireguard-go executable (default: on PATH, or built into the cache directory)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return runBenchTunnel(cmd.Context(), e, o)
@@ -160,7 +161,5 @@ func runBenchTunnel(ctx context.Context, e *env, o *tunnelOptions) error {
 	if doc == nil {
 		return withCode(exitBenchFailed, runErr)
 	}
-	return r.end(o.plotDir, runErr, len(doc.Results) > 0, &doc.Notes,
-		func(dir string) ([]string, error) { return tunnel.WritePlots(dir, doc) },
-		doc.WriteJSON, func(w io.Writer) { tunnel.WriteRatios(w, doc.Ratios) })
+	return r.end(o.plotDir, tunnel.BenchName, runErr, len(doc.Results) > 0, &doc.Notes, doc.WriteJSON, func(w io.Writer) { tunnel.WriteRatios(w, doc.Ratios) })
 }

@@ -173,8 +173,8 @@ type target struct {
 	unit string
 }
 
-// mibPerCPUs turns CPU seconds per GiB into MiB per CPU-second.
-func mibPerCPUs(sPerGiB float64) float64 {
+// MiBPerCPUSecond turns CPU seconds per GiB into MiB per CPU-second.
+func MiBPerCPUSecond(sPerGiB float64) float64 {
 	if sPerGiB <= 0 {
 		return 0
 	}
@@ -185,7 +185,7 @@ var targets = []target{
 	{name: "ecdsa_full", key: ECDSAP256, metric: HSFullCPU, max: 1, expl: "ECDSA P-256 full handshake, server CPU per handshake, sluice / nginx", unit: unitUs},
 	{name: "ecdsa_resumed", key: ECDSAP256, metric: HSResumedCPU, max: 1, expl: "ECDSA P-256 resumed handshake, server CPU per handshake, sluice / nginx", unit: unitUs},
 	{name: "rsa2048_full", key: RSA2048, metric: HSFullCPU, max: 1.2, engines: []string{"openssl"}, expl: "RSA-2048 full handshake, server CPU per handshake, sluice / nginx (the openssl engine's target; soft and sched beside it)", unit: unitUs},
-	{name: "req_1m", size: 1 << 20, metric: ReqGiBCPU, min: 1, of: mibPerCPUs, expl: "1 MiB responses, MiB per server CPU-second, sluice / nginx", unit: "MiB/cpu-s"},
+	{name: "req_1m", size: 1 << 20, metric: ReqGiBCPU, min: 1, of: MiBPerCPUSecond, expl: "1 MiB responses, MiB per server CPU-second, sluice / nginx", unit: "MiB/cpu-s"},
 	{name: "req_1k", size: 1 << 10, metric: ReqCPU, max: 1.3, expl: "1 KiB keep-alive responses, server CPU per request, sluice / nginx", unit: unitUs},
 }
 
