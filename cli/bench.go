@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sluicegw/sluice/bench"
 	"github.com/sluicegw/sluice/cryptodev"
@@ -80,6 +81,7 @@ type benchCommon struct {
 	schedWorkers int
 	count        int
 	json         bool
+	dryRun       bool
 	cpuProfile   string
 }
 
@@ -93,6 +95,7 @@ func (c *benchCommon) flags(cmd *cobra.Command) {
 	f.IntVar(&c.schedWorkers, "sched-workers", 0, "worker goroutines of the sched engine (0: one per CPU)")
 	f.IntVar(&c.count, "count", defaultCount, "repetitions of each run, interleaved across engines; a row is the median, its spread column the farthest repetition from it, every repetition's rate in its JSON samples")
 	f.BoolVar(&c.json, "json", false, `print one JSON document {"env":...,"results":[...],"notes":[...]} instead of the table`)
+	dryRunFlag(f, &c.dryRun)
 	f.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the runs to `FILE`")
 	f.MarkHidden("cpuprofile")
 }
@@ -151,9 +154,19 @@ type benchRun struct {
 // is drawn; tests set it to 0.
 var progressEvery = 10 * time.Second
 
+// dryRunFlag adds --dry-run to a bench command's flags.
+func dryRunFlag(f *pflag.FlagSet, v *bool) {
+	f.BoolVar(v, "dry-run", false, "print the estimate of the run's time and measure nothing")
+}
+
 // startBenchRun starts the output of a bench of runs measured runs that
-// should take about est, and prints that estimate.
+// should take about est, and prints that estimate. With --dry-run it
+// returns a nil *benchRun: the command ends there.
 func startBenchRun(e *env, c *benchCommon, runs int, est time.Duration) (*benchRun, error) {
+	if c.dryRun {
+		fmt.Fprintf(e.stderr, "estimate: about %v for %d measured runs\n", roundEstimate(est), runs)
+		return nil, nil
+	}
 	r := &benchRun{e: e, json: c.json, stop: func() {}}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -453,7 +466,7 @@ func runBenchCrypto(ctx context.Context, e *env, o *cryptoOptions) error {
 	}
 
 	r, err := startBenchRun(e, &o.benchCommon, runs*o.count, time.Duration(runs*o.count)*runTime(o.duration))
-	if err != nil {
+	if err != nil || r == nil {
 		return err
 	}
 	defer r.finish()
@@ -669,7 +682,7 @@ func runBenchESP(ctx context.Context, e *env, o *espOptions) error {
 
 	runs := len(groups) * len(o.engines) * o.count
 	r, err := startBenchRun(e, &o.benchCommon, runs, time.Duration(runs)*runTime(o.duration))
-	if err != nil {
+	if err != nil || r == nil {
 		return err
 	}
 	defer r.finish()

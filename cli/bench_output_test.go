@@ -84,21 +84,6 @@ func TestBenchOutputNoIssueNumbers(t *testing.T) {
 	}
 }
 
-// TestBenchTunnelEstimate: bench tunnel prints its estimate before
-// anything is built, and the README's command is estimated at about a
-// minute.
-func TestBenchTunnelEstimate(t *testing.T) {
-	o := tunnelOptions{systems: tunnel.Systems, engines: []string{"soft"}, algs: []string{"aes128gcm16", "chacha20poly1305"},
-		sizes: []int{1400}, tunnels: []int{1}, duration: time.Second, repeat: 2, latRate: tunnel.DefaultLatencyRate}
-	to, err := o.options()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if d := to.Estimate(); d < 30*time.Second || d > 100*time.Second {
-		t.Errorf("the README's bench tunnel is estimated at %v; want about a minute", d)
-	}
-}
-
 // TestBenchPlot: --plot writes the document into the directory and has
 // sluice-plot (here found in the source tree and run with go run) draw the
 // charts beside it; without sluice-plot, a note says what to run and the
@@ -139,5 +124,43 @@ func TestBenchPlot(t *testing.T) {
 	}
 	if want := "sluice-plot -o " + dir + " " + filepath.Join(dir, "tunnel.json"); !strings.Contains(errOut.String(), want) {
 		t.Errorf("stderr %q: want the command %q", errOut.String(), want)
+	}
+}
+
+// TestREADMEBenchCommands: every bench command of the README's "Other
+// things to try" runs in about a minute (by its --dry-run estimate).
+func TestREADMEBenchCommands(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	est := regexp.MustCompile(`^estimate: about (\S+) for`)
+	n := 0
+	for _, l := range strings.Split(string(b), "\n") {
+		cmdline, _, _ := strings.Cut(l, "#")
+		_, after, ok := strings.Cut(cmdline, "go run ./cmd/sluice bench ")
+		if !ok {
+			continue
+		}
+		n++
+		args := append([]string{"bench"}, strings.Fields(after)...)
+		args = append(args, "--dry-run")
+		var out, errOut bytes.Buffer
+		if code := Run(context.Background(), args, strings.NewReader(""), &out, &errOut); code != 0 {
+			t.Errorf("%v: exit %d: %s", args, code, errOut.String())
+			continue
+		}
+		m := est.FindStringSubmatch(errOut.String())
+		if m == nil {
+			t.Errorf("%v: no estimate: %q", args, errOut.String())
+			continue
+		}
+		d, err := time.ParseDuration(m[1])
+		if err != nil || d > 90*time.Second {
+			t.Errorf("README: %s: estimated at %s, want about a minute (at most 90s)", strings.TrimSpace(l), m[1])
+		}
+	}
+	if n != 4 {
+		t.Errorf("%d bench commands in the README, want 4 (crypto, esp, tunnel, tls)", n)
 	}
 }

@@ -35,6 +35,7 @@ type tlsOptions struct {
 	client     string
 	gomaxprocs int
 	json       bool
+	dryRun     bool
 	plotDir    string
 	nginx      string
 	wrk        string
@@ -105,6 +106,7 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags.`,
 	f.StringVar(&o.client, "client", tlsbench.ClientAuto, "client of the keep-alive requests: auto (wrk when installed), wrk, go")
 	f.IntVar(&o.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the sluice servers (0: unset, the default a user gets)")
 	f.BoolVar(&o.json, "json", false, `print one JSON document {"env":...,"results":[...],"ratios":[...],"notes":[...]} instead of the table`)
+	dryRunFlag(f, &o.dryRun)
 	f.StringVar(&o.plotDir, "plot", "", "write the results (NAME.json) and, with sluice-plot, PNG and SVG charts into `DIR`")
 	f.StringVar(&o.nginx, "nginx", "", "the nginx executable (default: on PATH, else "+tlsbench.DefaultNginx+")")
 	f.StringVar(&o.wrk, "wrk", "", "the wrk executable (default: on PATH)")
@@ -170,8 +172,8 @@ func runBenchTLS(ctx context.Context, e *env, o *tlsOptions) error {
 	// One step makes the material, and each group has one to start its
 	// servers.
 	steps := 1 + len(gs) + to.Steps()
-	r, err := startBenchRun(e, &benchCommon{json: o.json}, steps, to.Estimate())
-	if err != nil {
+	r, err := startBenchRun(e, &benchCommon{json: o.json, dryRun: o.dryRun}, steps, to.Estimate())
+	if err != nil || r == nil {
 		return err
 	}
 	defer r.finish()

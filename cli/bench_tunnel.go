@@ -35,6 +35,7 @@ type tunnelOptions struct {
 	repeat   int
 	latRate  int
 	json     bool
+	dryRun   bool
 	plotDir  string
 	wg       string
 }
@@ -86,6 +87,7 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags or without root.`,
 	f.IntVar(&o.repeat, "repeat", 3, "repetitions of each measurement; figures are the median")
 	f.IntVar(&o.latRate, "latency-rate", tunnel.DefaultLatencyRate, "UDP echo probes per second of the latency measurement")
 	f.BoolVar(&o.json, "json", false, `print one JSON document {"results":[...],"ratios":[...],"notes":[...]} instead of the table`)
+	dryRunFlag(f, &o.dryRun)
 	f.StringVar(&o.plotDir, "plot", "", "write the results (NAME.json) and, with sluice-plot, PNG and SVG charts into `DIR`")
 	f.StringVar(&o.wg, "wireguard-go", "", "the wireguard-go executable (default: on PATH, or built into the cache directory)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
@@ -145,12 +147,12 @@ func runBenchTunnel(ctx context.Context, e *env, o *tunnelOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := labAvailable(); err != nil {
+	if err := labAvailable(); err != nil && !o.dryRun {
 		return withCode(ExitUsage, fmt.Errorf("bench tunnel: %w (run it as root)", err))
 	}
 	steps := len(to.Cells()) * to.StepsPerCell()
-	r, err := startBenchRun(e, &benchCommon{json: o.json}, steps, to.Estimate())
-	if err != nil {
+	r, err := startBenchRun(e, &benchCommon{json: o.json, dryRun: o.dryRun}, steps, to.Estimate())
+	if err != nil || r == nil {
 		return err
 	}
 	defer r.finish()
