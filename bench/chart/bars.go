@@ -24,12 +24,14 @@ const (
 type groupedBars struct {
 	cats   []string
 	series []series
+	base   float64 // where bars start (a ratio's 1); 0: the axis's bottom
 }
 
 // barChart makes a grouped bar chart of ss over cats.
-func barChart(title string, better Better, ylabel string, cats []string, ss []series) (*plot.Plot, plot.Legend) {
+// Bars start at base (0: at the axis's bottom).
+func barChart(title string, better Better, ylabel string, cats []string, ss []series, base float64) (*plot.Plot, plot.Legend) {
 	p := newPlot(title, better)
-	g := &groupedBars{cats: cats, series: ss}
+	g := &groupedBars{cats: cats, series: ss, base: base}
 	p.Add(g)
 	p.NominalX(cats...)
 	p.X.Min, p.X.Max = -0.5, float64(len(cats))-0.5
@@ -76,6 +78,10 @@ func (g *groupedBars) Plot(c draw.Canvas, plt *plot.Plot) {
 		}
 	}
 	bw := min(groupWidth/float64(len(g.series)), maxBarWidth)
+	if g.base > 0 {
+		y := trY(g.base)
+		c.StrokeLine2(draw.LineStyle{Color: color.Gray{Y: 0x60}, Width: vg.Points(0.75)}, c.Min.X, y, c.Max.X, y)
+	}
 	errStyle := draw.LineStyle{Color: color.Black, Width: vg.Points(1)}
 	boundStyle := draw.LineStyle{Color: color.Black, Width: vg.Points(1.5), Dashes: []vg.Length{vg.Points(4), vg.Points(3)}}
 	for i, s := range g.series {
@@ -83,9 +89,12 @@ func (g *groupedBars) Plot(c draw.Canvas, plt *plot.Plot) {
 			n := float64(len(present[p.cat]))
 			x0 := float64(p.cat) - n*bw/2 + float64(slices.Index(present[p.cat], i))*bw
 			x1 := x0 + bw
-			top := trY(p.v)
+			top, bottom := trY(p.v), c.Min.Y
+			if g.base > 0 {
+				bottom = trY(g.base)
+			}
 			if p.v > 0 {
-				c.FillPolygon(s.color, []vg.Point{{X: trX(x0), Y: c.Min.Y}, {X: trX(x1), Y: c.Min.Y}, {X: trX(x1), Y: top}, {X: trX(x0), Y: top}})
+				c.FillPolygon(s.color, []vg.Point{{X: trX(x0), Y: bottom}, {X: trX(x1), Y: bottom}, {X: trX(x1), Y: top}, {X: trX(x0), Y: top}})
 			}
 			if p.hi > p.lo && p.lo > 0 {
 				xm := trX((x0 + x1) / 2)

@@ -148,6 +148,41 @@ func valueAxis(a *plot.Axis, label string, vs []float64) {
 		hi = max(hi, v)
 	}
 	a.Min, a.Max = 0, max(hi*1.08, 1e-9)
+	a.Tick.Marker = linearTicks{}
+}
+
+// linearTicks marks a linear axis at about six round values (1, 2, 2.5 or
+// 5 times a power of ten apart), each labelled, with a minor tick between
+// two (gonum's default labels as few as two on some ranges).
+type linearTicks struct{}
+
+// Ticks implements plot.Ticker.
+func (linearTicks) Ticks(lo, hi float64) []plot.Tick {
+	if hi <= lo {
+		return []plot.Tick{{Value: lo, Label: strconv.FormatFloat(lo, 'g', 4, 64)}}
+	}
+	raw := (hi - lo) / 6
+	p := math.Pow(10, math.Floor(math.Log10(raw)))
+	step := 10 * p
+	for _, m := range []float64{1, 2, 2.5, 5} {
+		if m*p >= raw {
+			step = m * p
+			break
+		}
+	}
+	var ts []plot.Tick
+	for i := math.Ceil(lo / step * 2); i*step/2 <= hi*(1+1e-9); i++ {
+		v := i * step / 2
+		t := plot.Tick{Value: v}
+		if int(i)%2 == 0 {
+			t.Label = strconv.FormatFloat(v, 'f', -1, 64)
+			if math.Abs(v) < step*1e-9 {
+				t.Label = "0"
+			}
+		}
+		ts = append(ts, t)
+	}
+	return ts
 }
 
 // swatch is a legend thumbnail: a filled square.
@@ -179,6 +214,10 @@ func save(file, format string, p *plot.Plot, leg plot.Legend) error {
 		return err
 	}
 	dc := draw.New(c)
+	// A title wider than the chart is set smaller until it fits.
+	for p.Title.TextStyle.Rectangle(p.Title.Text).Size().X > dc.Size().X-10 && p.Title.TextStyle.Font.Size > 7 {
+		p.Title.TextStyle.Font.Size -= 0.5
+	}
 	leg.Top, leg.Left = true, true
 	leg.Padding = vg.Points(3)
 	plotArea := dc

@@ -35,8 +35,9 @@ func bound(want string) (Better, float64, bool) {
 // ratioCharts draws the ratios as two bar charts, ratios-higher (targets
 // with a lower bound) and ratios-lower (targets with an upper bound), with
 // each target's bound dashed across its group.
-// The titles name what the ratios are: whatHigher and whatLower.
-func ratioCharts(dir, whatHigher, whatLower string, rs []ratio, pal *palette) ([]string, error) {
+// The titles name what the ratios are (what) and the value axes any ratio
+// of another kind (higherNote, lowerNote).
+func ratioCharts(dir, what, higherNote, lowerNote string, rs []ratio, pal *palette) ([]string, error) {
 	var files []string
 	for _, b := range []Better{Higher, Lower} {
 		var cats []string
@@ -60,11 +61,12 @@ func ratioCharts(dir, whatHigher, whatLower string, rs []ratio, pal *palette) ([
 			continue
 		}
 		pal.sortSeries(ss)
-		name, title := "ratios-higher", "Targets met at or above their bound: "+whatHigher
+		name, title, ylabel := "ratios-higher", "Targets met at or above their bound: "+what, "ratio"+higherNote
 		if b == Lower {
-			name, title = "ratios-lower", "Targets met at or below their bound: "+whatLower
+			name, title, ylabel = "ratios-lower", "Targets met at or below their bound: "+what, "ratio"+lowerNote
 		}
-		p, leg := barChart(title, b, "ratio", cats, ss)
+		// Bars grow from 1 (as good as the other system), up or down.
+		p, leg := barChart(title, b, ylabel, cats, ss, 1)
 		fs, err := saveAll(dir, name, p, leg)
 		files = append(files, fs...)
 		if err != nil {

@@ -62,7 +62,7 @@ func TLS(dir string, doc *tlsbench.Document) ([]string, error) {
 			return nil
 		}
 		pal.sortSeries(ss)
-		p, leg := barChart(title, better, ylabel, cats, ss)
+		p, leg := barChart(title, better, ylabel, cats, ss, 0)
 		fs, err := saveAll(dir, name, p, leg)
 		files = append(files, fs...)
 		return err
@@ -123,6 +123,6 @@ func TLS(dir string, doc *tlsbench.Document) ([]string, error) {
 		cat := r.Target + " TLS " + r.Version
 		rs = append(rs, ratio{cat: cat, system: r.Server.System, variant: r.Server.String(), value: r.Value, want: r.Want})
 	}
-	fs, err := ratioCharts(dir, "sluice / nginx", "sluice / nginx (storm_p99: a server's own, during the storm / idle)", rs, pal)
+	fs, err := ratioCharts(dir, "sluice / nginx", "", " (storm_p99: a server's own, storm / idle)", rs, pal)
 	return append(files, fs...), err
 }

@@ -79,7 +79,7 @@ func Tunnel(dir string, doc *tunnel.Document) ([]string, error) {
 		}
 		rs = append(rs, ratio{cat: cat, system: r.Cell.System, variant: r.Cell.WithTunnels(0).String(), value: r.Value, want: r.Want})
 	}
-	fs, err := ratioCharts(dir, "sluice / wireguard-go (tunnels_scale: most tunnels / one)", "sluice / wireguard-go", rs, pal)
+	fs, err := ratioCharts(dir, "sluice / wireguard-go", " (tunnels_scale: most tunnels / one)", "", rs, pal)
 	return append(files, fs...), err
 }
 

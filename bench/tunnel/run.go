@@ -465,9 +465,9 @@ func cipherNote(o Options) string {
 
 // Allowances of Estimate for what is not a measurement window.
 const (
-	estCellSetup = 3 * time.Second        // namespaces, daemons, the first echo, teardown
-	estStep      = 500 * time.Millisecond // starting a tool, reading its output
-	estPing      = 1500 * time.Millisecond
+	estCellSetup = 2 * time.Second        // namespaces, daemons, the first echo, teardown
+	estStep      = 250 * time.Millisecond // starting a tool, reading its output
+	estPing      = 1200 * time.Millisecond
 )
 
 // Estimate is about how long a run of o takes: for every cell its setup,
