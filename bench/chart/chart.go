@@ -80,8 +80,9 @@ func (p *palette) sortSeries(ss []series) {
 var otherHue = color.RGBA{0x94, 0x67, 0xbd, 0xff}
 
 // palette gives each series of a document its colour: the system's hue,
-// shaded by the variant's place among that system's variants (sorted, so
-// that a variant keeps its shade in every chart of the document).
+// shaded by the variant's place among that system's variants (sorted by
+// engine, then by name, so that a variant keeps its shade in every chart
+// of the document).
 type palette struct {
 	variants map[string][]string // system -> its variants, sorted
 }
@@ -93,9 +94,30 @@ func (p *palette) add(system, variant string) {
 	vs := p.variants[system]
 	if !slices.Contains(vs, variant) {
 		vs = append(vs, variant)
-		slices.Sort(vs)
+		slices.SortFunc(vs, func(a, b string) int {
+			if ra, rb := engineRank(a), engineRank(b); ra != rb {
+				return ra - rb
+			}
+			return strings.Compare(a, b)
+		})
 		p.variants[system] = vs
 	}
+}
+
+// engineOrder ranks sluice's engines, so that an engine keeps its shade
+// from run to run whatever others ran beside it: soft is always the first
+// (the system's own hue).
+var engineOrder = []string{"soft", "sched", "openssl", "ipsecmb"}
+
+// engineRank is the place of the first engine named in a variant's words,
+// or len(engineOrder).
+func engineRank(variant string) int {
+	for _, w := range strings.FieldsFunc(variant, func(r rune) bool { return r == ' ' || r == '/' || r == ':' }) {
+		if i := slices.Index(engineOrder, w); i >= 0 {
+			return i
+		}
+	}
+	return len(engineOrder)
 }
 
 // color is the colour of a variant of system (added before).

@@ -157,3 +157,39 @@ func TestTLSCharts(t *testing.T) {
 	}
 	checkCharts(t, files, []string{"handshakes-1.2", "handshakes-1.3", "requests-cpu", "requests-mib", "storm-p50", "storm-p99", "ratios-higher", "ratios-lower"})
 }
+
+// TestPalette: a system has its own hue in every chart, and an engine its
+// shade whatever other engines ran beside it.
+func TestPalette(t *testing.T) {
+	a, b := newPalette(), newPalette()
+	for _, v := range []string{"sluice/sched", "sluice/soft", "sluice/openssl"} {
+		a.add("sluice", v)
+	}
+	b.add("sluice", "sluice/soft")
+	if a.color("sluice", "sluice/soft") != b.color("sluice", "sluice/soft") {
+		t.Errorf("sluice/soft changes colour with the engines beside it")
+	}
+	seen := map[any]string{}
+	for _, sys := range []string{"veth", "sluice", "wireguard-go", "nginx"} {
+		a.add(sys, sys)
+		c := a.color(sys, sys)
+		if other, ok := seen[c]; ok {
+			t.Errorf("%s and %s share a colour", sys, other)
+		}
+		seen[c] = sys
+	}
+}
+
+// TestLinearTicks: a linear axis is labelled at round values, at least
+// four of them.
+func TestLinearTicks(t *testing.T) {
+	var labels []string
+	for _, tk := range (linearTicks{}).Ticks(0, 2.6) {
+		if tk.Label != "" {
+			labels = append(labels, tk.Label)
+		}
+	}
+	if strings.Join(labels, " ") != "0 0.5 1 1.5 2 2.5" {
+		t.Errorf("labels %q", labels)
+	}
+}
