@@ -10,7 +10,8 @@ import (
 )
 
 // IsTerminal reports whether f is a character device (a terminal): progress
-// bars are drawn only there.
+// bars are drawn only there; elsewhere a Bar made by NewLines prints a line
+// now and then instead.
 func IsTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
@@ -25,6 +26,10 @@ func IsTerminal(w io.Writer) bool {
 // Println, which clears the bar first. A nil *Bar does nothing, so callers
 // need not check whether they are on a terminal. It is safe for concurrent
 // use (the runners report progress from their coordinator goroutine).
+//
+// A Bar made by NewLines is for a log or a pipe: it draws nothing in place
+// and prints a plain line when a run finishes, at most once per interval
+// (and always for the last run).
 type Bar struct {
 	mu    sync.Mutex
 	w     io.Writer
@@ -34,6 +39,10 @@ type Bar struct {
 	label string
 	start time.Time
 	width int // of the last line drawn
+
+	lines    bool          // NewLines: a line per finished run, no bar
+	every    time.Duration // NewLines: the least time between two lines
+	lastLine time.Time
 }
 
 // barCells is the number of cells between the brackets.
@@ -42,6 +51,11 @@ const barCells = 30
 // NewBar starts a bar over total runs on w.
 func NewBar(w io.Writer, total int) *Bar {
 	return &Bar{w: w, total: max(total, 1), start: time.Now()}
+}
+
+// NewLines starts a line-printing Bar over total runs on w: see Bar.
+func NewLines(w io.Writer, total int, every time.Duration) *Bar {
+	return &Bar{w: w, total: max(total, 1), start: time.Now(), lines: true, every: every}
 }
 
 // Start names the run that begins.
@@ -75,7 +89,28 @@ func (b *Bar) Done() {
 	defer b.mu.Unlock()
 	b.done++
 	b.frac = 0
+	if b.lines {
+		b.printLine()
+		return
+	}
 	b.draw()
+}
+
+// printLine prints the progress of a NewLines bar after a run finished;
+// b.mu is held.
+func (b *Bar) printLine() {
+	now := time.Now()
+	if b.done < b.total && now.Sub(b.lastLine) < b.every {
+		return
+	}
+	b.lastLine = now
+	el := now.Sub(b.start)
+	left := "0s"
+	if b.done < b.total {
+		left = "about " + (time.Duration(float64(el)*float64(b.total)/float64(b.done)) - el).Round(time.Second).String()
+	}
+	fmt.Fprintf(b.w, "progress: %d/%d done (%d%%), %v elapsed, %s left; last: %s\n",
+		b.done, b.total, 100*b.done/b.total, el.Round(time.Second), left, b.label)
 }
 
 // Println prints a line above the bar (to out) and redraws the bar.
@@ -110,6 +145,9 @@ func (b *Bar) clear() {
 
 // draw writes the bar; b.mu is held.
 func (b *Bar) draw() {
+	if b.lines {
+		return
+	}
 	all := min(1, (float64(b.done)+b.frac)/float64(b.total))
 	n := int(all * barCells)
 	eta := "-"

@@ -252,8 +252,8 @@ func NewCryptoTable() *CryptoTable { return &CryptoTable{raw: map[[3]string]floa
 
 // Header is the table's header line.
 func (t *CryptoTable) Header() string {
-	return fmt.Sprintf("%-18s %-16s %-7s %6s %7s %5s %12s %10s %7s %5s",
-		"engine", "alg", "op", "size", "threads", "batch", "ops/s", "MB/s", "vs raw", "cpu")
+	return fmt.Sprintf("%-18s %-16s %-7s %6s %7s %5s %12s %10s %7s %5s %7s",
+		"engine", "alg", "op", "size", "threads", "batch", "ops/s", "MB/s", "vs raw", "cpu", "spread")
 }
 
 // Row formats r (without a newline).
@@ -270,8 +270,8 @@ func (t *CryptoTable) Row(r CryptoResult) string {
 	} else if base := t.raw[k]; base > 0 {
 		vs = fmt.Sprintf("%.1f%%", 100*r.OpsPerSec/base)
 	}
-	return fmt.Sprintf("%-18s %-16s %-7s %6s %7d %5d %12.0f %10s %7s %5s",
-		r.Engine, r.Alg, r.Op, size, r.Threads, r.Batch, r.OpsPerSec, mbs, vs, cores(r.CPUSeconds, r.Seconds))
+	return fmt.Sprintf("%-18s %-16s %-7s %6s %7d %5d %12.0f %10s %7s %5s %7s",
+		r.Engine, r.Alg, r.Op, size, r.Threads, r.Batch, r.OpsPerSec, mbs, vs, cores(r.CPUSeconds, r.Seconds), SpreadText(r.OpsPerSec, r.Samples))
 }
 
 // ESPTable formats ESP results as CryptoTable does crypto results.
@@ -284,8 +284,8 @@ func NewESPTable() *ESPTable { return &ESPTable{raw: map[string]float64{}} }
 
 // Header is the table's header line.
 func (t *ESPTable) Header() string {
-	return fmt.Sprintf("%-8s %-16s %-5s %5s %7s %7s %11s %8s %7s %5s",
-		"engine", "alg", "dir", "size", "tunnels", "workers", "pps", "Gbit/s", "vs raw", "cpu")
+	return fmt.Sprintf("%-8s %-16s %-5s %5s %7s %7s %11s %8s %7s %5s %7s",
+		"engine", "alg", "dir", "size", "tunnels", "workers", "pps", "Gbit/s", "vs raw", "cpu", "spread")
 }
 
 // Row formats r (without a newline).
@@ -297,8 +297,22 @@ func (t *ESPTable) Row(r ESPResult) string {
 	} else if base := t.raw[k]; base > 0 {
 		vs = fmt.Sprintf("%.1f%%", 100*r.PPS/base)
 	}
-	return fmt.Sprintf("%-8s %-16s %-5s %5v %7d %7d %11.0f %8.3f %7s %5s",
-		r.Engine, r.Alg, r.Direction, r.Size, r.Tunnels, r.Workers, r.PPS, r.BPS/1e9, vs, cores(r.CPUSeconds, r.Seconds))
+	return fmt.Sprintf("%-8s %-16s %-5s %5v %7d %7d %11.0f %8.3f %7s %5s %7s",
+		r.Engine, r.Alg, r.Direction, r.Size, r.Tunnels, r.Workers, r.PPS, r.BPS/1e9, vs, cores(r.CPUSeconds, r.Seconds), SpreadText(r.PPS, r.Samples))
+}
+
+// SpreadText formats how far the repetitions in samples strayed from their
+// median m: "±3.2%" is the largest distance of one from m, in percent of
+// m; "-" for fewer than two repetitions.
+func SpreadText(m float64, samples []float64) string {
+	if len(samples) < 2 || m <= 0 {
+		return "-"
+	}
+	d := 0.0
+	for _, v := range samples {
+		d = max(d, math.Abs(v-m))
+	}
+	return fmt.Sprintf("±%.1f%%", 100*d/m)
 }
 
 // cores formats the cores a run kept busy, or "-" when not measured.

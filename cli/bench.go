@@ -3,9 +3,11 @@ package cli
 // sluice bench crypto|esp: the benchmark harness of package bench on the
 // command line. Flags are checked before anything runs (exit status 2 for
 // a bad one); then each combination runs in turn, its row printed as soon
-// as it is measured (or, with --json, one document at the end). A progress
-// bar is drawn on stderr when stdout and stderr are both terminals and
-// --json is off.
+// as it is measured (or, with --json, one document at the end). First, on
+// stderr, an estimate of the whole run's time; then a progress bar on
+// stderr when stdout and stderr are both terminals and --json is off, and
+// otherwise a progress line on stderr now and then (a log or a pipe sees
+// the run move too).
 
 import (
 	"context"
@@ -14,6 +16,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -21,6 +24,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/sluicegw/sluice/bench"
 	"github.com/sluicegw/sluice/cryptodev"
@@ -30,6 +34,10 @@ import (
 // exitBenchFailed is the exit status of a measurement that failed (an
 // engine error, a packet dropped).
 const exitBenchFailed = 1
+
+// defaultCount is the repetitions of each crypto and ESP run: enough for a
+// median and a spread.
+const defaultCount = 3
 
 // Bounds of the bench flags, so that a typo cannot ask for gigabytes.
 const (
@@ -73,6 +81,7 @@ type benchCommon struct {
 	schedWorkers int
 	count        int
 	json         bool
+	dryRun       bool
 	cpuProfile   string
 }
 
@@ -84,8 +93,9 @@ func (c *benchCommon) flags(cmd *cobra.Command) {
 	f.IntVar(&c.inFlight, "inflight", bench.DefaultInFlight, "batches each submitter keeps in flight on an asynchronous engine")
 	f.DurationVar(&c.duration, "duration", 2*time.Second, "measured time of each run (after a short warm-up)")
 	f.IntVar(&c.schedWorkers, "sched-workers", 0, "worker goroutines of the sched engine (0: one per CPU)")
-	f.IntVar(&c.count, "count", 1, "repetitions of each run, interleaved across engines; a row is the median, with every repetition's rate in its JSON samples")
+	f.IntVar(&c.count, "count", defaultCount, "repetitions of each run, interleaved across engines; a row is the median, its spread column the farthest repetition from it, every repetition's rate in its JSON samples")
 	f.BoolVar(&c.json, "json", false, `print one JSON document {"env":...,"results":[...],"notes":[...]} instead of the table`)
+	dryRunFlag(f, &c.dryRun)
 	f.StringVar(&c.cpuProfile, "cpuprofile", "", "write a CPU profile of the runs to `FILE`")
 	f.MarkHidden("cpuprofile")
 }
@@ -140,7 +150,23 @@ type benchRun struct {
 	stop  func()
 }
 
-func startBenchRun(e *env, c *benchCommon, runs int) (*benchRun, error) {
+// progressEvery is the least time between two progress lines when no bar
+// is drawn; tests set it to 0.
+var progressEvery = 10 * time.Second
+
+// dryRunFlag adds --dry-run to a bench command's flags.
+func dryRunFlag(f *pflag.FlagSet, v *bool) {
+	f.BoolVar(v, "dry-run", false, "print the estimate of the run's time and measure nothing")
+}
+
+// startBenchRun starts the output of a bench of runs measured runs that
+// should take about est, and prints that estimate. With --dry-run it
+// returns a nil *benchRun: the command ends there.
+func startBenchRun(e *env, c *benchCommon, runs int, est time.Duration) (*benchRun, error) {
+	if c.dryRun {
+		fmt.Fprintf(e.stderr, "estimate: about %v for %d measured runs\n", roundEstimate(est), runs)
+		return nil, nil
+	}
 	r := &benchRun{e: e, json: c.json, stop: func() {}}
 	if c.cpuProfile != "" {
 		f, err := os.Create(c.cpuProfile)
@@ -153,11 +179,27 @@ func startBenchRun(e *env, c *benchCommon, runs int) (*benchRun, error) {
 		}
 		r.stop = func() { pprof.StopCPUProfile(); f.Close() }
 	}
+	fmt.Fprintf(e.stderr, "estimate: about %v for %d measured runs\n", roundEstimate(est), runs)
 	if !c.json && bench.IsTerminal(e.stdout) && bench.IsTerminal(e.stderr) {
 		r.bar = bench.NewBar(e.stderr, runs)
+	} else {
+		r.bar = bench.NewLines(e.stderr, runs, progressEvery)
 	}
 	return r, nil
 }
+
+// roundEstimate rounds an estimate to what it can claim: whole seconds
+// under a minute, then 10 seconds.
+func roundEstimate(d time.Duration) time.Duration {
+	if d < time.Minute {
+		return max(d.Round(time.Second), time.Second)
+	}
+	return d.Round(10 * time.Second)
+}
+
+// runTime is the expected time of one measured run of d (its warm-up and
+// window).
+func runTime(d time.Duration) time.Duration { return bench.DefaultWarmup(d) + d }
 
 // line prints a table line (not in JSON mode).
 func (r *benchRun) line(s string) {
@@ -180,18 +222,15 @@ func (r *benchRun) note(format string, args ...any) {
 }
 
 // end finishes a bench whose run returned runErr: charts into plotDir
-// (when set and there are results), then the JSON document (with the
-// run's notes in *notes) or the ratios under the table; an error of the
-// run or the charts is the bench's failure (exitBenchFailed).
-func (r *benchRun) end(plotDir string, runErr error, results bool, notes *[]string,
-	plot func(dir string) ([]string, error), writeJSON func(io.Writer) error, writeRatios func(io.Writer)) error {
+// (when set and there are results; see charts), then the JSON document
+// (with the run's notes in *notes) or the ratios under the table; an error
+// of the run or the charts is the bench's failure (exitBenchFailed).
+func (r *benchRun) end(plotDir, name string, runErr error, results bool, notes *[]string,
+	writeJSON func(io.Writer) error, writeRatios func(io.Writer)) error {
 	var plotErr error
 	if plotDir != "" && results {
-		files, err := plot(plotDir)
-		plotErr = err
-		if err == nil {
-			r.note("charts: %s", strings.Join(files, " "))
-		}
+		*notes = r.notes
+		plotErr = r.charts(plotDir, name, writeJSON)
 	}
 	if r.json {
 		*notes = r.notes
@@ -204,6 +243,89 @@ func (r *benchRun) end(plotDir string, runErr error, results bool, notes *[]stri
 	}
 	if err := errors.Join(runErr, plotErr); err != nil {
 		return withCode(exitBenchFailed, err)
+	}
+	return nil
+}
+
+// charts writes the document into dir as NAME.json and has sluice-plot
+// draw its charts there. The plotting library is not linked into this
+// binary (the gateway's): sluice-plot is found next to it, on PATH, or, in
+// sluice's source tree, run with go run; without any, a note says what to
+// run.
+func (r *benchRun) charts(dir, name string, writeJSON func(io.Writer) error) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return fmt.Errorf("bench: --plot: %w", err)
+	}
+	path := filepath.Join(dir, name+".json")
+	f, err := os.Create(path)
+	if err != nil {
+		return fmt.Errorf("bench: --plot: %w", err)
+	}
+	err = writeJSON(f)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("bench: --plot: %s: %w", path, err)
+	}
+	cmd := plotCommand()
+	if cmd == nil {
+		r.note("charts: sluice-plot is not installed; the results are in %s: draw them with sluice-plot -o %s %s (go install %s)",
+			path, dir, path, plotPackage)
+		return nil
+	}
+	cmd.Args = append(cmd.Args, "-o", dir, path)
+	var stdout, stderr strings.Builder
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("bench: --plot: %s: %v: %s", strings.Join(cmd.Args, " "), err, strings.TrimSpace(stderr.String()))
+	}
+	r.note("charts: %s", strings.Join(strings.Fields(stdout.String()), " "))
+	return nil
+}
+
+// plotPackage is the import path of the sluice-plot command.
+const plotPackage = "github.com/sluicegw/sluice/cmd/sluice-plot"
+
+// plotCommand returns the command that runs sluice-plot (without its
+// arguments), or nil; tests replace it.
+var plotCommand = findPlotCommand
+
+func findPlotCommand() *exec.Cmd {
+	if exe, err := os.Executable(); err == nil {
+		p := filepath.Join(filepath.Dir(exe), "sluice-plot")
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return exec.Command(p)
+		}
+	}
+	if p, err := exec.LookPath("sluice-plot"); err == nil {
+		return exec.Command(p)
+	}
+	// In sluice's source tree (go run ./cmd/sluice bench ...): go run it.
+	goExe, err := exec.LookPath("go")
+	if err != nil {
+		return nil
+	}
+	dir, err := os.Getwd()
+	for err == nil {
+		mod, rerr := os.ReadFile(filepath.Join(dir, "go.mod"))
+		if rerr == nil {
+			first, _, _ := strings.Cut(string(mod), "\n")
+			if strings.TrimSpace(first) != "module github.com/sluicegw/sluice" {
+				return nil
+			}
+			if _, err := os.Stat(filepath.Join(dir, "cmd", "sluice-plot", "main.go")); err != nil {
+				return nil
+			}
+			cmd := exec.Command(goExe, "run", "./cmd/sluice-plot")
+			cmd.Dir = dir
+			return cmd
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return nil
+		}
+		dir = parent
 	}
 	return nil
 }
@@ -343,8 +465,8 @@ func runBenchCrypto(ctx context.Context, e *env, o *cryptoOptions) error {
 		}
 	}
 
-	r, err := startBenchRun(e, &o.benchCommon, runs*o.count)
-	if err != nil {
+	r, err := startBenchRun(e, &o.benchCommon, runs*o.count, time.Duration(runs*o.count)*runTime(o.duration))
+	if err != nil || r == nil {
 		return err
 	}
 	defer r.finish()
@@ -558,8 +680,9 @@ func runBenchESP(ctx context.Context, e *env, o *espOptions) error {
 		}
 	}
 
-	r, err := startBenchRun(e, &o.benchCommon, len(groups)*len(o.engines)*o.count)
-	if err != nil {
+	runs := len(groups) * len(o.engines) * o.count
+	r, err := startBenchRun(e, &o.benchCommon, runs, time.Duration(runs)*runTime(o.duration))
+	if err != nil || r == nil {
 		return err
 	}
 	defer r.finish()

@@ -94,7 +94,7 @@ func TestBenchCryptoTable(t *testing.T) {
 		t.Fatalf("table:\n%s", out)
 	}
 	for _, l := range lines[2:] {
-		if f := strings.Fields(l); f[0] != "raw" && !strings.HasSuffix(f[len(f)-2], "%") {
+		if f := strings.Fields(l); f[0] != "raw" && !strings.HasSuffix(f[len(f)-3], "%") {
 			t.Errorf("row %q has no ratio to raw", l)
 		}
 	}

@@ -3,7 +3,8 @@ package cli
 // sluice bench tls: package bench/tlsbench on the command line. Flags are
 // checked first (exit status 2 for a bad one); then each group runs in
 // turn, its rows printed as soon as it is measured (or, with --json, one
-// document at the end), and --plot writes the charts.
+// document at the end), and --plot writes the
+// document and has sluice-plot draw its charts (bench.go).
 
 import (
 	"context"
@@ -34,6 +35,7 @@ type tlsOptions struct {
 	client     string
 	gomaxprocs int
 	json       bool
+	dryRun     bool
 	plotDir    string
 	nginx      string
 	wrk        string
@@ -85,7 +87,7 @@ connections at 400/s, timed, first alone and then during a storm of
 RSA-4096 full handshakes from --conns connections, for nginx and for sluice
 with each engine.
 
-Then the ratios that issue 10's targets are stated in. Everything the bench
+Then the ratios that sluice's TLS targets are stated in. Everything the bench
 starts is stopped, and its files removed, at the end and on Ctrl-C.
 
 Exit status: 0; 1 if a measurement failed; 2 for bad flags.`,
@@ -104,7 +106,8 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags.`,
 	f.StringVar(&o.client, "client", tlsbench.ClientAuto, "client of the keep-alive requests: auto (wrk when installed), wrk, go")
 	f.IntVar(&o.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of the sluice servers (0: unset, the default a user gets)")
 	f.BoolVar(&o.json, "json", false, `print one JSON document {"env":...,"results":[...],"ratios":[...],"notes":[...]} instead of the table`)
-	f.StringVar(&o.plotDir, "plot", "", "write PNG and SVG charts into `DIR`")
+	dryRunFlag(f, &o.dryRun)
+	f.StringVar(&o.plotDir, "plot", "", "write the results (NAME.json) and, with sluice-plot, PNG and SVG charts into `DIR`")
 	f.StringVar(&o.nginx, "nginx", "", "the nginx executable (default: on PATH, else "+tlsbench.DefaultNginx+")")
 	f.StringVar(&o.wrk, "wrk", "", "the wrk executable (default: on PATH)")
 	f.BoolVar(&o.keep, "keep", false, "keep the run's directory (configurations, logs, certificates)")
@@ -169,8 +172,8 @@ func runBenchTLS(ctx context.Context, e *env, o *tlsOptions) error {
 	// One step makes the material, and each group has one to start its
 	// servers.
 	steps := 1 + len(gs) + to.Steps()
-	r, err := startBenchRun(e, &benchCommon{json: o.json}, steps)
-	if err != nil {
+	r, err := startBenchRun(e, &benchCommon{json: o.json, dryRun: o.dryRun}, steps, to.Estimate())
+	if err != nil || r == nil {
 		return err
 	}
 	defer r.finish()
@@ -184,7 +187,5 @@ func runBenchTLS(ctx context.Context, e *env, o *tlsOptions) error {
 	if doc == nil {
 		return withCode(exitBenchFailed, runErr)
 	}
-	return r.end(o.plotDir, runErr, len(doc.Results) > 0, &doc.Notes,
-		func(dir string) ([]string, error) { return tlsbench.WritePlots(dir, doc) },
-		doc.WriteJSON, func(w io.Writer) { tlsbench.WriteRatios(w, doc.Ratios) })
+	return r.end(o.plotDir, tlsbench.BenchName, runErr, len(doc.Results) > 0, &doc.Notes, doc.WriteJSON, func(w io.Writer) { tlsbench.WriteRatios(w, doc.Ratios) })
 }

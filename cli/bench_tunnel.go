@@ -3,7 +3,8 @@ package cli
 // sluice bench tunnel: package bench/tunnel on the command line. Flags are
 // checked first (exit status 2 for a bad one, and without root); then each
 // cell runs in turn, its rows printed as soon as it is measured (or, with
-// --json, one document at the end), and --plot writes the charts.
+// --json, one document at the end), and --plot writes the
+// document and has sluice-plot draw its charts (bench.go).
 
 import (
 	"context"
@@ -34,6 +35,7 @@ type tunnelOptions struct {
 	repeat   int
 	latRate  int
 	json     bool
+	dryRun   bool
 	plotDir  string
 	wg       string
 }
@@ -85,7 +87,8 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags or without root.`,
 	f.IntVar(&o.repeat, "repeat", 3, "repetitions of each measurement; figures are the median")
 	f.IntVar(&o.latRate, "latency-rate", tunnel.DefaultLatencyRate, "UDP echo probes per second of the latency measurement")
 	f.BoolVar(&o.json, "json", false, `print one JSON document {"results":[...],"ratios":[...],"notes":[...]} instead of the table`)
-	f.StringVar(&o.plotDir, "plot", "", "write PNG and SVG charts into `DIR`")
+	dryRunFlag(f, &o.dryRun)
+	f.StringVar(&o.plotDir, "plot", "", "write the results (NAME.json) and, with sluice-plot, PNG and SVG charts into `DIR`")
 	f.StringVar(&o.wg, "wireguard-go", "", "the wireguard-go executable (default: on PATH, or built into the cache directory)")
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		return runBenchTunnel(cmd.Context(), e, o)
@@ -144,12 +147,12 @@ func runBenchTunnel(ctx context.Context, e *env, o *tunnelOptions) error {
 	if err != nil {
 		return err
 	}
-	if err := labAvailable(); err != nil {
+	if err := labAvailable(); err != nil && !o.dryRun {
 		return withCode(ExitUsage, fmt.Errorf("bench tunnel: %w (run it as root)", err))
 	}
 	steps := len(to.Cells()) * to.StepsPerCell()
-	r, err := startBenchRun(e, &benchCommon{json: o.json}, steps)
-	if err != nil {
+	r, err := startBenchRun(e, &benchCommon{json: o.json, dryRun: o.dryRun}, steps, to.Estimate())
+	if err != nil || r == nil {
 		return err
 	}
 	defer r.finish()
@@ -160,7 +163,5 @@ func runBenchTunnel(ctx context.Context, e *env, o *tunnelOptions) error {
 	if doc == nil {
 		return withCode(exitBenchFailed, runErr)
 	}
-	return r.end(o.plotDir, runErr, len(doc.Results) > 0, &doc.Notes,
-		func(dir string) ([]string, error) { return tunnel.WritePlots(dir, doc) },
-		doc.WriteJSON, func(w io.Writer) { tunnel.WriteRatios(w, doc.Ratios) })
+	return r.end(o.plotDir, tunnel.BenchName, runErr, len(doc.Results) > 0, &doc.Notes, doc.WriteJSON, func(w io.Writer) { tunnel.WriteRatios(w, doc.Ratios) })
 }

@@ -21,6 +21,7 @@
 // Files: certs.go makes the keys, certificates and static files; nginx.go
 // and sluice.go write the two configurations and start the servers;
 // proc.go reads /proc; load.go is the Go load generator and wrk.go runs
-// wrk; result.go, table.go and plot.go are the JSON records, the table
-// with the sluice/nginx ratios and the charts.
+// wrk; result.go and table.go are the JSON records and the table with the
+// sluice/nginx ratios (the charts are package bench/chart's, drawn by
+// sluice-plot from the JSON).
 package tlsbench

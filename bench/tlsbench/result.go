@@ -95,14 +95,22 @@ type Spread = bench.Spread
 
 // Document is the JSON output of `sluice bench tls`.
 type Document struct {
+	// Bench is "tls": what made the document, for sluice-plot.
+	Bench   string    `json:"bench"`
 	Env     bench.Env `json:"env"`
 	Results []Result  `json:"results"`
 	Ratios  []Ratio   `json:"ratios,omitempty"`
 	Notes   []string  `json:"notes,omitempty"`
 }
 
+// BenchName is a Document's Bench.
+const BenchName = "tls"
+
 // WriteJSON writes d, indented, with a final newline.
 func (d *Document) WriteJSON(w io.Writer) error {
+	if d.Bench == "" {
+		d.Bench = BenchName
+	}
 	if d.Results == nil {
 		d.Results = []Result{}
 	}

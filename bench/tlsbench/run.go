@@ -591,3 +591,21 @@ func (r *runner) latency(ctx context.Context, g Group, i int, st *started, storm
 	add(i, 0, StormCores, w.CPU.Seconds()/w.Seconds())
 	return nil
 }
+
+// Allowances of Estimate for what is not a measurement window.
+const (
+	estMaterial    = 2 * time.Second        // the CA, keys (RSA-4096 takes a while) and files
+	estGroupServer = time.Second            // starting and stopping a group's servers
+	estStep        = 300 * time.Millisecond // connecting, reading CPU times
+)
+
+// Estimate is about how long a run of o takes: the material, each group's
+// servers, and every measured step's warm-up and window.
+func (o *Options) Estimate() time.Duration {
+	gs := o.Groups()
+	step := o.warmup() + o.Duration + estStep
+	if w := time.Duration(wrkSeconds(o.Duration)) * time.Second; w > o.Duration {
+		step = o.warmup() + w + estStep
+	}
+	return estMaterial + time.Duration(len(gs))*estGroupServer + time.Duration(o.Steps())*step
+}

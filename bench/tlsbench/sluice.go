@@ -1,7 +1,7 @@
 package tlsbench
 
 // sluice as a system under test: `sluice run -c FILE` with a TLS-only
-// configuration (the contract of issue 10: one [[tls]] listener, backend
+// configuration (the contract of the TLS gateway: one [[tls]] listener, backend
 // static:DIR, the engine of the server), as a user would write it: only
 // what the bench varies is set, the rest is the gateway's defaults.
 

@@ -2,7 +2,7 @@ package tlsbench
 
 // The terminal output: a table with one row per metric of a group (and
 // size), one column per server, and beside each sluice column its ratio to
-// nginx's figure in the same row; then the ratios that issue 10's targets
+// nginx's figure in the same row; then the ratios that the project's TLS targets
 // are stated in.
 
 import (
@@ -135,7 +135,7 @@ func fmtValue(v float64) string {
 	return s
 }
 
-// Ratio is one of issue 10's targets, computed from one run: a sluice
+// Ratio is one of the project's TLS targets, computed from one run: a sluice
 // server's figure over nginx's in the same group (or, for the storm, a
 // server's p99 during the storm over its own idle p99).
 type Ratio struct {
@@ -157,7 +157,7 @@ type Ratio struct {
 	Explain string `json:"explain"`
 }
 
-// target is one ratio target of issue 10.
+// target is one ratio target of the TLS gateway.
 type target struct {
 	name    string
 	key     string // "" any
@@ -173,8 +173,8 @@ type target struct {
 	unit string
 }
 
-// mibPerCPUs turns CPU seconds per GiB into MiB per CPU-second.
-func mibPerCPUs(sPerGiB float64) float64 {
+// MiBPerCPUSecond turns CPU seconds per GiB into MiB per CPU-second.
+func MiBPerCPUSecond(sPerGiB float64) float64 {
 	if sPerGiB <= 0 {
 		return 0
 	}
@@ -185,7 +185,7 @@ var targets = []target{
 	{name: "ecdsa_full", key: ECDSAP256, metric: HSFullCPU, max: 1, expl: "ECDSA P-256 full handshake, server CPU per handshake, sluice / nginx", unit: unitUs},
 	{name: "ecdsa_resumed", key: ECDSAP256, metric: HSResumedCPU, max: 1, expl: "ECDSA P-256 resumed handshake, server CPU per handshake, sluice / nginx", unit: unitUs},
 	{name: "rsa2048_full", key: RSA2048, metric: HSFullCPU, max: 1.2, engines: []string{"openssl"}, expl: "RSA-2048 full handshake, server CPU per handshake, sluice / nginx (the openssl engine's target; soft and sched beside it)", unit: unitUs},
-	{name: "req_1m", size: 1 << 20, metric: ReqGiBCPU, min: 1, of: mibPerCPUs, expl: "1 MiB responses, MiB per server CPU-second, sluice / nginx", unit: "MiB/cpu-s"},
+	{name: "req_1m", size: 1 << 20, metric: ReqGiBCPU, min: 1, of: MiBPerCPUSecond, expl: "1 MiB responses, MiB per server CPU-second, sluice / nginx", unit: "MiB/cpu-s"},
 	{name: "req_1k", size: 1 << 10, metric: ReqCPU, max: 1.3, expl: "1 KiB keep-alive responses, server CPU per request, sluice / nginx", unit: unitUs},
 }
 
@@ -194,7 +194,7 @@ var targets = []target{
 var stormTarget = target{name: "storm_p99", metric: LatStormP99, max: 2, engines: []string{"sched"},
 	expl: "p99 of small requests on open connections during an RSA-4096 handshake storm / idle (the sched engine's target; every server reported)", unit: unitUs}
 
-// Ratios computes issue 10's target ratios from results.
+// Ratios computes the TLS target ratios from results.
 func Ratios(rs []Result) []Ratio {
 	find := func(s Server, key, version string, size int, metric string) (float64, bool) {
 		for _, r := range rs {
@@ -252,7 +252,7 @@ func WriteRatios(w io.Writer, rs []Ratio) {
 	if len(rs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nTargets of issue 10 (ratios from this run):\n")
+	fmt.Fprintf(w, "\nsluice's TLS targets against nginx (ratios from this run):\n")
 	fmt.Fprintf(w, "%-14s %-14s %-10s %4s %5s %10s %10s %-10s %6s %6s %s\n", "target", "server", "key", "tls", "size", "value", "against", "unit", "ratio", "want", "")
 	for _, r := range rs {
 		size := "-"

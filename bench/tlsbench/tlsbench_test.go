@@ -348,10 +348,6 @@ func TestResults(t *testing.T) {
 	if !strings.Contains(out.String(), "MISSED") || !strings.Contains(out.String(), "(reported)") {
 		t.Errorf("ratios:\n%s", out.String())
 	}
-	files, err := WritePlots(t.TempDir(), doc)
-	if err != nil || len(files) != 2*5 {
-		t.Errorf("charts %v: %v", files, err)
-	}
 }
 
 // TestGroups: what runs where.

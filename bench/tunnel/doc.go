@@ -15,8 +15,9 @@
 // A run is a list of cells (system, engine, algorithm, workers, tunnels).
 // Each cell builds its own lab (internal/lab), measures --repeat times and
 // removes everything (see run.go for the steps); a result is the median
-// of one metric with its spread. Table, JSON and charts are in table.go,
-// result.go and plot.go; the built-in UDP traffic in traffic.go; iperf3,
+// of one metric with its spread. Table and JSON are in table.go and
+// result.go (the charts are package bench/chart's, drawn by sluice-plot
+// from the JSON); the built-in UDP traffic in traffic.go; iperf3,
 // ping and /proc in tools.go; the two daemons in sluice.go and
 // wireguard.go.
 //

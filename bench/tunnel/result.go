@@ -106,13 +106,21 @@ type Spread = bench.Spread
 
 // Document is the JSON output of `sluice bench tunnel`.
 type Document struct {
+	// Bench is "tunnel": what made the document, for sluice-plot.
+	Bench   string   `json:"bench"`
 	Results []Result `json:"results"`
 	Ratios  []Ratio  `json:"ratios,omitempty"`
 	Notes   []string `json:"notes,omitempty"`
 }
 
+// BenchName is a Document's Bench.
+const BenchName = "tunnel"
+
 // WriteJSON writes d, indented, with a final newline.
 func (d *Document) WriteJSON(w io.Writer) error {
+	if d.Bench == "" {
+		d.Bench = BenchName
+	}
 	if d.Results == nil {
 		d.Results = []Result{}
 	}

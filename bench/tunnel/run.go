@@ -25,6 +25,7 @@ import (
 	"os/exec"
 	"slices"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/sluicegw/sluice/bench"
@@ -236,6 +237,7 @@ func Run(ctx context.Context, o Options, obs Observer) (*Document, error) {
 				note("built %s (%s@%s) into %s", WireGuardName, WireGuardModule, WireGuardVersion, exe)
 			}
 			note("wireguard-go: N tunnels are one peer with N allowed-IP prefixes (one key pair each side, one session)")
+			note("%s", cipherNote(o))
 		}
 	}
 	if slices.Contains(o.Systems, Veth) {
@@ -445,4 +447,36 @@ func collect(c Cell, samples map[sampleKey][]float64) []Result {
 		rs = append(rs, Result{Cell: c, Size: k.size, Metric: k.metric, Value: v, Unit: Units[k.metric], Spread: sp})
 	}
 	return rs
+}
+
+// cipherNote says which cipher wireguard-go runs against sluice's, and how
+// to measure sluice with the same one when it is not in the run.
+func cipherNote(o Options) string {
+	s := "wireguard-go runs ChaCha20-Poly1305 (" + WireGuardAlg + ", WireGuard's only cipher)"
+	if !slices.Contains(o.Systems, Sluice) {
+		return s
+	}
+	s += "; sluice runs " + strings.Join(o.Algs, ", ")
+	if !slices.Contains(o.Algs, WireGuardAlg) {
+		s += "; add " + WireGuardAlg + " to --algs (--algs " + strings.Join(append(slices.Clone(o.Algs), WireGuardAlg), ",") + ") for sluice on the same cipher in this table"
+	}
+	return s
+}
+
+// Allowances of Estimate for what is not a measurement window.
+const (
+	estCellSetup = 2 * time.Second        // namespaces, daemons, the first echo, teardown
+	estStep      = 250 * time.Millisecond // starting a tool, reading its output
+	estPing      = 1200 * time.Millisecond
+)
+
+// Estimate is about how long a run of o takes: for every cell its setup,
+// and Repeat times its measurement windows (TCP one and four streams, ping,
+// the latency probes, a flood per size) with each step's overhead. Building
+// wireguard-go, when a run needs to, comes on top.
+func (o *Options) Estimate() time.Duration {
+	tcp := time.Duration(iperfSeconds(o.Duration)) * time.Second
+	perRepeat := 2*tcp + estPing + o.latencyDuration() + time.Duration(len(o.Sizes))*o.Duration +
+		time.Duration(4+len(o.Sizes))*estStep
+	return time.Duration(len(o.Cells())) * (estCellSetup + time.Duration(o.Repeat)*perRepeat)
 }

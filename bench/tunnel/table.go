@@ -2,7 +2,7 @@ package tunnel
 
 // The terminal output: one table with a row per cell (TCP, ping, latency)
 // and a row per cell and size (UDP floods), then the ratios sluice /
-// wireguard-go that issue 7's targets are stated in.
+// wireguard-go that the project's targets are stated in.
 
 import (
 	"fmt"
@@ -52,7 +52,7 @@ func (Table) Rows(c Cell, rs []Result) []string {
 	return out
 }
 
-// Ratio is one of issue 7's targets, computed from one run: sluice's
+// Ratio is one of the project's targets for tunnels, computed from one run: sluice's
 // figure over wireguard-go's in the same tunnel count (or, for Scale, a
 // system's figure at its most tunnels over its figure at one tunnel).
 type Ratio struct {
@@ -68,7 +68,7 @@ type Ratio struct {
 	Explain string  `json:"explain"`
 }
 
-// target is one ratio target of issue 7.
+// target is one ratio target for tunnels.
 type target struct {
 	name   string
 	metric string
@@ -88,7 +88,7 @@ var targets = []target{
 	{"lat_p99", LatP99, 0, 0, 1, "UDP echo p99 at a fixed rate, sluice / wireguard-go"},
 }
 
-// Ratios computes issue 7's target ratios from results: for each sluice
+// Ratios computes the target ratios from results: for each sluice
 // cell with a wireguard-go cell of the same tunnel count, and, for every
 // tunnel system measured with more than one tunnel count, the UDP
 // throughput at its most tunnels over its throughput at one tunnel.
@@ -179,7 +179,7 @@ func WriteRatios(w io.Writer, rs []Ratio) {
 	if len(rs) == 0 {
 		return
 	}
-	fmt.Fprintf(w, "\nTargets of issue 7 (ratios from this run):\n")
+	fmt.Fprintf(w, "\nsluice's targets against wireguard-go (ratios from this run):\n")
 	fmt.Fprintf(w, "%-14s %-36s %5s %10s %10s %7s %6s %s\n", "target", "cell", "size", "value", "against", "ratio", "want", "")
 	for _, r := range rs {
 		size := "-"

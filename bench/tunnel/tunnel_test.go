@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -314,30 +313,6 @@ func TestJSONShape(t *testing.T) {
 	(&Document{}).WriteJSON(&empty)
 	if !strings.Contains(empty.String(), `"results": []`) {
 		t.Errorf("empty document: %s", empty.String())
-	}
-}
-
-func TestWritePlots(t *testing.T) {
-	dir := filepath.Join(t.TempDir(), "plots")
-	files, err := WritePlots(dir, sampleDoc())
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := []string{"udp-64", "udp-1400", "tcp", "latency", "ratios"}
-	if len(files) != 2*len(want) {
-		t.Errorf("files %v", files)
-	}
-	for _, n := range want {
-		for _, ext := range []string{".png", ".svg"} {
-			st, err := os.Stat(filepath.Join(dir, n+ext))
-			if err != nil || st.Size() < 1000 {
-				t.Errorf("%s%s: %v (%d bytes)", n, ext, err, st.Size())
-			}
-		}
-	}
-	png, _ := os.ReadFile(filepath.Join(dir, "tcp.png"))
-	if !bytes.HasPrefix(png, []byte("\x89PNG")) {
-		t.Errorf("tcp.png is not a PNG")
 	}
 }
 
