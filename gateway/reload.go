@@ -76,6 +76,7 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	if err := g.reloadTLS(next, note); err != nil {
 		return nil, err
 	}
+	noteLogLevels(old, next, note)
 	g.cfg = next
 	if next.TLSOnly() {
 		g.log.Info("configuration reloaded", "file", next.File, "tls", len(next.TLS), "origins", len(next.TLSOrigins), "changes", len(changes))
@@ -149,6 +150,22 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	}
 	g.log.Info("configuration reloaded", "file", next.File, "tunnels", len(next.Tunnels), "changes", len(changes))
 	return changes, nil
+}
+
+// noteLogLevels lists the log levels next changes: log_level, and each
+// subsystem's that log_levels names (config.Gateway.LevelOf). The caller of Reload applies them
+// (sluice run's OnReload).
+func noteLogLevels(old, next *config.Gateway, note func(string, ...any)) {
+	if old.LevelOf("") != next.LevelOf("") {
+		note("log level", "from", old.LevelOf(""), "to", next.LevelOf(""))
+	}
+	for _, sub := range config.LogSubsystems {
+		// A subsystem that follows log_level in both is listed with it.
+		own := old.LogLevels[sub] != "" || next.LogLevels[sub] != ""
+		if a, b := old.LevelOf(sub), next.LevelOf(sub); a != b && own {
+			note("log level", "subsystem", sub, "from", a, "to", b)
+		}
+	}
 }
 
 // syncRoutes routes into the TUN device the remote prefixes next has and
@@ -348,6 +365,9 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 	}
 	if a.StateDir != b.StateDir {
 		what = append(what, "gateway.state_dir")
+	}
+	if a.LogFormat != b.LogFormat {
+		what = append(what, "gateway.log_format")
 	}
 	if (len(a.Policies) == 0) != (len(b.Policies) == 0) {
 		what = append(what, "route-based/policy-based mode")
