@@ -554,7 +554,7 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 	if ch.held == c {
 		ch.pairs++
 		g.ikeLog.Info("IKE child SA installed inbound; outbound waits for the peer's Delete of the old one", "child", ch.child.Name,
-			"in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI))
+			"in_spi", ike.ESPSPI(c.InSPI), "out_spi", ike.ESPSPI(c.OutSPI))
 		return
 	}
 	if prev := ch.cur; prev != nil && ch.gen != gen {
@@ -565,7 +565,7 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 	}
 	ch.cur, ch.gen, ch.since, ch.lastErr = c, gen, time.Now(), ""
 	ch.pairs++
-	g.ikeLog.Info("IKE child SA installed", "child", ch.child.Name, "in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI),
+	g.ikeLog.Info("IKE child SA installed", "child", ch.child.Name, "in_spi", ike.ESPSPI(c.InSPI), "out_spi", ike.ESPSPI(c.OutSPI),
 		"suite", c.Suite, "esn", c.ESN, "encap", c.Encap, "remote", c.Remote)
 }
 
@@ -776,7 +776,7 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 		if err == nil {
 			ch.cur, ch.since = next, time.Now()
 			g.ikeLog.Info("IKE child SA sends on the pair the peer's rekey made", "child", name,
-				"in_spi", fmt.Sprintf("%#x", next.InSPI), "out_spi", fmt.Sprintf("%#x", next.OutSPI))
+				"in_spi", ike.ESPSPI(next.InSPI), "out_spi", ike.ESPSPI(next.OutSPI))
 			g.drainInbound(ch, c.InSPI)
 			return
 		}
@@ -787,7 +787,7 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 		ch.dropHeld()
 		ch.cur = nil
 		g.store.RemoveTunnel(name)
-		g.ikeLog.Info("IKE child SA deleted; tunnel down", "child", name, "out_spi", fmt.Sprintf("%#x", c.OutSPI))
+		g.ikeLog.Info("IKE child SA deleted; tunnel down", "child", name, "out_spi", ike.ESPSPI(c.OutSPI))
 		if ch.child.StartAction == config.StartTrap {
 			g.trapTunnel(ch)
 		}

@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/pktio/netutil"
 	"github.com/sluicegw/sluice/sad"
 )
@@ -245,14 +246,14 @@ func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, 
 			// and packets still in flight under it are lost.
 			g.store.RemoveInbound(def.SPI)
 			g.log.Warn("inbound SA replaced under the same SPI; packets in flight under the old key are lost",
-				"tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", def.SPI))
+				"tunnel", nt.Name, "sa", name, "spi", ike.ESPSPI(def.SPI))
 		}
 		if err := g.store.AddInbound(nt.Name, in); err != nil {
 			in.End()
 			return err
 		}
 		keep[in] = true
-		note("inbound SA installed", "tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", def.SPI))
+		note("inbound SA installed", "tunnel", nt.Name, "sa", name, "spi", ike.ESPSPI(def.SPI))
 	}
 	// 2. The outbound switch.
 	def := withTunnelAddrs(*g.cfg.SA(nt.Out), nt.Local, nt.Peer, esp.Outbound)
@@ -265,7 +266,7 @@ func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, 
 			out.End()
 			return err
 		}
-		note("outbound SA switched", "tunnel", nt.Name, "sa", nt.Out, "spi", fmt.Sprintf("%#x", def.SPI))
+		note("outbound SA switched", "tunnel", nt.Name, "sa", nt.Out, "spi", ike.ESPSPI(def.SPI))
 	}
 	// 3. Running inbound SAs the file does not name drain, then go.
 	for _, in := range t.Inbound() {
@@ -289,7 +290,7 @@ func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, 
 				g.log.Info("inbound SA removed after draining", "tunnel", nt.Name, "sa", victim.Name)
 			}
 		})
-		note("inbound SA draining", "tunnel", nt.Name, "sa", victim.Name, "spi", fmt.Sprintf("%#x", victim.SA.SPI()),
+		note("inbound SA draining", "tunnel", nt.Name, "sa", victim.Name, "spi", ike.ESPSPI(victim.SA.SPI()),
 			"removed_after", DrainTime)
 	}
 	return nil
@@ -309,7 +310,7 @@ func (g *Gateway) undrain(s *sad.SA, note func(string, ...any)) {
 		d.kept = true
 		d.timer.Stop()
 		delete(g.draining, s)
-		note("inbound SA kept", "tunnel", s.Tunnel.Name, "sa", s.Name, "spi", fmt.Sprintf("%#x", s.SA.SPI()))
+		note("inbound SA kept", "tunnel", s.Tunnel.Name, "sa", s.Name, "spi", ike.ESPSPI(s.SA.SPI()))
 	}
 }
 

@@ -15,17 +15,23 @@ import (
 	"strings"
 )
 
-// ESPSPI is an ESP SPI as a log attribute: "0x0000c001".
+// ESPSPI is an ESP SPI as sluice's logs spell it, everywhere (packages
+// gateway and control use it too): "0x0000c001", as `sluice sa list`
+// and the SA file's String print it.
 type ESPSPI uint32
 
-// LogValue implements slog.LogValuer.
-func (s ESPSPI) LogValue() slog.Value { return slog.StringValue(fmt.Sprintf("0x%08x", uint32(s))) }
+func (s ESPSPI) String() string { return fmt.Sprintf("0x%08x", uint32(s)) }
 
-// IKESPI is an IKE SPI as a log attribute: "0x0123456789abcdef".
+// LogValue implements slog.LogValuer.
+func (s ESPSPI) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// IKESPI is an IKE SPI as sluice's logs spell it: "0x0123456789abcdef".
 type IKESPI uint64
 
+func (s IKESPI) String() string { return fmt.Sprintf("0x%016x", uint64(s)) }
+
 // LogValue implements slog.LogValuer.
-func (s IKESPI) LogValue() slog.Value { return slog.StringValue(fmt.Sprintf("0x%016x", uint64(s))) }
+func (s IKESPI) LogValue() slog.Value { return slog.StringValue(s.String()) }
 
 // payloadList is a message's payloads as a log attribute: their types,
 // notifications by name, in order: "SA KE Nonce N(NAT_DETECTION_SOURCE_IP)".
