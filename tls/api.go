@@ -199,9 +199,9 @@ type Stats struct {
 	// naming the listener or origin and the backend's address (at most
 	// one a second an endpoint).
 	BackendFailures uint64 `json:"backend_failures"`
-	BytesIn           uint64            `json:"bytes_in"`    // plaintext bytes from clients to backends
-	BytesOut          uint64            `json:"bytes_out"`   // plaintext bytes from backends to clients
-	IdleClosed        uint64            `json:"idle_closed"` // connections closed by the idle timeout
+	BytesIn         uint64 `json:"bytes_in"`    // plaintext bytes from clients to backends
+	BytesOut        uint64 `json:"bytes_out"`   // plaintext bytes from backends to clients
+	IdleClosed      uint64 `json:"idle_closed"` // connections closed by the idle timeout
 	// The static: backend: requests answered with a file, and connections
 	// closed by HeaderTimeout in the middle of a request head (also in
 	// IdleClosed).

@@ -8,10 +8,10 @@ import (
 	"io"
 	"net"
 	"os"
-	"time"
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Handshake failure reasons (Stats.HandshakeFailures keys).
@@ -160,4 +160,3 @@ func (e *endpoint) handshakeFailed(client net.Addr, reason string, err error) {
 	e.ctr.fail(reason)
 	e.svc.log.Debug("tls: handshake failed", e.attrKey(), e.name, "client", client.String(), "reason", reason, "err", err)
 }
-
