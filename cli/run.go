@@ -173,10 +173,10 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 	if f, ok := e.stderr.(*os.File); ok {
 		journal = logging.OnJournal(f)
 	}
-	log := slog.New(logging.NewHandler(e.stderr, logging.Options{
+	root := slog.New(logging.NewHandler(e.stderr, logging.Options{
 		JSON: cfg.LogFormat == config.LogFormatJSON, Journal: journal, Levels: levels,
 	}))
-	ctlLog := log.With(logging.Key, "control")
+	log, ctlLog := root.With(logging.Key, "gateway"), root.With(logging.Key, "control")
 	srv, err := control.Listen(socket, &control.Options{Log: ctlLog})
 	if err != nil {
 		return withCode(ExitUsage, err)
@@ -191,7 +191,7 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 
 	// The gateway stops when Close says so, after draining, not when ctx
 	// ends: ctx only starts the shutdown.
-	gw, err := gateway.Start(context.WithoutCancel(ctx), cfg, log)
+	gw, err := gateway.Start(context.WithoutCancel(ctx), cfg, root)
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
