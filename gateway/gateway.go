@@ -84,13 +84,13 @@ type fixedConfig struct {
 // a handler from package internal/logging filters at that subsystem's
 // level.
 func (g *Gateway) Logger(sub string) *slog.Logger {
-	switch sub {
-	case "gateway":
-		return g.log
-	case "ike":
+	switch {
+	case sub == "ike" && g.ikeLog != nil:
 		return g.ikeLog
-	case "tls":
+	case sub == "tls" && g.tlsLog != nil:
 		return g.tlsLog
+	case sub == "gateway" || g.logRoot == nil: // a Gateway made by a test
+		return g.log
 	}
 	return g.logRoot.With(logging.Key, sub)
 }
