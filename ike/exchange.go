@@ -235,6 +235,12 @@ func notifyName(t NotifyType) string {
 	case SignatureHashAlgorithms:
 		return "SIGNATURE_HASH_ALGORITHMS"
 	}
+	// Status types peers send that this package does not act on.
+	if n, ok := map[NotifyType]string{16397: "ADDITIONAL_IP4_ADDRESS", 16398: "ADDITIONAL_IP6_ADDRESS",
+		16399: "NO_ADDITIONAL_ADDRESSES", 16400: "UPDATE_SA_ADDRESSES", 16404: "MULTIPLE_AUTH_SUPPORTED",
+		16406: "REDIRECT_SUPPORTED", 16418: "CHILDLESS_IKEV2_SUPPORTED"}[t]; ok {
+		return n
+	}
 	return fmt.Sprintf("notify %d", uint16(t))
 }
 
