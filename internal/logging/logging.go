@@ -75,10 +75,6 @@ func ParseLevel(s string) (slog.Level, error) {
 	return 0, fmt.Errorf("logging: unknown log level %q (want debug, info, warn or error)", s)
 }
 
-// LevelName is the configuration's spelling of l: debug, info, warn or
-// error.
-func LevelName(l slog.Level) string { return strings.ToLower(l.String()) }
-
 // Options say how NewHandler writes.
 type Options struct {
 	// JSON writes one JSON object a line; otherwise lines are logfmt
@@ -114,7 +110,7 @@ func NewHandler(w io.Writer, o Options) slog.Handler {
 	} else {
 		inner = slog.NewTextHandler(out, ho)
 	}
-	return &handler{inner: inner, out: out, levels: o.Levels}
+	return &handler{inner: inner, out: out, levels: o.Levels, level: o.Levels.varOf("")}
 }
 
 // OnJournal reports whether f is the systemd journal's stream: systemd
@@ -176,11 +172,11 @@ type handler struct {
 	inner  slog.Handler
 	out    *output
 	levels *Levels
-	sub    string // the subsystem named by a "subsys" attribute, or ""
+	level  *slog.LevelVar // the level of the subsystem a "subsys" attribute named, or the default
 }
 
 func (h *handler) Enabled(_ context.Context, l slog.Level) bool {
-	return l >= h.levels.Level(h.sub)
+	return l >= h.level.Level()
 }
 
 func (h *handler) Handle(ctx context.Context, r slog.Record) error {
@@ -198,7 +194,7 @@ func (h *handler) WithAttrs(as []slog.Attr) slog.Handler {
 	c.inner = h.inner.WithAttrs(as)
 	for _, a := range as {
 		if a.Key == Key {
-			c.sub = a.Value.String()
+			c.level = h.levels.varOf(a.Value.String())
 		}
 	}
 	return &c
