@@ -35,6 +35,7 @@ import (
 	"github.com/sluicegw/sluice/control"
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/internal/logging"
 )
 
 func init() {
@@ -117,7 +118,7 @@ file, line and field.`,
 // on the system, as run makes them before it starts and check makes
 // them alone. Warnings go to warn (nil: discarded; run's start warns
 // again). It returns the configuration and the control socket's path.
-func loadChecked(o *runOptions, level *slog.LevelVar, warn *slog.Logger) (*config.Gateway, string, error) {
+func loadChecked(o *runOptions, warn *slog.Logger) (*config.Gateway, string, error) {
 	cfg, err := config.LoadGateway(o.config)
 	if err != nil {
 		return nil, "", withCode(ExitUsage, err)
@@ -128,8 +129,8 @@ func loadChecked(o *runOptions, level *slog.LevelVar, warn *slog.Logger) (*confi
 	if err := cfg.CheckTLSFiles(); err != nil {
 		return nil, "", withCode(ExitUsage, err)
 	}
-	if err := setLogLevel(level, cfg.LogLevel); err != nil {
-		return nil, "", withCode(ExitUsage, fmt.Errorf("%s: gateway.log_level: %w", cfg.FieldPos("gateway.log_level"), err))
+	if err := setLogLevels(logging.NewLevels(slog.LevelInfo), cfg); err != nil {
+		return nil, "", withCode(ExitUsage, err)
 	}
 	if err := gateway.Check(cfg, warn); err != nil {
 		return nil, "", withCode(ExitUsage, err)
@@ -151,7 +152,7 @@ func loadChecked(o *runOptions, level *slog.LevelVar, warn *slog.Logger) (*confi
 // file holds.
 func checkGateway(e *env, o *runOptions) error {
 	log := slog.New(slog.NewTextHandler(e.stderr, nil))
-	cfg, _, err := loadChecked(o, new(slog.LevelVar), log)
+	cfg, _, err := loadChecked(o, log)
 	if err != nil {
 		return err
 	}
@@ -162,13 +163,21 @@ func checkGateway(e *env, o *runOptions) error {
 
 // runGateway runs the gateway until ctx ends.
 func runGateway(ctx context.Context, e *env, o *runOptions) error {
-	level := new(slog.LevelVar)
-	log := slog.New(slog.NewTextHandler(e.stderr, &slog.HandlerOptions{Level: level}))
-	cfg, socket, err := loadChecked(o, level, nil)
+	cfg, socket, err := loadChecked(o, nil)
 	if err != nil {
 		return err
 	}
-	srv, err := control.Listen(socket, &control.Options{Log: log})
+	levels := logging.NewLevels(slog.LevelInfo)
+	setLogLevels(levels, cfg) // checked by loadChecked
+	journal := false
+	if f, ok := e.stderr.(*os.File); ok {
+		journal = logging.OnJournal(f)
+	}
+	root := slog.New(logging.NewHandler(e.stderr, logging.Options{
+		JSON: cfg.LogFormat == config.LogFormatJSON, Journal: journal, Levels: levels,
+	}))
+	log, ctlLog := root.With(logging.Key, "gateway"), root.With(logging.Key, "control")
+	srv, err := control.Listen(socket, &control.Options{Log: ctlLog})
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
@@ -182,20 +191,21 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 
 	// The gateway stops when Close says so, after draining, not when ctx
 	// ends: ctx only starts the shutdown.
-	gw, err := gateway.Start(context.WithoutCancel(ctx), cfg, log)
+	gw, err := gateway.Start(context.WithoutCancel(ctx), cfg, root)
 	if err != nil {
 		return withCode(ExitUsage, err)
 	}
 	defer gw.Close()
-	backend := control.NewGatewayBackend(gw, log)
+	backend := control.NewGatewayBackend(gw, ctlLog)
 	backend.OnReload = func(cfg *config.Gateway) {
-		if err := setLogLevel(level, cfg.LogLevel); err != nil {
-			log.Warn("log level unchanged", "err", err)
+		// The gateway's reload lists the level changes it applies here.
+		if err := setLogLevels(levels, cfg); err != nil {
+			log.Warn("log levels unchanged", "err", err)
 		}
 	}
 	var metrics *control.MetricsServer
 	if cfg.Metrics != "" {
-		if metrics, err = control.ServeMetrics(cfg.Metrics, backend.Stats, log); err != nil {
+		if metrics, err = control.ServeMetrics(cfg.Metrics, backend.Stats, ctlLog); err != nil {
 			return withCode(ExitUsage, fmt.Errorf("%s: gateway.metrics: %w", cfg.FieldPos("gateway.metrics"), err))
 		}
 		defer metrics.Close()
@@ -236,15 +246,20 @@ func notify(log *slog.Logger, state string) {
 	}
 }
 
-// setLogLevel sets v from a configuration's log_level ("" is info).
-func setLogLevel(v *slog.LevelVar, s string) error {
-	if s == "" {
-		s = config.DefaultLogLevel
+// setLogLevels sets levels from a configuration's log_level and
+// log_levels: each subsystem's level (config.Gateway.LevelOf), and
+// log_level for lines of no subsystem.
+func setLogLevels(levels *logging.Levels, cfg *config.Gateway) error {
+	for _, sub := range append([]string{""}, config.LogSubsystems...) {
+		field, name := "gateway.log_level", cfg.LevelOf(sub)
+		if sub != "" && cfg.LogLevels[sub] != "" {
+			field = "gateway.log_levels." + sub
+		}
+		l, err := logging.ParseLevel(name)
+		if err != nil {
+			return fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+		}
+		levels.Set(sub, l)
 	}
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(s)); err != nil {
-		return fmt.Errorf("log level %q: want debug, info, warn or error", s)
-	}
-	v.Set(l)
 	return nil
 }

@@ -325,8 +325,12 @@ enc_key = "202122232425262728292a2b2c2d2e2f30313233"
 	if out := must("sa", "list"); !strings.Contains(out, "0x00001004") || !strings.Contains(out, "0x00001001") {
 		t.Errorf("sa list after refused reloads:\n%s", out)
 	}
-	// The same file again, through the socket: nothing to change.
+	// The rekeyed file with its log level back, through the socket: the
+	// level change is listed; the same file again changes nothing.
 	ctlWriteFile(t, cfgPath, rekeyed)
+	if out := must("reload"); !strings.Contains(out, "log level from=warn to=debug") {
+		t.Errorf("reload: %q", out)
+	}
 	if out := must("reload"); out != "configuration reloaded: nothing changed\n" {
 		t.Errorf("reload: %q", out)
 	}

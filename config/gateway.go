@@ -41,6 +41,8 @@ const (
 	DefaultControlSocket = "/run/sluice/sluice.sock"
 	DefaultTUNName       = "sluice0"
 	DefaultLogLevel      = "info"
+	LogFormatText        = "text"
+	LogFormatJSON        = "json"
 	DefaultStateDir      = "/var/lib/sluice"
 	DefaultOversize      = OversizeFragment
 	// DefaultUnderlayMTU is the MTU of the outer path that a plaintext MTU
@@ -92,7 +94,15 @@ type Gateway struct {
 	ControlSocket string // Unix socket path; default DefaultControlSocket
 	Metrics       string // Prometheus listen address "host:port"; "" = off
 	LogLevel      string // "debug", "info" (default), "warn" or "error"
-	Oversize      string // OversizeFragment (default) or OversizeDrop
+	// LogFormat is LogFormatText (default: logfmt lines) or LogFormatJSON
+	// (one JSON object a line).
+	LogFormat string
+	// LogLevels overrides LogLevel for a subsystem (LogSubsystems), as
+	// charon's filelog takes "ike = 2": log_levels = { ike = "debug" }.
+	// It holds only the subsystems the file names; LevelOf fills in the
+	// rest.
+	LogLevels map[string]string
+	Oversize  string // OversizeFragment (default) or OversizeDrop
 	// StateDir holds the durable sequence-number bounds of the SAs: outbound
 	// reservations, so a restarted gateway never reuses a sequence number
 	// under a configured key, and inbound replay bounds, so it never accepts
@@ -292,6 +302,7 @@ func ParseGateway(filename string, data []byte) (*Gateway, error) {
 			File:          filename,
 			ControlSocket: DefaultControlSocket,
 			LogLevel:      DefaultLogLevel,
+			LogFormat:     LogFormatText,
 			Oversize:      DefaultOversize,
 			StateDir:      DefaultStateDir,
 			TUN:           TUN{Name: DefaultTUNName},
@@ -491,9 +502,15 @@ func (d *decoder) mtu(f string, v *Value) (int, bool) {
 // [gateway]
 
 var (
-	gatewayKeys = []string{"workers", "engine", "control_socket", "metrics", "log_level", "oversize", "state_dir"}
+	gatewayKeys = []string{"workers", "engine", "control_socket", "metrics", "log_level", "log_format", "log_levels", "oversize", "state_dir"}
 	logLevels   = []string{"debug", "info", "warn", "error"}
-	oversizes   = []string{OversizeFragment, OversizeDrop}
+	logFormats  = []string{LogFormatText, LogFormatJSON}
+	// LogSubsystems are the parts of a gateway whose log level
+	// log_levels sets on its own: IKE negotiations, TLS listeners and
+	// origins, the ESP data plane, the control socket, and the gateway's
+	// own lines (start, reload, tunnels).
+	LogSubsystems = []string{"ike", "tls", "dataplane", "control", "gateway"}
+	oversizes     = []string{OversizeFragment, OversizeDrop}
 )
 
 func (d *gwDecoder) gatewaySection(f string, v *Value) {
@@ -525,6 +542,12 @@ func (d *gwDecoder) gatewaySection(f string, v *Value) {
 			if s, ok := d.oneOf(kf, v, "log level", logLevels, ""); ok {
 				g.LogLevel = s
 			}
+		case "log_format":
+			if s, ok := d.oneOf(kf, v, "log format", logFormats, "text, for logfmt lines; json, for one JSON object a line"); ok {
+				g.LogFormat = s
+			}
+		case "log_levels":
+			d.logLevels(kf, v)
 		case "oversize":
 			const help = "fragment, to fragment IPv4 packets without DF before encryption; drop, to drop them; DF-set IPv4 and IPv6 packets always get ICMP \"too big\""
 			if s, ok := d.oneOf(kf, v, "oversize action", oversizes, help); ok {
@@ -538,6 +561,40 @@ func (d *gwDecoder) gatewaySection(f string, v *Value) {
 			d.errs = append(d.errs, unknownKey(e, kf, gatewayKeys, ""))
 		}
 	}
+}
+
+// logLevels reads log_levels, a table from subsystem to level:
+// log_levels = { ike = "debug", tls = "warn" }.
+func (d *gwDecoder) logLevels(f string, v *Value) {
+	t, ok := d.table(f, v)
+	if !ok {
+		return
+	}
+	for _, e := range t.Entries() {
+		kf, v := fieldPath(f, e.Key), e.Value
+		if !slices.Contains(LogSubsystems, e.Key) {
+			d.errs = append(d.errs, unknownKey(e, kf, LogSubsystems, ""))
+			continue
+		}
+		if s, ok := d.oneOf(kf, v, "log level", logLevels, ""); ok {
+			if d.g.LogLevels == nil {
+				d.g.LogLevels = map[string]string{}
+			}
+			d.g.LogLevels[e.Key] = s
+		}
+	}
+}
+
+// LevelOf returns the log level of subsystem sub: its log_levels entry,
+// else log_level, else DefaultLogLevel.
+func (g *Gateway) LevelOf(sub string) string {
+	if l := g.LogLevels[sub]; l != "" {
+		return l
+	}
+	if g.LogLevel != "" {
+		return g.LogLevel
+	}
+	return DefaultLogLevel
 }
 
 // engine reads a crypto engine name, or two joined by a colon (an engine

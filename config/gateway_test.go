@@ -235,6 +235,31 @@ func TestGatewayEngineComposite(t *testing.T) {
 	}
 }
 
+// TestGatewayLogKeys: log_format and log_levels parse, and LevelOf
+// falls back from a subsystem's level to log_level.
+func TestGatewayLogKeys(t *testing.T) {
+	doc := "[gateway]\nlog_level = \"warn\"\nlog_format = \"json\"\nlog_levels = { ike = \"debug\", tls = \"error\" }\n" + tun1 + sas1
+	g, err := ParseGateway("gw.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.LogFormat != LogFormatJSON {
+		t.Errorf("log_format %q", g.LogFormat)
+	}
+	for sub, want := range map[string]string{"ike": "debug", "tls": "error", "dataplane": "warn", "control": "warn", "gateway": "warn"} {
+		if got := g.LevelOf(sub); got != want {
+			t.Errorf("LevelOf(%s) = %s, want %s", sub, got, want)
+		}
+	}
+	g, err = ParseGateway("gw.toml", []byte(tun1+sas1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g.LogFormat != LogFormatText || g.LevelOf("ike") != "info" {
+		t.Errorf("defaults: format %q, ike %q", g.LogFormat, g.LevelOf("ike"))
+	}
+}
+
 func TestGatewayErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -257,7 +282,7 @@ func TestGatewayErrors(t *testing.T) {
 		{"tunnel table", "[tunnel]\nname = \"t\"\n" + sas1, []wantErr{{1, "tunnel", "write [[tunnel]], not [tunnel]"}}},
 		{"policy table", "[policy]\naction = \"discard\"\n" + tun1 + sas1, []wantErr{{1, "policy", "write [[policy]]"}}},
 		{"inline gateway", "gateway = { workers = -1 }\n" + tun1 + sas1, []wantErr{{1, "gateway.workers", "out of range"}}},
-		{"unknown gateway key", "[gateway]\nthreads = 4\n" + tun1 + sas1, []wantErr{{2, "gateway.threads", "unknown key (valid: workers, engine, control_socket, metrics, log_level, oversize, state_dir)"}}},
+		{"unknown gateway key", "[gateway]\nthreads = 4\n" + tun1 + sas1, []wantErr{{2, "gateway.threads", "unknown key (valid: workers, engine, control_socket, metrics, log_level, log_format, log_levels, oversize, state_dir)"}}},
 		{"unknown tun key", "[tun]\nnmae = \"x\"\n" + tun1 + sas1, []wantErr{{2, "tun.nmae", "valid: name, mtu, addresses, queues"}}},
 		{"unknown udp key", "[udp]\nport = 4500\n" + tun1 + sas1, []wantErr{{2, "udp.port", "valid: listen, gso, gro"}}},
 		{"unknown rawesp key", "[rawesp]\nlisten = \"0.0.0.0\"\nproto = 50\n" + tun1 + sas1, []wantErr{{3, "rawesp.proto", "valid: listen"}}},
@@ -287,6 +312,11 @@ func TestGatewayErrors(t *testing.T) {
 		{"engine composite twice", "[gateway]\nengine = \"sched:sched:soft\"\n" + tun1 + sas1, []wantErr{{2, "gateway.engine", `invalid engine name "sched:sched:soft"`}}},
 		{"engine spaces", tun1 + "engine = \"soft engine\"\n" + sas1, []wantErr{{8, "tunnel[1].engine", `"" uses the [gateway] engine`}}},
 		{"log level", "[gateway]\nlog_level = \"verbose\"\n" + tun1 + sas1, []wantErr{{2, "gateway.log_level", `unknown log level "verbose" (valid: debug, info, warn, error)`}}},
+		{"log format", "[gateway]\nlog_format = \"logfmt\"\n" + tun1 + sas1, []wantErr{{2, "gateway.log_format", `unknown log format "logfmt" (valid: text, for logfmt lines; json, for one JSON object a line)`}}},
+		{"log levels subsystem", "[gateway]\nlog_levels = { ikev2 = \"debug\" }\n" + tun1 + sas1, []wantErr{{2, "gateway.log_levels.ikev2", "unknown key (valid: ike, tls, dataplane, control, gateway)"}}},
+		{"log levels level", "[gateway]\nlog_levels = { ike = 2 }\n" + tun1 + sas1, []wantErr{{2, "gateway.log_levels.ike", "want a string, got integer"}}},
+		{"log levels value", "[gateway]\n[gateway.log_levels]\ntls = \"trace\"\n" + tun1 + sas1, []wantErr{{3, "gateway.log_levels.tls", `unknown log level "trace" (valid: debug, info, warn, error)`}}},
+		{"log levels string", "[gateway]\nlog_levels = \"debug\"\n" + tun1 + sas1, []wantErr{{2, "gateway.log_levels", "want a table"}}},
 		{"log level case", "[gateway]\nlog_level = \"INFO\"\n" + tun1 + sas1, []wantErr{{2, "gateway.log_level", "did you mean info?"}}},
 		{"oversize", "[gateway]\noversize = \"frag\"\n" + tun1 + sas1, []wantErr{{2, "gateway.oversize", `unknown oversize action "frag" (valid: fragment,`}}},
 		{"metrics no port", "[gateway]\nmetrics = \"9100\"\n" + tun1 + sas1, []wantErr{{2, "gateway.metrics", `invalid listen address "9100"`}}},

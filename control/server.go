@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/ike"
 )
 
 // Defaults of Options.
@@ -356,7 +357,7 @@ func (s *Server) dispatch(req Request) (any, error) {
 		if err := s.b.AddSA(a.Tunnel, a.Dir, sa); err != nil {
 			return nil, err
 		}
-		log.Info("control: SA added", "tunnel", a.Tunnel, "dir", a.Dir, "sa", sa.Name, "spi", fmt.Sprintf("%#x", sa.SPI))
+		log.Info("control: SA added", "tunnel", a.Tunnel, "dir", a.Dir, "sa", sa.Name, "spi", ike.ESPSPI(sa.SPI))
 		return SAAddResult{Tunnel: a.Tunnel, Dir: a.Dir, Name: sa.Name, SPI: sa.SPI}, nil
 	case OpSADel:
 		var a SADelArgs
@@ -369,7 +370,7 @@ func (s *Server) dispatch(req Request) (any, error) {
 		if err := s.b.DelSA(a.SPI); err != nil {
 			return nil, err
 		}
-		log.Info("control: SA deleted", "spi", fmt.Sprintf("%#x", a.SPI))
+		log.Info("control: SA deleted", "spi", ike.ESPSPI(a.SPI))
 		return SADelResult{SPI: a.SPI}, nil
 	case OpIKEList:
 		info := s.b.IKE()

@@ -702,7 +702,7 @@ func TestStatsTLSKeys(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"accepted", "bytes_in", "bytes_out", "dotfiles_refused", "handshake_failures", "handshakes", "header_timeouts", "idle_closed", "kind", "listen",
+	want := []string{"accepted", "backend_failures", "bytes_in", "bytes_out", "dotfiles_refused", "handshake_failures", "handshakes", "header_timeouts", "idle_closed", "kind", "listen",
 		"name", "open", "refused", "refused_per_source", "requests", "resumed", "sign_batches", "sign_max_batch", "sign_ops", "sign_queue_depth"}
 	if !slices.Equal(keys, want) {
 		t.Errorf("keys %q\nwant %q", keys, want)

@@ -327,9 +327,9 @@ func TestReloadRestoresFileState(t *testing.T) {
 	t.Logf("sluice reload:\n%s", out)
 	for _, want := range []string{
 		"configuration reloaded: 3 changes",
-		fmt.Sprintf("inbound SA installed tunnel=to-b sa=b-to-a spi=%#x", spiBA),
-		fmt.Sprintf("outbound SA switched tunnel=to-b sa=a-to-b spi=%#x", spiAB),
-		"inbound SA draining tunnel=to-b sa=stray-in spi=0x2009",
+		fmt.Sprintf("inbound SA installed tunnel=to-b sa=b-to-a spi=0x%08x", spiBA),
+		fmt.Sprintf("outbound SA switched tunnel=to-b sa=a-to-b spi=0x%08x", spiAB),
+		"inbound SA draining tunnel=to-b sa=stray-in spi=0x00002009",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("reload output lacks %q", want)

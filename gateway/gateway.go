@@ -19,6 +19,7 @@ import (
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/internal/logging"
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/pktio/netutil"
 	"github.com/sluicegw/sluice/pktio/rawesp"
@@ -37,16 +38,20 @@ const UnderlayMTU = 1500
 
 // Gateway is a running gateway.
 type Gateway struct {
-	log     *slog.Logger
-	mu      sync.Mutex // serialises Reload and Close
-	cfg     *config.Gateway
-	engines map[string]cryptodev.Engine
-	store   *sad.Store
-	dp      *dataplane.Dataplane
-	pool    *packet.Pool
-	policy  *policySet
-	closed  bool
-	cancel  context.CancelFunc
+	// log is the gateway's own logger (subsystem "gateway"); ikeLog and
+	// tlsLog are the IKE and TLS subsystems', which ike and tls get too
+	// (Logger).
+	log, ikeLog, tlsLog *slog.Logger
+	logRoot             *slog.Logger
+	mu                  sync.Mutex // serialises Reload and Close
+	cfg                 *config.Gateway
+	engines             map[string]cryptodev.Engine
+	store               *sad.Store
+	dp                  *dataplane.Dataplane
+	pool                *packet.Pool
+	policy              *policySet
+	closed              bool
+	cancel              context.CancelFunc
 
 	stateLock *os.File // holds the state directory's flock; nil without one
 	draining  map[*sad.SA]*drain
@@ -77,6 +82,22 @@ type fixedConfig struct {
 	StateDir string
 }
 
+// Logger returns the logger of subsystem sub (config.LogSubsystems): the
+// logger Start was given with a "subsys" attribute (logging.Key), which
+// a handler from package internal/logging filters at that subsystem's
+// level.
+func (g *Gateway) Logger(sub string) *slog.Logger {
+	switch {
+	case sub == "ike" && g.ikeLog != nil:
+		return g.ikeLog
+	case sub == "tls" && g.tlsLog != nil:
+		return g.tlsLog
+	case sub == "gateway" || g.logRoot == nil: // a Gateway made by a test
+		return g.log
+	}
+	return g.logRoot.With(logging.Key, sub)
+}
+
 // Start brings a gateway up from cfg: it creates the TUN device and the
 // sockets, opens the engines, installs the tunnels and starts the data
 // plane, then starts the TLS listeners and origins. A TLS-only
@@ -86,7 +107,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	g = &Gateway{log: log, cfg: cfg, engines: map[string]cryptodev.Engine{}, cfg0: fixedConfig{Engine: cfg.Engine, StateDir: cfg.StateDir}}
+	g = &Gateway{log: log.With(logging.Key, "gateway"), ikeLog: log.With(logging.Key, "ike"), tlsLog: log.With(logging.Key, "tls"), logRoot: log, cfg: cfg, engines: map[string]cryptodev.Engine{}, cfg0: fixedConfig{Engine: cfg.Engine, StateDir: cfg.StateDir}}
 	if cfg.TLSOnly() {
 		if err := g.startTLSOnly(ctx, cfg); err != nil {
 			return nil, err
@@ -205,7 +226,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	dcfg := dataplane.Config{
 		Engines: g.engines, Default: cfg.Engine,
 		Plain: plainLinks, Net: netLinks, Raw4: raw4, Raw6: raw6, Store: g.store, Pool: g.pool,
-		Logger: log, NoSA: g.onNoSA,
+		Logger: g.Logger("dataplane"), NoSA: g.onNoSA,
 	}
 	if cfg.Oversize == "drop" {
 		dcfg.Oversize = dataplane.OversizeDrop

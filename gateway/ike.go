@@ -285,7 +285,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		OnDelete:  func(c *ike.ChildSA) { g.onChildDelete(gen, c) },
 		KeepAlive: cfg.IKE.KeepAlive,
 		ESPSent:   g.espSent,
-		Log:       g.log,
+		Log:       g.Logger("ike"),
 	}
 	setIKELifetimes(&ecfg, g)
 	ep, err := ike.NewEndpoint(ecfg, ikeTransport{s: s, p500: p500})
@@ -524,7 +524,7 @@ func (g *Gateway) initiateLocked(ch *ikeChild, then ...*ikeChild) {
 			c.busy = false
 			if err != nil {
 				c.lastErr = err.Error()
-				g.log.Warn("IKE initiation failed", "connection", c.conn.Name, "child", c.child.Name, "err", err)
+				g.Logger("ike").Warn("IKE initiation failed", "connection", c.conn.Name, "child", c.child.Name, "err", err)
 			} else {
 				c.lastErr = ""
 			}
@@ -543,18 +543,18 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 	}
 	ch := g.childOfLocked(c)
 	if ch == nil {
-		g.log.Warn("IKE child SA of no configured child", "connection", c.Name)
+		g.Logger("ike").Warn("IKE child SA of no configured child", "connection", c.Name)
 		return
 	}
 	hold := c.HoldOutbound && ch.cur != nil && ch.gen == gen
 	if err := g.installPair(ch, c, hold); err != nil {
-		g.log.Error("IKE child SA not installed", "child", ch.child.Name, "err", err)
+		g.Logger("ike").Error("IKE child SA not installed", "child", ch.child.Name, "err", err)
 		return
 	}
 	if ch.held == c {
 		ch.pairs++
-		g.log.Info("IKE child SA installed inbound; outbound waits for the peer's Delete of the old one", "child", ch.child.Name,
-			"in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI))
+		g.Logger("ike").Info("IKE child SA installed inbound; outbound waits for the peer's Delete of the old one", "child", ch.child.Name,
+			"in_spi", ike.ESPSPI(c.InSPI), "out_spi", ike.ESPSPI(c.OutSPI))
 		return
 	}
 	if prev := ch.cur; prev != nil && ch.gen != gen {
@@ -565,7 +565,7 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 	}
 	ch.cur, ch.gen, ch.since, ch.lastErr = c, gen, time.Now(), ""
 	ch.pairs++
-	g.log.Info("IKE child SA installed", "child", ch.child.Name, "in_spi", fmt.Sprintf("%#x", c.InSPI), "out_spi", fmt.Sprintf("%#x", c.OutSPI),
+	g.Logger("ike").Info("IKE child SA installed", "child", ch.child.Name, "in_spi", ike.ESPSPI(c.InSPI), "out_spi", ike.ESPSPI(c.OutSPI),
 		"suite", c.Suite, "esn", c.ESN, "encap", c.Encap, "remote", c.Remote)
 }
 
@@ -775,19 +775,19 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 		err := g.store.SwitchOutbound(name, nextOut)
 		if err == nil {
 			ch.cur, ch.since = next, time.Now()
-			g.log.Info("IKE child SA sends on the pair the peer's rekey made", "child", name,
-				"in_spi", fmt.Sprintf("%#x", next.InSPI), "out_spi", fmt.Sprintf("%#x", next.OutSPI))
+			g.Logger("ike").Info("IKE child SA sends on the pair the peer's rekey made", "child", name,
+				"in_spi", ike.ESPSPI(next.InSPI), "out_spi", ike.ESPSPI(next.OutSPI))
 			g.drainInbound(ch, c.InSPI)
 			return
 		}
 		nextOut.End()
-		g.log.Error("IKE child SA: outbound switch failed", "child", name, "err", err)
+		g.Logger("ike").Error("IKE child SA: outbound switch failed", "child", name, "err", err)
 	}
 	if out := t.Out(); out != nil && out.SA.SPI() == c.OutSPI {
 		ch.dropHeld()
 		ch.cur = nil
 		g.store.RemoveTunnel(name)
-		g.log.Info("IKE child SA deleted; tunnel down", "child", name, "out_spi", fmt.Sprintf("%#x", c.OutSPI))
+		g.Logger("ike").Info("IKE child SA deleted; tunnel down", "child", name, "out_spi", ike.ESPSPI(c.OutSPI))
 		if ch.child.StartAction == config.StartTrap {
 			g.trapTunnel(ch)
 		}
@@ -826,7 +826,7 @@ func (g *Gateway) trapTunnel(ch *ikeChild) {
 	spec := sad.TunnelSpec{Name: ch.child.Name, Local: ch.conn.Local, Peer: ch.conn.Remote, Remote: ch.child.RemoteTS,
 		Owner: g.ownerOf(ch.child.Name), Encap: esp.EncapUDP, PeerPort: g.ike.nattPort}
 	if _, err := g.store.AddTunnel(spec); err != nil {
-		g.log.Error("trap tunnel not installed", "child", ch.child.Name, "err", err)
+		g.Logger("ike").Error("trap tunnel not installed", "child", ch.child.Name, "err", err)
 	}
 }
 
@@ -894,7 +894,7 @@ func (g *Gateway) checkRekeys() {
 	for _, c := range due {
 		// A rekey already under way makes it do nothing.
 		if err := ep.RequestRekey(c); err != nil {
-			g.log.Debug("IKE rekey at the sequence-number limit not requested", "connection", c.Name, "err", err)
+			g.Logger("ike").Debug("IKE rekey at the sequence-number limit not requested", "connection", c.Name, "err", err)
 		}
 	}
 }
@@ -1505,7 +1505,7 @@ func snake(s string) string {
 // the endpoint, as far as package ike takes them.
 func setIKELifetimes(ecfg *ike.Config, g *Gateway) {
 	ecfg.OnPeerDead = func(peer string, err error) {
-		g.log.Warn("IKE peer dead", "connection", peer, "err", err)
+		g.Logger("ike").Warn("IKE peer dead", "connection", peer, "err", err)
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/pktio/netutil"
 	"github.com/sluicegw/sluice/sad"
 )
@@ -76,6 +77,7 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	if err := g.reloadTLS(next, note); err != nil {
 		return nil, err
 	}
+	noteLogLevels(old, next, note)
 	g.cfg = next
 	if next.TLSOnly() {
 		g.log.Info("configuration reloaded", "file", next.File, "tls", len(next.TLS), "origins", len(next.TLSOrigins), "changes", len(changes))
@@ -149,6 +151,22 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	}
 	g.log.Info("configuration reloaded", "file", next.File, "tunnels", len(next.Tunnels), "changes", len(changes))
 	return changes, nil
+}
+
+// noteLogLevels lists the log levels next changes: log_level, and each
+// subsystem's that log_levels names (config.Gateway.LevelOf). The caller of Reload applies them
+// (sluice run's OnReload).
+func noteLogLevels(old, next *config.Gateway, note func(string, ...any)) {
+	if old.LevelOf("") != next.LevelOf("") {
+		note("log level", "from", old.LevelOf(""), "to", next.LevelOf(""))
+	}
+	for _, sub := range config.LogSubsystems {
+		// A subsystem that follows log_level in both is listed with it.
+		own := old.LogLevels[sub] != "" || next.LogLevels[sub] != ""
+		if a, b := old.LevelOf(sub), next.LevelOf(sub); a != b && own {
+			note("log level", "subsystem", sub, "from", a, "to", b)
+		}
+	}
 }
 
 // syncRoutes routes into the TUN device the remote prefixes next has and
@@ -228,14 +246,14 @@ func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, 
 			// and packets still in flight under it are lost.
 			g.store.RemoveInbound(def.SPI)
 			g.log.Warn("inbound SA replaced under the same SPI; packets in flight under the old key are lost",
-				"tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", def.SPI))
+				"tunnel", nt.Name, "sa", name, "spi", ike.ESPSPI(def.SPI))
 		}
 		if err := g.store.AddInbound(nt.Name, in); err != nil {
 			in.End()
 			return err
 		}
 		keep[in] = true
-		note("inbound SA installed", "tunnel", nt.Name, "sa", name, "spi", fmt.Sprintf("%#x", def.SPI))
+		note("inbound SA installed", "tunnel", nt.Name, "sa", name, "spi", ike.ESPSPI(def.SPI))
 	}
 	// 2. The outbound switch.
 	def := withTunnelAddrs(*g.cfg.SA(nt.Out), nt.Local, nt.Peer, esp.Outbound)
@@ -248,7 +266,7 @@ func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, 
 			out.End()
 			return err
 		}
-		note("outbound SA switched", "tunnel", nt.Name, "sa", nt.Out, "spi", fmt.Sprintf("%#x", def.SPI))
+		note("outbound SA switched", "tunnel", nt.Name, "sa", nt.Out, "spi", ike.ESPSPI(def.SPI))
 	}
 	// 3. Running inbound SAs the file does not name drain, then go.
 	for _, in := range t.Inbound() {
@@ -272,7 +290,7 @@ func (g *Gateway) reconcile(t *sad.Tunnel, nt *config.Tunnel, note func(string, 
 				g.log.Info("inbound SA removed after draining", "tunnel", nt.Name, "sa", victim.Name)
 			}
 		})
-		note("inbound SA draining", "tunnel", nt.Name, "sa", victim.Name, "spi", fmt.Sprintf("%#x", victim.SA.SPI()),
+		note("inbound SA draining", "tunnel", nt.Name, "sa", victim.Name, "spi", ike.ESPSPI(victim.SA.SPI()),
 			"removed_after", DrainTime)
 	}
 	return nil
@@ -292,7 +310,7 @@ func (g *Gateway) undrain(s *sad.SA, note func(string, ...any)) {
 		d.kept = true
 		d.timer.Stop()
 		delete(g.draining, s)
-		note("inbound SA kept", "tunnel", s.Tunnel.Name, "sa", s.Name, "spi", fmt.Sprintf("%#x", s.SA.SPI()))
+		note("inbound SA kept", "tunnel", s.Tunnel.Name, "sa", s.Name, "spi", ike.ESPSPI(s.SA.SPI()))
 	}
 }
 
@@ -348,6 +366,9 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 	}
 	if a.StateDir != b.StateDir {
 		what = append(what, "gateway.state_dir")
+	}
+	if a.LogFormat != b.LogFormat {
+		what = append(what, "gateway.log_format")
 	}
 	if (len(a.Policies) == 0) != (len(b.Policies) == 0) {
 		what = append(what, "route-based/policy-based mode")

@@ -41,6 +41,7 @@ import (
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/sad"
 )
 
@@ -325,6 +326,6 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 		dirName = "in"
 	}
 	h := new(sad.StateHealth)
-	cfg.SeqReserve = reserver(f, h, g.log, []any{"sa", name, "spi", fmt.Sprintf("%#x", sa.SPI), "direction", dirName})
+	cfg.SeqReserve = reserver(f, h, g.log, []any{"sa", name, "spi", ike.ESPSPI(sa.SPI), "direction", dirName})
 	return h, f, nil
 }

@@ -167,14 +167,14 @@ func (g *Gateway) startTLS(cfg *config.Gateway) error {
 			return err
 		}
 	}
-	svc, err := tls.Start(TLSConfig(cfg), tls.Options{Engine: g.tlsEngine, Log: g.log})
+	svc, err := tls.Start(TLSConfig(cfg), tls.Options{Engine: g.tlsEngine, Log: g.Logger("tls")})
 	if err != nil {
 		return tlsError(cfg, err)
 	}
 	g.tls.mu.Lock()
 	g.tls.svc = svc
 	g.tls.mu.Unlock()
-	g.log.Info("TLS service up", "listeners", len(cfg.TLS), "origins", len(cfg.TLSOrigins))
+	g.Logger("tls").Info("TLS service up", "listeners", len(cfg.TLS), "origins", len(cfg.TLSOrigins))
 	return nil
 }
 

@@ -637,6 +637,10 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 		if dead {
 			children = sa.additionalChildren()
 		}
+		if !dead {
+			// An established SA's end is peerDeadLocked's line.
+			e.cfg.Log.Warn("ike: request not answered; giving up", sa.logAttrs("exchange", sa.pending.exch.String(), "msgid", id, "tries", sa.pending.tries)...)
+		}
 		after = e.removeLocked(sa, err)
 		if dead {
 			after = append(after, e.peerDeadLocked(sa, children, err)...)
@@ -644,6 +648,7 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 	default:
 		sa.pending.tries++
 		e.stats.TxRetransmits++
+		e.cfg.Log.Debug("ike: retransmitting", sa.logAttrs("exchange", sa.pending.exch.String(), "msgid", id, "try", sa.pending.tries)...)
 		e.sendAllLocked(sa.local, sa.remote, sa.pending.pkts)
 		sa.armLocked()
 	}
@@ -718,7 +723,7 @@ func (e *Endpoint) retireLocked(sa *ikeSA) []func() {
 		e.stats.Deleted++
 		return e.removeLocked(sa, errPeerRemoved)
 	}
-	e.cfg.Log.Info("ike: peer removed from the configuration; deleting its IKE SA", "peer", sa.peer.Name)
+	e.cfg.Log.Info("ike: peer removed from the configuration; deleting its IKE SA", sa.logAttrs()...)
 	return sa.enqueueLocked(op{
 		run: func(sa *ikeSA) []func() {
 			if sa.state != stateEstablished {

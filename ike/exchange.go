@@ -7,11 +7,13 @@ package ike
 
 import (
 	"bytes"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
 	"time"
 )
@@ -202,6 +204,42 @@ func notifyName(t NotifyType) string {
 		return "TEMPORARY_FAILURE"
 	case ChildSANotFound:
 		return "CHILD_SA_NOT_FOUND"
+	case InvalidIKESPI:
+		return "INVALID_IKE_SPI"
+	case InvalidSPI:
+		return "INVALID_SPI"
+	case InitialContact:
+		return "INITIAL_CONTACT"
+	case SetWindowSize:
+		return "SET_WINDOW_SIZE"
+	case AdditionalTSPossible:
+		return "ADDITIONAL_TS_POSSIBLE"
+	case NATDetectionSourceIP:
+		return "NAT_DETECTION_SOURCE_IP"
+	case NATDetectionDestinationIP:
+		return "NAT_DETECTION_DESTINATION_IP"
+	case Cookie:
+		return "COOKIE"
+	case UseTransportMode:
+		return "USE_TRANSPORT_MODE"
+	case RekeySA:
+		return "REKEY_SA"
+	case ESPTFCPaddingNotSupported:
+		return "ESP_TFC_PADDING_NOT_SUPPORTED"
+	case NonFirstFragmentsAlso:
+		return "NON_FIRST_FRAGMENTS_ALSO"
+	case MOBIKESupported:
+		return "MOBIKE_SUPPORTED"
+	case FragmentationSupported:
+		return "IKEV2_FRAGMENTATION_SUPPORTED"
+	case SignatureHashAlgorithms:
+		return "SIGNATURE_HASH_ALGORITHMS"
+	}
+	// Status types peers send that this package does not act on.
+	if n, ok := map[NotifyType]string{16397: "ADDITIONAL_IP4_ADDRESS", 16398: "ADDITIONAL_IP6_ADDRESS",
+		16399: "NO_ADDITIONAL_ADDRESSES", 16400: "UPDATE_SA_ADDRESSES", 16404: "MULTIPLE_AUTH_SUPPORTED",
+		16406: "REDIRECT_SUPPORTED", 16418: "CHILDLESS_IKEV2_SUPPORTED"}[t]; ok {
+		return n
 	}
 	return fmt.Sprintf("notify %d", uint16(t))
 }
@@ -246,6 +284,8 @@ func (sa *ikeSA) sendInitLocked() error {
 	ps = append(ps, signatureHashesNotify())
 	ps = append(ps, sa.ep.fragmentSupported()...)
 	m := &Message{Header: sa.header(IKE_SA_INIT, 0, false), Payloads: ps}
+	sa.ep.cfg.Log.Debug("ike: initiating", sa.logAttrs("local", sa.local, "proposals", proposalsAttr(sa.peer.IKE), "dh", dhName(sa.dh.Group()))...)
+	sa.debugMessage("sending", &m.Header, ps)
 	raw, err := m.Encode()
 	if err != nil {
 		return err
@@ -261,13 +301,14 @@ func (sa *ikeSA) sendInitLocked() error {
 
 // failLocked ends a negotiation we initiated with err.
 func (sa *ikeSA) failLocked(err error) []func() {
-	sa.ep.cfg.Log.Info("ike: negotiation failed", "peer", sa.peer.Name, "err", err)
+	sa.ep.cfg.Log.Warn("ike: negotiation failed", sa.logAttrs("err", err)...)
 	return sa.ep.removeLocked(sa, err)
 }
 
 func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 	e := sa.ep
 	ps := m.Payloads
+	sa.debugMessage("received", &m.Header, ps)
 	if n := findNotify(ps, Cookie); n != nil {
 		if sa.retries >= 3 || len(n.Data) < 1 || len(n.Data) > 64 {
 			return sa.failLocked(errors.New("ike: responder keeps asking for cookies"))
@@ -324,6 +365,7 @@ func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 	if err != nil {
 		return sa.failLocked(err)
 	}
+	e.cfg.Log.Debug("ike: IKE proposal chosen", sa.logAttrs("suite", suite.logName())...)
 	if ke.Group != suite.DH || suite.DH != sa.dh.Group() {
 		return sa.failLocked(fmt.Errorf("ike: responder chose DH group %d with a KE of group %d (ours %d)", suite.DH, ke.Group, sa.dh.Group()))
 	}
@@ -387,6 +429,7 @@ func (sa *ikeSA) authRequestOutLocked(m *Message, raw []byte, suite Suite, prf P
 	ourNAT, peerNAT := natCheck(ps, sa.spii, sa.spir, sa.local, sa.remote)
 	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
 	sa.natHere = ourNAT
+	e.cfg.Log.Debug("ike: NAT detection", sa.logAttrs("local_behind_nat", ourNAT, "remote_behind_nat", peerNAT, "forced", sa.peer.ForceEncap, "encap", sa.encap)...)
 	if sa.encap {
 		// Section 2.23: once a NAT is detected, the initiator moves to
 		// port 4500 for IKE_AUTH and everything after.
@@ -416,6 +459,9 @@ func (sa *ikeSA) authRequestOutLocked(m *Message, raw []byte, suite Suite, prf P
 	}
 	inner = append(inner, auth, &Notify{NType: InitialContact},
 		&SA{Proposals: esp}, &TS{Selectors: sa.tsi}, &TS{Responder: true, Selectors: sa.tsr})
+	e.cfg.Log.Debug("ike: authenticating", sa.logAttrs("local_id", Identity{idi.IDType, idi.Data}, "remote_id", sa.peer.RemoteID,
+		"auth", authName(auth.Method), "child", sa.peer.ChildName, "esp_proposals", proposalsAttr(esp),
+		"ts_local", selectorList(sa.tsi), "ts_remote", selectorList(sa.tsr), "child_spi", ESPSPI(sa.childSPI))...)
 	sa.state = stateAuthSent
 	if err := sa.requestOutLocked(IKE_AUTH, inner); err != nil {
 		return sa.failLocked(err)
@@ -502,6 +548,7 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 		sa.deleteBestEffortLocked()
 		return sa.failLocked(fmt.Errorf("ike: the responder's AUTH: %w", err))
 	}
+	e.cfg.Log.Debug("ike: peer authenticated", sa.logAttrs("remote_id", sa.remoteID, "auth", authName(auth.Method))...)
 	sap, ok1 := find[*SA](inner, nil)
 	tsi, ok2 := find[*TS](inner, isInitiatorTS)
 	tsr, ok3 := find[*TS](inner, isResponderTS)
@@ -514,6 +561,7 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 		sa.deleteBestEffortLocked()
 		return sa.failLocked(err)
 	}
+	e.cfg.Log.Debug("ike: ESP proposal chosen", sa.logAttrs("suite", esp.logName(), "ts_local", selectorList(tsi.Selectors), "ts_remote", selectorList(tsr.Selectors))...)
 	if !within(tsi.Selectors, sa.tsi) || !within(tsr.Selectors, sa.tsr) {
 		e.stats.TSUnacceptable++
 		sa.deleteBestEffortLocked()
@@ -554,8 +602,8 @@ func (sa *ikeSA) addChildLocked(c *ChildSA) []func() {
 	e.children[c.InSPI] = ent
 	e.scheduleChildLocked(ent)
 	e.stats.ChildSAEstablished++
-	e.cfg.Log.Info("ike: Child SA established", "peer", sa.peer.Name, "in", fmt.Sprintf("%08x", c.InSPI),
-		"out", fmt.Sprintf("%08x", c.OutSPI), "suite", c.Suite, "encap", c.Encap)
+	e.cfg.Log.Info("ike: Child SA established", sa.logAttrs("child", c.Child, "in_spi", ESPSPI(c.InSPI), "out_spi", ESPSPI(c.OutSPI),
+		"suite", c.Suite, "esn", c.ESN, "encap", c.Encap, "ts_local", selectorList(c.LocalTS), "ts_remote", selectorList(c.RemoteTS))...)
 	if f := e.cfg.OnChildSA; f != nil {
 		return []func(){func() { f(c) }}
 	}
@@ -611,6 +659,10 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		e.removeLocked(old, nil)
 	}
 	ps := m.Payloads
+	if e.cfg.Log.Enabled(context.Background(), slog.LevelDebug) {
+		e.cfg.Log.Debug("ike: received", "remote", remote, "spi_i", IKESPI(h.SPIi), "exchange", h.Exchange.String(), "msgid", h.MessageID,
+			"response", false, "payloads", payloadList(ps))
+	}
 	sap, ok1 := find[*SA](ps, nil)
 	ke, ok2 := find[*KE](ps, nil)
 	ni, ok3 := find[*Nonce](ps, nil)
@@ -666,9 +718,15 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 	}
 	if !ok {
 		e.stats.NoProposalChosen++
+		if peer == nil {
+			e.cfg.Log.Debug("ike: IKE_SA_INIT from an address no connection names", "remote", remote, "local", local)
+		} else {
+			e.cfg.Log.Warn("ike: no IKE proposal chosen", "peer", peer.Name, "remote", remote, "offered", proposalsAttr(sap.Proposals), "ours", proposalsAttr(peer.IKE))
+		}
 		reply(&Notify{NType: NoProposalChosen})
 		return nil
 	}
+	e.cfg.Log.Debug("ike: IKE proposal chosen", "peer", peer.Name, "remote", remote, "suite", suite.logName())
 	if ke.Group != suite.DH {
 		e.stats.InvalidKE++
 		reply(&Notify{NType: InvalidKEPayload, Data: []byte{byte(suite.DH >> 8), byte(suite.DH)}})
@@ -769,6 +827,7 @@ func (sa *ikeSA) initResponseOutLocked(m *Message, suite Suite, chosenNum uint8,
 	ourNAT, peerNAT := natCheck(ps, sa.spii, 0, local, remote)
 	sa.encap = ourNAT || peerNAT || peer.ForceEncap
 	sa.natHere = ourNAT
+	e.cfg.Log.Debug("ike: NAT detection", sa.logAttrs("local_behind_nat", ourNAT, "remote_behind_nat", peerNAT, "forced", peer.ForceEncap, "encap", sa.encap)...)
 	resp := []Payload{
 		&SA{Proposals: []Proposal{{Num: chosenNum, Protocol: ProtoIKE, Transforms: sa.suite.transforms()}}},
 		&KE{Group: dh.Group(), Data: dh.Public()},
@@ -785,6 +844,7 @@ func (sa *ikeSA) initResponseOutLocked(m *Message, suite Suite, chosenNum uint8,
 	}
 	sa.hashes = peerHashes(ps)
 	r := &Message{Header: sa.header(IKE_SA_INIT, 0, true), Payloads: resp}
+	sa.debugMessage("sending", &r.Header, resp)
 	b, err := r.Encode()
 	if err != nil {
 		return e.removeLocked(sa, err)
@@ -934,7 +994,7 @@ func (sa *ikeSA) authRequestLocked(local, remote netip.AddrPort, raw []byte, id 
 		break
 	}
 	if peer == nil {
-		e.cfg.Log.Info("ike: no peer configuration for", "id", Identity{idi.IDType, idi.Data}, "from", remote)
+		e.cfg.Log.Warn("ike: no connection for the initiator's identity; AUTHENTICATION_FAILED", "remote_id", Identity{idi.IDType, idi.Data}, "remote", remote, "auth", authName(auth.Method))
 		return refuse()
 	}
 	// The job works on copies: removeLocked clears the keys.
@@ -951,12 +1011,14 @@ func (sa *ikeSA) authRequestLocked(local, remote netip.AddrPort, raw []byte, id 
 		return func() []func() {
 			switch {
 			case verr != nil:
-				e.cfg.Log.Info("ike: AUTH of initiator does not verify", "id", Identity{idi.IDType, idi.Data}, "from", remote, "err", verr)
+				e.cfg.Log.Warn("ike: initiator's AUTH does not verify; AUTHENTICATION_FAILED", "peer", peer.Name, "remote_id", Identity{idi.IDType, idi.Data}, "remote", remote, "auth", authName(auth.Method), "err", verr)
 				return refuse()
 			case serr != nil:
-				e.cfg.Log.Info("ike: cannot make our AUTH", "peer", peer.Name, "err", serr)
+				e.cfg.Log.Error("ike: cannot make our AUTH", "peer", peer.Name, "remote", remote, "err", serr)
 				return refuse()
 			}
+			e.cfg.Log.Debug("ike: peer authenticated", "peer", peer.Name, "remote", remote, "remote_id", Identity{idi.IDType, idi.Data},
+				"auth", authName(auth.Method), "local_id", peer.LocalID)
 			sa.nextPeer++
 			sa.lastHeard = e.cfg.clock.Now()
 			// The initiator may have moved to the NAT-T port (section 2.23).
@@ -985,7 +1047,7 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 			if o != sa && o.peer == peer && o.state >= stateEstablished && o.remoteID.Equal(sa.remoteID) {
 				e.stats.InitialContacts++
 				e.stats.Deleted++
-				e.cfg.Log.Info("ike: INITIAL_CONTACT: dropping the peer's old IKE SA", "peer", peer.Name)
+				e.cfg.Log.Info("ike: INITIAL_CONTACT: dropping the peer's old IKE SA", o.logAttrs()...)
 				dropped = append(dropped, e.removeLocked(o, errors.New("ike: the peer restarted (INITIAL_CONTACT)"))...)
 			}
 		}
@@ -1034,12 +1096,16 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 	}
 	if !propOK {
 		e.stats.NoProposalChosen++
+		e.cfg.Log.Warn("ike: no ESP proposal chosen; the IKE SA stays up without a Child SA", sa.logAttrs("offered", proposalsAttr(sap.Proposals))...)
 		return childFail(NoProposalChosen)
 	}
 	if !found {
 		e.stats.TSUnacceptable++
+		e.cfg.Log.Warn("ike: traffic selectors unacceptable; the IKE SA stays up without a Child SA", sa.logAttrs("ts_i", selectorList(tsi.Selectors), "ts_r", selectorList(tsr.Selectors))...)
 		return childFail(TSUnacceptable)
 	}
+	e.cfg.Log.Debug("ike: ESP proposal chosen", sa.logAttrs("child", conf.name, "suite", esp.logName(),
+		"ts_i_proposed", selectorList(tsi.Selectors), "ts_r_proposed", selectorList(tsr.Selectors), "ts_i", selectorList(nTSi), "ts_r", selectorList(nTSr))...)
 	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, nil, sa.ni, sa.nr)
 	if err != nil {
 		return childFail(NoProposalChosen)
@@ -1069,7 +1135,7 @@ func (sa *ikeSA) infoRequestLocked(inner []Payload) (resp []Payload, after []fun
 		}
 		switch d.Protocol {
 		case ProtoIKE:
-			e.cfg.Log.Info("ike: peer deleted the IKE SA", "peer", sa.peer.Name)
+			e.cfg.Log.Info("ike: peer deleted the IKE SA", sa.logAttrs()...)
 			return nil, nil, true
 		case ProtoESP:
 			// The SPIs are the peer's inbound ones, our outbound; the
@@ -1078,6 +1144,7 @@ func (sa *ikeSA) infoRequestLocked(inner []Payload) (resp []Payload, after []fun
 			for _, spi := range d.SPIs {
 				for _, c := range sa.children {
 					if spi == c.OutSPI {
+						e.cfg.Log.Debug("ike: peer deleted a Child SA", sa.logAttrs("child", c.Child, "in_spi", ESPSPI(c.InSPI), "out_spi", ESPSPI(c.OutSPI))...)
 						ours = append(ours, c.InSPI)
 						after = append(after, sa.dropChildLocked(c)...)
 						break

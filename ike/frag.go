@@ -59,6 +59,7 @@ func (sa *ikeSA) fragMax() int {
 // sealLocked encodes and protects a message of sa: one datagram, or its
 // fragments.
 func (sa *ikeSA) sealLocked(h Header, inner []Payload) ([][]byte, error) {
+	sa.debugMessage("sending", &h, inner)
 	pkts, err := sa.out.sealFragments(h, inner, sa.fragMax())
 	if err == nil && len(pkts) > 1 {
 		sa.ep.stats.TxFragments += uint64(len(pkts))
@@ -175,12 +176,17 @@ func (sa *ikeSA) dropReassemblyLocked(slot **reassembly) {
 // reassembled message.
 func (sa *ikeSA) openLocked(slot **reassembly, raw []byte, m *Message) (inner []Payload, first []byte, done bool) {
 	if f, ok := fragment(m); ok {
-		return sa.fragmentLocked(slot, raw, m, f)
+		inner, first, done = sa.fragmentLocked(slot, raw, m, f)
+	} else {
+		var err error
+		if inner, err = sa.in.open(raw, m); err != nil {
+			sa.ep.stats.RxIntegrityFailed++
+			return nil, nil, false
+		}
+		first, done = raw, true
 	}
-	inner, err := sa.in.open(raw, m)
-	if err != nil {
-		sa.ep.stats.RxIntegrityFailed++
-		return nil, nil, false
+	if done {
+		sa.debugMessage("received", &m.Header, inner)
 	}
-	return inner, raw, true
+	return inner, first, done
 }

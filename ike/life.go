@@ -18,7 +18,6 @@ import (
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
-	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
@@ -192,7 +191,7 @@ func (e *Endpoint) childRekeyDue(spi uint32, ent *childEntry) {
 	e.mu.Lock()
 	var after []func()
 	if e.children[spi] == ent && !e.closed {
-		e.cfg.Log.Info("ike: Child SA rekey time", "peer", ent.sa.peer.Name, "in", fmt.Sprintf("%08x", spi))
+		e.cfg.Log.Info("ike: Child SA rekey time", ent.sa.logAttrs("child", ent.c.Child, "in_spi", ESPSPI(spi))...)
 		after = e.rekeyChildLocked(ent, nil)
 	}
 	e.mu.Unlock()
@@ -206,7 +205,7 @@ func (e *Endpoint) childExpired(spi uint32, ent *childEntry) {
 	if e.children[spi] == ent && !e.closed {
 		sa := ent.sa
 		e.stats.ChildSAExpired++
-		e.cfg.Log.Info("ike: Child SA expired", "peer", sa.peer.Name, "in", fmt.Sprintf("%08x", spi))
+		e.cfg.Log.Info("ike: Child SA expired; deleting it", sa.logAttrs("in_spi", ESPSPI(spi))...)
 		after = sa.dropChildLocked(ent.c)
 		after = append(after, sa.enqueueLocked(op{
 			run: func(sa *ikeSA) []func() {
@@ -311,7 +310,7 @@ func (e *Endpoint) ikeExpired(sa *ikeSA) {
 	if !sa.removed && !e.closed {
 		e.stats.IKESAExpired++
 		e.stats.Deleted++
-		e.cfg.Log.Info("ike: IKE SA expired", "peer", sa.peer.Name)
+		e.cfg.Log.Info("ike: IKE SA expired", sa.logAttrs()...)
 		sa.deleteBestEffortLocked()
 		after = e.removeLocked(sa, errors.New("ike: IKE SA expired"))
 	}
@@ -336,6 +335,7 @@ func (e *Endpoint) dpdDue(sa *ikeSA) {
 		next = d - idle
 	} else if sa.pending == nil && len(sa.queue) == 0 && sa.state == stateEstablished {
 		if err := sa.requestOutLocked(INFORMATIONAL, nil); err == nil {
+			e.cfg.Log.Debug("ike: DPD: liveness check", sa.logAttrs("idle", idle)...)
 			e.stats.LivenessChecks++
 		}
 	}
@@ -349,7 +349,7 @@ func (e *Endpoint) dpdDue(sa *ikeSA) {
 // removes the SA.
 func (e *Endpoint) peerDeadLocked(sa *ikeSA, children []string, err error) []func() {
 	e.stats.PeersDead++
-	e.cfg.Log.Info("ike: peer is dead", "peer", sa.peer.Name, "err", err)
+	e.cfg.Log.Warn("ike: peer is dead", sa.logAttrs("dpd_action", sa.peer.DPDAction, "err", err)...)
 	var after []func()
 	if f := e.cfg.OnPeerDead; f != nil {
 		name := sa.peer.Name
@@ -428,12 +428,12 @@ func (e *Endpoint) restart(peer *Peer, children []string) {
 					e.mu.Lock()
 					e.stats.RestartChildFailed++
 					e.mu.Unlock()
-					e.cfg.Log.Info("ike: restart: Child SA not made again", "peer", peer.Name, "child", name, "err", err)
+					e.cfg.Log.Warn("ike: restart: Child SA not made again", "peer", peer.Name, "child", name, "err", err)
 				}
 			}
 			return
 		}
-		e.cfg.Log.Info("ike: restart failed", "peer", peer.Name, "err", err, "again in", wait)
+		e.cfg.Log.Warn("ike: restart failed", "peer", peer.Name, "err", err, "retry_in", wait)
 		tick := make(chan struct{})
 		t := e.cfg.clock.AfterFunc(wait, func() { close(tick) })
 		select {

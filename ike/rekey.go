@@ -83,6 +83,13 @@ func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
 		inner = append(inner, &KE{Group: r.dh.Group(), Data: r.dh.Public()})
 	}
 	inner = append(inner, &TS{Selectors: r.tsi}, &TS{Responder: true, Selectors: r.tsr})
+	attrs := sa.logAttrs("child", r.conf.name, "in_spi", ESPSPI(r.spi), "esp_proposals", proposalsAttr(esp),
+		"ts_local", selectorList(r.tsi), "ts_remote", selectorList(r.tsr))
+	if r.old != nil {
+		sa.ep.cfg.Log.Debug("ike: rekeying Child SA", append(attrs, "old_in_spi", ESPSPI(r.old.InSPI))...)
+	} else {
+		sa.ep.cfg.Log.Debug("ike: creating additional Child SA", attrs...)
+	}
 	if err := sa.requestOutLocked(CREATE_CHILD_SA, inner); err != nil {
 		return err
 	}
@@ -94,10 +101,10 @@ func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
 // err, the SAs stay.
 func (sa *ikeSA) failRekeyLocked(r *rekeyState, err error) []func() {
 	if r.old == nil {
-		sa.ep.cfg.Log.Info("ike: additional Child SA failed", "peer", sa.peer.Name, "child", r.conf.name, "err", err)
+		sa.ep.cfg.Log.Warn("ike: additional Child SA failed", sa.logAttrs("child", r.conf.name, "err", err)...)
 		return reply(r.waiter, nil, err)
 	}
-	sa.ep.cfg.Log.Info("ike: rekey failed", "peer", sa.peer.Name, "err", err)
+	sa.ep.cfg.Log.Warn("ike: Child SA rekey failed", sa.logAttrs("err", err)...)
 	if ent := sa.ep.children[r.old.InSPI]; ent != nil && ent.c == r.old {
 		ent.rekeying, ent.ours = false, nil
 	}

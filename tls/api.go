@@ -185,17 +185,23 @@ type Stats struct {
 	Resumed    uint64 `json:"resumed"`
 	// HandshakeFailures by reason: "timeout", "protocol" (garbage or
 	// truncated hello, alert), "version", "no_cert", "client_cert",
-	// "sign" (the engine refused or failed), "backend" (the backend could
-	// not be reached), "closed" (the peer went away mid-handshake).
-	// Origins add "server_cert" (the backend's certificate did not
-	// verify). Every reason of FailureReasons is present, zero or not;
-	// the map is the caller's.
-	// A listener's "backend" failures follow a completed handshake (also
-	// counted in Handshakes): the tcp:// backend is dialled after it.
+	// "sign" (the engine refused or failed), "closed" (the peer went away
+	// mid-handshake). Origins add "server_cert" (the backend's
+	// certificate did not verify). Every reason of FailureReasons is
+	// present, zero or not; the map is the caller's. Each failure is a
+	// debug line with its reason.
 	HandshakeFailures map[string]uint64 `json:"handshake_failures"`
-	BytesIn           uint64            `json:"bytes_in"`    // plaintext bytes from clients to backends
-	BytesOut          uint64            `json:"bytes_out"`   // plaintext bytes from backends to clients
-	IdleClosed        uint64            `json:"idle_closed"` // connections closed by the idle timeout
+	// BackendFailures counts connections whose backend could not be
+	// reached: refused, not resolved, unreachable, timed out, or a PROXY
+	// header not written. They are not handshake failures: a listener
+	// dials its tcp:// backend after a completed handshake (counted in
+	// Handshakes), an origin before its handshake. Each is a WARN line
+	// naming the listener or origin and the backend's address (at most
+	// one a second an endpoint).
+	BackendFailures uint64 `json:"backend_failures"`
+	BytesIn         uint64 `json:"bytes_in"`    // plaintext bytes from clients to backends
+	BytesOut        uint64 `json:"bytes_out"`   // plaintext bytes from backends to clients
+	IdleClosed      uint64 `json:"idle_closed"` // connections closed by the idle timeout
 	// The static: backend: requests answered with a file, and connections
 	// closed by HeaderTimeout in the middle of a request head (also in
 	// IdleClosed).
@@ -266,7 +272,9 @@ func (s *Service) Reload(cfg Config) ([]string, error) {
 	}
 	lines := s.commitLocked(p)
 	for _, l := range lines {
-		s.log.Info(l)
+		// The line names its listener or origin: the message stays one
+		// string a log search can match.
+		s.log.Info("tls: configuration applied", "change", strings.TrimPrefix(l, "tls: "))
 	}
 	return lines, nil
 }

@@ -119,6 +119,11 @@ func TestTCPBackendProxyV2(t *testing.T) {
 	}
 }
 
+// TestTCPBackendDown: a backend that refuses the connection, of a
+// listener and of an origin, is a backend failure (not a handshake
+// failure), logged at WARN with the listener or origin and the backend's
+// address, as nginx logs "connect() failed (111) while connecting to
+// upstream"; a second failure within the second is counted, not logged.
 func TestTCPBackendDown(t *testing.T) {
 	dir := t.TempDir()
 	ca := newCA(t, dir, "root")
@@ -126,10 +131,28 @@ func TestTCPBackendDown(t *testing.T) {
 	ln, _ := net.Listen("tcp", "127.0.0.1:0")
 	dead := ln.Addr().String()
 	ln.Close()
-	s := startService(t, Config{Listeners: []ListenerConfig{{
-		Name: "fwd", Listen: "127.0.0.1:0", Certs: []Cert{cert}, Backend: "tcp://" + dead,
-	}}})
-	c, err := goClient(t, addrOf(t, s, "fwd"), "site.test", ca, nil)
+	var buf syncBuffer
+	s := startServiceOpts(t, Config{
+		Listeners: []ListenerConfig{{Name: "fwd", Listen: "127.0.0.1:0", Certs: []Cert{cert}, Backend: "tcp://" + dead}},
+		Origins:   []OriginConfig{{Name: "api", Listen: "127.0.0.1:0", Backend: "tls://" + dead, CA: ca.file}},
+	}, Options{Log: slog.New(slog.NewTextHandler(&buf, nil))})
+	for i := range 2 {
+		c, err := goClient(t, addrOf(t, s, "fwd"), "site.test", ca, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.SetDeadline(time.Now().Add(10 * time.Second))
+		if _, err := c.Read(make([]byte, 1)); err == nil {
+			t.Fatal("read from a dead backend")
+		}
+		c.Close()
+		waitFor(t, "a backend failure", func() bool { return statsOf(t, s, "fwd").BackendFailures == uint64(i+1) })
+	}
+	st := statsOf(t, s, "fwd")
+	if st.Handshakes != 2 || st.HandshakeFailures["backend"] != 0 {
+		t.Errorf("counted as a handshake failure: %+v", st)
+	}
+	c, err := net.Dial("tcp", addrOf(t, s, "api"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,7 +160,43 @@ func TestTCPBackendDown(t *testing.T) {
 	if _, err := c.Read(make([]byte, 1)); err == nil {
 		t.Fatal("read from a dead backend")
 	}
-	waitFor(t, "a backend failure", func() bool { return statsOf(t, s, "fwd").HandshakeFailures["backend"] == 1 })
+	c.Close()
+	waitFor(t, "the origin's backend failure", func() bool { return statsOf(t, s, "api").BackendFailures == 1 })
+	if st := statsOf(t, s, "api"); st.HandshakeFailures[failProtocol] != 0 || st.HandshakeFailures[failClosed] != 0 {
+		t.Errorf("origin: counted as a handshake failure: %+v", st)
+	}
+	out := buf.String()
+	for _, want := range []string{
+		`level=WARN msg="tls: backend connect failed" listener=fwd backend=` + dead + " client=127.0.0.1:",
+		`level=WARN msg="tls: backend connect failed" origin=api backend=` + dead + " client=127.0.0.1:",
+		"connection refused",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("log lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "listener=fwd backend="); n != 1 {
+		t.Errorf("%d lines for two failures within a second, want 1:\n%s", n, out)
+	}
+}
+
+// syncBuffer is a bytes.Buffer that a logger may write to from several
+// goroutines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func TestIdleTimeout(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"syscall"
+	"time"
 )
 
 // Handshake failure reasons (Stats.HandshakeFailures keys).
@@ -22,11 +23,10 @@ const (
 	failClientCert = "client_cert"
 	failServerCert = "server_cert"
 	failSign       = "sign"
-	failBackend    = "backend"
 	failClosed     = "closed"
 )
 
-var failReasons = [...]string{failTimeout, failProtocol, failVersion, failNoCert, failClientCert, failServerCert, failSign, failBackend, failClosed}
+var failReasons = [...]string{failTimeout, failProtocol, failVersion, failNoCert, failClientCert, failServerCert, failSign, failClosed}
 
 // FailureReasons lists the keys of Stats.HandshakeFailures in a stable
 // order (for metrics that want every series from the start).
@@ -44,6 +44,7 @@ type counters struct {
 	idleClosed               atomic.Uint64
 	headerTimeouts, requests atomic.Uint64
 	dotfiles                 atomic.Uint64
+	backend                  atomic.Uint64
 }
 
 func (c *counters) fail(reason string) {
@@ -73,6 +74,7 @@ func (c *counters) fill(s *Stats) {
 	s.HeaderTimeouts = c.headerTimeouts.Load()
 	s.Requests = c.requests.Load()
 	s.DotfilesRefused = c.dotfiles.Load()
+	s.BackendFailures = c.backend.Load()
 }
 
 // classify names the reason a handshake failed. ctx is the handshake's.
@@ -117,4 +119,44 @@ func classify(err error, ctx context.Context) string {
 		return failClientCert
 	}
 	return failProtocol
+}
+
+// backendFailed counts a connection whose backend could not be reached
+// (refused, unresolvable, unreachable, timed out, or the PROXY header not
+// written) and logs it at WARN with the listener or origin and the
+// backend's address, as nginx's "connect() failed (111: Connection
+// refused) while connecting to upstream". Lines are at most one a second
+// an endpoint: the next says how many were left out.
+func (e *endpoint) backendFailed(client net.Addr, backend string, err error) {
+	e.ctr.backend.Add(1)
+	now := time.Now()
+	e.warnMu.Lock()
+	if !e.warnLast.IsZero() && now.Sub(e.warnLast) < time.Second {
+		e.warnSkipped++
+		e.warnMu.Unlock()
+		return
+	}
+	skipped := e.warnSkipped
+	e.warnLast, e.warnSkipped = now, 0
+	e.warnMu.Unlock()
+	args := []any{e.attrKey(), e.name, "backend", backend, "client", client.String(), "err", err}
+	if skipped > 0 {
+		args = append(args, "not_logged", skipped)
+	}
+	e.svc.log.Warn("tls: backend connect failed", args...)
+}
+
+// attrKey is the attribute key naming the endpoint: "listener" or "origin".
+func (e *endpoint) attrKey() string {
+	if e.kind == "terminate" {
+		return "listener"
+	}
+	return "origin"
+}
+
+// handshakeFailed counts a failed handshake under reason and logs it at
+// debug: one line a connection, which a scan or a flood makes many of.
+func (e *endpoint) handshakeFailed(client net.Addr, reason string, err error) {
+	e.ctr.fail(reason)
+	e.svc.log.Debug("tls: handshake failed", e.attrKey(), e.name, "client", client.String(), "reason", reason, "err", err)
 }

@@ -129,8 +129,14 @@ func (ca *testCA) pool() *x509.CertPool {
 // that no goroutine is left behind.
 func startService(t testing.TB, cfg Config) *Service {
 	t.Helper()
+	return startServiceOpts(t, cfg, Options{})
+}
+
+// startServiceOpts is startService with options (a logger).
+func startServiceOpts(t testing.TB, cfg Config, o Options) *Service {
+	t.Helper()
 	before := runtime.NumGoroutine()
-	s, err := Start(cfg, Options{})
+	s, err := Start(cfg, o)
 	if err != nil {
 		t.Fatal(err)
 	}

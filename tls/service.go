@@ -64,6 +64,10 @@ type endpoint struct {
 
 	srcMu   sync.Mutex
 	sources map[netip.Addr]int // open connections by source (sourceOf)
+
+	warnMu      sync.Mutex // backendFailed's rate limit
+	warnLast    time.Time
+	warnSkipped int
 }
 
 // acquire returns the current state with a reference on its certificates,
@@ -331,7 +335,7 @@ func (e *endpoint) terminate(raw net.Conn) {
 	cancel()
 	st.store.release()
 	if err != nil {
-		e.ctr.fail(classify(err, ctx))
+		e.handshakeFailed(raw.RemoteAddr(), classify(err, ctx), err)
 		return
 	}
 	e.ctr.handshakes.Add(1)
@@ -345,7 +349,7 @@ func (e *endpoint) terminate(raw net.Conn) {
 	d := net.Dialer{Timeout: st.lc.HandshakeTimeout}
 	bc, err := d.DialContext(e.svc.ctx, "tcp", st.tcp)
 	if err != nil {
-		e.ctr.fail(failBackend)
+		e.backendFailed(raw.RemoteAddr(), st.tcp, err)
 		return
 	}
 	defer bc.Close()
@@ -362,7 +366,7 @@ func (e *endpoint) terminate(raw net.Conn) {
 			bc.SetWriteDeadline(time.Time{})
 		}
 		if err != nil {
-			e.ctr.fail(failBackend)
+			e.backendFailed(raw.RemoteAddr(), st.tcp, fmt.Errorf("PROXY header: %w", err))
 			return
 		}
 	}
@@ -398,7 +402,7 @@ func (e *endpoint) originate(raw net.Conn) {
 	bc, err := d.DialContext(ctx, "tcp", strings.TrimPrefix(oc.Backend, "tls://"))
 	if err != nil {
 		st.store.release()
-		e.ctr.fail(failBackend)
+		e.backendFailed(raw.RemoteAddr(), strings.TrimPrefix(oc.Backend, "tls://"), err)
 		return
 	}
 	defer bc.Close()
@@ -416,7 +420,7 @@ func (e *endpoint) originate(raw net.Conn) {
 		if errors.As(err, &verr) {
 			reason = failServerCert
 		}
-		e.ctr.fail(reason)
+		e.handshakeFailed(bc.RemoteAddr(), reason, err)
 		return
 	}
 	cancel()

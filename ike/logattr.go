@@ -1,0 +1,217 @@
+package ike
+
+// logattr.go spells what the endpoint logs: SPIs one way (ESP SPIs as
+// 0x and eight hex digits, as `sluice sa list` and `ip xfrm` print them;
+// IKE SPIs as 0x and sixteen), a message's payloads in a short list
+// (charon's "[ SA KE No N(NATD_S_IP) ]"), suites in strongSwan's
+// keywords. Values are attributes, never inside a message, and no key
+// material is ever among them.
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
+)
+
+// ESPSPI is an ESP SPI as sluice's logs spell it, everywhere (packages
+// gateway and control use it too): "0x0000c001", as `sluice sa list`
+// and the SA file's String print it.
+type ESPSPI uint32
+
+func (s ESPSPI) String() string { return fmt.Sprintf("0x%08x", uint32(s)) }
+
+// LogValue implements slog.LogValuer.
+func (s ESPSPI) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// IKESPI is an IKE SPI as sluice's logs spell it: "0x0123456789abcdef".
+type IKESPI uint64
+
+func (s IKESPI) String() string { return fmt.Sprintf("0x%016x", uint64(s)) }
+
+// LogValue implements slog.LogValuer.
+func (s IKESPI) LogValue() slog.Value { return slog.StringValue(s.String()) }
+
+// payloadList is a message's payloads as a log attribute: their types,
+// notifications by name, in order: "SA KE Nonce N(NAT_DETECTION_SOURCE_IP)".
+type payloadList []Payload
+
+// LogValue implements slog.LogValuer.
+func (ps payloadList) LogValue() slog.Value {
+	var b strings.Builder
+	for i, p := range ps {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		switch p := p.(type) {
+		case *Notify:
+			b.WriteString("N(" + notifyName(p.NType) + ")")
+		case *Delete:
+			fmt.Fprintf(&b, "D(%s", protoName(p.Protocol))
+			if len(p.SPIs) > 0 {
+				fmt.Fprintf(&b, " %d", len(p.SPIs))
+			}
+			b.WriteByte(')')
+		default:
+			b.WriteString(p.Type().String())
+		}
+	}
+	return slog.StringValue(b.String())
+}
+
+// selectorList is traffic selectors as a log attribute:
+// "10.1.0.0/24 10.2.0.0/24".
+type selectorList []Selector
+
+// LogValue implements slog.LogValuer.
+func (ss selectorList) LogValue() slog.Value {
+	s := make([]string, len(ss))
+	for i, sel := range ss {
+		s[i] = sel.String()
+	}
+	return slog.StringValue(strings.Join(s, " "))
+}
+
+// protoName names an SA protocol of a Delete or proposal.
+func protoName(p uint8) string {
+	switch p {
+	case ProtoIKE:
+		return "IKE"
+	case ProtoESP:
+		return "ESP"
+	}
+	return fmt.Sprintf("proto %d", p)
+}
+
+// logName is the suite in strongSwan's proposal keywords, joined by
+// dashes: "aes256gcm16-prfsha256-ecp256" for an IKE SA,
+// "aes128gcm16-esn" for a Child SA.
+func (s Suite) logName() string {
+	var parts []string
+	switch s.Encr {
+	case EncrAESGCM16:
+		parts = append(parts, fmt.Sprintf("aes%dgcm16", s.KeyLen))
+	case EncrChaCha20Poly1305:
+		parts = append(parts, "chacha20poly1305")
+	case EncrAESCBC:
+		parts = append(parts, fmt.Sprintf("aes%d", s.KeyLen))
+	default:
+		parts = append(parts, fmt.Sprintf("encr%d", s.Encr))
+	}
+	if s.Integ != 0 {
+		parts = append(parts, map[uint16]string{IntegHMACSHA256_128: "sha256", IntegHMACSHA384_192: "sha384", IntegHMACSHA512_256: "sha512"}[s.Integ])
+	}
+	if s.PRF != 0 {
+		parts = append(parts, map[uint16]string{PRFHMACSHA256: "prfsha256", PRFHMACSHA384: "prfsha384", PRFHMACSHA512: "prfsha512"}[s.PRF])
+	}
+	if s.DH != 0 {
+		parts = append(parts, dhName(s.DH))
+	}
+	if s.ESN {
+		parts = append(parts, "esn")
+	}
+	return strings.Join(parts, "-")
+}
+
+// dhName names a DH group in strongSwan's keywords.
+func dhName(g uint16) string {
+	switch g {
+	case DHModp2048:
+		return "modp2048"
+	case DHECP256:
+		return "ecp256"
+	case DHECP384:
+		return "ecp384"
+	case DHCurve25519:
+		return "x25519"
+	}
+	return fmt.Sprintf("dh%d", g)
+}
+
+// proposalsAttr is offered proposals as a log attribute, each as the
+// keywords of its transforms: "aes256gcm16-prfsha256-ecp256,...".
+type proposalsAttr []Proposal
+
+// LogValue implements slog.LogValuer.
+func (ps proposalsAttr) LogValue() slog.Value {
+	out := make([]string, len(ps))
+	order := []TransformType{TransformEncr, TransformInteg, TransformPRF, TransformDH, TransformESN}
+	for i, p := range ps {
+		var ts []string
+		sorted := slices.Clone(p.Transforms)
+		slices.SortStableFunc(sorted, func(a, b Transform) int {
+			return slices.Index(order, a.Type) - slices.Index(order, b.Type)
+		})
+		for _, t := range sorted {
+			s := Suite{}
+			switch t.Type {
+			case TransformEncr:
+				s.Encr, s.KeyLen = t.ID, t.KeyLen
+			case TransformPRF:
+				ts = append(ts, map[uint16]string{PRFHMACSHA256: "prfsha256", PRFHMACSHA384: "prfsha384", PRFHMACSHA512: "prfsha512"}[t.ID])
+				continue
+			case TransformInteg:
+				ts = append(ts, map[uint16]string{IntegHMACSHA256_128: "sha256", IntegHMACSHA384_192: "sha384", IntegHMACSHA512_256: "sha512"}[t.ID])
+				continue
+			case TransformDH:
+				ts = append(ts, dhName(t.ID))
+				continue
+			case TransformESN:
+				if t.ID == ESNYes {
+					ts = append(ts, "esn")
+				} else {
+					ts = append(ts, "noesn")
+				}
+				continue
+			default:
+				continue
+			}
+			ts = append(ts, s.logName())
+		}
+		out[i] = strings.Join(ts, "-")
+	}
+	return slog.StringValue(strings.Join(out, ","))
+}
+
+// authName names an authentication method.
+func authName(m AuthMethod) string {
+	switch m {
+	case AuthRSASig:
+		return "RSA signature"
+	case AuthPSK:
+		return "pre-shared key"
+	case AuthDSS:
+		return "DSS signature"
+	case AuthECDSA256, AuthECDSA384, AuthECDSA521:
+		return "ECDSA signature"
+	case AuthDigitalSig:
+		return "digital signature (RFC 7427)"
+	}
+	return fmt.Sprintf("method %d", m)
+}
+
+// logAttrs are the attributes that name sa in its log lines: its peer's
+// configured name (once known), the remote address and the IKE SPIs.
+func (sa *ikeSA) logAttrs(more ...any) []any {
+	name := ""
+	if sa.peer != nil {
+		name = sa.peer.Name
+	}
+	attrs := []any{"peer", name, "remote", sa.remote, "spi_i", IKESPI(sa.spii)}
+	if sa.spir != 0 { // the initiator's, before the responder's answer
+		attrs = append(attrs, "spi_r", IKESPI(sa.spir))
+	}
+	return append(attrs, more...)
+}
+
+// debugMessage logs a message sa sends or receives (what is "sending" or
+// "received"): its exchange, message ID and payloads, as charon's `ike 2`.
+func (sa *ikeSA) debugMessage(what string, h *Header, ps []Payload) {
+	log := sa.ep.cfg.Log
+	if !log.Enabled(context.Background(), slog.LevelDebug) {
+		return
+	}
+	log.Debug("ike: "+what, sa.logAttrs("exchange", h.Exchange.String(), "msgid", h.MessageID,
+		"response", h.IsResponse(), "payloads", payloadList(ps))...)
+}
