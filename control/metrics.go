@@ -26,6 +26,9 @@ package control
 //
 //	sluice_tls_accepted_total{listener}
 //	sluice_tls_refused_total{listener}
+//	sluice_tls_refused_per_source_total{listener}
+//	sluice_tls_backend_failures_total{listener}
+//	sluice_tls_dotfiles_refused_total{listener}
 //	sluice_tls_open_connections{listener}
 //	sluice_tls_handshakes_total{listener}
 //	sluice_tls_handshake_failures_total{listener,reason}
@@ -124,6 +127,12 @@ var (
 		"Connections the TLS listener or origin accepted.", tlsLabels, nil)
 	tlsRefused = prometheus.NewDesc("sluice_tls_refused_total",
 		"Connections the TLS listener or origin refused at its max_conns.", tlsLabels, nil)
+	tlsRefusedPerSource = prometheus.NewDesc("sluice_tls_refused_per_source_total",
+		"Connections the TLS listener or origin refused because their source held max_conns_per_source.", tlsLabels, nil)
+	tlsBackendFailures = prometheus.NewDesc("sluice_tls_backend_failures_total",
+		"Connections whose backend could not be resolved or reached (not handshake failures).", tlsLabels, nil)
+	tlsDotfilesRefused = prometheus.NewDesc("sluice_tls_dotfiles_refused_total",
+		"Requests of the static: backend for a dotfile, answered 404 (serve_dotfiles = false).", tlsLabels, nil)
 	tlsOpen = prometheus.NewDesc("sluice_tls_open_connections",
 		"Connections of the TLS listener or origin open now.", tlsLabels, nil)
 	tlsHandshakes = prometheus.NewDesc("sluice_tls_handshakes_total",
@@ -262,7 +271,7 @@ func NewCollector(stats func() gateway.Stats) *Collector { return &Collector{sta
 func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{tunnelPackets, tunnelBytes, tunnelDrops, tunnelNeedsRekey, tunnelStateFailing, tunnelStateFailures,
 		workerSealed, workerOpened, workerTx, workerTxErrors, workerDrops, rxPackets, rxBytes, rxDrops,
-		tlsAccepted, tlsRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytes,
+		tlsAccepted, tlsRefused, tlsRefusedPerSource, tlsBackendFailures, tlsDotfilesRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytes,
 		tlsIdleClosed, tlsRequests, tlsHeaderTimeouts, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch,
 		ikePackets, ikeRetransmits, ikeExchanges, ikeDrops, ikeBusy, ikeCookies, ikeFragments, ikeReassembled,
 		ikeFailures, ikeSAEvents, ikeEvents, ikeSAUp, ikeUp, ikeChildUp} {
@@ -329,6 +338,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 		tlsSeen[l.Name] = true
 		counter(tlsAccepted, l.Accepted, l.Name)
 		counter(tlsRefused, l.Refused, l.Name)
+		counter(tlsRefusedPerSource, l.RefusedPerSource, l.Name)
+		counter(tlsBackendFailures, l.BackendFailures, l.Name)
+		counter(tlsDotfilesRefused, l.DotfilesRefused, l.Name)
 		gauge(tlsOpen, l.Open, l.Name)
 		counter(tlsHandshakes, l.Handshakes, l.Name)
 		for _, r := range withZeros(l.HandshakeFailures, tls.FailureReasons()) {

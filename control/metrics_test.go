@@ -190,7 +190,7 @@ func TestCollectorIKEFamilies(t *testing.T) {
 // fail the scrape.
 func TestCollectorTLSOnly(t *testing.T) {
 	l := gateway.TLSInfo{Name: "web", Kind: "terminate", Handshakes: 3, HandshakeFailures: map[string]uint64{}}
-	o := gateway.TLSInfo{Name: "api", Kind: "originate", Handshakes: 1, HandshakeFailures: map[string]uint64{"backend": 2}}
+	o := gateway.TLSInfo{Name: "api", Kind: "originate", Handshakes: 1, HandshakeFailures: map[string]uint64{"timeout": 2}, BackendFailures: 3}
 	c := NewCollector(func() gateway.Stats { return gateway.Stats{TLS: []gateway.TLSInfo{l, o, l}} })
 	if n := testutil.CollectAndCount(c, "sluice_tls_handshakes_total"); n != 2 {
 		t.Errorf("%d handshake series, want 2", n)
@@ -200,6 +200,14 @@ func TestCollectorTLSOnly(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(c, "sluice_tunnel_packets_total", "sluice_worker_sealed_total", "sluice_receiver_packets_total"); n != 0 {
 		t.Errorf("%d ESP series on a TLS-only gateway", n)
+	}
+	// A backend that cannot be reached is its own counter, not a
+	// handshake failure.
+	want := "# HELP sluice_tls_backend_failures_total Connections whose backend could not be resolved or reached (not handshake failures).\n" +
+		"# TYPE sluice_tls_backend_failures_total counter\n" +
+		"sluice_tls_backend_failures_total{listener=\"api\"} 3\nsluice_tls_backend_failures_total{listener=\"web\"} 0\n"
+	if err := testutil.CollectAndCompare(c, strings.NewReader(want), "sluice_tls_backend_failures_total"); err != nil {
+		t.Error(err)
 	}
 	if problems, err := testutil.CollectAndLint(c); err != nil || len(problems) > 0 {
 		t.Fatalf("lint: %v %+v", err, problems)
