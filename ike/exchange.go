@@ -365,7 +365,7 @@ func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
 	if err != nil {
 		return sa.failLocked(err)
 	}
-	e.cfg.Log.Debug("ike: IKE proposal chosen", sa.logAttrs("suite", suite.logName())...)
+	e.cfg.Log.Debug("ike: IKE proposal chosen", sa.logAttrs("suite", suite.Name())...)
 	if ke.Group != suite.DH || suite.DH != sa.dh.Group() {
 		return sa.failLocked(fmt.Errorf("ike: responder chose DH group %d with a KE of group %d (ours %d)", suite.DH, ke.Group, sa.dh.Group()))
 	}
@@ -561,7 +561,7 @@ func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
 		sa.deleteBestEffortLocked()
 		return sa.failLocked(err)
 	}
-	e.cfg.Log.Debug("ike: ESP proposal chosen", sa.logAttrs("suite", esp.logName(), "ts_local", selectorList(tsi.Selectors), "ts_remote", selectorList(tsr.Selectors))...)
+	e.cfg.Log.Debug("ike: ESP proposal chosen", sa.logAttrs("suite", esp.Name(), "ts_local", selectorList(tsi.Selectors), "ts_remote", selectorList(tsr.Selectors))...)
 	if !within(tsi.Selectors, sa.tsi) || !within(tsr.Selectors, sa.tsr) {
 		e.stats.TSUnacceptable++
 		sa.deleteBestEffortLocked()
@@ -726,7 +726,7 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		reply(&Notify{NType: NoProposalChosen})
 		return nil
 	}
-	e.cfg.Log.Debug("ike: IKE proposal chosen", "peer", peer.Name, "remote", remote, "suite", suite.logName())
+	e.cfg.Log.Debug("ike: IKE proposal chosen", "peer", peer.Name, "remote", remote, "suite", suite.Name())
 	if ke.Group != suite.DH {
 		e.stats.InvalidKE++
 		reply(&Notify{NType: InvalidKEPayload, Data: []byte{byte(suite.DH >> 8), byte(suite.DH)}})
@@ -1073,27 +1073,9 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 	}
 	// The first of the connection's children whose proposals fit and
 	// whose selectors intersect the proposed ones, as for CREATE_CHILD_SA
-	// (rekey.go): the initiator's first child need not be ours.
-	var (
-		conf          childConf
-		esp           Suite
-		chosen        *Proposal
-		nTSi, nTSr    []Selector
-		found, propOK bool
-	)
-	for _, cc := range peer.childConfs() {
-		s, ch, ok := selectProposal(cc.esp, sap.Proposals, true)
-		if !ok || len(ch.SPI) != 4 {
-			continue
-		}
-		propOK = true
-		ti, tr := narrow(tsi.Selectors, selectors(cc.remoteTS)), narrow(tsr.Selectors, selectors(cc.localTS))
-		if len(ti) == 0 || len(tr) == 0 {
-			continue
-		}
-		conf, esp, chosen, nTSi, nTSr, found = cc, s, ch, ti, tr, true
-		break
-	}
+	// (rekey.go): the initiator's first child need not be ours. The DH
+	// of ESP proposals does not apply here (section 1.2).
+	conf, esp, chosen, nTSi, nTSr, propOK, found := chooseChild(peer.childConfs(), sap, tsi, tsr, true)
 	if !propOK {
 		e.stats.NoProposalChosen++
 		e.cfg.Log.Warn("ike: no ESP proposal chosen; the IKE SA stays up without a Child SA", sa.logAttrs("offered", proposalsAttr(sap.Proposals))...)
@@ -1104,7 +1086,7 @@ func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, our
 		e.cfg.Log.Warn("ike: traffic selectors unacceptable; the IKE SA stays up without a Child SA", sa.logAttrs("ts_i", selectorList(tsi.Selectors), "ts_r", selectorList(tsr.Selectors))...)
 		return childFail(TSUnacceptable)
 	}
-	e.cfg.Log.Debug("ike: ESP proposal chosen", sa.logAttrs("child", conf.name, "suite", esp.logName(),
+	e.cfg.Log.Debug("ike: ESP proposal chosen", sa.logAttrs("child", conf.name, "suite", esp.Name(),
 		"ts_i_proposed", selectorList(tsi.Selectors), "ts_r_proposed", selectorList(tsr.Selectors), "ts_i", selectorList(nTSi), "ts_r", selectorList(nTSr))...)
 	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, nil, sa.ni, sa.nr)
 	if err != nil {

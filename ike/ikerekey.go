@@ -212,7 +212,7 @@ func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []fun
 		return fail(err)
 	}
 	sa.rekeying = false
-	e.cfg.Log.Info("ike: IKE SA rekeyed", "peer", sa.peer.Name, "old_spi_i", IKESPI(sa.spii), "old_spi_r", IKESPI(sa.spir), "spi_i", IKESPI(ns.spii), "spi_r", IKESPI(ns.spir), "suite", ns.suite.logName())
+	e.cfg.Log.Info("ike: IKE SA rekeyed", "peer", sa.peer.Name, "old_spi_i", IKESPI(sa.spii), "old_spi_r", IKESPI(sa.spir), "spi_i", IKESPI(ns.spii), "spi_r", IKESPI(ns.spir), "suite", ns.suite.Name())
 	after := reply(r.waiter, nil, nil)
 	doomed := sa
 	if c := sa.peerRekey; c != nil {
@@ -307,7 +307,7 @@ func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]P
 	if err != nil {
 		return fail(NoProposalChosen, nil)
 	}
-	e.cfg.Log.Info("ike: IKE SA rekeyed by the peer", "peer", sa.peer.Name, "old_spi_i", IKESPI(sa.spii), "old_spi_r", IKESPI(sa.spir), "spi_i", IKESPI(ns.spii), "spi_r", IKESPI(ns.spir), "suite", ns.suite.logName())
+	e.cfg.Log.Info("ike: IKE SA rekeyed by the peer", "peer", sa.peer.Name, "old_spi_i", IKESPI(sa.spii), "old_spi_r", IKESPI(sa.spir), "spi_i", IKESPI(ns.spii), "spi_r", IKESPI(ns.spir), "suite", ns.suite.Name())
 	sa.moveChildrenLocked(ns)
 	if ours {
 		// Ours is outstanding: the nonces decide when its answer comes

@@ -499,7 +499,7 @@ func (e *Endpoint) IKESAs() []IKESAInfo {
 			Local: sa.local, Remote: sa.remote, State: st, Established: sa.established,
 			LocalID: sa.peer.LocalID.String(), Children: append([]*ChildSA(nil), sa.children...)}
 		if sa.suite.Encr != 0 {
-			info.Suite = sa.suite.IKEName()
+			info.Suite = sa.suite.Name()
 		}
 		if len(sa.remoteID.Data) > 0 {
 			info.RemoteID = sa.remoteID.String()

@@ -84,36 +84,6 @@ func protoName(p uint8) string {
 	return fmt.Sprintf("proto %d", p)
 }
 
-// logName is the suite in strongSwan's proposal keywords, joined by
-// dashes: "aes256gcm16-prfsha256-ecp256" for an IKE SA,
-// "aes128gcm16-esn" for a Child SA.
-func (s Suite) logName() string {
-	var parts []string
-	switch s.Encr {
-	case EncrAESGCM16:
-		parts = append(parts, fmt.Sprintf("aes%dgcm16", s.KeyLen))
-	case EncrChaCha20Poly1305:
-		parts = append(parts, "chacha20poly1305")
-	case EncrAESCBC:
-		parts = append(parts, fmt.Sprintf("aes%d", s.KeyLen))
-	default:
-		parts = append(parts, fmt.Sprintf("encr%d", s.Encr))
-	}
-	if s.Integ != 0 {
-		parts = append(parts, map[uint16]string{IntegHMACSHA256_128: "sha256", IntegHMACSHA384_192: "sha384", IntegHMACSHA512_256: "sha512"}[s.Integ])
-	}
-	if s.PRF != 0 {
-		parts = append(parts, map[uint16]string{PRFHMACSHA256: "prfsha256", PRFHMACSHA384: "prfsha384", PRFHMACSHA512: "prfsha512"}[s.PRF])
-	}
-	if s.DH != 0 {
-		parts = append(parts, dhName(s.DH))
-	}
-	if s.ESN {
-		parts = append(parts, "esn")
-	}
-	return strings.Join(parts, "-")
-}
-
 // dhName names a DH group in strongSwan's keywords.
 func dhName(g uint16) string {
 	switch g {
@@ -167,7 +137,7 @@ func (ps proposalsAttr) LogValue() slog.Value {
 			default:
 				continue
 			}
-			ts = append(ts, s.logName())
+			ts = append(ts, s.Name())
 		}
 		out[i] = strings.Join(ts, "-")
 	}

@@ -243,6 +243,28 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 	})
 }
 
+// chooseChild picks, for a Child SA the peer requests with proposals sap
+// and selectors tsi (its side) and tsr (ours), the first of confs whose
+// ESP proposals fit (propFit: any did) and whose selectors intersect the
+// requested ones (found), with the chosen suite and proposal and the
+// selectors narrowed to confs' (section 2.9). ignoreDH is for IKE_AUTH's
+// Child SA, which takes its keys without a DH of its own.
+func chooseChild(confs []childConf, sap *SA, tsi, tsr *TS, ignoreDH bool) (conf childConf, esp Suite, chosen *Proposal, nTSi, nTSr []Selector, propFit, found bool) {
+	for _, cc := range confs {
+		s, ch, ok := selectProposal(cc.esp, sap.Proposals, ignoreDH)
+		if !ok || len(ch.SPI) != 4 {
+			continue
+		}
+		propFit = true
+		ti, tr := narrow(tsi.Selectors, selectors(cc.remoteTS)), narrow(tsr.Selectors, selectors(cc.localTS))
+		if len(ti) == 0 || len(tr) == 0 {
+			continue
+		}
+		return cc, s, ch, ti, tr, true, true
+	}
+	return childConf{}, Suite{}, nil, nil, nil, propFit, false
+}
+
 // deleteRekeyedLocked deletes doomed, the Child SA that a rekey of ours
 // made redundant (the old one, or ours after a lost collision), and then
 // tells w next, its successor; rekeyResponseLocked calls it once
@@ -380,27 +402,7 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 	if old != nil {
 		confs = []childConf{sa.confOf(old)}
 	}
-	var (
-		conf       childConf
-		esp        Suite
-		chosen     *Proposal
-		nTSi, nTSr []Selector
-		found      bool
-		propFit    bool
-	)
-	for _, cc := range confs {
-		s, ch, ok := selectProposal(cc.esp, sap.Proposals, false)
-		if !ok || len(ch.SPI) != 4 {
-			continue
-		}
-		propFit = true
-		ti, tr := narrow(tsi.Selectors, selectors(cc.remoteTS)), narrow(tsr.Selectors, selectors(cc.localTS))
-		if len(ti) == 0 || len(tr) == 0 {
-			continue
-		}
-		conf, esp, chosen, nTSi, nTSr, found = cc, s, ch, ti, tr, true
-		break
-	}
+	conf, esp, chosen, nTSi, nTSr, propFit, found := chooseChild(confs, sap, tsi, tsr, false)
 	if !propFit {
 		e.stats.NoProposalChosen++
 		return fail(NoProposalChosen, nil)

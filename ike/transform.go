@@ -280,18 +280,22 @@ func (s Suite) ESPName() string {
 	return fmt.Sprintf("aes%d-%s", s.KeyLen, h)
 }
 
-// IKEName is an IKE suite's name in the keywords ParseProposal takes, in
-// strongSwan's order: encryption, integrity (none for an AEAD), PRF, DH
-// group: "aes256gcm16-prfsha384-ecp384", "aes128-sha256-prfsha256-modp2048".
-func (s Suite) IKEName() string {
+// Name is the suite in strongSwan's proposal keywords, which
+// ParseProposal takes back, in strongSwan's order: encryption, integrity
+// (none for an AEAD), PRF, DH group, ESN: "aes256gcm16-prfsha384-ecp384"
+// and "aes128-sha256-prfsha256-modp2048" for IKE SAs, "aes128gcm16-esn"
+// for a Child SA. An ID it has no keyword for is written as a number.
+func (s Suite) Name() string {
 	var parts []string
 	switch s.Encr {
 	case EncrAESGCM16:
 		parts = append(parts, fmt.Sprintf("aes%dgcm16", s.KeyLen))
 	case EncrChaCha20Poly1305:
 		parts = append(parts, "chacha20poly1305")
-	default:
+	case EncrAESCBC:
 		parts = append(parts, fmt.Sprintf("aes%d", s.KeyLen))
+	default:
+		parts = append(parts, fmt.Sprintf("encr%d", s.Encr))
 	}
 	name := func(m map[uint16]string, id uint16) string {
 		if n, ok := m[id]; ok {
@@ -306,7 +310,10 @@ func (s Suite) IKEName() string {
 		parts = append(parts, name(map[uint16]string{PRFHMACSHA256: "prfsha256", PRFHMACSHA384: "prfsha384", PRFHMACSHA512: "prfsha512"}, s.PRF))
 	}
 	if s.DH != 0 {
-		parts = append(parts, name(map[uint16]string{DHModp2048: "modp2048", DHECP256: "ecp256", DHECP384: "ecp384", DHCurve25519: "x25519"}, s.DH))
+		parts = append(parts, dhName(s.DH))
+	}
+	if s.ESN {
+		parts = append(parts, "esn")
 	}
 	return strings.Join(parts, "-")
 }

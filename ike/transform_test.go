@@ -118,8 +118,8 @@ func TestIKEName(t *testing.T) {
 			t.Fatal(err)
 		}
 		suite, _, ok := selectProposal(p, p, false)
-		if !ok || suite.IKEName() != want {
-			t.Errorf("%s: %q, want %q", kw, suite.IKEName(), want)
+		if !ok || suite.Name() != want {
+			t.Errorf("%s: %q, want %q", kw, suite.Name(), want)
 			continue
 		}
 		if back, err := ParseProposals(ProtoIKE, want); err != nil || len(back) != 1 {

@@ -98,25 +98,13 @@ func (ca *CA) Issue(client bool, names ...string) (certPEM, keyPEM []byte, err e
 // them: for signatures, with no extended key usage. names are as for
 // Issue; extra are further extensions (a test's padding, say).
 func (ca *CA) Certify(pub crypto.PublicKey, names []string, extra ...pkix.Extension) (*x509.Certificate, error) {
-	tmpl, err := leafTemplate(names)
-	if err != nil {
-		return nil, err
-	}
-	tmpl.ExtraExtensions = extra
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca.Cert, pub, ca.key)
-	if err != nil {
-		return nil, fmt.Errorf("certgen: %w", err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		return nil, fmt.Errorf("certgen: %w", err)
-	}
-	return cert, nil
+	return ca.CertifySubject(pub, nil, names, extra...)
 }
 
 // CertifySubject is Certify with the subject given as the DER of an
 // X.501 Name, encoded as the caller chose (a test of distinguished-name
-// identities gives its values as UTF8Strings, as openssl does).
+// identities gives its values as UTF8Strings, as openssl does); nil is
+// the first name as common name, as Certify makes it.
 func (ca *CA) CertifySubject(pub crypto.PublicKey, subject []byte, names []string, extra ...pkix.Extension) (*x509.Certificate, error) {
 	tmpl, err := leafTemplate(names)
 	if err != nil {
