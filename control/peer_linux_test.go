@@ -20,23 +20,28 @@ import (
 // dialAs connects to path from a thread whose effective uid is uid; only
 // that thread changes, and it ends with its goroutine.
 func dialAs(uid int, path string) (net.Conn, error) {
-	type result struct {
-		c   net.Conn
-		err error
-	}
-	ch := make(chan result)
+	var c net.Conn
+	err := asUser(uid, func() (err error) {
+		c, err = net.Dial("unix", path)
+		return err
+	})
+	return c, err
+}
+
+// asUser runs fn on a thread of its own whose real and effective uid are
+// uid (setresuid(2) on that thread alone, saved uid 0), as another user's
+// process would; the thread dies with it.
+func asUser(uid int, fn func() error) error {
+	ch := make(chan error)
 	go func() {
 		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		// setresuid(2) on this thread alone: real and effective uid, saved 0.
 		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), 0); e != 0 {
-			ch <- result{nil, e}
+			ch <- e
 			return
 		}
-		c, err := net.Dial("unix", path)
-		ch <- result{c, err}
+		ch <- fn()
 	}()
-	r := <-ch
-	return r.c, r.err
+	return <-ch
 }
 
 // A connection from another user is refused even when the socket's mode

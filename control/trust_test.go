@@ -6,10 +6,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 
 	"github.com/sluicegw/sluice/control/controltest"
@@ -77,22 +75,12 @@ func privateDir(t *testing.T) string {
 // listenAs binds and listens on path from a thread whose effective uid is
 // uid, as another user's process would.
 func listenAs(uid int, path string) (net.Listener, error) {
-	type result struct {
-		ln  net.Listener
-		err error
-	}
-	ch := make(chan result)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, uintptr(uid), uintptr(uid), 0); e != 0 {
-			ch <- result{nil, e}
-			return
-		}
-		ln, err := net.Listen("unix", path)
-		ch <- result{ln, err}
-	}()
-	r := <-ch
-	return r.ln, r.err
+	var ln net.Listener
+	err := asUser(uid, func() (err error) {
+		ln, err = net.Listen("unix", path)
+		return err
+	})
+	return ln, err
 }
 
 // reloadVia dials path and asks for a reload, as `sluice reload` does.
@@ -247,21 +235,13 @@ func TestClientNoAccessExplained(t *testing.T) {
 		t.Skip("needs root to play another user")
 	}
 	s := start(t, controltest.New(), nil)
-	type result struct{ err error }
-	ch := make(chan result)
-	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
-		if _, _, e := syscall.RawSyscall(syscall.SYS_SETRESUID, 65534, 65534, 0); e != 0 {
-			ch <- result{e}
-			return
-		}
+	err := asUser(65534, func() error {
 		c, err := Dial(context.Background(), s.Path())
 		if err == nil {
 			c.Close()
 		}
-		ch <- result{err}
-	}()
-	err := (<-ch).err
+		return err
+	})
 	var de *DialError
 	if !errors.As(err, &de) || !strings.Contains(err.Error(), "only for root and the user sluice runs as") {
 		t.Fatalf("dial as nobody into root's 0700 directory: %v", err)
