@@ -74,14 +74,21 @@ func (p *pinger) wait() (r pingResult, lost []int, err error) {
 	sent, _ := strconv.Atoi(m[1])
 	judged := sent - int(pingTail/p.interval)
 	seen := map[int]bool{}
+	var sum float64
 	for _, m := range pingReplyRE.FindAllStringSubmatch(out, -1) {
 		seq, _ := strconv.Atoi(m[1])
 		rtt, _ := strconv.ParseFloat(m[2], 64)
 		if seq > judged || seen[seq] {
 			continue
 		}
+		if len(seen) == 0 || rtt < r.Min {
+			r.Min = rtt
+		}
 		seen[seq] = true
-		r.Max = max(r.Max, rtt)
+		r.Max, sum = max(r.Max, rtt), sum+rtt
+	}
+	if len(seen) > 0 {
+		r.Avg = sum / float64(len(seen))
 	}
 	for seq := 1; seq <= judged; seq++ {
 		if !seen[seq] {
