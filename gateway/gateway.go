@@ -339,14 +339,26 @@ func (g *Gateway) openSA(cfg *config.Gateway, t *config.Tunnel, name string, dir
 // keeping its sequence numbers in the state directory (state.go), and the
 // SAD entry that holds it.
 func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.Direction) (*sad.SA, error) {
+	return g.openRuntime(engine, sa, name, dir, true)
+}
+
+// openRuntime is openEntry, with durable state only if durable. Only an
+// SA whose keys can be installed again (a configured one) needs it: the
+// state file is what keeps the SA, installed again after a restart, from
+// reusing a sequence number or accepting a packet twice, and each record
+// is a write and fsync on a data-path lane (esp/reserve.go).
+func (g *Gateway) openRuntime(engine string, sa *config.SA, name string, dir esp.Direction, durable bool) (*sad.SA, error) {
 	cfg, err := ESPConfig(g.engines[engine], sa)
 	if err != nil {
 		return nil, err
 	}
-	health, file, err := g.withState(&cfg, sa, name, dir)
-	if err != nil {
-		cfg.Key.Destroy()
-		return nil, err
+	var health *sad.StateHealth
+	var file *stateFile
+	if durable {
+		if health, file, err = g.withState(&cfg, sa, name, dir); err != nil {
+			cfg.Key.Destroy()
+			return nil, err
+		}
 	}
 	rt, err := newRuntime(cfg, sa, dir)
 	if err != nil {

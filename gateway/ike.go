@@ -11,8 +11,10 @@ package gateway
 //  2. Datagrams out (ikeTransport): on 4500 from the ESP socket itself
 //     (udp.Conn.SendDatagram), so that no second SO_REUSEPORT socket takes
 //     a share of the peer's ESP; on 500 from the port-500 sockets.
-//  3. Child SAs (OnChildSA): the SA pair opens like a static SA, with its
-//     sequence numbers in the state directory, and goes into the child's
+//  3. Child SAs (OnChildSA): the SA pair opens like a static SA, but
+//     keeps no state file (its keys are never installed again, so the
+//     state would protect nothing, and each record is an fsync on a
+//     lane), and goes into the child's
 //     tunnel make-before-break: the new inbound SA first, then the
 //     outbound switch (for a pair the peer's rekey made, only once the
 //     peer deleted the old one: ike.ChildSA.HoldOutbound). The Endpoint
@@ -653,11 +655,12 @@ func (g *Gateway) installPair(ch *ikeChild, c *ike.ChildSA, hold bool) error {
 		if err != nil {
 			return fail(err)
 		}
-		s, err := g.openEntry(engine, def, def.Name, dir)
+		// No state file: the keys are in memory only and never
+		// installed again (openRuntime).
+		s, err := g.openRuntime(engine, def, def.Name, dir, false)
 		if err != nil {
 			return fail(err)
 		}
-		forgetStateWhenRetired(s, g.cfgStateDir(), def, dir)
 		opened = append(opened, s)
 		if dir == esp.Outbound {
 			out = s
@@ -1200,28 +1203,11 @@ func stripSecretPos(ss []config.Secret) []config.Secret {
 // ikeEngine is the engine of negotiated SAs: the gateway's default.
 func (g *Gateway) ikeEngine() string { return g.cfg0.Engine }
 
-func (g *Gateway) cfgStateDir() string { return g.cfg0.StateDir }
-
 // ownerOf spreads the children's tunnels over the workers by name.
 func (g *Gateway) ownerOf(name string) int {
 	h := fnv.New32a()
 	h.Write([]byte(name))
 	return int(h.Sum32() % uint32(max(1, g.workers)))
-}
-
-// forgetStateWhenRetired removes a negotiated SA's state file once it is
-// retired: its keys are never installed again, so the file would only
-// accumulate.
-func forgetStateWhenRetired(s *sad.SA, dir string, def *config.SA, d esp.Direction) {
-	if dir == "" || s.State == nil { // no state file (withState)
-		return
-	}
-	path := seqStatePath(dir, def, d)
-	retired := s.Retired
-	s.Retired = func() {
-		retired()
-		os.Remove(path)
-	}
 }
 
 // InitiateIKE negotiates the connection named name now (`sluice ike
