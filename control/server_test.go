@@ -312,9 +312,13 @@ func TestIdleAndSlowClients(t *testing.T) {
 	}()
 	slow.expectEOF(5 * time.Second)
 	<-done
-	// Between requests the timeout starts again.
-	r := dialRaw(t, s.Path())
-	for range 3 {
+	// Between requests the timeout starts again: requests 100 ms apart
+	// for half again the timeout keep the connection. The timeout is a
+	// second here, so that a loaded machine's late wake-ups (hundreds of
+	// milliseconds) do not pass for it.
+	s2 := start(t, controltest.New(), &Options{IdleTimeout: time.Second})
+	r := dialRaw(t, s2.Path())
+	for start := time.Now(); time.Since(start) < 1500*time.Millisecond; {
 		time.Sleep(100 * time.Millisecond)
 		if resp := r.roundTrip(`{"op":"sa.list"}`); !resp.OK {
 			t.Fatalf("%+v", resp)

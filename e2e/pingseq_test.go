@@ -40,12 +40,14 @@ type pinger struct {
 }
 
 // startPinger starts ping from ns to dst, one request per interval, until
-// stop or ctx ends.
-func startPinger(ctx context.Context, ns *lab.Netns, dst netip.Addr, interval time.Duration, count int) (*pinger, error) {
+// stop or ctx ends, or count requests (0: no limit); extra are more of
+// ping's options.
+func startPinger(ctx context.Context, ns *lab.Netns, dst netip.Addr, interval time.Duration, count int, extra ...string) (*pinger, error) {
 	args := []string{"-n", "-i", fmt.Sprintf("%.3f", interval.Seconds()), "-W", "5"}
 	if count > 0 {
 		args = append(args, "-c", strconv.Itoa(count))
 	}
+	args = append(args, extra...)
 	p := &pinger{cmd: ns.Command(ctx, "ping", append(args, dst.String())...), interval: interval, done: make(chan error, 1)}
 	p.cmd.Stdout, p.cmd.Stderr = &p.out, &p.out
 	if err := p.cmd.Start(); err != nil {
@@ -100,9 +102,10 @@ func (p *pinger) wait() (r pingResult, lost []int, err error) {
 }
 
 // pingAll sends n pings from ns to dst at interval, then pingTail more,
-// and reports the first n: a reply up to pingTail late counts.
-func pingAll(ctx context.Context, ns *lab.Netns, dst netip.Addr, n int, interval time.Duration) (pingResult, []int, error) {
-	p, err := startPinger(ctx, ns, dst, interval, n+int(pingTail/interval))
+// and reports the first n: a reply up to pingTail late counts. extra are
+// more of ping's options.
+func pingAll(ctx context.Context, ns *lab.Netns, dst netip.Addr, n int, interval time.Duration, extra ...string) (pingResult, []int, error) {
+	p, err := startPinger(ctx, ns, dst, interval, n+int(pingTail/interval), extra...)
 	if err != nil {
 		return pingResult{}, nil, err
 	}

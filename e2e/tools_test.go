@@ -38,14 +38,24 @@ var (
 	pingRTTRE   = regexp.MustCompile(`= ([\d.]+)/([\d.]+)/([\d.]+)/([\d.]+) ms`)
 )
 
-// ping runs `ping -n -q -c count -i interval -W 5 dst` in ns and parses
-// its summary: it sends count requests and then waits up to 5 s for the
-// last answers (-W; not -w, with which ping sends until it has count
-// answers, so that late answers look like loss). A run that lost packets
-// is not an error; one that printed no summary is.
+// ping sends count requests from ns to dst, one per interval, and says
+// how many were answered. With more than one, it goes on pinging for
+// pingTail and judges only the first count (pingAll): ping's own summary
+// counts a reply as lost when it comes more than twice the largest round
+// trip after the last request, which a loaded machine makes happen
+// although nothing was lost. One request is judged by ping's summary
+// (waitPing asks again until one is answered). A run that lost packets is
+// not an error; one that printed no summary is.
 func ping(ctx context.Context, ns *lab.Netns, dst netip.Addr, count int, interval time.Duration, extra ...string) (pingResult, error) {
-	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*interval+30*time.Second)
+	ctx, cancel := context.WithTimeout(ctx, time.Duration(count)*interval+pingTail+30*time.Second)
 	defer cancel()
+	if count > 1 {
+		r, _, err := pingAll(ctx, ns, dst, count, interval, extra...)
+		if err != nil {
+			err = fmt.Errorf("ping %s in %s: %w", dst, ns, err)
+		}
+		return r, err
+	}
 	args := []string{"-n", "-q", "-c", strconv.Itoa(count), "-i", fmt.Sprintf("%.3f", interval.Seconds()), "-W", "5"}
 	args = append(args, extra...)
 	args = append(args, dst.String())
