@@ -70,7 +70,7 @@ func TestStaticTunnelSpoofedSource(t *testing.T) {
 	const count = 5
 	before, rx := drops(a.stats()), tunRx(t, ctx, a.ns)
 	for _, s := range spoofs {
-		r, err := ping(ctx, b.ns, s.dst, count, 10*time.Millisecond, "-W", "0.5", "-I", s.src.String())
+		r, err := pingSummary(ctx, b.ns, s.dst, count, 10*time.Millisecond, "-W", "0.5", "-I", s.src.String())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -142,7 +142,7 @@ func TestStrongSwanSelectors(t *testing.T) {
 		}
 		waitPing(t, b.ctx, b.gw.ns, ssInner[0].Addr())
 		before, sealed := drops(b.gw.stats()), sealedOut(b.gw)
-		r, err := ping(b.ctx, b.gw.ns, netip.MustParseAddr("10.1.7.1"), 10, 10*time.Millisecond, "-W", "0.5")
+		r, err := pingSummary(b.ctx, b.gw.ns, netip.MustParseAddr("10.1.7.1"), 10, 10*time.Millisecond, "-W", "0.5")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -177,7 +177,7 @@ func TestStrongSwanSelectors(t *testing.T) {
 			}
 		}
 		// ICMP to the half of the /24 strongSwan did not agree to.
-		if _, err := ping(b.ctx, b.gw.ns, netip.MustParseAddr("10.1.0.200"), 5, 10*time.Millisecond, "-W", "0.5"); err != nil {
+		if _, err := pingSummary(b.ctx, b.gw.ns, netip.MustParseAddr("10.1.0.200"), 5, 10*time.Millisecond, "-W", "0.5"); err != nil {
 			t.Fatal(err)
 		}
 		waitDrops(t, b.gw, before, map[string]uint64{"ts_mismatch": 5, "no_route": 5})
