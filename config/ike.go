@@ -195,6 +195,10 @@ type Connection struct {
 	DPDDelay  time.Duration // 0: no liveness checks
 	Encap     bool          // force ESP in UDP even without a NAT
 	RekeyTime time.Duration // of the IKE SA; default DefaultIKERekeyTime
+	// OverTime is how long past RekeyTime the IKE SA may live while its
+	// rekey has not completed (swanctl's over_time); 0 is 10% of
+	// RekeyTime. The rekey comes up to OverTime before RekeyTime.
+	OverTime time.Duration
 	// LocalAuth and RemoteAuth are [connection.local] and
 	// [connection.remote].
 	LocalAuth, RemoteAuth AuthConfig
@@ -312,7 +316,7 @@ func ChildField(i, j int) string { return elemPath(ConnectionField(i)+".children
 func SecretField(i int) string { return elemPath("secret", i) }
 
 var (
-	connectionKeys = []string{"name", "version", "local_addrs", "remote_addrs", "proposals", "dpd_delay", "encap", "rekey_time", "local", "remote", "children"}
+	connectionKeys = []string{"name", "version", "local_addrs", "remote_addrs", "proposals", "dpd_delay", "encap", "rekey_time", "over_time", "local", "remote", "children"}
 	authKeys       = []string{"auth", "id", "certs", "cacerts"}
 	childKeys      = []string{"name", "local_ts", "remote_ts", "esp_proposals", "start_action", "rekey_time", "life_time"}
 	secretKeys     = []string{"type", "ids", "secret", "file"}
@@ -362,6 +366,10 @@ func (d *gwDecoder) connection(te tableElem) {
 		case "rekey_time":
 			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default 4h"); ok {
 				c.RekeyTime = t
+			}
+		case "over_time":
+			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default 10% of rekey_time"); ok {
+				c.OverTime = t
 			}
 		case "local", "remote":
 			a, ok := d.authSection(kf, v, e.Key == "remote")

@@ -44,7 +44,7 @@ func TestIKEExample(t *testing.T) {
 	}
 	c := g.Connections[0]
 	if c.Name != "site-b" || c.Local != addr("192.0.2.1") || c.Remote != addr("192.0.2.2") || len(c.IKE) != 2 ||
-		c.DPDDelay != 30*time.Second || c.RekeyTime != 4*time.Hour || c.Encap {
+		c.DPDDelay != 30*time.Second || c.RekeyTime != 4*time.Hour || c.OverTime != 24*time.Minute || c.Encap {
 		t.Errorf("connection %+v", c)
 	}
 	if c.LocalAuth.Auth != AuthPSK || c.LocalID() != "gw-a.example" || c.RemoteAuth.ID != "gw-b.example" {

@@ -23,6 +23,7 @@ func TestIKEHostileValues(t *testing.T) {
 		{"dpd_delay huge", ikeConn(`dpd_delay = "1000h"`) + ikeSecret, []wantErr{{5, "connection[1].dpd_delay", "above 24h"}}},
 		{"ike rekey_time 1ns", ikeConn(`rekey_time = "1ns"`) + ikeSecret, []wantErr{{5, "connection[1].rekey_time", "below 1s"}}},
 		{"ike rekey_time huge", ikeConn(`rekey_time = "2000000h"`) + ikeSecret, []wantErr{{5, "connection[1].rekey_time", "above 8760h"}}},
+		{"ike over_time 1ns", ikeConn(`over_time = "1ns"`) + ikeSecret, []wantErr{{5, "connection[1].over_time", "below 1s"}}},
 		{"child rekey_time 1ns", childKey(`rekey_time = "1ns"`) + ikeSecret, []wantErr{{14, "connection[1].children[1].rekey_time", "below 1s"}}},
 		{"child life_time 1ns", childKey(`life_time = "1ns"`) + ikeSecret, []wantErr{{14, "connection[1].children[1].life_time", "below 1s"}}},
 		{"child rekey_time huge", childKey(`rekey_time = "2562047h"`) + ikeSecret, []wantErr{{14, "connection[1].children[1].rekey_time", "above 8760h"}}},

@@ -118,7 +118,9 @@ func TestStrongSwanDN(t *testing.T) {
 // lost, and the counters show the rekeys.
 func TestStrongSwanRekeyUnderTraffic(t *testing.T) {
 	requireCharon(t)
-	b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, childRekey: "2s", ikeRekey: "3s"})
+	// over_time 2s: 10% of 3 s left 0.3 s for the IKE SA's rekey, and a
+	// loaded machine once froze for 0.67 s and let it expire.
+	b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, childRekey: "2s", ikeRekey: "3s", ikeOver: "2s"})
 	first := b.establish()
 	const n, interval = 500, 10 * time.Millisecond // 5 s: two Child SA rekeys and an IKE SA rekey at least
 	done := make(chan pingRun, 1)
@@ -367,6 +369,7 @@ type ssOptions struct {
 	esp, auth            string
 	sluiceInitiates      bool
 	childRekey, ikeRekey string // sluice's; "" is the default
+	ikeOver              string // sluice's IKE over_time; "" is 10% of ikeRekey
 	dpd                  string // sluice's dpd_delay
 	nat                  bool
 	// dn identifies both sides by distinguished names (ssDNs), the
@@ -505,7 +508,7 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	})
 	cc := connConfig{
 		Name: "strongswan", Local: b.gwAddr, Remote: b.ssAddr, Proposals: ssIKE,
-		LocalID: o.ids()[1], RemoteID: o.ids()[0], Auth: o.auth, DPDDelay: o.dpd, RekeyTime: o.ikeRekey,
+		LocalID: o.ids()[1], RemoteID: o.ids()[0], Auth: o.auth, DPDDelay: o.dpd, RekeyTime: o.ikeRekey, OverTime: o.ikeOver,
 		Child: "net", LocalTS: []netip.Prefix{ssInner[1].Masked()}, RemoteTS: []netip.Prefix{ssInner[0].Masked()},
 		ESP: o.esp, ChildRekeyTime: o.childRekey, Start: "none",
 	}

@@ -1503,6 +1503,9 @@ func setIKELifetimes(ecfg *ike.Config, g *Gateway) {
 func setPeerLifetimes(p *ike.Peer, c *config.Connection, ch *config.Child) {
 	p.ChildLifetime = ike.Lifetime{RekeyTime: ch.RekeyTime, LifeTime: ch.LifeTime}
 	p.IKELifetime = ike.Lifetime{RekeyTime: c.RekeyTime}
+	if c.OverTime > 0 {
+		p.IKELifetime.LifeTime = c.RekeyTime + c.OverTime
+	}
 	p.DPDDelay = c.DPDDelay
 	if ch.StartAction == config.StartStart && c.Remote.IsValid() {
 		p.DPDAction = ike.ActionRestart
