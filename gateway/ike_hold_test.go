@@ -139,7 +139,8 @@ func TestIKEPairKeepsNoState(t *testing.T) {
 	b.check("rekeyed", next, next)
 	db := b.g.store.Load()
 	for _, s := range []*sad.SA{db.Tunnel("net").Out(), db.Inbound(next.InSPI), db.Inbound(first.InSPI)} {
-		if s.State != nil || s.Retired != nil {
+		// (Retired is set for every SA: the tunnel's counter totals.)
+		if s.State != nil {
 			t.Errorf("SA %s keeps durable sequence state", s.Name)
 		}
 	}
