@@ -20,7 +20,8 @@ func TestVersion(t *testing.T) {
 	if strings.TrimSpace(out) != want {
 		t.Errorf("version printed %q, want %q", out, want)
 	}
-	for _, s := range []string{"sluice ", "go1.", "engines soft"} {
+	// Engines are listed by priority: with -tags ipsecmb, ipsecmb first.
+	for _, s := range []string{"sluice ", "go1.", "engines ", "soft"} {
 		if !strings.Contains(out, s) {
 			t.Errorf("version %q lacks %q", out, s)
 		}
