@@ -173,12 +173,12 @@ func (sa *SA) FinishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	default:
 		return ReasonCryptoError
 	}
-	if w.seq > sa.reserved.upTo && sa.window.Size() > 0 {
+	if w.seq > sa.reserved.next && sa.window.Size() > 0 {
 		// Record a bound above w.seq before the window moves there; only
 		// authenticated packets get here, so a forger cannot make us
 		// write. w.seq is above the window's top, so Update accepts it.
 		if !sa.reserved.cover(w.seq, sa.maxSeq) {
-			return ReasonSeqReserve
+			return sa.reserved.refusal()
 		}
 	}
 	if !sa.window.Update(w.seq) {

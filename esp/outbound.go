@@ -98,8 +98,8 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		return ReasonNoRoom
 	}
 
-	if sa.seq >= sa.reserved.upTo && !sa.reserved.cover(sa.seq+1, sa.maxSeq) {
-		return ReasonSeqReserve
+	if sa.seq >= sa.reserved.next && !sa.reserved.cover(sa.seq+1, sa.maxSeq) {
+		return sa.reserved.refusal()
 	}
 	sa.seq++
 	seq := sa.seq

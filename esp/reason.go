@@ -29,7 +29,8 @@ const (
 	ReasonSeqExhausted // the sequence number reached its limit: the SA needs a rekey (RFC 4303 section 3.3.3)
 	ReasonNoRoom       // the buffer has too little headroom or tailroom for the ESP overhead
 	// Both.
-	ReasonSeqReserve  // sequence numbers could not be reserved durably (see Config.SeqReserve)
+	ReasonSeqReserve  // sequence numbers could not be reserved durably (see Config.SeqReserve), or a standby has not yet acknowledged them (Config.Lease)
+	ReasonFenced      // the SA is fenced (Lease.Fence): this member does not own it now (a standby's copy, or an owner cut off from its pair)
 	ReasonLifetime    // the SA's hard lifetime (packets or bytes) is reached
 	ReasonQueueFull   // the crypto engine refused the batch
 	ReasonCryptoError // the engine could not run the op (invalid or unsupported)
@@ -54,6 +55,7 @@ var reasonNames = [NumReasons]string{
 	ReasonSeqExhausted: "seq_exhausted",
 	ReasonNoRoom:       "no_room",
 	ReasonSeqReserve:   "seq_reserve_failed",
+	ReasonFenced:       "ha_fenced",
 	ReasonLifetime:     "lifetime_expired",
 	ReasonQueueFull:    "queue_full",
 	ReasonCryptoError:  "crypto_error",

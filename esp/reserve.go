@@ -7,7 +7,10 @@ package esp
 // so a restarted SA's window starts at the bound and accepts nothing it may
 // have accepted before. Both go through one reservation.
 
-import "time"
+import (
+	"sync/atomic"
+	"time"
+)
 
 // ReplayReserveMin and ReplayReserveMax bound the step of an inbound
 // reservation. The step adapts to the traffic: it doubles when the last
@@ -34,28 +37,95 @@ const (
 	reserveShrinkAbove = 10 * time.Second
 )
 
-// reservation is a durable upper bound on the sequence numbers an SA has
-// used (outbound) or may have accepted (inbound). The SA's owner calls it.
+// LeaseStep is the time an inbound lease's step aims to cover at the
+// current packet rate, and LeaseAskAhead the share of a step left when the
+// next one is asked for. A takeover treats every number up to the
+// replicated bound as received, so it refuses at most the peer's packets
+// between the last one accepted and the bound: the step ahead and the
+// unspent part of the one before, about 1.5 steps, under 5 ms of traffic.
+const (
+	LeaseStep     = 3 * time.Millisecond
+	LeaseAskAhead = 2 // ask when 1/LeaseAskAhead of the bound is left
+)
+
+// A Lease grants an SA sequence-number bounds from outside and
+// asynchronously, in place of Config.SeqReserve: a hot standby records
+// each bound before the owner goes past it (package ha). The SA asks for
+// the next bound (ask, which must not block) when half of the current one
+// is left, so that while the standby answers in time the data path never
+// waits; a packet beyond the granted bound is dropped (ReasonSeqReserve),
+// never held.
+type Lease struct {
+	ask     func(upTo uint64)
+	granted atomic.Uint64
+}
+
+// NewLease makes a lease whose SA calls ask, on its owner's goroutine with
+// its lock held, for each new bound. ask must not block and must not take
+// the SA's lock; Grant may be called from within it.
+func NewLease(ask func(upTo uint64)) *Lease { return &Lease{ask: ask} }
+
+// Grant raises the bound the SA may use (outbound) or accept (inbound) up
+// to upTo. Any goroutine may call it; a lower bound than the current one
+// changes nothing.
+func (l *Lease) Grant(upTo uint64) {
+	for {
+		g := l.granted.Load()
+		if upTo <= g || l.granted.CompareAndSwap(g, upTo) {
+			return
+		}
+	}
+}
+
+// Granted returns the bound granted so far: what the SA may have used.
+func (l *Lease) Granted() uint64 { return l.granted.Load() }
+
+// reservation is an upper bound on the sequence numbers an SA has used
+// (outbound) or may have accepted (inbound): recorded durably by record,
+// or granted by a lease. The SA's owner calls it.
 type reservation struct {
-	record   func(upTo uint64) error // nil: no reservations
-	upTo     uint64                  // the bound last recorded (or the start)
+	record func(upTo uint64) error // nil: no durable reservations
+	lease  *Lease                  // nil: not leased
+	upTo   uint64                  // the bound last recorded or granted (or the start)
+	// next is the number above which cover must be called: upTo when
+	// recording, the point to ask for more when leased. The data path
+	// compares with it and nothing else.
+	next     uint64
+	asked    uint64 // leased: the highest bound asked for
+	fenced   bool   // leased: nothing is covered (SA.Fence)
 	step     uint64
 	min, max uint64    // bounds of the step; equal for a fixed step
-	at       time.Time // when upTo was last recorded
+	at       time.Time // when upTo was last recorded, or the last ask
 }
 
 func newReservation(record func(uint64) error, start, min, max uint64) reservation {
 	if record == nil {
-		return reservation{upTo: 1<<64 - 1} // nothing to record: always covered
+		return reservation{upTo: 1<<64 - 1, next: 1<<64 - 1} // nothing to record: always covered
 	}
-	return reservation{record: record, upTo: start, step: min, min: min, max: max}
+	return reservation{record: record, upTo: start, next: start, step: min, min: min, max: max}
 }
 
-// cover records a bound that covers seq, step numbers from seq on (or up
-// to limit), if seq is above the current one. It reports whether seq is
-// covered; when recording fails it is not, and the caller must not use or
-// accept seq. It does not allocate (record aside).
+// newLeased makes a reservation granted by l, starting at start. An
+// inbound one's step adapts to LeaseStep of traffic; an outbound one's is
+// fixed (numbers skipped at a takeover cost nothing).
+func newLeased(l *Lease, start uint64, out, fenced bool) reservation {
+	r := reservation{lease: l, upTo: start, asked: start, fenced: fenced, step: SeqReserveBlock,
+		min: SeqReserveBlock, max: SeqReserveBlock}
+	if !out {
+		r.step, r.min = ReplayReserveMin, ReplayReserveMin
+	}
+	l.Grant(start)
+	return r
+}
+
+// cover makes sure seq is covered, step numbers from seq on (or up to
+// limit), if seq is above the current bound. It reports whether seq is
+// covered; when it is not, the caller must not use or accept seq. It does
+// not allocate (record and ask aside).
 func (r *reservation) cover(seq, limit uint64) bool {
+	if r.lease != nil {
+		return r.coverLeased(seq, limit)
+	}
 	if r.record == nil || seq <= r.upTo {
 		return true
 	}
@@ -75,6 +145,59 @@ func (r *reservation) cover(seq, limit uint64) bool {
 	if r.record(upTo) != nil {
 		return false
 	}
-	r.upTo, r.at = upTo, now
+	r.upTo, r.next, r.at = upTo, upTo, now
 	return true
+}
+
+// coverLeased is cover for a leased SA: it takes what was granted, asks
+// for the next bound when less than half a step is left above seq and no
+// ask is outstanding, and sets next so that the data path calls it again
+// at the next such point (or at every packet while an ask is
+// outstanding, which costs an atomic load).
+func (r *reservation) coverLeased(seq, limit uint64) bool {
+	if r.fenced {
+		r.next = 0
+		return false
+	}
+	if g := r.lease.granted.Load(); g > r.upTo {
+		r.upTo = g
+	}
+	if r.asked <= r.upTo && (seq > r.upTo || r.upTo-seq < r.step/LeaseAskAhead) && r.upTo < limit {
+		now := time.Now()
+		if r.min != r.max && !r.at.IsZero() {
+			switch d := now.Sub(r.at); {
+			case d < LeaseStep/2 && r.step < r.max:
+				r.step *= 2
+			case d > 2*LeaseStep && r.step > r.min:
+				r.step /= 2
+			}
+		}
+		base := max(r.upTo, seq-1)
+		upTo := limit
+		if limit-base > r.step {
+			upTo = base + r.step
+		}
+		r.asked, r.at = upTo, now
+		r.lease.ask(upTo)
+		if g := r.lease.granted.Load(); g > r.upTo { // granted at once (no standby)
+			r.upTo = g
+		}
+	}
+	switch {
+	case r.asked > r.upTo:
+		r.next = seq - 1 // outstanding: look at the grant at every packet
+	case r.upTo >= r.step/LeaseAskAhead && r.upTo-r.step/LeaseAskAhead > seq:
+		r.next = r.upTo - r.step/LeaseAskAhead
+	default:
+		r.next = seq
+	}
+	return seq <= r.upTo
+}
+
+// refusal is the reason a packet cover refused is dropped for.
+func (r *reservation) refusal() Reason {
+	if r.fenced {
+		return ReasonFenced
+	}
+	return ReasonSeqReserve
 }

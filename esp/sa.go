@@ -144,6 +144,13 @@ type Config struct {
 	// so no packet is accepted twice across restarts of the receiver. An
 	// error drops the packet (ReasonSeqReserve) without moving the window.
 	SeqReserve func(upTo uint64) error
+	// Lease, if set, takes SeqReserve's place: the bounds are granted
+	// asynchronously by a hot standby that records them (see Lease), and
+	// Seq is where the SA starts. Inbound it needs anti-replay
+	// (ReplayWindow > 0). Fenced makes the SA start fenced (SA.Fence): a
+	// standby's copy, which carries nothing until it takes over (Resume).
+	Lease  *Lease
+	Fenced bool
 }
 
 // SeqReserveBlock is how many sequence numbers one reservation covers: a
@@ -210,9 +217,15 @@ func newSA(cfg Config, out bool) (*SA, error) {
 	if cfg.Seq > sa.maxSeq {
 		return nil, fmt.Errorf("esp: sequence number %d does not fit in 32 bits without ESN", cfg.Seq)
 	}
-	if out {
+	switch {
+	case cfg.Lease != nil:
+		if !out && cfg.ReplayWindow == 0 {
+			return nil, errors.New("esp: a leased inbound SA needs anti-replay (a replay window)")
+		}
+		sa.reserved = newLeased(cfg.Lease, cfg.Seq, out, cfg.Fenced)
+	case out:
 		sa.reserved = newReservation(cfg.SeqReserve, cfg.Seq, SeqReserveBlock, SeqReserveBlock)
-	} else if cfg.ReplayWindow > 0 {
+	case cfg.ReplayWindow > 0:
 		sa.reserved = newReservation(cfg.SeqReserve, cfg.Seq, ReplayReserveMin, ReplayReserveMax)
 	}
 	if sa.cfg.SPort == 0 {
@@ -305,8 +318,8 @@ func NewInbound(cfg Config) (*SA, error) {
 	if sa.window, err = replay.New(cfg.ReplayWindow); err != nil {
 		return nil, fmt.Errorf("esp: %w", err)
 	}
-	if cfg.SeqReserve != nil {
-		sa.window.ResetSeen(cfg.Seq) // a restart: anything up to the bound may have been accepted
+	if cfg.SeqReserve != nil || cfg.Lease != nil {
+		sa.window.ResetSeen(cfg.Seq) // a restart or takeover: anything up to the bound may have been accepted
 	} else {
 		sa.window.Reset(cfg.Seq)
 	}
@@ -350,6 +363,54 @@ func (sa *SA) Seq() uint64 {
 		return sa.seq
 	}
 	return sa.window.Highest()
+}
+
+// Fence stops a leased SA (Config.Lease) from sealing and opening
+// packets (on), or lets it go on (off): they are dropped as ReasonFenced
+// from the next packet on. A standby's copy of an SA is fenced until it
+// takes over, and an owner cut off from its standby fences its SAs (package
+// ha). It takes the SA's lock; it does nothing to an SA without a lease.
+func (sa *SA) Fence(on bool) {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	if sa.reserved.lease == nil {
+		return
+	}
+	sa.reserved.fenced = on
+	sa.reserved.next = 0 // the next packet looks at the lease
+}
+
+// Resume makes a leased SA continue where another instance of it left
+// off, and lets it carry packets (Fence(false)). Outbound, it sends above
+// bound, under a fresh AEAD IV epoch (two instances' IVs then differ
+// whatever each sent). Inbound, everything up to bound is treated as
+// received. bound is what the other instance reserved (a takeover) or its
+// exact last number (a planned handover); Resume never moves an SA back. It
+// takes the SA's lock.
+func (sa *SA) Resume(bound uint64) error {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	r := &sa.reserved
+	if r.lease == nil {
+		return errors.New("esp: only a leased SA resumes")
+	}
+	if bound > sa.maxSeq {
+		return fmt.Errorf("esp: resume at %d: above the SA's last sequence number", bound)
+	}
+	r.lease.Grant(bound)
+	r.upTo = max(r.upTo, bound)
+	r.asked = max(r.asked, bound)
+	if sa.out {
+		sa.seq = max(sa.seq, bound)
+		if sa.info.AEAD {
+			sa.newEpoch()
+		}
+	} else if bound > sa.window.Highest() {
+		sa.window.ResetSeen(bound)
+	}
+	r.fenced = false
+	r.next = 0
+	return nil
 }
 
 // NeedsRekey reports that the SA crossed a soft lifetime or ran out of

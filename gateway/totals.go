@@ -57,9 +57,9 @@ func DropReasons(dir string) []string {
 var (
 	inReasons = []esp.Reason{esp.ReasonMalformed, esp.ReasonUnsupported, esp.ReasonReplay, esp.ReasonAuthFailed,
 		esp.ReasonBadLength, esp.ReasonBadPadding, esp.ReasonBadInner, esp.ReasonDummy,
-		esp.ReasonSeqReserve, esp.ReasonLifetime, esp.ReasonQueueFull, esp.ReasonCryptoError}
+		esp.ReasonSeqReserve, esp.ReasonFenced, esp.ReasonLifetime, esp.ReasonQueueFull, esp.ReasonCryptoError}
 	outReasons = []esp.Reason{esp.ReasonMalformed, esp.ReasonUnsupported, esp.ReasonSeqExhausted, esp.ReasonNoRoom,
-		esp.ReasonSeqReserve, esp.ReasonLifetime, esp.ReasonQueueFull, esp.ReasonCryptoError}
+		esp.ReasonSeqReserve, esp.ReasonFenced, esp.ReasonLifetime, esp.ReasonQueueFull, esp.ReasonCryptoError}
 )
 
 type totalsKey struct{ tunnel, dir string }

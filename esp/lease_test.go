@@ -1,0 +1,216 @@
+package esp_test
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/cryptodev/soft"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/packet"
+)
+
+// TestLeaseOutbound: a leased outbound SA never seals above what was
+// granted, asks ahead so that a standby answering in time never stops it,
+// is stopped by Fence, and, resumed elsewhere at the granted bound, sends
+// above it under another IV epoch.
+func TestLeaseOutbound(t *testing.T) {
+	h := newHarness(t)
+	eng := soft.New()
+	key, _ := eng.NewKey(cryptodev.AES128GCM16, make([]byte, 20), nil)
+	defer key.Destroy()
+	var asks []uint64
+	lease := esp.NewLease(func(upTo uint64) { asks = append(asks, upTo) }) // granted later, by hand
+	cfg := esp.Config{SPI: 0x1001, Alg: cryptodev.AES128GCM16, Key: key, Src: v4a, Dst: v4b, Lease: lease}
+	out, err := esp.NewOutbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing granted: the first packet asks and is dropped, not held.
+	if _, r := h.seal(out, ipPacket(false, 10)); r != esp.ReasonSeqReserve {
+		t.Fatalf("sealing before any grant: %v, want %v", r, esp.ReasonSeqReserve)
+	}
+	if len(asks) != 1 || asks[0] != esp.SeqReserveBlock {
+		t.Fatalf("asks %v, want one for %d", asks, esp.SeqReserveBlock)
+	}
+	// Another packet does not ask again while the ask is outstanding.
+	h.seal(out, ipPacket(false, 10))
+	if len(asks) != 1 {
+		t.Fatalf("asked again while an ask was outstanding: %v", asks)
+	}
+	lease.Grant(asks[0])
+	var ivs [][8]byte
+	var lastSeq uint32
+	for lastSeq < esp.SeqReserveBlock/2+10 {
+		ct, r := h.seal(out, ipPacket(false, 10))
+		if r != esp.ReasonNone {
+			t.Fatalf("seq %d: %v", lastSeq+1, r)
+		}
+		lastSeq = binary.BigEndian.Uint32(ct[24:])
+		if uint64(lastSeq) > lease.Granted() {
+			t.Fatalf("sealed seq %d above the granted %d", lastSeq, lease.Granted())
+		}
+		if len(ivs) < 4 {
+			ivs = append(ivs, [8]byte(ct[28:36]))
+		}
+	}
+	// Half the block used: it asked for the next one ahead, while it still
+	// had numbers to send.
+	if len(asks) != 2 || asks[1] != 2*esp.SeqReserveBlock {
+		t.Fatalf("asks %v after %d packets, want a second for %d", asks, lastSeq, 2*esp.SeqReserveBlock)
+	}
+	// A fenced SA drops; a copy elsewhere resumes above the grant.
+	out.Fence(true)
+	if _, r := h.seal(out, ipPacket(false, 10)); r != esp.ReasonFenced {
+		t.Fatalf("sealing while fenced: %v, want %v", r, esp.ReasonFenced)
+	}
+	cfg.Lease, cfg.Fenced = esp.NewLease(func(uint64) {}), true
+	standby, err := esp.NewOutbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, r := h.seal(standby, ipPacket(false, 10)); r != esp.ReasonFenced {
+		t.Fatalf("a standby's copy sealed: %v", r)
+	}
+	if err := standby.Resume(lease.Granted()); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Lease.Grant(lease.Granted() + esp.SeqReserveBlock) // as its own standby would
+	ct, r := h.seal(standby, ipPacket(false, 10))
+	if r != esp.ReasonNone {
+		t.Fatalf("after Resume: %v", r)
+	}
+	if seq := binary.BigEndian.Uint32(ct[24:]); uint64(seq) != esp.SeqReserveBlock+1 {
+		t.Fatalf("resumed at seq %d, want %d", seq, esp.SeqReserveBlock+1)
+	}
+	for _, iv := range ivs {
+		if binary.BigEndian.Uint32(iv[:4]) == binary.BigEndian.Uint32(ct[28:32]) {
+			t.Fatalf("resumed SA kept the IV epoch %x", iv[:4])
+		}
+	}
+	if err := standby.Resume(1); err != nil || standby.Seq() != esp.SeqReserveBlock+1 {
+		t.Fatalf("Resume moved the SA back: seq %d, %v", standby.Seq(), err)
+	}
+}
+
+// TestLeaseInbound: a leased inbound SA accepts only up to its grant,
+// asks in steps that grow with the rate, and a copy resumed at the grant
+// refuses every packet the first accepted and takes the ones above it.
+func TestLeaseInbound(t *testing.T) {
+	h := newHarness(t)
+	out, in1 := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, window: 128})
+	var asks []uint64
+	var lease *esp.Lease
+	lease = esp.NewLease(func(upTo uint64) { asks = append(asks, upTo); lease.Grant(upTo) }) // a standby at once
+	cfg := in1.Config()
+	cfg.Lease = lease
+	in, err := esp.NewInbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pkts [][]byte
+	for range 2000 {
+		pkt, r := h.seal(out, ipPacket(false, 10))
+		if r != esp.ReasonNone {
+			t.Fatal(r)
+		}
+		pkts = append(pkts, pkt)
+		if _, r := h.open(in, pkt); r != esp.ReasonNone {
+			t.Fatalf("seq %d: %v", len(pkts), r)
+		}
+		if lease.Granted() < uint64(len(pkts)) {
+			t.Fatalf("accepted seq %d above the grant %d", len(pkts), lease.Granted())
+		}
+	}
+	// 2000 packets in well under a step's time: the step grew, so there
+	// were far fewer asks than the 2000/32 of a fixed minimum step.
+	if len(asks) == 0 || len(asks) >= 2000/(esp.ReplayReserveMin/2) {
+		t.Fatalf("%d asks for 2000 packets: %v", len(asks), asks)
+	}
+	bound := lease.Granted()
+	cfg.Lease, cfg.Fenced = esp.NewLease(func(uint64) {}), true
+	standby, err := esp.NewInbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, r := h.open(standby, pkts[0]); r != esp.ReasonFenced {
+		t.Fatalf("a standby's copy opened a packet: %v", r)
+	}
+	if err := standby.Resume(bound); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Lease.Grant(1 << 40)
+	for i, pkt := range pkts {
+		if _, r := h.open(standby, pkt); r != esp.ReasonReplay {
+			t.Fatalf("packet %d accepted again after the takeover: %v", i+1, r)
+		}
+	}
+	refused := 0
+	for out.Seq() < bound {
+		pkt, _ := h.seal(out, ipPacket(false, 10))
+		if _, r := h.open(standby, pkt); r != esp.ReasonReplay {
+			t.Fatalf("seq %d under the bound %d: %v", out.Seq(), bound, r)
+		}
+		refused++
+	}
+	pkt, _ := h.seal(out, ipPacket(false, 10))
+	if _, r := h.open(standby, pkt); r != esp.ReasonNone {
+		t.Fatalf("seq %d above the bound: %v", out.Seq(), r)
+	}
+	t.Logf("bound %d after 2000 packets: %d of the peer's packets refused after the takeover", bound, refused)
+}
+
+// TestLeaseNoAlloc: a leased SA's steady state, asks and grants
+// included, does not allocate (DESIGN.md decision 10).
+func TestLeaseNoAlloc(t *testing.T) {
+	if raceEnabled {
+		t.Skip("allocation counts are meaningless under the race detector (sync.Pool drops items)")
+	}
+	out0, in0 := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, window: 128})
+	var lo, li *esp.Lease
+	lo = esp.NewLease(func(upTo uint64) { lo.Grant(upTo) })
+	li = esp.NewLease(func(upTo uint64) { li.Grant(upTo) })
+	ocfg, icfg := out0.Config(), in0.Config()
+	ocfg.Lease, icfg.Lease = lo, li
+	out, _ := esp.NewOutbound(ocfg)
+	in, _ := esp.NewInbound(icfg)
+	q1, _ := soft.New().NewQueue()
+	q2, _ := soft.New().NewQueue()
+	plo, pli := esp.NewPipeline(q1), esp.NewPipeline(q2)
+	pool := packet.NewPool(32, 2048, 128)
+	const n = 32
+	bo, bi := esp.NewBatch(n), esp.NewBatch(n)
+	inner := ipPacket(false, 1000)
+	natt := []uint16{esp.NATTPort}
+	bufs := make([]*packet.Buf, n)
+	pool.GetN(bufs)
+	run := func() {
+		bo.Reset(esp.Outbound, n)
+		for i := range n {
+			bufs[i].Write(128, inner)
+			bo.Bufs[i], bo.SAs[i] = bufs[i], out
+		}
+		plo.Run(bo)
+		bi.Reset(esp.Inbound, n)
+		for i := range n {
+			bi.Bufs[i] = bufs[i]
+			esp.Parse(bufs[i].Bytes(), natt, &bi.Parsed[i])
+			bi.SAs[i] = in
+		}
+		pli.Run(bi)
+	}
+	run()
+	allocs := testing.AllocsPerRun(200, run)
+	for i := range n {
+		if bi.Reasons[i] != esp.ReasonNone || !bytes.Equal(bufs[i].Bytes(), inner) {
+			t.Fatalf("packet %d did not round-trip: %v", i, bi.Reasons[i])
+		}
+	}
+	if allocs != 0 {
+		t.Errorf("%v allocations per batch of %d, want 0", allocs, n)
+	}
+	if li.Granted() <= uint64(n) {
+		t.Fatalf("inbound lease never asked (granted %d)", li.Granted())
+	}
+}
