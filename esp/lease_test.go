@@ -3,6 +3,7 @@ package esp_test
 import (
 	"bytes"
 	"encoding/binary"
+	"fmt"
 	"testing"
 
 	"github.com/sluicegw/sluice/cryptodev"
@@ -212,5 +213,41 @@ func TestLeaseNoAlloc(t *testing.T) {
 	}
 	if li.Granted() <= uint64(n) {
 		t.Fatalf("inbound lease never asked (granted %d)", li.Granted())
+	}
+}
+
+// TestLeaseDurable: with SeqReserve beside a lease, a number is used only
+// once both cover it: the member's own record too.
+func TestLeaseDurable(t *testing.T) {
+	h := newHarness(t)
+	eng := soft.New()
+	key, _ := eng.NewKey(cryptodev.AES128GCM16, make([]byte, 20), nil)
+	defer key.Destroy()
+	var lease *esp.Lease
+	lease = esp.NewLease(func(upTo uint64) { lease.Grant(upTo) })
+	var recorded uint64
+	fail := true
+	out, err := esp.NewOutbound(esp.Config{SPI: 0x1001, Alg: cryptodev.AES128GCM16, Key: key, Src: v4a, Dst: v4b, Lease: lease,
+		SeqReserve: func(upTo uint64) error {
+			if fail {
+				return fmt.Errorf("disk full")
+			}
+			recorded = upTo
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, r := h.seal(out, ipPacket(false, 10)); r != esp.ReasonSeqReserve || lease.Granted() == 0 {
+		t.Fatalf("granted %d but not recorded: %v, want %v", lease.Granted(), r, esp.ReasonSeqReserve)
+	}
+	fail = false
+	for range 3 {
+		if _, r := h.seal(out, ipPacket(false, 10)); r != esp.ReasonNone {
+			t.Fatal(r)
+		}
+	}
+	if recorded != esp.SeqReserveBlock || out.Seq() != 3 {
+		t.Fatalf("recorded %d after 3 packets", recorded)
 	}
 }

@@ -93,6 +93,10 @@ type reservation struct {
 	next     uint64
 	asked    uint64 // leased: the highest bound asked for
 	fenced   bool   // leased: nothing is covered (SA.Fence)
+	// durable, on a leased reservation, is a recorded one beside it
+	// (Config.SeqReserve with Config.Lease): a number must be covered by
+	// both, so that a member restarted alone starts above what it used.
+	durable *reservation
 	step     uint64
 	min, max uint64    // bounds of the step; equal for a fixed step
 	at       time.Time // when upTo was last recorded, or the last ask
@@ -108,11 +112,15 @@ func newReservation(record func(uint64) error, start, min, max uint64) reservati
 // newLeased makes a reservation granted by l, starting at start. An
 // inbound one's step adapts to LeaseStep of traffic; an outbound one's is
 // fixed (numbers skipped at a takeover cost nothing).
-func newLeased(l *Lease, start uint64, out, fenced bool) reservation {
+func newLeased(l *Lease, record func(uint64) error, start uint64, out, fenced bool) reservation {
 	r := reservation{lease: l, upTo: start, asked: start, fenced: fenced, step: SeqReserveBlock,
 		min: SeqReserveBlock, max: SeqReserveBlock}
 	if !out {
 		r.step, r.min = ReplayReserveMin, ReplayReserveMin
+	}
+	if record != nil {
+		d := newReservation(record, start, r.min, r.max)
+		r.durable = &d
 	}
 	l.Grant(start)
 	return r
@@ -191,7 +199,17 @@ func (r *reservation) coverLeased(seq, limit uint64) bool {
 	default:
 		r.next = seq
 	}
-	return seq <= r.upTo
+	if seq > r.upTo {
+		return false
+	}
+	if d := r.durable; d != nil {
+		if seq > d.upTo && !d.cover(seq, limit) {
+			r.next = seq - 1
+			return false
+		}
+		r.next = min(r.next, d.next)
+	}
+	return true
 }
 
 // refusal is the reason a packet cover refused is dropped for.

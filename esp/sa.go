@@ -144,9 +144,10 @@ type Config struct {
 	// so no packet is accepted twice across restarts of the receiver. An
 	// error drops the packet (ReasonSeqReserve) without moving the window.
 	SeqReserve func(upTo uint64) error
-	// Lease, if set, takes SeqReserve's place: the bounds are granted
-	// asynchronously by a hot standby that records them (see Lease), and
-	// Seq is where the SA starts. Inbound it needs anti-replay
+	// Lease, if set, grants the bounds asynchronously, from a hot standby
+	// that records them (see Lease); Seq is where the SA starts. With
+	// SeqReserve too, a number must be covered by both (a member that
+	// restarts alone then starts above what it used itself). Inbound it needs anti-replay
 	// (ReplayWindow > 0). Fenced makes the SA start fenced (SA.Fence): a
 	// standby's copy, which carries nothing until it takes over (Resume).
 	Lease  *Lease
@@ -222,7 +223,7 @@ func newSA(cfg Config, out bool) (*SA, error) {
 		if !out && cfg.ReplayWindow == 0 {
 			return nil, errors.New("esp: a leased inbound SA needs anti-replay (a replay window)")
 		}
-		sa.reserved = newLeased(cfg.Lease, cfg.Seq, out, cfg.Fenced)
+		sa.reserved = newLeased(cfg.Lease, cfg.SeqReserve, cfg.Seq, out, cfg.Fenced)
 	case out:
 		sa.reserved = newReservation(cfg.SeqReserve, cfg.Seq, SeqReserveBlock, SeqReserveBlock)
 	case cfg.ReplayWindow > 0:
