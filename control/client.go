@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/ha"
 )
 
 // MaxResponse bounds a response line the client accepts.
@@ -211,6 +212,19 @@ func (c *Client) InitiateIKE(ctx context.Context, name string) error {
 // TerminateIKE is ike.terminate.
 func (c *Client) TerminateIKE(ctx context.Context, name string) error {
 	return c.Call(ctx, OpIKETerm, IKEArgs{Name: name}, nil)
+}
+
+// HAStatus is ha.status: the hot-standby pair's status.
+func (c *Client) HAStatus(ctx context.Context) (ha.Status, error) {
+	var r ha.Status
+	return r, c.Call(ctx, OpHAStatus, nil, &r)
+}
+
+// HAHandover is ha.handover: group ("" for all) goes to the standby; it
+// returns the status after.
+func (c *Client) HAHandover(ctx context.Context, group string) (ha.Status, error) {
+	var r ha.Status
+	return r, c.Call(ctx, OpHAHandover, HAArgs{Group: group}, &r)
 }
 
 // DelSA removes the inbound SA with the given SPI.

@@ -41,6 +41,7 @@ import (
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/ha"
 )
 
 // DefaultSocket is where the control socket is unless configured otherwise.
@@ -58,10 +59,12 @@ const (
 	OpIKEList    = "ike.list"
 	OpIKEInit    = "ike.initiate"
 	OpIKETerm    = "ike.terminate"
+	OpHAStatus   = "ha.status"
+	OpHAHandover = "ha.handover"
 )
 
 // Ops lists every operation, in documentation order.
-var Ops = []string{OpSAList, OpSAAdd, OpSADel, OpTunnelList, OpPolicyList, OpStats, OpReload, OpIKEList, OpIKEInit, OpIKETerm}
+var Ops = []string{OpSAList, OpSAAdd, OpSADel, OpTunnelList, OpPolicyList, OpStats, OpReload, OpIKEList, OpIKEInit, OpIKETerm, OpHAStatus, OpHAHandover}
 
 // Request is one line a client sends.
 type Request struct {
@@ -120,6 +123,24 @@ type IKEArgs struct {
 // deleted.
 type IKEResult struct {
 	Name string `json:"name"`
+}
+
+// HAArgs are ha.handover's: the group to hand to the standby, "" for
+// every group this member owns.
+type HAArgs struct {
+	Group string `json:"group,omitempty"`
+}
+
+// HATimeout bounds ha.handover.
+const HATimeout = 30 * time.Second
+
+// HABackend is what a Backend that is a member of a hot-standby pair adds
+// (package ha): its status, and planned handovers.
+type HABackend interface {
+	// HAStatus returns the pair's status, or false without [ha].
+	HAStatus() (ha.Status, bool)
+	// HAHandover hands group ("" for all it owns) to the standby.
+	HAHandover(ctx context.Context, group string) error
 }
 
 // IKETimeout bounds ike.initiate and ike.terminate: an answer comes

@@ -9,6 +9,7 @@ import (
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/ha"
 )
 
 // GatewayBackend serves a running *gateway.Gateway to the control socket
@@ -64,6 +65,14 @@ func (b *GatewayBackend) InitiateIKE(ctx context.Context, name string) error {
 // TerminateIKE deletes a connection's SAs (gateway.Gateway.TerminateIKE).
 func (b *GatewayBackend) TerminateIKE(ctx context.Context, name string) error {
 	return b.g.TerminateIKE(ctx, name)
+}
+
+// HAStatus is gateway.Gateway.HAStatus.
+func (b *GatewayBackend) HAStatus() (ha.Status, bool) { return b.g.HAStatus() }
+
+// HAHandover is gateway.Gateway.HAHandover.
+func (b *GatewayBackend) HAHandover(ctx context.Context, group string) error {
+	return b.g.HAHandover(ctx, group)
 }
 
 // DelSA removes an inbound SA (gateway.Gateway.DelSA).

@@ -32,6 +32,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/ha"
 	"github.com/sluicegw/sluice/ike"
 )
 
@@ -317,7 +318,7 @@ func (s *Server) handle(line []byte) (resp Response) {
 func (s *Server) dispatch(req Request) (any, error) {
 	log := s.opt.Log
 	switch req.Op {
-	case OpSAList, OpTunnelList, OpPolicyList, OpStats, OpReload, OpIKEList:
+	case OpSAList, OpTunnelList, OpPolicyList, OpStats, OpReload, OpIKEList, OpHAStatus:
 		if err := decodeArgs(req, &struct{}{}); err != nil {
 			return nil, err
 		}
@@ -397,6 +398,30 @@ func (s *Server) dispatch(req Request) (any, error) {
 		}
 		log.Info("control: "+req.Op, "connection", a.Name)
 		return IKEResult{Name: a.Name}, nil
+	case OpHAStatus, OpHAHandover:
+		hb, ok := s.b.(HABackend)
+		var st ha.Status
+		if ok {
+			st, ok = hb.HAStatus()
+		}
+		if !ok {
+			return nil, fmt.Errorf("control: %s: this gateway has no [ha] section", req.Op)
+		}
+		if req.Op == OpHAStatus {
+			return st, nil
+		}
+		var a HAArgs
+		if err := decodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), HATimeout)
+		defer cancel()
+		if err := hb.HAHandover(ctx, a.Group); err != nil {
+			return nil, err
+		}
+		log.Info("control: ha.handover", "group", a.Group)
+		st, _ = hb.HAStatus()
+		return st, nil
 	}
 	return nil, fmt.Errorf("control: unknown op %q (valid: %s)", req.Op, strings.Join(Ops, ", "))
 }

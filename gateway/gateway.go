@@ -64,6 +64,7 @@ type Gateway struct {
 	// included (totals.go).
 	totals tunnelTotals
 	ike    ikeState // the IKE connections (ike.go)
+	ha     haState  // the hot-standby pair, with [ha] (ha.go)
 
 	// Fixed for the process (a change needs a restart), so read without
 	// mu: data-plane workers, the default engine, the state directory.
@@ -167,7 +168,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	var netLinks []dataplane.Link
 	if cfg.UDP != nil {
 		ls, err := udp.OpenN(cfg.UDP.Listen, workers, udp.Options{GSO: cfg.UDP.GSO, GRO: cfg.UDP.GRO, SocketBuffer: 4 << 20,
-			Control: g.ikeControlHook})
+			Control: g.ikeControlHook, FreeBind: cfg.HAGroupOf(cfg.UDP.Listen.Addr()) != ""})
 		if err != nil {
 			return nil, fmt.Errorf("gateway: udp %v: %w", cfg.UDP.Listen, err)
 		}
@@ -205,6 +206,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 			}
 		}
 	}
+	g.initHA(cfg)
 	slot := packet.UDPHeader + mtu + esp.MaxHeadroom + esp.MaxTailroom + 64
 	slot = max(slot, 2048)
 	g.pool = packet.NewPool(4096*max(1, workers/2), slot, esp.MaxHeadroom+32)
@@ -268,6 +270,14 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 	}
 	ctx, g.cancel = context.WithCancel(ctx)
 	dp.Start(ctx)
+	if err := g.startHA(cfg); err != nil {
+		g.cancel()
+		dp.Close()
+		g.closeTLS()
+		g.closeIKE()
+		g.store.Close()
+		return nil, err
+	}
 	g.kickIKE()
 	log.Info("gateway up", "tunnels", len(cfg.Tunnels), "workers", workers, "engine", cfg.Engine, "tun", cfg.TUN.Name, "mtu", mtu)
 	return g, nil
@@ -352,6 +362,14 @@ func (g *Gateway) openRuntime(engine string, sa *config.SA, name string, dir esp
 	if err != nil {
 		return nil, err
 	}
+	var hs *haSA
+	local, peer := sa.Src, sa.Dst
+	if dir == esp.Inbound {
+		local, peer = peer, local
+	}
+	if grp := g.ha.groupOf(local); grp != nil {
+		hs = g.leaseFor(&cfg, grp, haKey(dir, sa.SPI, peer))
+	}
 	var health *sad.StateHealth
 	var file *stateFile
 	if durable {
@@ -371,6 +389,16 @@ func (g *Gateway) openRuntime(engine string, sa *config.SA, name string, dir esp
 	rt.SetUser(s)
 	if file != nil {
 		s.Retired = func() { file.retire(rt.Seq(), g.log) }
+	}
+	if hs != nil {
+		g.ha.track(rt, hs)
+		retired := s.Retired
+		s.Retired = func() {
+			if retired != nil {
+				retired()
+			}
+			g.ha.untrack(rt)
+		}
 	}
 	g.totals.register(s, dir)
 	return s, nil
@@ -466,7 +494,9 @@ func (g *Gateway) Close() error {
 		return nil
 	}
 	g.closed = true
-	// TLS first: its listeners may use the data plane's engines.
+	// The pair first: no takeover or release runs after it.
+	g.closeHA()
+	// TLS next: its listeners may use the data plane's engines.
 	errs := []error{g.closeTLS()}
 	g.closeIKE()
 	if g.dp != nil {

@@ -263,7 +263,9 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 	port := cfg.IKE.Port
 	var conns []*net.UDPConn
 	for _, a := range order {
-		uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, port)))
+		// A virtual address of a group is bound while another member
+		// holds it (IP_FREEBIND): its packets arrive once it moves here.
+		uc, err := listenUDP(netip.AddrPortFrom(a, port), g.ha.groupOf(a) != nil)
 		if err != nil {
 			for _, c := range conns {
 				c.Close()
@@ -290,6 +292,9 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		Log:       g.Logger("ike"),
 	}
 	setIKELifetimes(&ecfg, g)
+	if g.ha.cfg != nil {
+		ecfg.OnSnapshot = g.onIKESnapshot // a group's IKE SAs go to the standby (ha.go)
+	}
 	ep, err := ike.NewEndpoint(ecfg, ikeTransport{s: s, p500: p500})
 	if err != nil {
 		p500.Close()
@@ -499,7 +504,7 @@ func readCerts(file string) ([]*x509.Certificate, error) {
 // which makes the IKE SA first if there is none). s.mu must be held.
 func (g *Gateway) initiateLocked(ch *ikeChild, then ...*ikeChild) {
 	s := &g.ike
-	if s.closed || s.ep == nil || !ch.conn.Remote.IsValid() {
+	if s.closed || s.ep == nil || !ch.conn.Remote.IsValid() || !g.haOwnsLocal(ch.conn.Local) {
 		return
 	}
 	var todo []*ikeChild

@@ -23,6 +23,7 @@ import (
 	"maps"
 	"net"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"syscall"
@@ -369,6 +370,9 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 	}
 	if a.LogFormat != b.LogFormat {
 		what = append(what, "gateway.log_format")
+	}
+	if !reflect.DeepEqual(a.HA, b.HA) {
+		what = append(what, "[ha]") // the pair's channel and groups live for the process
 	}
 	if (len(a.Policies) == 0) != (len(b.Policies) == 0) {
 		what = append(what, "route-based/policy-based mode")

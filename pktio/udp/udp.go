@@ -85,6 +85,10 @@ type Options struct {
 	// SocketBuffer, if > 0, sets SO_RCVBUF and SO_SNDBUF (forcing past
 	// the sysctl limits when allowed).
 	SocketBuffer int
+	// FreeBind binds the address while it is not (yet) one of the host's
+	// (IP_FREEBIND): a hot standby's virtual address, which arrives at a
+	// takeover.
+	FreeBind bool
 }
 
 // Conn is one UDP socket as a pktio.Link.
@@ -142,7 +146,8 @@ func OpenN(laddr netip.AddrPort, n int, opts Options) ([]pktio.Link, error) {
 		return nil, fmt.Errorf("udp: OpenN needs at least one socket, got %d", n)
 	}
 	network, addr := listenAddr(laddr)
-	probe, err := net.ListenPacket(network, netip.AddrPortFrom(addr, laddr.Port()).String())
+	plc := net.ListenConfig{Control: freeBind(addr, opts.FreeBind)}
+	probe, err := plc.ListenPacket(context.Background(), network, netip.AddrPortFrom(addr, laddr.Port()).String())
 	if err != nil {
 		return nil, fmt.Errorf("udp: %w", err)
 	}
@@ -221,12 +226,17 @@ func listenAddr(laddr netip.AddrPort) (network string, addr netip.Addr) {
 func open(laddr netip.AddrPort, opts Options, reuseport bool) (*Conn, error) {
 	network, addr := listenAddr(laddr)
 	lc := net.ListenConfig{Control: func(_, _ string, rc syscall.RawConn) error {
-		if !reuseport {
+		if !reuseport && !opts.FreeBind {
 			return nil
 		}
 		var serr error
 		if err := rc.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			if reuseport {
+				serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
+			}
+			if opts.FreeBind && serr == nil {
+				serr = SetFreeBind(int(fd), addr)
+			}
 		}); err != nil {
 			return err
 		}
@@ -386,4 +396,27 @@ func (c *Conn) SendDatagram(p []byte, src netip.Addr, dst netip.AddrPort) error 
 		return fmt.Errorf("udp: sendmsg to %v: %w", dst, serr)
 	}
 	return nil
+}
+
+// SetFreeBind lets socket fd bind addr while it is not an address of the
+// host (IP_FREEBIND, IPV6_FREEBIND).
+func SetFreeBind(fd int, addr netip.Addr) error {
+	if addr.Is4() || addr.Is4In6() {
+		return unix.SetsockoptInt(fd, unix.SOL_IP, unix.IP_FREEBIND, 1)
+	}
+	return unix.SetsockoptInt(fd, unix.SOL_IPV6, unix.IPV6_FREEBIND, 1)
+}
+
+// freeBind is a net.ListenConfig Control that sets SetFreeBind if on.
+func freeBind(addr netip.Addr, on bool) func(string, string, syscall.RawConn) error {
+	if !on {
+		return nil
+	}
+	return func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) { serr = SetFreeBind(int(fd), addr) }); err != nil {
+			return err
+		}
+		return serr
+	}
 }

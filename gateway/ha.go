@@ -1,0 +1,566 @@
+package gateway
+
+// ha.go is the gateway's side of a hot-standby pair ([ha], package ha).
+//
+// Each [[ha.group]] has one owner at a time. Its tunnels and IKE
+// connections (those whose local address is one of the group's virtual
+// addresses) are installed on both members, but their SAs are leased
+// (esp.Lease): on the standby they are fenced and carry nothing; on the
+// owner every sequence-number bound they go past was first recorded by
+// the standby (ha.Member.Reserve), asked for half a step ahead so that the
+// data path does not wait. IKE SAs of the group are replicated as
+// snapshots (ike.Config.OnSnapshot) before any of their messages leave.
+//
+// A takeover (Acquire, not planned) resumes the group's SAs above the
+// replicated bounds under fresh AEAD IV epochs (esp.SA.Resume), adopts the
+// IKE SAs with their SPIs and message IDs (ike.Endpoint.Adopt, whose Child
+// SAs come back through onChildSA and start at their bounds), then moves
+// the virtual addresses here and announces them (ha/vip), and runs the
+// hook. A planned handover (Release on one member, Acquire planned on the
+// other) does the same with exact sequence state.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/ha"
+	"github.com/sluicegw/sluice/ha/vip"
+	"github.com/sluicegw/sluice/ike"
+	"github.com/sluicegw/sluice/pktio/udp"
+)
+
+// haState is the gateway's HA state; all of it is nil or empty without
+// [ha].
+type haState struct {
+	m   *ha.Member
+	cfg *config.HA
+
+	mu     sync.Mutex
+	groups map[string]*haGroup     // by name
+	byAddr map[netip.Addr]*haGroup // by virtual address
+	sas    map[*esp.SA]*haSA       // the leased SAs, live
+	wg     sync.WaitGroup          // announcements and hooks in flight
+	stop   chan struct{}
+}
+
+// haGroup is one [[ha.group]] and this member's role in it.
+type haGroup struct {
+	cfg    config.HAGroup
+	owned  bool
+	fenced bool
+	// pending are the bounds of the last Acquire, for the SAs that come
+	// after it (Child SAs of adopted IKE SAs).
+	pending map[ha.Key]uint64
+}
+
+// haSA is a leased SA: its group and its key in the replicated state.
+type haSA struct {
+	group *haGroup
+	key   ha.Key
+	lease *esp.Lease
+}
+
+// haKey names an SA in the replicated state: its direction, SPI and the
+// peer's outer address (outbound SPIs are the peers' choice, so two peers
+// may pick the same one).
+func haKey(dir esp.Direction, spi uint32, peer netip.Addr) ha.Key {
+	d := "out"
+	if dir == esp.Inbound {
+		d = "in"
+	}
+	return ha.Key(fmt.Sprintf("%s/%08x/%s", d, spi, peer.Unmap()))
+}
+
+// haIKEKey names an IKE SA in the replicated state.
+func haIKEKey(spii, spir uint64) string { return fmt.Sprintf("%016x%016x", spii, spir) }
+
+// groupOf returns the group whose virtual address is local, or nil.
+func (s *haState) groupOf(local netip.Addr) *haGroup {
+	if s.byAddr == nil {
+		return nil
+	}
+	return s.byAddr[local.Unmap()]
+}
+
+// initHA reads [ha] before anything is installed, so that the group SAs
+// are leased from the first.
+func (g *Gateway) initHA(cfg *config.Gateway) {
+	if cfg.HA == nil {
+		return
+	}
+	s := &g.ha
+	s.cfg = cfg.HA
+	s.groups, s.byAddr, s.sas = map[string]*haGroup{}, map[netip.Addr]*haGroup{}, map[*esp.SA]*haSA{}
+	s.stop = make(chan struct{})
+	for _, gc := range cfg.HA.Groups {
+		grp := &haGroup{cfg: gc}
+		s.groups[gc.Name] = grp
+		for _, a := range gc.Addresses {
+			s.byAddr[a.Prefix.Addr().Unmap()] = grp
+		}
+	}
+}
+
+// startHA starts the member, once the SAD, the data plane and IKE are up:
+// from here on it may call Acquire.
+func (g *Gateway) startHA(cfg *config.Gateway) error {
+	c := cfg.HA
+	if c == nil {
+		return nil
+	}
+	tlsCfg, err := ha.TLSConfig(c.Cert, c.Key, c.CA, c.PeerName)
+	if err != nil {
+		return fmt.Errorf("%s: ha: %w", cfg.FieldPos("ha.cert"), err)
+	}
+	mc := ha.Config{Name: c.Name, PeerName: c.PeerName, Listen: c.Listen, Peer: c.Peer, TLS: tlsCfg,
+		Interval: c.Interval, Misses: c.Misses, Witness: c.Witness, Preempt: c.Preempt, Logger: g.Logger("ha")}
+	for _, gc := range c.Groups {
+		mc.Groups = append(mc.Groups, ha.Group{Name: gc.Name, Preference: gc.Preference})
+	}
+	m, err := ha.Start(mc, haHandler{g})
+	if err != nil {
+		return fmt.Errorf("%s: ha: %w", cfg.FieldPos("ha.listen"), err)
+	}
+	g.ha.mu.Lock()
+	g.ha.m = m
+	g.ha.mu.Unlock()
+	return nil
+}
+
+// closeHA stops the member (no callback runs after it) and gives up the
+// virtual addresses this member holds, so that a restart on this box
+// does not answer for them before it owns them again.
+func (g *Gateway) closeHA() {
+	s := &g.ha
+	if s.cfg == nil {
+		return
+	}
+	s.mu.Lock()
+	m := s.m
+	s.mu.Unlock()
+	if m != nil {
+		m.Close()
+	}
+	close(s.stop)
+	s.wg.Wait()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, grp := range s.groups {
+		if grp.owned {
+			for _, a := range grp.cfg.Addresses {
+				vip.Remove(a)
+			}
+		}
+	}
+}
+
+// leaseFor leases cfg, an SA of a group, in the replicated state under
+// key: fenced unless this member owns the group, starting at the bound an
+// Acquire left for it. The returned haSA is tracked once the SA exists.
+func (g *Gateway) leaseFor(cfg *esp.Config, grp *haGroup, key ha.Key) *haSA {
+	s := &g.ha
+	hs := &haSA{group: grp, key: key}
+	group := grp.cfg.Name
+	var grant func(uint64)
+	hs.lease = esp.NewLease(func(upTo uint64) {
+		s.mu.Lock()
+		m := s.m
+		s.mu.Unlock()
+		if m == nil { // before the member started: nothing to ask yet
+			return
+		}
+		m.Reserve(group, key, upTo, grant)
+	})
+	grant = hs.lease.Grant
+	s.mu.Lock()
+	cfg.Fenced = !grp.owned || grp.fenced
+	if b, ok := grp.pending[key]; ok && b > cfg.Seq {
+		cfg.Seq = b
+	}
+	s.mu.Unlock()
+	cfg.Lease = hs.lease
+	return hs
+}
+
+// track records a leased SA; untrack forgets it when it ends.
+func (s *haState) track(rt *esp.SA, hs *haSA) {
+	s.mu.Lock()
+	s.sas[rt] = hs
+	s.mu.Unlock()
+}
+
+func (s *haState) untrack(rt *esp.SA) {
+	s.mu.Lock()
+	hs := s.sas[rt]
+	delete(s.sas, rt)
+	m := s.m
+	s.mu.Unlock()
+	if hs != nil && m != nil && hs.group.owned {
+		m.Forget(hs.group.cfg.Name, hs.key)
+	}
+}
+
+// groupSAs returns the live SAs of group.
+func (s *haState) groupSAsLocked(grp *haGroup) map[*esp.SA]*haSA {
+	out := map[*esp.SA]*haSA{}
+	for rt, hs := range s.sas {
+		if hs.group == grp {
+			out[rt] = hs
+		}
+	}
+	return out
+}
+
+// haOwnsLocal reports whether this member may negotiate and carry traffic
+// from local: it is no group's, or this member owns its group.
+func (g *Gateway) haOwnsLocal(local netip.Addr) bool {
+	s := &g.ha
+	grp := s.groupOf(local)
+	if grp == nil {
+		return true
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return grp.owned && !grp.fenced
+}
+
+// haHandler is the gateway as the member's ha.Handler.
+type haHandler struct{ g *Gateway }
+
+// Acquire makes this member the group's owner with st.
+func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
+	g := h.g
+	s := &g.ha
+	start := time.Now()
+	s.mu.Lock()
+	grp := s.groups[group]
+	if grp == nil {
+		s.mu.Unlock()
+		return fmt.Errorf("gateway: ha: no group %q here", group)
+	}
+	var bounds map[ha.Key]uint64
+	var snaps map[string][]byte
+	if st != nil {
+		bounds, snaps = st.Bounds, st.IKE
+	}
+	grp.owned, grp.fenced, grp.pending = true, false, bounds
+	sas := s.groupSAsLocked(grp)
+	s.mu.Unlock()
+
+	// The SAs installed here (static tunnels) go on above the bounds.
+	var errs []error
+	for rt, hs := range sas {
+		if err := rt.Resume(bounds[hs.key]); err != nil {
+			errs = append(errs, fmt.Errorf("SA %s: %w", hs.key, err))
+		}
+	}
+	// The IKE SAs, with their Child SAs (onChildSA installs them, leased
+	// at their bounds through pending).
+	adopted := 0
+	if ep := g.ikeEndpoint(); ep != nil {
+		keys := make([]string, 0, len(snaps))
+		for k := range snaps {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		for _, k := range keys {
+			if err := ep.Adopt(snaps[k]); err != nil {
+				errs = append(errs, fmt.Errorf("IKE SA %s: %w", k, err))
+				continue
+			}
+			adopted++
+		}
+	}
+	installed := time.Since(start)
+	// Then the traffic comes here.
+	for _, a := range grp.cfg.Addresses {
+		if err := vip.Add(a); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	g.announce(grp)
+	event := "acquire"
+	g.runHook(event, group)
+	kind := "takeover"
+	if planned {
+		kind = "handover"
+	}
+	g.Logger("ha").Info("group acquired", "group", group, "how", kind, "sas", len(sas), "ike_sas", adopted,
+		"install", installed.Round(time.Microsecond), "total", time.Since(start).Round(time.Microsecond))
+	// Connections of the group with no IKE SA to adopt negotiate now
+	// (start_action = start), as a lone gateway would at start.
+	g.kickGroup(grp)
+	return errors.Join(errs...)
+}
+
+// Release stops carrying group here and returns its exact state: the SAs
+// fenced and their last numbers, the IKE SAs' snapshots (dropped here
+// without a word to the peer), the virtual addresses removed.
+func (h haHandler) Release(group string) *ha.State {
+	g := h.g
+	s := &g.ha
+	s.mu.Lock()
+	grp := s.groups[group]
+	if grp == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	grp.owned, grp.pending = false, nil
+	sas := s.groupSAsLocked(grp)
+	s.mu.Unlock()
+	st := &ha.State{Bounds: map[ha.Key]uint64{}, IKE: map[string][]byte{}}
+	for rt, hs := range sas {
+		rt.Fence(true)
+		st.Bounds[hs.key] = rt.Seq()
+	}
+	if ep := g.ikeEndpoint(); ep != nil {
+		for _, sn := range ep.Snapshots() {
+			if g.ha.groupOf(sn.Local.Addr()) == grp {
+				st.IKE[haIKEKey(sn.SPIi, sn.SPIr)] = sn.Data
+				ep.Release(sn.SPIi, sn.SPIr)
+			}
+		}
+	}
+	g.dropGroupChildren(grp)
+	for _, a := range grp.cfg.Addresses {
+		if err := vip.Remove(a); err != nil {
+			g.Logger("ha").Warn("virtual address not removed", "group", group, "address", a.String(), "err", err)
+		}
+	}
+	g.runHook("release", group)
+	g.Logger("ha").Info("group released", "group", group, "sas", len(st.Bounds), "ike_sas", len(st.IKE))
+	return st
+}
+
+// Fence stops (or lets go on) the group's SAs while this member, its
+// owner, is cut off from its standby and the witness.
+func (h haHandler) Fence(group string, fenced bool) {
+	g := h.g
+	s := &g.ha
+	s.mu.Lock()
+	grp := s.groups[group]
+	if grp == nil || grp.fenced == fenced {
+		s.mu.Unlock()
+		return
+	}
+	grp.fenced = fenced
+	sas := s.groupSAsLocked(grp)
+	owned := grp.owned
+	s.mu.Unlock()
+	for rt := range sas {
+		rt.Fence(fenced || !owned)
+	}
+	event := "unfence"
+	if fenced {
+		event = "fence"
+	}
+	g.runHook(event, group)
+	g.Logger("ha").Warn("group "+event+"d", "group", group)
+}
+
+// Snapshot is the group's whole state for a standby that just joined:
+// each SA's granted bound and each IKE SA.
+func (h haHandler) Snapshot(group string) *ha.State {
+	g := h.g
+	s := &g.ha
+	s.mu.Lock()
+	grp := s.groups[group]
+	if grp == nil {
+		s.mu.Unlock()
+		return nil
+	}
+	st := &ha.State{Bounds: map[ha.Key]uint64{}, IKE: map[string][]byte{}}
+	for _, hs := range s.groupSAsLocked(grp) {
+		st.Bounds[hs.key] = hs.lease.Granted()
+	}
+	s.mu.Unlock()
+	if ep := g.ikeEndpoint(); ep != nil {
+		for _, sn := range ep.Snapshots() {
+			if g.ha.groupOf(sn.Local.Addr()) == grp {
+				st.IKE[haIKEKey(sn.SPIi, sn.SPIr)] = sn.Data
+			}
+		}
+	}
+	return st
+}
+
+// onIKESnapshot is ike.Config.OnSnapshot: an IKE SA of a group this
+// member owns goes to the standby. It runs with the endpoint's lock held
+// and only enqueues.
+func (g *Gateway) onIKESnapshot(sn ike.Snapshot, gone bool) {
+	s := &g.ha
+	grp := s.groupOf(sn.Local.Addr())
+	if grp == nil {
+		return
+	}
+	s.mu.Lock()
+	m, owned := s.m, grp.owned
+	s.mu.Unlock()
+	if m == nil || !owned {
+		return
+	}
+	data := sn.Data
+	if gone {
+		data = nil
+	}
+	m.IKEState(grp.cfg.Name, haIKEKey(sn.SPIi, sn.SPIr), data)
+}
+
+// announce tells the neighbours where the group's addresses are now: at
+// once, and again twice in the next half second for a lost announcement.
+func (g *Gateway) announce(grp *haGroup) {
+	send := func() {
+		for _, a := range grp.cfg.Addresses {
+			if err := vip.Announce(a); err != nil {
+				g.Logger("ha").Warn("virtual address not announced", "group", grp.cfg.Name, "address", a.String(), "err", err)
+			}
+		}
+	}
+	send()
+	s := &g.ha
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		for _, d := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond} {
+			select {
+			case <-s.stop:
+				return
+			case <-time.After(d):
+			}
+			s.mu.Lock()
+			owned := grp.owned
+			s.mu.Unlock()
+			if !owned {
+				return
+			}
+			send()
+		}
+	}()
+}
+
+// runHook runs [ha] hook for event, in the background: a slow hook never
+// delays the traffic.
+func (g *Gateway) runHook(event, group string) {
+	s := &g.ha
+	if s.cfg == nil || s.cfg.Hook == "" {
+		return
+	}
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		ctx, cancel := context.WithCancel(context.Background())
+		defer cancel()
+		go func() {
+			select {
+			case <-s.stop:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+		env := []string{"SLUICE_HA_MEMBER=" + s.cfg.Name}
+		if err := vip.RunHook(ctx, s.cfg.Hook, event, group, env, s.cfg.HookTimeout); err != nil {
+			g.Logger("ha").Warn("ha hook failed", "event", event, "group", group, "err", err)
+		}
+	}()
+}
+
+// HAStatus returns the pair's status, or false without [ha].
+func (g *Gateway) HAStatus() (ha.Status, bool) {
+	s := &g.ha
+	s.mu.Lock()
+	m := s.m
+	s.mu.Unlock()
+	if m == nil {
+		return ha.Status{}, false
+	}
+	return m.Status(), true
+}
+
+// HAHandover hands group ("" for every group this member owns) to the
+// standby, with exact state.
+func (g *Gateway) HAHandover(ctx context.Context, group string) error {
+	s := &g.ha
+	s.mu.Lock()
+	m := s.m
+	s.mu.Unlock()
+	if m == nil {
+		return errors.New("gateway: this gateway has no [ha] section")
+	}
+	return m.Handover(ctx, group)
+}
+
+// HAStandbyUp reports whether a standby is connected and in sync for
+// some group this member owns: what a handover at shutdown needs.
+func (g *Gateway) HAStandbyUp() bool {
+	st, ok := g.HAStatus()
+	if !ok {
+		return false
+	}
+	return st.StandbyInSync()
+}
+
+// dropGroupChildren takes out the tunnels of the group's IKE children
+// after their IKE SAs were released: the new owner installs them.
+func (g *Gateway) dropGroupChildren(grp *haGroup) {
+	s := &g.ike
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for name, ch := range s.children {
+		if g.ha.groupOf(ch.conn.Local) != grp {
+			continue
+		}
+		ch.dropHeld()
+		ch.cur = nil
+		ch.draining = nil
+		g.store.RemoveTunnel(name)
+	}
+}
+
+// kickGroup initiates the group's children with start_action = start
+// that have no Child SA (a takeover with nothing to adopt, or a member
+// alone at start).
+func (g *Gateway) kickGroup(grp *haGroup) {
+	s := &g.ike
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	g.initiateGroupsLocked(func(ch *ikeChild) bool {
+		return ch.child.StartAction == config.StartStart && ch.cur == nil && g.ha.groupOf(ch.conn.Local) == grp
+	})
+}
+
+// ikeEndpoint returns the IKE endpoint, or nil.
+func (g *Gateway) ikeEndpoint() *ike.Endpoint {
+	s := &g.ike
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ep
+}
+
+// listenUDP binds a UDP socket to a; with freebind, also while a is not
+// (yet) an address of this host.
+func listenUDP(a netip.AddrPort, freebind bool) (*net.UDPConn, error) {
+	lc := net.ListenConfig{}
+	if freebind {
+		lc.Control = func(_, _ string, rc syscall.RawConn) error {
+			var serr error
+			if err := rc.Control(func(fd uintptr) { serr = udp.SetFreeBind(int(fd), a.Addr()) }); err != nil {
+				return err
+			}
+			return serr
+		}
+	}
+	pc, err := lc.ListenPacket(context.Background(), "udp", a.String())
+	if err != nil {
+		return nil, err
+	}
+	return pc.(*net.UDPConn), nil
+}
