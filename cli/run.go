@@ -224,6 +224,17 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 		case <-ctx.Done():
 			log.Info("shutting down")
 			notify(log, daemon.SdNotifyStopping)
+			// A member of a pair hands what it owns to the standby first,
+			// with exact state: a rolling restart loses nothing.
+			if gw.HAStandbyUp() {
+				hctx, cancel := context.WithTimeout(context.Background(), control.HATimeout)
+				if err := gw.HAHandover(hctx, ""); err != nil {
+					log.Error("handover to the standby at shutdown failed; its takeover follows instead", "err", err)
+				} else {
+					log.Info("groups handed over to the standby")
+				}
+				cancel()
+			}
 			srv.Close()
 			if metrics != nil {
 				metrics.Close()

@@ -81,6 +81,7 @@ import (
 
 	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/ha"
 	"github.com/sluicegw/sluice/internal/buildinfo"
 	"github.com/sluicegw/sluice/tls"
 )
@@ -190,6 +191,26 @@ var (
 		"1 while the IKE connection has an established child installed, else 0.", []string{"connection"}, nil)
 	ikeChildUp = prometheus.NewDesc("sluice_ike_child_installed",
 		"1 while the IKE child has an SA pair installed, else 0.", []string{"connection", "child"}, nil)
+
+	haPeerUp = prometheus.NewDesc("sluice_ha_peer_up",
+		"1 while the other member of the pair is heard, else 0.", nil, nil)
+	haOwner = prometheus.NewDesc("sluice_ha_group_owner",
+		"1 while this member owns the group (carries its traffic), else 0.", []string{"group"}, nil)
+	haFenced = prometheus.NewDesc("sluice_ha_group_fenced",
+		"1 while this member owns the group but has fenced it (cut off from its standby and the witness).", []string{"group"}, nil)
+	haInSync = prometheus.NewDesc("sluice_ha_group_in_sync",
+		"1 while the group's standby holds its state (on the owner: acknowledged the snapshot).", []string{"group"}, nil)
+	haEpoch = prometheus.NewDesc("sluice_ha_group_epoch",
+		"The group's epoch: it grows at every change of owner.", []string{"group"}, nil)
+	haSyncLag = prometheus.NewDesc("sluice_ha_sync_lag_seconds",
+		"Time from a sequence-number bound sent to the standby to its acknowledgement: the last one.", []string{"group"}, nil)
+	haSyncLagMax = prometheus.NewDesc("sluice_ha_sync_lag_max_seconds",
+		"The largest time from a bound sent to the standby to its acknowledgement.", []string{"group"}, nil)
+	haTakeoverGap = prometheus.NewDesc("sluice_ha_takeover_gap_seconds",
+		"At this member's last takeover of the group: the time since the owner's last frame.", []string{"group"}, nil)
+	haEvents = prometheus.NewDesc("sluice_ha_events_total",
+		"Events of the pair: takeovers, takeovers_blocked (the witness unreachable), handovers, fences, resyncs, "+
+			"queue_overflows, stale_epoch, bad_frames, handshake_failures, connections.", []string{"event"}, nil)
 )
 
 // ikeSeries says which family, and which labels, each ike.Stats counter
@@ -274,7 +295,8 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		tlsAccepted, tlsRefused, tlsRefusedPerSource, tlsBackendFailures, tlsDotfilesRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytes,
 		tlsIdleClosed, tlsRequests, tlsHeaderTimeouts, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch,
 		ikePackets, ikeRetransmits, ikeExchanges, ikeDrops, ikeBusy, ikeCookies, ikeFragments, ikeReassembled,
-		ikeFailures, ikeSAEvents, ikeEvents, ikeSAUp, ikeUp, ikeChildUp} {
+		ikeFailures, ikeSAEvents, ikeEvents, ikeSAUp, ikeUp, ikeChildUp,
+		haPeerUp, haOwner, haFenced, haInSync, haEpoch, haSyncLag, haSyncLagMax, haTakeoverGap, haEvents} {
 		ch <- d
 	}
 }
@@ -387,6 +409,41 @@ func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v
 				gauge(ikeChildUp, b2u(ch.State == "installed"), c.Name, ch.Name)
 			}
 		}
+	}
+	if st.HA != nil {
+		collectHA(ch, st.HA)
+	}
+}
+
+// collectHA sends the pair's series (sluice_ha_*).
+func collectHA(ch chan<- prometheus.Metric, st *ha.Status) {
+	gauge := func(d *prometheus.Desc, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, v, labels...)
+	}
+	up := false
+	for _, m := range st.Members {
+		up = up || (!m.Self && m.Up)
+	}
+	gauge(haPeerUp, float64(b2u(up)))
+	for _, g := range st.Groups {
+		gauge(haOwner, float64(b2u(g.Role == "owner")), g.Name)
+		gauge(haFenced, float64(b2u(g.Fenced)), g.Name)
+		gauge(haInSync, float64(b2u(g.InSync)), g.Name)
+		gauge(haEpoch, float64(g.Epoch), g.Name)
+		gauge(haSyncLag, g.SyncLag.Seconds(), g.Name)
+		gauge(haSyncLagMax, g.SyncLagMax.Seconds(), g.Name)
+		gauge(haTakeoverGap, g.LastGap.Seconds(), g.Name)
+	}
+	c := st.Counters
+	for _, e := range []struct {
+		name string
+		n    uint64
+	}{
+		{"takeovers", c.Takeovers}, {"takeovers_blocked", c.TakeoversBlocked}, {"handovers", c.Handovers},
+		{"fences", c.Fences}, {"resyncs", c.Resyncs}, {"queue_overflows", c.QueueOverflows}, {"stale_epoch", c.StaleEpoch},
+		{"bad_frames", c.BadFrames}, {"handshake_failures", c.HandshakeFailures}, {"connections", c.Connections},
+	} {
+		ch <- prometheus.MustNewConstMetric(haEvents, prometheus.CounterValue, float64(e.n), e.name)
 	}
 }
 

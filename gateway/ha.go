@@ -505,7 +505,12 @@ func (g *Gateway) HAStandbyUp() bool {
 	if !ok {
 		return false
 	}
-	return st.StandbyInSync()
+	for _, gs := range st.Groups {
+		if gs.Role == "owner" && gs.Standby != "" && gs.InSync {
+			return true
+		}
+	}
+	return false
 }
 
 // dropGroupChildren takes out the tunnels of the group's IKE children

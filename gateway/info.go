@@ -10,6 +10,7 @@ import (
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/ha"
 	"github.com/sluicegw/sluice/sad"
 )
 
@@ -72,6 +73,8 @@ type Stats struct {
 	// Tunnels are the counters of each tunnel by direction, summed over
 	// its SAs, retired ones included (totals.go).
 	Tunnels []TunnelStats `json:"tunnels,omitempty"`
+	// HA is the hot-standby pair's status, with [ha].
+	HA *ha.Status `json:"ha,omitempty"`
 }
 
 func saInfo(s *sad.SA, dir string) SAInfo {
@@ -162,6 +165,9 @@ func (g *Gateway) Stats() Stats {
 	if g.hasIKE() {
 		info := g.IKE()
 		st.IKE = &info
+	}
+	if hs, ok := g.HAStatus(); ok {
+		st.HA = &hs
 	}
 	st.Config = absPath(g.Config().File)
 	return st
