@@ -274,3 +274,24 @@ func TestHACheckFiles(t *testing.T) {
 	errs = asErrors(t, load(t, doc(cert, key, other, dir)))
 	checkErrors(t, errs, []wantErr{{9, "ha.hook", "is a directory, not a file"}})
 }
+
+// TestHAREADME parses the [ha] example of the README, so that it stays a
+// valid configuration.
+func TestHAREADME(t *testing.T) {
+	b, err := os.ReadFile("../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(b), "```toml\n[ha]\n")
+	if !ok {
+		t.Fatal("README has no ```toml block starting with [ha]")
+	}
+	block, _, _ = strings.Cut(block, "```")
+	g, err := ParseGateway("README.md", []byte("[ha]\n"+block+tun1+sas1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h := g.HA; h.Name != "a" || len(h.Groups) != 1 || len(h.Groups[0].Addresses) != 3 || h.Witness == "" || h.Hook == "" {
+		t.Errorf("README's [ha]: %+v", h)
+	}
+}
