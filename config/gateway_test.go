@@ -652,6 +652,8 @@ func FuzzParseGateway(f *testing.F) {
 		tls1 + cert1 + orig1,
 		tun1 + sas1 + tls1 + "versions = [\"1.3\"]\nclient_auth = \"require\"\nclient_ca = \"c\"\n" + cert1,
 		"[[tls]]\n[[tls.cert]]\n[[tls_origin]]\ncert = \"\"\nkey = 1\n[tls]\n",
+		haDoc("", haGroup1),
+		"[ha]\nlisten = \"[::]:1\"\npeer = \"[::1]:1\"\ngroup = [{}, 1, {name = \"g\", addresses = [1, \"x dev y\", \"::1/128 dev lo\"]}]\n",
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g, err := ParseGateway("fuzz.toml", data)
