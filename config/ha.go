@@ -57,8 +57,8 @@ type HA struct {
 	// Witness is "" or an IP address and TCP port: a member that can
 	// connect to it, or is refused, is not isolated.
 	Witness string
-	// Hook is "" or an executable, resolved like Cert, run as `hook EVENT
-	// GROUP` when this member acquires, releases, fences or unfences a
+	// Hook is "" or an executable, resolved like Cert (and so always
+	// with a '/', never looked up in PATH), run as `hook EVENT GROUP` when this member acquires, releases, fences or unfences a
 	// group, for at most HookTimeout.
 	Hook        string
 	Interval    time.Duration // between heartbeats; default DefaultHAInterval
@@ -167,6 +167,11 @@ func (d *gwDecoder) haSection(f string, v *Value) {
 			case "ca":
 				h.CA = s
 			case "hook":
+				// A name without a '/' would be looked up in PATH when
+				// run: it is a file of this directory.
+				if !strings.ContainsRune(s, '/') {
+					s = "./" + s
+				}
 				h.Hook = s
 			}
 		case "interval":

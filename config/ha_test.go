@@ -96,6 +96,13 @@ func TestHADefaults(t *testing.T) {
 	}
 	// A state directory beside [ha] is allowed: SAs not in a group (and
 	// static SAs of a lone member) still use it.
+	// A hook in the directory of a file named without one is not looked
+	// up in PATH.
+	if g, err := ParseGateway("gw.toml", []byte(haDoc("hook = \"ha-hook\"\n", haGroup1))); err != nil {
+		t.Error(err)
+	} else if g.HA.Hook != "./ha-hook" {
+		t.Errorf("hook next to gw.toml: %q, want ./ha-hook", g.HA.Hook)
+	}
 	if _, err := ParseGateway("gw.toml", []byte("[gateway]\nstate_dir = \"/var/lib/sluice-a\"\n"+haDoc("", haGroup1))); err != nil {
 		t.Errorf("state_dir with [ha]: %v", err)
 	}
@@ -161,6 +168,7 @@ func TestHAErrors(t *testing.T) {
 		{"group unknown key", haDoc("", haGroup1+"prefer = 1\n"), []wantErr{{12, "ha.group[1].prefer", "unknown key (valid: name, addresses, preference)"}}},
 		{"group no name", haDoc("", group("addresses = [\"192.0.2.1/24 dev wan0\"]\n")), []wantErr{{9, "ha.group[1].name", "missing required key"}}},
 		{"group no addresses", haDoc("", group("name = \"g1\"\n")), []wantErr{{9, "ha.group[1].addresses", "missing required key (the virtual addresses the group's owner holds"}}},
+		{"group empty array", haDoc("group = []\n", ""), []wantErr{{9, "ha.group", "no group (want at least one [[ha.group]]"}}},
 		{"group empty addresses", haDoc("", group("name = \"g1\"\naddresses = []\n")), []wantErr{{11, "ha.group[1].addresses", "no address"}}},
 
 		// Values.
