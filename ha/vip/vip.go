@@ -38,14 +38,15 @@ const localTimeout = 2 * time.Second
 // turns on the device's promote_secondaries, so that removing one group's
 // address never takes another group's in the same subnet with it (Linux
 // deletes the secondary addresses of a primary address that goes unless
-// they are promoted).
+// they are promoted); where it cannot be set, Add fails only if another
+// address shares the subnet.
 func Add(a config.HAAddress) error {
 	lk, err := netlink.LinkByName(a.Dev)
 	if err != nil {
 		return fmt.Errorf("vip: add %s: %w", a, err)
 	}
 	if a.Prefix.Addr().Is4() {
-		if err := promoteSecondaries(a.Dev); err != nil {
+		if err := promoteSecondaries(lk, a); err != nil {
 			return fmt.Errorf("vip: add %s: %w", a, err)
 		}
 	}
@@ -81,14 +82,29 @@ func Remove(a config.HAAddress) error {
 	return nil
 }
 
-// promoteSecondaries sets net.ipv4.conf.DEV.promote_secondaries.
-func promoteSecondaries(dev string) error {
-	p := "/proc/sys/net/ipv4/conf/" + dev + "/promote_secondaries"
+// promoteSecondaries sets net.ipv4.conf.DEV.promote_secondaries. Where
+// it cannot (a read-only /proc/sys), that is an error only if the device
+// has another address in a's subnet, the only case in which it matters.
+func promoteSecondaries(lk netlink.Link, a config.HAAddress) error {
+	p := "/proc/sys/net/ipv4/conf/" + a.Dev + "/promote_secondaries"
 	if b, err := os.ReadFile(p); err == nil && len(b) > 0 && b[0] == '1' {
 		return nil
 	}
-	if err := os.WriteFile(p, []byte("1\n"), 0o644); err != nil {
-		return fmt.Errorf("promote_secondaries: %w", err)
+	werr := os.WriteFile(p, []byte("1\n"), 0o644)
+	if werr == nil {
+		return nil
+	}
+	as, err := netlink.AddrList(lk, netlink.FAMILY_V4)
+	if err != nil {
+		return err
+	}
+	for _, x := range as {
+		ip, _ := netip.AddrFromSlice(x.IP)
+		ones, _ := x.Mask.Size()
+		if ip = ip.Unmap(); ip != a.Prefix.Addr() && ones == a.Prefix.Bits() && a.Prefix.Masked().Contains(ip) {
+			return fmt.Errorf("%s shares its subnet, and net.ipv4.conf.%s.promote_secondaries, which keeps one when the other goes, cannot be set: %w",
+				ip, a.Dev, werr)
+		}
 	}
 	return nil
 }
