@@ -15,6 +15,8 @@ package config
 //	             IKEv2 peers whose children become tunnels (ike.go)
 //	[[tls]]      TLS termination listeners, [[tls_origin]] TLS
 //	             origination (tls.go)
+//	[ha]         this member of a pair of gateways, and the groups of
+//	             virtual addresses the pair moves (ha.go)
 //
 // A file with TLS sections and no [[tunnel]] is a TLS-only gateway
 // (Gateway.TLSOnly): it needs no [tun], sockets or SAs, and may not have
@@ -141,6 +143,9 @@ type Gateway struct {
 	// [[tls_origin]] origination listeners, in file order (tls.go).
 	TLS        []TLSListener
 	TLSOrigins []TLSOrigin
+
+	// HA is the [ha] section, nil without one (ha.go).
+	HA *HA
 
 	fields map[string]Pos // where each key's value is, by field path
 }
@@ -366,14 +371,15 @@ type gwDecoder struct {
 	g      *Gateway
 	fields map[string]Pos
 
-	tunnelFields []string    // "tunnel[2]" of g.Tunnels[i]
-	policyFields []string    // "policy[1]" of g.Policies[i]
-	saTables     []tableElem // the table of g.SAs[i]
-	tlsFields    []string    // "tls[1]" of g.TLS[i]
-	originFields []string    // "tls_origin[1]" of g.TLSOrigins[i]
-	connFields   []string    // "connection[1]" of g.Connections[i]
-	secretFields []string    // "secret[1]" of g.Secrets[i]
-	refs         []saRef     // every SA name a tunnel gives
+	tunnelFields  []string    // "tunnel[2]" of g.Tunnels[i]
+	policyFields  []string    // "policy[1]" of g.Policies[i]
+	saTables      []tableElem // the table of g.SAs[i]
+	tlsFields     []string    // "tls[1]" of g.TLS[i]
+	originFields  []string    // "tls_origin[1]" of g.TLSOrigins[i]
+	connFields    []string    // "connection[1]" of g.Connections[i]
+	secretFields  []string    // "secret[1]" of g.Secrets[i]
+	haGroupFields []string    // "ha.group[1]" of g.HA.Groups[i]
+	refs          []saRef     // every SA name a tunnel gives
 
 	failedFields map[string]bool // see failed
 	indexed      int             // errors in failedFields
@@ -435,7 +441,7 @@ func (d *gwDecoder) where(field string) string {
 }
 
 // gatewaySections are the top-level keys, in documentation order.
-var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "ike", "connection", "secret", "tls", "tls_origin"}
+var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "ike", "connection", "secret", "tls", "tls_origin", "ha"}
 
 func (d *gwDecoder) document(root *Table) {
 	for _, e := range root.Entries() {
@@ -483,6 +489,8 @@ func (d *gwDecoder) document(root *Table) {
 			for _, te := range tables {
 				d.tlsOrigin(te)
 			}
+		case "ha":
+			d.haSection(f, e.Value)
 		default:
 			d.errs = append(d.errs, unknownKey(e, f, gatewaySections, ""))
 		}
@@ -1216,6 +1224,7 @@ func (d *gwDecoder) crossCheck() {
 	d.crossCheckTLS()
 	d.uniqueTunnelNames()
 	d.crossCheckIKE()
+	d.crossCheckHA()
 	d.sockets()
 	d.linkSAs()
 	d.routes()

@@ -274,7 +274,7 @@ func TestGatewayErrors(t *testing.T) {
 		{"empty file", "", []wantErr{{1, "tunnel", "no [[tunnel]] or [[connection]]: the gateway needs at least one"}}},
 		{"no tunnel", sas1, []wantErr{{1, "tunnel", "no [[tunnel]]"}}},
 		{"empty tunnel array", "tunnel = []\n" + sas1, []wantErr{{1, "tunnel", "no [[tunnel]]"}}},
-		{"unknown top-level key", "foo = 1\n" + tun1 + sas1, []wantErr{{1, "foo", "unknown key (valid: gateway, tun, udp, rawesp, tunnel, policy, sa, ike, connection, secret, tls, tls_origin)"}}},
+		{"unknown top-level key", "foo = 1\n" + tun1 + sas1, []wantErr{{1, "foo", "unknown key (valid: gateway, tun, udp, rawesp, tunnel, policy, sa, ike, connection, secret, tls, tls_origin, ha)"}}},
 		{"unknown section", "[gatway]\nworkers = 1\n" + tun1 + sas1, []wantErr{{1, "gatway", "unknown key"}}},
 		{"section case", "[Gateway]\n" + tun1 + sas1, []wantErr{{1, "Gateway", "did you mean gateway?"}}},
 		{"gateway array", "[[gateway]]\n" + tun1 + sas1, []wantErr{{1, "gateway", "want a table, got array (write [gateway], not [[gateway]])"}}},
@@ -652,6 +652,8 @@ func FuzzParseGateway(f *testing.F) {
 		tls1 + cert1 + orig1,
 		tun1 + sas1 + tls1 + "versions = [\"1.3\"]\nclient_auth = \"require\"\nclient_ca = \"c\"\n" + cert1,
 		"[[tls]]\n[[tls.cert]]\n[[tls_origin]]\ncert = \"\"\nkey = 1\n[tls]\n",
+		haDoc("", haGroup1),
+		"[ha]\nlisten = \"[::]:1\"\npeer = \"[::1]:1\"\ngroup = [{}, 1, {name = \"g\", addresses = [1, \"x dev y\", \"::1/128 dev lo\"]}]\n",
 	})
 	f.Fuzz(func(t *testing.T, data []byte) {
 		g, err := ParseGateway("fuzz.toml", data)

@@ -169,10 +169,11 @@ func (g *Gateway) TLSEngines() []string {
 }
 
 // CheckTLSFiles reports, with their positions, the files and directories
-// the TLS sections name that cannot be used: certificates, keys and CAs
-// that cannot be read or hold no certificate or key, a key that does not
-// match its certificate, and static backends' directories that are not
-// there. It is a check of the file system at the time of the call, for
+// the TLS sections and the sync channel of [ha] name that cannot be used:
+// certificates, keys and CAs that cannot be read or hold no certificate or
+// key, a key that does not match its certificate, static backends'
+// directories that are not there, and an [ha] hook that is not an
+// executable file. It is a check of the file system at the time of the call, for
 // `sluice run`, reloads and the gateway to refuse a configuration whose
 // listeners could not start with an error at the field that names the
 // file; package tls loads the files again when it starts them.
@@ -260,6 +261,7 @@ func (g *Gateway) CheckTLSFiles() error {
 			pair(f+".cert", f+".key", *o.Cert)
 		}
 	}
+	g.checkHAFiles(pair, ca, fail)
 	errs.Sort()
 	return errs.Err()
 }
