@@ -13,8 +13,10 @@ package lab
 //  2. The receiver records, per sequence number, when it was sent and when
 //     it arrived; a number seen twice is a duplicate, one below the highest
 //     seen is reordered.
-//  3. Stop ends the sender, waits for stragglers, ends the receiver and
-//     computes the loss and the gaps.
+//  3. StopSending ends the sender and waits for stragglers; Stop (after
+//     it or not) ends the receiver and computes the loss and the gaps.
+//     Between the two, the receiver still counts: a test can replay
+//     captured packets then and see whether any arrives twice.
 //
 // Sender and receiver run in this process on sockets opened in any
 // namespaces (Netns.ListenUDP), so both clocks are the same and one-way
@@ -29,6 +31,7 @@ import (
 	"net/netip"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 )
@@ -144,6 +147,8 @@ type SeqFlow struct {
 	sendDone chan struct{}
 	recvDone chan struct{}
 	stopped  atomic.Bool
+
+	stopSendOnce sync.Once
 
 	sent     atomic.Uint64
 	received atomic.Uint64 // datagrams of this flow, duplicates included
@@ -312,37 +317,42 @@ func (r *seqReceiver) record(seq uint64, sentAt, now int64) {
 	r.any = true
 }
 
-// Stop ends the sender, waits until every datagram sent has arrived or
-// none has for drain (default 500ms), ends the receiver and returns what
-// the flow measured. The error is the sender's or the receiver's, if one
-// failed. Stop must be called once.
+// StopSending ends the sender and waits until every datagram sent has
+// arrived or none has for drain (default 500ms). The receiver goes on
+// recording (a datagram that arrives now counts, as a duplicate if its
+// number came before) until Stop. It is idempotent.
+func (f *SeqFlow) StopSending(drain time.Duration) {
+	f.stopSendOnce.Do(func() {
+		if drain <= 0 {
+			drain = 500 * time.Millisecond
+		}
+		close(f.stop)
+		<-f.sendDone
+		sent := f.sent.Load()
+		last, quiet := f.received.Load(), time.Now()
+		for time.Since(quiet) < drain && last < sent {
+			select {
+			case <-f.recvDone:
+				return // the receiver failed: nothing more comes
+			case <-time.After(5 * time.Millisecond):
+			}
+			if n := f.received.Load(); n != last {
+				last, quiet = n, time.Now()
+			}
+		}
+	})
+}
+
+// Stop ends the sender as StopSending does (if it has not yet), then the
+// receiver, and returns what the flow measured. The error is the
+// sender's or the receiver's, if one failed. Stop must be called once.
 func (f *SeqFlow) Stop(drain time.Duration) (SeqResult, error) {
-	if drain <= 0 {
-		drain = 500 * time.Millisecond
-	}
-	close(f.stop)
-	<-f.sendDone
-	sent := f.sent.Load()
-	last, quiet := f.received.Load(), time.Now()
-	for time.Since(quiet) < drain {
-		time.Sleep(5 * time.Millisecond)
-		if n := f.received.Load(); n != last {
-			last, quiet = n, time.Now()
-		}
-		select {
-		case <-f.recvDone:
-			quiet = time.Time{} // the receiver failed: nothing more comes
-		default:
-		}
-		if last >= sent {
-			break
-		}
-	}
+	f.StopSending(drain)
 	f.stopped.Store(true)
 	f.sink.SetReadDeadline(time.Unix(1, 0))
 	<-f.recvDone
 	f.sink.SetReadDeadline(time.Time{})
-	r := f.rx.result(sent, f.lastSend)
+	r := f.rx.result(f.sent.Load(), f.lastSend)
 	r.Rate, r.Size = f.o.Rate, f.o.Size
 	r.SendErrors, r.Skipped = f.sendErrors, f.skipped
 	return r, errors.Join(f.sendErr, f.rx.err)
