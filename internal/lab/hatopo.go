@@ -44,6 +44,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"net"
 	"net/netip"
 	"strconv"
 	"strings"
@@ -74,7 +75,10 @@ const (
 	HAWANIf  = "wan0"  // a gateway's wan side; also the peer's
 	HALANIf  = "lan0"  // a gateway's lan side; also the peer's side to the remote host
 	HASyncIf = "sync0" // a gateway's sync link
-	haBridge = "br0"
+	// HAPeerPort is the wan router's link to the peer: all ESP between
+	// the gateways and the peer crosses it, once each way (CaptureWAN).
+	HAPeerPort = "peer"
+	haBridge   = "br0"
 )
 
 // HAGateway is one of the two gateway namespaces of an HATopology and its
@@ -244,8 +248,8 @@ func (t *HATopology) wire() error {
 		func() error { return t.LAN.addBridge(haBridge) },
 		func() error { return t.LAN.AddAddr(haBridge, haRouterLAN) },
 		// The peer and the host behind it.
-		func() error { return l.Veth(t.WAN, "peer", t.Peer, HAWANIf) },
-		func() error { return t.WAN.AddAddr("peer", haRouterPG) },
+		func() error { return l.Veth(t.WAN, HAPeerPort, t.Peer, HAWANIf) },
+		func() error { return t.WAN.AddAddr(HAPeerPort, haRouterPG) },
 		func() error { return t.Peer.AddAddr(HAWANIf, haPeerWAN) },
 		func() error { return t.Peer.AddRoute(netip.MustParsePrefix("0.0.0.0/0"), HAWANIf, haRouterPG.Addr()) },
 		func() error { return l.Veth(t.Peer, HALANIf, t.Remote, "eth0") },
@@ -356,6 +360,48 @@ func (t *HATopology) RemoveVIPs(g *HAGateway) error {
 		return err
 	}
 	return g.NS.DelAddr(HALANIf, t.LANVIP)
+}
+
+// CaptureWAN captures every ESP packet between the gateways and the peer,
+// on the wan router's link to the peer (CaptureESP), into file.
+func (t *HATopology) CaptureWAN(file string) (*ESPCapture, error) {
+	return CaptureESP(t.WAN, HAPeerPort, file)
+}
+
+// Replay sends captured ESP packets again from the wan router, each to
+// its destination (ReplayESP): packets of the peer reach the gateway that
+// holds WANVIP, packets of a gateway reach the peer.
+func (t *HATopology) Replay(pkts []ESPPacket) (int, error) {
+	return ReplayESP(t.WAN, pkts)
+}
+
+// LinkMAC returns the interface's hardware address.
+func (n *Netns) LinkMAC(ifname string) (net.HardwareAddr, error) {
+	lk, err := n.link(ifname)
+	if err != nil {
+		return nil, err
+	}
+	return lk.Attrs().HardwareAddr, nil
+}
+
+// Neighbour returns the hardware address the namespace's neighbour table
+// (ARP, NDP) holds for addr, and the entry's state (netlink.NUD_*); nil
+// and 0 when it has no entry.
+func (n *Netns) Neighbour(addr netip.Addr) (net.HardwareAddr, int, error) {
+	fam := netlink.FAMILY_V4
+	if addr.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	ns, err := n.nl.NeighList(0, fam)
+	if err != nil {
+		return nil, 0, fmt.Errorf("lab: neighbours in %s: %w", n.name, err)
+	}
+	for _, e := range ns {
+		if a, ok := netip.AddrFromSlice(e.IP); ok && a.Unmap() == addr {
+			return e.HardwareAddr, e.State, nil
+		}
+	}
+	return nil, 0, nil
 }
 
 // NFT loads an nftables script (nft -f) in the wan router.

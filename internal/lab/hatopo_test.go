@@ -40,6 +40,14 @@ func TestHATopology(t *testing.T) {
 		}
 	}
 	check("peer to the wan VIP", topo.Peer, topo.WANVIP.Addr(), true)
+	// The wan router learnt a's MAC for the virtual address.
+	mac, err := a.NS.LinkMAC(lab.HAWANIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := topo.WAN.Neighbour(topo.WANVIP.Addr()); err != nil || got.String() != mac.String() {
+		t.Errorf("the wan router's neighbour entry for %s: %v, %v; want a's MAC %v", topo.WANVIP.Addr(), got, err, mac)
+	}
 	check("peer to gateway b", topo.Peer, b.WAN.Addr(), true)
 	check("host to the lan VIP", topo.Host, topo.LANVIP.Addr(), true)
 	check("remote to the peer", topo.Remote, topo.PeerWAN.Addr(), true)

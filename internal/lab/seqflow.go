@@ -90,6 +90,10 @@ type SeqResult struct {
 	Duplicates uint64 `json:"duplicates"`  // datagrams whose sequence number had arrived before
 	Reordered  uint64 `json:"reordered"`   // datagrams that arrived after a higher sequence number
 	Foreign    uint64 `json:"foreign"`     // datagrams on the socket that were not this flow's
+	// Runs is how many runs of consecutive lost numbers there were: one
+	// outage is one run, losses spread by a queue that overflows now and
+	// then are many.
+	Runs uint64 `json:"runs"`
 
 	// Gap is the longest run of lost sequence numbers, in send time:
 	// from the send of the last number received before the run (the
@@ -120,8 +124,8 @@ type SeqResult struct {
 
 // String is a one-line summary.
 func (r SeqResult) String() string {
-	s := fmt.Sprintf("%d sent (%d pps asked, %d send errors, %d skipped), %d received, %d lost, %d duplicates, %d reordered; "+
-		"longest gap %v (%d lost", r.Sent, r.Rate, r.SendErrors, r.Skipped, r.Received, r.Lost, r.Duplicates, r.Reordered,
+	s := fmt.Sprintf("%d sent (%d pps asked, %d send errors, %d skipped), %d received, %d lost in %d runs, %d duplicates, %d reordered; "+
+		"longest gap %v (%d lost", r.Sent, r.Rate, r.SendErrors, r.Skipped, r.Received, r.Lost, r.Runs, r.Duplicates, r.Reordered,
 		r.Gap.Round(time.Microsecond), r.GapLost)
 	if r.GapLost > 0 {
 		s += fmt.Sprintf(", seq %d..%d, at %v", r.GapFirst, r.GapLast, r.GapStart.Round(time.Millisecond))
@@ -387,6 +391,7 @@ func (r *seqReceiver) result(sent uint64, lastSend time.Duration) SeqResult {
 		}
 		if !inRun {
 			inRun, runStart = true, seq
+			res.Runs++
 		}
 	}
 	if inRun {

@@ -70,6 +70,9 @@ func TestSeqFlowMeasures(t *testing.T) {
 	if r.Lost < 510 || r.Lost != r.Sent-r.Received {
 		t.Errorf("lost %d of %d (received %d), want at least 510 and sent-received", r.Lost, r.Sent, r.Received)
 	}
+	if r.Runs < 2 {
+		t.Errorf("%d runs of losses, want at least the relay's 2", r.Runs)
+	}
 	if r.Duplicates != 1 || r.Reordered != 1 {
 		t.Errorf("%d duplicates and %d reordered, want 1 and 1", r.Duplicates, r.Reordered)
 	}
