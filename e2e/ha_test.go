@@ -13,9 +13,15 @@ package e2e_test
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -23,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/gateway/certgen"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -425,4 +432,149 @@ func countBefore(pkts []lab.ESPPacket, t time.Time) int {
 		}
 	}
 	return n
+}
+
+// haSyncPort is the port of the sync channel on each gateway's sync
+// address.
+const haSyncPort = 4510
+
+// haCreds makes a test CA and a certificate for each member ("a", "b":
+// the DNS name the other's peer_name asks for; no extended key usage, so
+// each serves as client and server of the sync channel's mutual TLS) in
+// the test bed's directory, and returns the files: ca, and cert and key
+// by member name.
+func haCreds(t *testing.T, b *haBed) (ca string, cert, key map[string]string) {
+	t.Helper()
+	c, err := certgen.NewCA("sluice e2e HA CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(b.tb.dir, "ha")
+	ca = filepath.Join(dir, "ca.pem")
+	if err := lab.WritePEM(ca, "CERTIFICATE", c.Cert.Raw); err != nil {
+		t.Fatal(err)
+	}
+	cert, key = map[string]string{}, map[string]string{}
+	for _, name := range []string{"a", "b"} {
+		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		crt, err := c.Certify(k.Public(), []string{name})
+		if err != nil {
+			t.Fatal(err)
+		}
+		der, err := x509.MarshalPKCS8PrivateKey(k)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cert[name], key[name] = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key")
+		if err := lab.WritePEM(cert[name], "CERTIFICATE", crt.Raw); err != nil {
+			t.Fatal(err)
+		}
+		if err := lab.WritePEM(key[name], "PRIVATE KEY", der); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return ca, cert, key
+}
+
+// haSection renders the [ha] section of member me (the other is other)
+// as ha-spec.md has it: one group "site" with both virtual addresses,
+// me's preference for it pref, the witness on the wan router.
+func haSection(b *haBed, me, other *lab.HAGateway, pref int, ca string, cert, key map[string]string) string {
+	topo := b.topo
+	return fmt.Sprintf(`
+[ha]
+name = %q
+listen = %q
+peer = %q
+cert = %q
+key = %q
+ca = %q
+peer_name = %q
+interval = "100ms"
+misses = 3
+witness = %q
+
+[[ha.group]]
+name = "site"
+addresses = ["%s dev %s", "%s dev %s"]
+preference = %d
+`, me.Name, me.SyncAddr(haSyncPort), other.SyncAddr(haSyncPort), cert[me.Name], key[me.Name], ca, other.Name, topo.Witness,
+		topo.WANVIP, lab.HAWANIf, topo.LANVIP, lab.HALANIf, pref)
+}
+
+// requireHA skips the test while this build's configuration has no [ha]
+// section (the HA feature of issue 18 has not landed): `sluice check`
+// refuses the file for it.
+func requireHA(t *testing.T, b *haBed, section string) {
+	t.Helper()
+	path := filepath.Join(b.tb.dir, "ha-check.toml")
+	cfg := *b.gwCfg
+	cfg.StateDir = filepath.Join(b.tb.dir, "state-check")
+	if err := os.WriteFile(path, []byte(cfg.render()+section), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.CommandContext(b.tb.ctx, sluiceBin, "check", "-c", path).CombinedOutput()
+	if err != nil && strings.Contains(string(out), "ha: unknown key") {
+		t.Skipf("this sluice has no [ha] section yet: %s", lab.Tail(strings.TrimSpace(string(out)), 1))
+	}
+	if err != nil {
+		t.Fatalf("sluice check of an [ha] configuration: %v: %s", err, out)
+	}
+}
+
+// TestHAFailover is the unplanned failover of issue 18, measured with
+// the instruments of TestHATopologyTools (runDisruption) so that the two
+// compare: gateways a (preferred) and b run the same tunnel with [ha];
+// a owns it; a is killed (SIGKILL) in the middle of the traffic and b
+// takes the virtual addresses and the tunnel. It skips until this
+// build's configuration knows [ha].
+//
+// Not yet run against the feature: written before it landed, from
+// ha-spec.md. The wait for a standby in sync (below) asks the gateways'
+// `sluice ha status`; adjust it to that command's output when it lands.
+func TestHAFailover(t *testing.T) {
+	requireTool(t, "iperf3", "ss")
+	b := newHABed(t)
+	ctx, topo := b.tb.ctx, b.topo
+	ca, cert, key := haCreds(t, b)
+	haA := haSection(b, topo.A, topo.B, 200, ca, cert, key)
+	haB := haSection(b, topo.B, topo.A, 100, ca, cert, key)
+	requireHA(t, b, haA)
+	b.startPeer()
+	b.startGW(b.gwa, haA)
+	b.startGW(b.gwb, haB)
+	if err := topo.WaitVIP(ctx, topo.A, upWait); err != nil {
+		t.Fatal(err)
+	}
+	waitPing(t, ctx, topo.Host, topo.RemoteAddr)
+	// The standby has the state: both members answer `sluice ha status`
+	// (adjust: wait for b's role and the sync lag it reports).
+	for _, s := range []*site{b.gwa, b.gwb} {
+		err := lab.WaitFor(ctx, "sluice ha status of "+s.name, upWait, 50*time.Millisecond, func() (bool, error) {
+			out, err := s.cli("ha", "status")
+			return err == nil && strings.Contains(out, "standby"), fmt.Errorf("%v: %s", err, lab.Tail(out, 3))
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := runDisruption(t, b, "failover", 0, b.gwa, func() *site {
+		b.gwa.proc.Kill()
+		if err := topo.WaitVIP(ctx, topo.B, 10*time.Second); err != nil {
+			t.Fatal(err)
+		}
+		return b.gwb
+	})
+	measuref(t, "failover: gateway b holds the virtual address %v after the SIGKILL of a", r.Outage.Round(time.Millisecond))
+	// The router follows the address to b's MAC (gratuitous ARP).
+	mac, err := topo.B.NS.LinkMAC(lab.HAWANIf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, _, err := topo.WAN.Neighbour(topo.WANVIP.Addr()); err != nil || got.String() != mac.String() {
+		t.Errorf("the wan router's neighbour entry for %s: %v, %v; want b's MAC %v", topo.WANVIP.Addr(), got, err, mac)
+	}
 }

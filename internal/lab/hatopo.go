@@ -48,6 +48,7 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
 )
@@ -402,6 +403,61 @@ func (n *Netns) Neighbour(addr netip.Addr) (net.HardwareAddr, int, error) {
 		}
 	}
 	return nil, 0, nil
+}
+
+// HasAddr reports whether the interface has the address.
+func (n *Netns) HasAddr(ifname string, a netip.Addr) (bool, error) {
+	lk, err := n.link(ifname)
+	if err != nil {
+		return false, err
+	}
+	as, err := n.nl.AddrList(lk, netlink.FAMILY_ALL)
+	if err != nil {
+		return false, fmt.Errorf("lab: addresses of %s in %s: %w", ifname, n.name, err)
+	}
+	for _, x := range as {
+		if b, ok := netip.AddrFromSlice(x.IP); ok && b.Unmap() == a {
+			return true, nil
+		}
+	}
+	return false, nil
+}
+
+// VIPHolders returns the gateways that hold the wan virtual address
+// (WANVIP on HAWANIf): one normally, none between an owner's death and a
+// takeover, two under split brain.
+func (t *HATopology) VIPHolders() ([]*HAGateway, error) {
+	var hs []*HAGateway
+	for _, g := range []*HAGateway{t.A, t.B} {
+		ok, err := g.NS.HasAddr(HAWANIf, t.WANVIP.Addr())
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			hs = append(hs, g)
+		}
+	}
+	return hs, nil
+}
+
+// WaitVIP waits until g, and only g, holds the wan virtual address (g
+// nil: no gateway holds it), polling every millisecond.
+func (t *HATopology) WaitVIP(ctx context.Context, g *HAGateway, timeout time.Duration) error {
+	what := "no gateway to hold " + t.WANVIP.Addr().String()
+	if g != nil {
+		what = "gateway " + g.Name + " alone to hold " + t.WANVIP.Addr().String()
+	}
+	return WaitFor(ctx, what, timeout, time.Millisecond, func() (bool, error) {
+		hs, err := t.VIPHolders()
+		if err != nil {
+			return false, err
+		}
+		var names []string
+		for _, h := range hs {
+			names = append(names, h.Name)
+		}
+		return (g == nil && len(hs) == 0) || (len(hs) == 1 && hs[0] == g), fmt.Errorf("held by %v", names)
+	})
 }
 
 // NFT loads an nftables script (nft -f) in the wan router.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/netip"
 	"testing"
+	"time"
 
 	"github.com/sluicegw/sluice/internal/lab"
 )
@@ -33,6 +34,9 @@ func TestHATopology(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, b := topo.A, topo.B
+	if err := topo.WaitVIP(ctx, a, time.Second); err != nil {
+		t.Fatal(err)
+	}
 	check := func(what string, ns *lab.Netns, dst netip.Addr, want bool) {
 		t.Helper()
 		if got := pings(ctx, ns, dst); got != want {
@@ -90,4 +94,19 @@ func TestHATopology(t *testing.T) {
 	}
 	check("peer to a, rejoined", topo.Peer, topo.WANVIP.Addr(), true)
 	check("a to b over sync, rejoined", a.NS, b.Sync.Addr(), true)
+
+	// Moved by hand: the wan router still has a's MAC until b announces
+	// the address or the entry goes stale.
+	if err := topo.RemoveVIPs(a); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.WaitVIP(ctx, nil, time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.AddVIPs(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := topo.WaitVIP(ctx, b, time.Second); err != nil {
+		t.Fatal(err)
+	}
 }
