@@ -22,6 +22,7 @@ package lab
 //     left for the device to finish.
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/hex"
 	"errors"
@@ -181,7 +182,6 @@ type ESPCaptureStats struct {
 // read from a socket with PACKET_VNET_HDR.
 const (
 	vnetHdrLen      = 10
-	vnetGSONone     = 0
 	vnetGSOUDPL4    = 5
 	vnetGSOECN      = 0x80
 	captureRcvBuf   = 64 << 20
@@ -556,7 +556,7 @@ func CheckESP(pkts []ESPPacket, notAEAD ...uint32) ESPReport {
 	for _, s := range by {
 		r.SPIs = append(r.SPIs, *s)
 	}
-	slices.SortFunc(r.SPIs, func(a, b SPIReport) int { return int(int64(a.SPI) - int64(b.SPI)) })
+	slices.SortFunc(r.SPIs, func(a, b SPIReport) int { return cmp.Compare(a.SPI, b.SPI) })
 	return r
 }
 

@@ -46,6 +46,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os/exec"
 	"strconv"
 	"strings"
 	"time"
@@ -338,8 +339,9 @@ func (n *Netns) DelAddr(ifname string, p netip.Prefix) error {
 
 // AddVIPs gives g the virtual addresses (WANVIP on HAWANIf, LANVIP on
 // HALANIf) by hand, for tests without the HA feature, and announces them
-// with a gratuitous ARP from each (iputils arping, if installed), so that
-// the routers' neighbour caches follow.
+// with a gratuitous ARP from each if iputils arping is installed (it is
+// not on these machines: then the routers' neighbour caches follow only
+// once their entries go stale; the HA feature announces by itself).
 func (t *HATopology) AddVIPs(ctx context.Context, g *HAGateway) error {
 	for _, v := range []struct {
 		ifname string
@@ -349,8 +351,11 @@ func (t *HATopology) AddVIPs(ctx context.Context, g *HAGateway) error {
 			return err
 		}
 		// A neighbour that had the other gateway's MAC learns the new
-		// one; without arping it learns it when its entry goes stale.
-		g.NS.Exec(ctx, "arping", "-q", "-U", "-c", "1", "-I", v.ifname, v.p.Addr().String())
+		// one; without arping (not installed here) it learns it when
+		// its entry goes stale.
+		if _, err := exec.LookPath("arping"); err == nil {
+			g.NS.Exec(ctx, "arping", "-q", "-U", "-c", "1", "-I", v.ifname, v.p.Addr().String())
+		}
 	}
 	return nil
 }
