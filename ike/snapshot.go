@@ -636,7 +636,13 @@ func snapSelector(v []byte) (Selector, error) {
 	return sel, nil
 }
 
-func clone(v []byte) []byte { return append([]byte{}, v...) }
+// clone copies v; empty is nil.
+func clone(v []byte) []byte {
+	if len(v) == 0 {
+		return nil
+	}
+	return append([]byte(nil), v...)
+}
 
 // decodeSnapshot parses Data. The result shares no memory with data. It
 // checks the form of every field and that the fields a continued IKE SA
@@ -952,9 +958,12 @@ func (e *Endpoint) Adopt(data []byte) error {
 		return err
 	}
 	run(after)
-	// The outstanding request leaves once the data plane has the Child
-	// SAs (its answer may make ESP flow).
+	// Messages of the peer's for the IKE SA wait (dropped as busy: the
+	// peer retransmits) until OnChildSA has put its Child SAs in the
+	// data plane, and so does the outstanding request (its answer may
+	// make ESP flow).
 	e.mu.Lock()
+	sa.job = 0
 	if p := sa.pending; p != nil && !sa.removed && !e.closed && sa.timer == nil {
 		e.stats.TxRetransmits++
 		e.sendAllLocked(sa.local, sa.remote, p.pkts)
@@ -1068,7 +1077,11 @@ func (e *Endpoint) adoptLocked(s *snapIKE) (*ikeSA, []func(), error) {
 		}
 	}
 
-	// From here nothing fails.
+	// From here nothing fails. The IKE SA is busy (as during a
+	// computation off the lock, job.go) until Adopt has reported its
+	// Child SAs.
+	e.jobSeq++
+	sa.job = e.jobSeq
 	e.sas[sa.ourSPI()] = sa
 	e.stats.Adopted++
 	sa.pending = req
