@@ -253,6 +253,18 @@ func TestAdoptContinues(t *testing.T) {
 	if *checked < 6 {
 		t.Fatalf("only %d datagrams checked against snapshots", *checked)
 	}
+	// Its deletion is reported: the standby forgets it.
+	st2.mu.Lock()
+	gone := st2.gone
+	st2.mu.Unlock()
+	if err := h.a.Delete(ctx(t), ca2); err != nil {
+		t.Fatal(err)
+	}
+	st2.mu.Lock()
+	defer st2.mu.Unlock()
+	if len(st2.last) != 0 || st2.gone != gone+1 {
+		t.Fatalf("after the Delete the standby holds %d snapshots (%d gone, %d before)", len(st2.last), st2.gone, gone)
+	}
 }
 
 // TestAdoptAnswersRetransmission: the peer's request that the owner
