@@ -322,7 +322,7 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	}
 	for _, c := range sa.children {
 		after = append(after, e.forgetChildLocked(c, why)...)
-		if f := e.cfg.OnDelete; f != nil {
+		if f := e.cfg.OnDelete; f != nil && !sa.released {
 			after = append(after, func() { f(c) })
 		}
 	}

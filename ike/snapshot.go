@@ -45,7 +45,10 @@ import (
 // holds the IKE SA's and its Child SAs' keys: keep it in memory only.
 type Snapshot struct {
 	SPIi, SPIr uint64
-	Data       []byte
+	// Local is the address the IKE SA uses here: which virtual address
+	// (and so which group of a pair) it belongs to.
+	Local netip.AddrPort
+	Data  []byte
 }
 
 // snapVersion is the version byte that opens Data.
@@ -235,14 +238,14 @@ func (e *Endpoint) flushSnapshotsLocked() {
 	for _, sa := range dirty {
 		sa.snapDirty = false
 		if sa.replicable() {
-			f(Snapshot{SPIi: sa.spii, SPIr: sa.spir, Data: sa.snapLocked().encode()}, false)
+			f(Snapshot{SPIi: sa.spii, SPIr: sa.spir, Local: sa.local, Data: sa.snapLocked().encode()}, false)
 			sa.snapShown = true
 		}
 	}
 	for _, sa := range dirty {
 		if !sa.replicable() && sa.snapShown {
 			sa.snapShown = false
-			f(Snapshot{SPIi: sa.spii, SPIr: sa.spir}, true)
+			f(Snapshot{SPIi: sa.spii, SPIr: sa.spir, Local: sa.local}, true)
 		}
 	}
 	clear(dirty)
@@ -264,7 +267,7 @@ func (e *Endpoint) Snapshots() []Snapshot {
 	var out []Snapshot
 	for _, sa := range e.sas {
 		if sa.replicable() && !e.closed {
-			out = append(out, Snapshot{SPIi: sa.spii, SPIr: sa.spir, Data: sa.snapLocked().encode()})
+			out = append(out, Snapshot{SPIi: sa.spii, SPIr: sa.spir, Local: sa.local, Data: sa.snapLocked().encode()})
 			sa.snapShown = true
 		}
 	}
@@ -1115,3 +1118,30 @@ func (e *Endpoint) adoptLocked(s *snapIKE) (*ikeSA, []func(), error) {
 		"outstanding", req != nil)...)
 	return sa, after, nil
 }
+
+// Release drops the IKE SA named by spii and spir, and its Child SAs,
+// without a word to the peer and without OnDelete: another member of a
+// pair continues it (Adopt) from its last snapshot. It reports the SA gone
+// (OnSnapshot) and returns an error if there is no such IKE SA.
+func (e *Endpoint) Release(spii, spir uint64) error {
+	e.mu.Lock()
+	var found *ikeSA
+	for _, sa := range e.sas {
+		if sa.spii == spii && sa.spir == spir {
+			found = sa
+			break
+		}
+	}
+	if found == nil {
+		e.unlock()
+		return fmt.Errorf("ike: no IKE SA %016x_i %016x_r to release", spii, spir)
+	}
+	found.released = true
+	after := e.removeLocked(found, errReleased)
+	e.unlock()
+	run(after)
+	return nil
+}
+
+// errReleased is why the waiters of a released IKE SA stop waiting.
+var errReleased = errors.New("ike: IKE SA released to another member of the pair")

@@ -534,3 +534,44 @@ func FuzzSnapshotDecode(f *testing.F) {
 type nopTransport struct{}
 
 func (nopTransport) Send(netip.AddrPort, netip.AddrPort, []byte) error { return nil }
+
+// TestRelease: a released IKE SA goes without a word to the peer and
+// without OnDelete; the peer keeps it, and the snapshot taken at the
+// release, adopted elsewhere, goes on: a Child SA rekey there is answered.
+func TestRelease(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	var deleted atomic.Int32
+	h := newHAPair(t, pa, pb, func(a, b *Config) {
+		a.OnDelete = func(*ChildSA) { deleted.Add(1) }
+	})
+	if _, err := h.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settled(h.pair))
+	sn := h.a.Snapshots()
+	if len(sn) != 1 || sn[0].Local != addrA {
+		t.Fatalf("snapshots %+v: want one, on %v", sn, addrA)
+	}
+	tx := h.a.Stats().TxPackets
+	if err := h.a.Release(sn[0].SPIi, sn[0].SPIr); err != nil {
+		t.Fatal(err)
+	}
+	if err := h.a.Release(sn[0].SPIi, sn[0].SPIr); err == nil {
+		t.Fatal("released twice")
+	}
+	if n := deleted.Load(); n != 0 || len(h.a.IKESAs()) != 0 || h.a.Stats().TxPackets != tx {
+		t.Fatalf("after Release: %d OnDelete, %d IKE SAs, %d datagrams sent", n, len(h.a.IKESAs()), h.a.Stats().TxPackets-tx)
+	}
+	if len(h.b.IKESAs()) != 1 {
+		t.Fatal("the peer lost its IKE SA")
+	}
+	_, log := h.failover(t)
+	cs := log.list()
+	if len(cs) != 1 {
+		t.Fatalf("adopted %d Child SAs", len(cs))
+	}
+	if err := h.a.RequestRekey(cs[0]); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return h.b.Stats().CreateChildSAAnswered == 1 })
+}
