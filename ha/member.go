@@ -309,7 +309,7 @@ func (m *Member) Status() Status {
 		case roleOwner, roleReleasing:
 			gs.Owner = m.cfg.Name
 			gs.InSync = g.sync == syncOK
-			if m.peerUp && g.peerSeen && g.peerRole == roleStandby {
+			if m.peerUp && (g.sync != syncNone || g.peerSeen && g.peerRole == roleStandby) {
 				gs.Standby = m.cfg.PeerName
 			}
 		case roleStandby:
@@ -535,6 +535,9 @@ func (m *Member) fromOwner(g *group, epoch uint64) bool {
 		g.role = roleStandby
 		g.epoch = epoch
 		m.mu.Unlock()
+		if r == roleNone {
+			m.sendHeartbeat()
+		}
 		return true
 	case r == roleOwner && epoch > cur:
 		m.mu.Unlock()
@@ -585,6 +588,7 @@ func (m *Member) decide(g *group) {
 			g.role, g.epoch = roleStandby, pepoch
 			m.mu.Unlock()
 			m.log.Info("ha: standby", "group", g.name, "epoch", pepoch)
+			m.sendHeartbeat()
 		case roleNone:
 			if pref {
 				m.acquire(g, newState(), false, max(epoch, pepoch)+1, "both up, preferred")
