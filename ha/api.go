@@ -127,10 +127,10 @@ type GroupStatus struct {
 type Counters struct {
 	FramesIn          uint64 `json:"frames_in"`
 	FramesOut         uint64 `json:"frames_out"`
-	StaleEpoch        uint64 `json:"stale_epoch"`       // messages with an older epoch, ignored
-	QueueOverflows    uint64 `json:"queue_overflows"`   // full send queue: standby resynced
-	Resyncs           uint64 `json:"resyncs"`           // snapshots sent
-	BadFrames         uint64 `json:"bad_frames"`        // undecodable: connection dropped
+	StaleEpoch        uint64 `json:"stale_epoch"`     // messages with an older epoch, ignored
+	QueueOverflows    uint64 `json:"queue_overflows"` // full send queue: standby resynced
+	Resyncs           uint64 `json:"resyncs"`         // snapshots sent
+	BadFrames         uint64 `json:"bad_frames"`      // undecodable: connection dropped
 	HandshakeFailures uint64 `json:"handshake_failures"`
 	Connections       uint64 `json:"connections"`
 	Takeovers         uint64 `json:"takeovers"`

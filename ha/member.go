@@ -73,15 +73,15 @@ type group struct {
 	epoch uint64
 
 	// Owner side.
-	sync     syncState
-	seq      uint64 // last sequence number given to an acked message
-	snapSeq  uint64 // the snapshot's: its ack puts the standby in sync
-	pending  []pendingGrant
-	bounds   map[Key]uint64 // every bound reserved while owner
-	backlog  [][]byte       // frames held while collecting
-	fenced   bool
+	sync        syncState
+	seq         uint64 // last sequence number given to an acked message
+	snapSeq     uint64 // the snapshot's: its ack puts the standby in sync
+	pending     []pendingGrant
+	bounds      map[Key]uint64 // every bound reserved while owner
+	backlog     [][]byte       // frames held while collecting
+	fenced      bool
 	lag, lagMax time.Duration
-	ho       *handoverOp
+	ho          *handoverOp
 
 	// Standby side.
 	replica  *State
