@@ -82,6 +82,7 @@ type group struct {
 	fenced      bool
 	lag, lagMax time.Duration
 	ho          *handoverOp
+	acquiring   bool // role is owner, Handler.Acquire not yet returned
 
 	// Standby side.
 	replica  *State
@@ -171,13 +172,13 @@ func (m *Member) Close() error {
 	return nil
 }
 
-// Owner reports whether this member owns group (and is not handing it
-// over).
+// Owner reports whether this member owns group: Handler.Acquire has
+// returned, and neither Release nor a handover has begun.
 func (m *Member) Owner(group string) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	g := m.groups[group]
-	return g != nil && g.role == roleOwner
+	return g != nil && g.role == roleOwner && !g.acquiring
 }
 
 // Reserve records that the owner may use k's sequence space up to upTo,
@@ -591,7 +592,7 @@ func (m *Member) decide(g *group) {
 			m.sendHeartbeat()
 		case roleNone:
 			if pref {
-				m.acquire(g, newState(), false, max(epoch, pepoch)+1, "both up, preferred")
+				m.acquire(g, newState(), false, max(epoch, pepoch)+1, "both up, preferred", -1)
 			}
 		}
 	case roleStandby:
@@ -614,7 +615,7 @@ func (m *Member) decide(g *group) {
 			st := g.replica
 			m.mu.Unlock()
 			if take {
-				m.acquire(g, st, false, max(epoch, pepoch)+1, "no owner")
+				m.acquire(g, st, false, max(epoch, pepoch)+1, "no owner", -1)
 			}
 		}
 	case roleOwner:
@@ -654,7 +655,10 @@ func (m *Member) maybeAskHandover(g *group) {
 
 // acquire makes this member g's owner at epoch with st. It returns false
 // if the Handler refused.
-func (m *Member) acquire(g *group, st *State, planned bool, epoch uint64, why string) bool {
+//
+// gap >= 0 marks a takeover, gap after the owner's last frame: it is
+// recorded and logged.
+func (m *Member) acquire(g *group, st *State, planned bool, epoch uint64, why string, gap time.Duration) bool {
 	if st == nil {
 		st = newState()
 	}
@@ -670,20 +674,31 @@ func (m *Member) acquire(g *group, st *State, planned bool, epoch uint64, why st
 	}
 	g.fenced = false
 	g.asked = false
+	g.acquiring = true
 	m.mu.Unlock()
 	if err := m.h.Acquire(g.name, st, planned); err != nil {
 		m.mu.Lock()
 		g.role, g.epoch = prev, prevEpoch
+		g.acquiring = false
 		m.mu.Unlock()
 		m.log.Error("ha: acquire failed", "group", g.name, "err", err)
 		return false
 	}
 	m.mu.Lock()
+	g.acquiring = false
 	g.replica, g.haveSnap = newState(), false
+	if gap >= 0 {
+		m.ctr.takeovers.Add(1)
+		g.lastFailover, g.lastGap = time.Now(), gap
+	}
 	// A releasing peer gets its snapshot once it says it is a standby.
 	peer := m.peerUp && m.conn != nil && g.peerSeen && (g.peerRole == roleNone || g.peerRole == roleStandby)
 	m.mu.Unlock()
-	m.log.Info("ha: owner", "group", g.name, "epoch", epoch, "planned", planned, "why", why)
+	if gap >= 0 {
+		m.log.Warn("ha: took over", "group", g.name, "epoch", epoch, "gap", gap, "why", why, "bounds", len(st.Bounds), "ike", len(st.IKE))
+	} else {
+		m.log.Info("ha: owner", "group", g.name, "epoch", epoch, "planned", planned, "why", why)
+	}
 	m.sendHeartbeat()
 	if peer {
 		m.startSync(g)
@@ -932,18 +947,10 @@ func (m *Member) alone(now time.Time) {
 		m.mu.Lock()
 		st, epoch := g.replica, g.epoch+1
 		m.mu.Unlock()
-		if !m.acquire(g, st, false, epoch, "peer down") {
-			continue
-		}
-		gap := time.Since(lastHeard)
-		m.ctr.takeovers.Add(1)
-		m.mu.Lock()
-		g.lastFailover, g.lastGap = time.Now(), gap
-		m.mu.Unlock()
-		m.log.Warn("ha: took over", "group", g.name, "epoch", epoch, "gap", gap, "bounds", len(st.Bounds), "ike", len(st.IKE))
+		m.acquire(g, st, false, epoch, "peer down", time.Since(lastHeard))
 	}
 	for _, g := range fresh {
-		m.acquire(g, newState(), false, g.epoch+1, "alone at start")
+		m.acquire(g, newState(), false, g.epoch+1, "alone at start", -1)
 	}
 }
 
@@ -1025,7 +1032,7 @@ func (m *Member) abortHandover(g *group, err error) {
 		return
 	}
 	m.log.Warn("ha: handover abandoned, taking the group back", "group", g.name, "err", err)
-	m.acquire(g, ho.st, true, ho.epoch+1, "handover abandoned")
+	m.acquire(g, ho.st, true, ho.epoch+1, "handover abandoned", -1)
 	ho.req.done <- err
 }
 
@@ -1039,7 +1046,7 @@ func (m *Member) takeHandover(g *group, mm *msg) {
 		return
 	}
 	done := &msg{Type: mHandoverDone, Group: g.name, Epoch: mm.Epoch}
-	if m.acquire(g, mm.State, true, mm.Epoch, "handover") {
+	if m.acquire(g, mm.State, true, mm.Epoch, "handover", -1) {
 		m.ctr.handovers.Add(1)
 	} else {
 		done.Epoch = 0 // refused: the old owner takes it back
