@@ -21,6 +21,11 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// maxHandshakes bounds the TLS handshakes in progress on the listener; a
+// connection beyond it is closed at once (and counted as a failed
+// handshake). Only the peer should connect, so a few suffice.
+const maxHandshakes = 4
+
 // queueLen is how many frames wait for the writer before the queue
 // counts as overflowing.
 const queueLen = 4096
@@ -219,10 +224,20 @@ func (m *Member) acceptLoop() {
 			}
 			continue
 		}
+		select {
+		case m.handshakeSlots <- struct{}{}:
+		default:
+			raw.Close()
+			m.ctr.handshakeFailures.Add(1)
+			m.log.Warn("ha: too many sync handshakes at once: connection closed", "remote", raw.RemoteAddr().String())
+			continue
+		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
-			if c := m.handshake(raw, false); c != nil {
+			c := m.handshake(raw, false)
+			<-m.handshakeSlots
+			if c != nil {
 				m.deliver(c)
 			}
 		}()

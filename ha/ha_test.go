@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/netip"
 	"testing"
@@ -533,4 +534,43 @@ func FuzzDecode(f *testing.F) {
 func netipAddrPort(t testing.TB, a net.Addr) netip.AddrPort {
 	t.Helper()
 	return a.(*net.TCPAddr).AddrPort()
+}
+
+// TestHandshakeFlood: connections that never finish a handshake hold at
+// most maxHandshakes slots; the rest are closed at once and counted.
+func TestHandshakeFlood(t *testing.T) {
+	checkLeaks(t)
+	p := newPKI(t, "ha-test")
+	addrB := freePort(t)
+	b := &node{h: newFakeHandler(), cfg: Config{
+		Name: "b", PeerName: "a", Listen: addrB, Peer: freePort(t),
+		TLS: p.tlsFor(t, "a", false, "b"), Interval: testInterval, Misses: testMisses,
+	}}
+	b.cfg.Logger = slog.New(slog.NewTextHandler(testWriter{t}, nil))
+	b.start(t)
+	const n = maxHandshakes + 6
+	var silent []net.Conn
+	for range n {
+		c, err := net.Dial("tcp", addrB.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		silent = append(silent, c)
+	}
+	waitFor(t, "the connections beyond the limit closed", func() bool {
+		return b.Status().Counters.HandshakeFailures >= n-maxHandshakes
+	})
+	for _, c := range silent {
+		c.Close()
+	}
+	waitFor(t, "the handshake slots free", func() bool { return len(b.handshakeSlots) == 0 })
+	c, err := tls.Dial("tcp", addrB.String(), p.tlsFor(t, "b", false, "a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := readFrame(c, nil); err != nil {
+		t.Fatalf("b does not talk after the flood: %v", err)
+	}
 }

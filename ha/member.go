@@ -36,6 +36,8 @@ type Member struct {
 	aborts    chan *handoverReq
 	closing   <-chan struct{}
 
+	handshakeSlots chan struct{} // acceptLoop: one token per handshake in progress
+
 	witnessOK atomic.Int64 // unix nanoseconds of the last reachable probe
 	mute      atomic.Bool  // tests: drop every frame in and out (a partition)
 	ctr       counters
@@ -138,7 +140,9 @@ func Start(cfg Config, h Handler) (*Member, error) {
 		drained:   make(chan *conn, 1),
 		handovers: make(chan *handoverReq),
 		aborts:    make(chan *handoverReq),
-		groups:    make(map[string]*group),
+
+		handshakeSlots: make(chan struct{}, maxHandshakes),
+		groups:         make(map[string]*group),
 	}
 	for _, gc := range cfg.Groups {
 		g := &group{name: gc.Name, pref: gc.Preference, bounds: make(map[Key]uint64), replica: newState()}
