@@ -154,7 +154,14 @@ func TestAloneGrantsAtOnce(t *testing.T) {
 func TestTakeover(t *testing.T) {
 	for _, how := range []string{"close", "reset", "partition"} {
 		t.Run(how, func(t *testing.T) {
-			a, b := newPair(t, pairOpts{prefA: 200, prefB: 100})
+			o := pairOpts{prefA: 200, prefB: 100}
+			if how != "partition" {
+				// b would notice missing heartbeats only after
+				// 20 s, beyond waitFor's 10 s: it must see the
+				// connection end.
+				o.missesB = 1000
+			}
+			a, b := newPair(t, o)
 			waitSynced(t, a, b)
 			reserve(t, a, b, "out/1", 4096)
 			a.h.setIKE("g", "ike1", []byte("snap1"))

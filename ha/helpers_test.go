@@ -226,6 +226,7 @@ type pairOpts struct {
 	witnessA, witnessB string
 	preempt            bool
 	startBFirst        bool
+	missesB            int // 0: testMisses
 }
 
 // newPair starts members a and b (a dials) on loopback with group "g".
@@ -246,6 +247,9 @@ func newPair(t *testing.T, o pairOpts) (a, b *node) {
 	}
 	a = mk("a", "b", addrA, addrB, o.prefA, o.witnessA)
 	b = mk("b", "a", addrB, addrA, o.prefB, o.witnessB)
+	if o.missesB != 0 {
+		b.cfg.Misses = o.missesB
+	}
 	checkLeaks(t)
 	first, second := a, b
 	if o.startBFirst {
