@@ -128,6 +128,28 @@ func TestPairReplicates(t *testing.T) {
 	}
 }
 
+// TestSnapshotOnJoin: a standby that joins gets the owner's whole state:
+// the Handler's snapshot and the reservations granted while alone.
+func TestSnapshotOnJoin(t *testing.T) {
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, beforeSecond: func(a *node) {
+		reserve(t, a, nil, "out/9", 999)
+		a.h.setIKE("g", "ike9", []byte("s9"))
+	}})
+	waitSynced(t, a, b)
+	if v, _ := b.replicaIKE("ike9"); b.replicaBound("out/9") != 999 || string(v) != "s9" {
+		t.Errorf("b holds out/9 up to %d and ike9 %q; want 999 and s9", b.replicaBound("out/9"), v)
+	}
+}
+
+// TestBothUpPreferred: members that start together (neither can own
+// alone: the witness is silent) give the group to the more preferred,
+// whatever the names.
+func TestBothUpPreferred(t *testing.T) {
+	w := blackhole(t)
+	a, b := newPair(t, pairOpts{prefA: 100, prefB: 200, witnessA: w, witnessB: w})
+	waitSynced(t, b, a)
+}
+
 // TestAloneGrantsAtOnce: an owner without a standby grants on the
 // caller's goroutine.
 func TestAloneGrantsAtOnce(t *testing.T) {

@@ -226,7 +226,8 @@ type pairOpts struct {
 	witnessA, witnessB string
 	preempt            bool
 	startBFirst        bool
-	missesB            int // 0: testMisses
+	missesB            int         // 0: testMisses
+	beforeSecond       func(*node) // runs between the two starts
 }
 
 // newPair starts members a and b (a dials) on loopback with group "g".
@@ -257,6 +258,9 @@ func newPair(t *testing.T, o pairOpts) (a, b *node) {
 	}
 	first.start(t)
 	waitFor(t, first.cfg.Name+" to own g alone", func() bool { return first.Owner("g") || first.cfg.Witness != "" })
+	if o.beforeSecond != nil {
+		o.beforeSecond(first)
+	}
 	second.start(t)
 	return a, b
 }
