@@ -79,7 +79,9 @@ type Handler interface {
 	// state (sequence numbers, IKE SAs).
 	Release(group string) *State
 	// Fence stops (true) or resumes (false) sealing for the group: the
-	// owner is isolated and another member may have taken over.
+	// owner is isolated and another member may have taken over. A
+	// fenced group that is released (the peer took it over meanwhile)
+	// gets Release and no Fence(false).
 	Fence(group string, fenced bool)
 	// Snapshot returns the group's whole state for a standby that just
 	// joined. The member adds the reservations it has seen to Bounds, so

@@ -347,6 +347,83 @@ func TestHandover(t *testing.T) {
 	}
 }
 
+// TestHandoverAbandoned: a standby that does not answer in time leaves
+// the group with its owner, which takes it back at an epoch above the one
+// offered; the late standby then yields to it.
+func TestHandoverAbandoned(t *testing.T) {
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100})
+	waitSynced(t, a, b)
+	gate := make(chan struct{})
+	b.h.mu.Lock()
+	b.h.gate = gate
+	b.h.mu.Unlock()
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- a.Handover(ctx, "g") }()
+	waitFor(t, "b to be acquiring", func() bool { return b.group().Role == "owner" })
+	cancel()
+	if err := <-done; err == nil {
+		t.Fatal("Handover returned nil though b never finished")
+	} else {
+		t.Log(err)
+	}
+	waitFor(t, "a to own g again", func() bool { return a.Owner("g") })
+	close(gate)
+	waitSynced(t, a, b)
+	if e := a.group().Epoch; e != 3 {
+		t.Errorf("epoch %d, want 3 (above the 2 offered)", e)
+	}
+	if call, _ := a.h.lastAcquire(); !call.planned {
+		t.Errorf("a took g back with %+v, want planned (its exact state)", call)
+	}
+	if b.h.releases() != 1 {
+		t.Errorf("b released %d times, want 1", b.h.releases())
+	}
+}
+
+// TestGrantsWhenStandbyDies: reservations waiting for a standby's ack
+// are granted when it is found dead (the owner is alone now), not before.
+func TestGrantsWhenStandbyDies(t *testing.T) {
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100})
+	waitSynced(t, a, b)
+	b.mute.Store(true)
+	granted := make(chan bool, 1)
+	a.Reserve("g", "out/1", 100, func(uint64) { granted <- a.Status().Members[1].Up })
+	select {
+	case up := <-granted:
+		if up {
+			t.Error("granted while the mute standby was still up")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("never granted")
+	}
+}
+
+// TestStaleEpoch: messages about a group with an older epoch than the
+// receiver's are ignored and counted.
+func TestStaleEpoch(t *testing.T) {
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100})
+	waitSynced(t, a, b)
+	reserve(t, a, b, "out/1", 10)
+	// Messages at epoch 0 (the group is at 1), injected as if the
+	// current connection had delivered them.
+	b.mu.Lock()
+	c := b.conn
+	b.mu.Unlock()
+	b.events <- event{c: c, msg: &msg{Type: mBound, Group: "g", Epoch: 0, Seq: 99, Key: "out/1", UpTo: 1 << 40}}
+	b.events <- event{c: c, msg: &msg{Type: mSnapshot, Group: "g", Epoch: 0, Seq: 100, State: newState()}}
+	a.mu.Lock()
+	ca := a.conn
+	a.mu.Unlock()
+	a.events <- event{c: ca, msg: &msg{Type: mAck, Group: "g", Epoch: 0, Seq: 1 << 20}}
+	waitFor(t, "the stale messages counted", func() bool {
+		return b.Status().Counters.StaleEpoch >= 2 && a.Status().Counters.StaleEpoch >= 1
+	})
+	if got := b.replicaBound("out/1"); got != 10 {
+		t.Errorf("b holds out/1 up to %d after stale messages, want 10", got)
+	}
+}
+
 // TestPreempt: a more preferred member that joins takes its group back
 // by handover once in sync.
 func TestPreempt(t *testing.T) {
@@ -428,19 +505,26 @@ func TestHostileFrames(t *testing.T) {
 	raw.Close()
 	waitFor(t, "the handshake failure counted", func() bool { return b.Status().Counters.HandshakeFailures >= 1 })
 
-	// Still serving.
-	c, err := tls.Dial("tcp", addrB.String(), client)
-	if err != nil {
-		t.Fatal(err)
+	// Still serving; and a newer connection replaces an older one.
+	var conns []*tls.Conn
+	for range 2 {
+		c, err := tls.Dial("tcp", addrB.String(), client)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		f, err := readFrame(c, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m, err := decodeMsg(f); err != nil || m.Type != mHeartbeat {
+			t.Fatalf("b sent %v, %v; want a heartbeat", m, err)
+		}
+		conns = append(conns, c)
 	}
-	defer c.Close()
-	c.SetReadDeadline(time.Now().Add(10 * time.Second))
-	f, err := readFrame(c, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m, err := decodeMsg(f); err != nil || m.Type != mHeartbeat {
-		t.Fatalf("b sent %v, %v; want a heartbeat", m, err)
+	if _, err := io.Copy(io.Discard, conns[0]); err != nil {
+		t.Errorf("the older connection: %v, want closed by b", err)
 	}
 }
 

@@ -139,6 +139,7 @@ type fakeHandler struct {
 	acquired []acquireCall
 	released []string
 	fences   []bool
+	gate     chan struct{} // when set, Acquire waits for it to close
 }
 
 type acquireCall struct {
@@ -152,6 +153,12 @@ func newFakeHandler() *fakeHandler {
 }
 
 func (h *fakeHandler) Acquire(group string, st *State, planned bool) error {
+	h.mu.Lock()
+	gate := h.gate
+	h.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.owned[group] = true

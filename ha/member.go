@@ -186,11 +186,16 @@ func (m *Member) Owner(group string) bool {
 }
 
 // Reserve records that the owner may use k's sequence space up to upTo,
-// and calls grant(upTo) once that is safe: once the standby has recorded
-// the bound (grant then runs on the member's event goroutine), or at once,
-// on the caller's goroutine before Reserve returns, when no standby is
-// attached or this member does not own the group (nothing to replicate).
-// So the caller must not hold a lock that grant takes. Reserve never
+// and calls grant(upTo) once that is safe. That is at once, on the
+// caller's goroutine before Reserve returns, when this member has no
+// standby attached to the group (alone: nobody can take over from a
+// lower bound) or does not own it (nothing to replicate); so the caller
+// must not hold a lock that grant takes. Otherwise it is once the standby
+// has recorded the bound, on the member's event goroutine; a standby
+// still receiving its snapshot or being resynced after an overflow counts
+// as attached, and its grants wait for the snapshot's ack. Grants still
+// waiting when the standby dies run then, all at once; those waiting at
+// Close are dropped. grant must not call Handover or Close. Reserve never
 // blocks on the channel.
 func (m *Member) Reserve(group string, k Key, upTo uint64, grant func(upTo uint64)) {
 	m.mu.Lock()
@@ -482,6 +487,11 @@ func (m *Member) handleEvent(ev event) {
 			}
 		}
 		m.mu.Unlock()
+		if mm.Type == mSnapshot && m.cfg.Preempt {
+			// The ack first: the owner hands over only to a
+			// standby it knows is in sync.
+			m.flushAcks()
+		}
 		m.maybeAskHandover(g)
 	case mAck:
 		m.handleAck(g, mm)
