@@ -552,7 +552,7 @@ func TestConfigCheck(t *testing.T) {
 func sampleMsgs() []*msg {
 	st := &State{Bounds: map[Key]uint64{"out/1": 1 << 40, "in/2": 3}, IKE: map[string][]byte{"ike": []byte("x"), "empty": {}}}
 	return []*msg{
-		{Type: mHeartbeat, Groups: []hbGroup{{"g", roleOwner, 7, 200}, {"h", roleStandby, 1, 0}}},
+		{Type: mHeartbeat, Groups: []hbGroup{{"g", roleOwner, 7, 200, false}, {"h", roleStandby, 1, 0, true}}},
 		{Type: mSnapshot, Group: "g", Epoch: 7, Seq: 9, State: st},
 		{Type: mBound, Group: "g", Epoch: 7, Seq: 10, Key: "out/1", UpTo: 1 << 50},
 		{Type: mAck, Group: "g", Epoch: 7, Seq: 10},

@@ -98,6 +98,7 @@ type group struct {
 	peerRole  role
 	peerEpoch uint64
 	peerPref  int
+	peerSnap  bool // the peer is a standby holding a snapshot
 
 	lastFailover time.Time
 	lastGap      time.Duration
@@ -570,7 +571,7 @@ func (m *Member) handleHeartbeat(mm *msg) {
 		m.mu.Lock()
 		g := m.groups[hb.Name]
 		if g != nil {
-			g.peerSeen, g.peerRole, g.peerEpoch, g.peerPref = true, hb.Role, hb.Epoch, int(hb.Preference)
+			g.peerSeen, g.peerRole, g.peerEpoch, g.peerPref, g.peerSnap = true, hb.Role, hb.Epoch, int(hb.Preference), hb.Synced
 		}
 		m.mu.Unlock()
 		if g != nil {
@@ -594,60 +595,48 @@ func (m *Member) decide(g *group) {
 	r, pr := g.role, g.peerRole
 	epoch, pepoch := g.epoch, g.peerEpoch
 	pref := m.preferredLocked(g)
+	mine := r == roleStandby && g.haveSnap
+	theirs := pr == roleStandby && g.peerSnap
+	st := g.replica
 	m.mu.Unlock()
-	switch r {
-	case roleNone:
-		switch pr {
-		case roleOwner, roleReleasing:
-			m.mu.Lock()
-			g.role, g.epoch = roleStandby, pepoch
-			m.mu.Unlock()
-			m.log.Info("ha: standby", "group", g.name, "epoch", pepoch)
-			m.sendHeartbeat()
-		case roleNone:
-			if pref {
-				m.acquire(g, newState(), false, max(epoch, pepoch)+1, "both up, preferred", -1)
+	waiting := func(r role) bool { return r == roleNone || r == roleStandby }
+	switch {
+	case waiting(r) && waiting(pr):
+		// Nobody carries the group: both just started, or the owner
+		// restarted and lost its state. A member holding a snapshot
+		// takes it from one that holds none; otherwise the preferred
+		// one does. The other follows its heartbeat.
+		if mine && !theirs || mine == theirs && pref {
+			if !mine {
+				st = newState()
 			}
+			m.acquire(g, st, false, max(epoch, pepoch)+1, "no owner", -1)
 		}
-	case roleStandby:
-		switch pr {
-		case roleOwner:
-			if pepoch < epoch {
-				m.ctr.stale.Add(1)
-				return
-			}
-			m.mu.Lock()
-			g.epoch = pepoch
-			m.mu.Unlock()
-			m.maybeAskHandover(g)
-		case roleNone, roleStandby:
-			// Nobody carries the group: the peer restarted, or both
-			// wait. The preferred standby, or one holding a snapshot
-			// facing a member that has none, takes it.
-			m.mu.Lock()
-			take := pref || (pr == roleNone && g.haveSnap)
-			st := g.replica
-			m.mu.Unlock()
-			if take {
-				m.acquire(g, st, false, max(epoch, pepoch)+1, "no owner", -1)
-			}
+	case r == roleNone && (pr == roleOwner || pr == roleReleasing):
+		m.mu.Lock()
+		g.role, g.epoch = roleStandby, pepoch
+		m.mu.Unlock()
+		m.log.Info("ha: standby", "group", g.name, "epoch", pepoch)
+		m.sendHeartbeat()
+	case r == roleStandby && pr == roleOwner:
+		if pepoch < epoch {
+			m.ctr.stale.Add(1)
+			return
 		}
-	case roleOwner:
-		switch pr {
-		case roleOwner:
-			m.mu.Lock()
-			peerWins := pepoch > epoch || (pepoch == epoch && !pref)
-			m.mu.Unlock()
-			if peerWins {
-				m.yield(g, pepoch, "both owners, the peer's claim is stronger")
-			}
-		case roleNone, roleStandby:
-			m.mu.Lock()
-			start := g.sync == syncNone
-			m.mu.Unlock()
-			if start {
-				m.startSync(g)
-			}
+		m.mu.Lock()
+		g.epoch = pepoch
+		m.mu.Unlock()
+		m.maybeAskHandover(g)
+	case r == roleOwner && pr == roleOwner:
+		if pepoch > epoch || pepoch == epoch && !pref {
+			m.yield(g, pepoch, "both owners, the peer's claim is stronger")
+		}
+	case r == roleOwner && waiting(pr):
+		m.mu.Lock()
+		start := g.sync == syncNone
+		m.mu.Unlock()
+		if start {
+			m.startSync(g)
 		}
 	}
 }
@@ -863,7 +852,10 @@ func (m *Member) sendHeartbeat() {
 	}
 	hb := &msg{Type: mHeartbeat, Groups: make([]hbGroup, 0, len(m.order))}
 	for _, g := range m.order {
-		hb.Groups = append(hb.Groups, hbGroup{Name: g.name, Role: g.role, Epoch: g.epoch, Preference: uint8(g.pref)})
+		hb.Groups = append(hb.Groups, hbGroup{
+			Name: g.name, Role: g.role, Epoch: g.epoch, Preference: uint8(g.pref),
+			Synced: g.role == roleStandby && g.haveSnap,
+		})
 	}
 	m.enqueueLocked(appendFrame(nil, hb))
 }

@@ -37,6 +37,9 @@ const (
 	mTypeEnd
 )
 
+// A heartbeat group is a name, a role byte, a preference byte, a synced
+// byte (0 or 1) and an epoch.
+
 var typeNames = [...]string{"", "heartbeat", "snapshot", "bound", "ack", "forget", "ike", "handover", "handover-done", "handover-ask"}
 
 func (t msgType) String() string {
@@ -72,6 +75,7 @@ type hbGroup struct {
 	Role       role
 	Epoch      uint64
 	Preference uint8
+	Synced     bool // a standby holding the owner's snapshot
 }
 
 // msg is any decoded message; which fields are meaningful depends on Type.
@@ -103,7 +107,11 @@ func appendFrame(dst []byte, m *msg) []byte {
 		dst = binary.AppendUvarint(dst, uint64(len(m.Groups)))
 		for _, g := range m.Groups {
 			dst = appendString(dst, g.Name)
-			dst = append(dst, byte(g.Role), g.Preference)
+			synced := byte(0)
+			if g.Synced {
+				synced = 1
+			}
+			dst = append(dst, byte(g.Role), g.Preference, synced)
 			dst = binary.AppendUvarint(dst, g.Epoch)
 		}
 	default:
@@ -195,11 +203,18 @@ func decodeMsg(b []byte) (*msg, error) {
 	d := decoder{b: b[1:]}
 	switch m.Type {
 	case mHeartbeat:
-		n := d.count(3)
+		n := d.count(4)
 		for i := 0; i < n && d.err == nil; i++ {
 			g := hbGroup{Name: d.str()}
 			g.Role = role(d.byte())
 			g.Preference = d.byte()
+			switch d.byte() {
+			case 0:
+			case 1:
+				g.Synced = true
+			default:
+				d.fail(errors.New("ha: heartbeat: bad synced flag"))
+			}
 			g.Epoch = d.uvarint()
 			if d.err == nil && g.Role >= roleEnd {
 				d.err = fmt.Errorf("ha: heartbeat: unknown role %d", byte(g.Role))
