@@ -382,6 +382,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if st.IKE != nil {
 		collectIKE(st.IKE, counter, gauge)
 	}
+	if st.HA != nil {
+		collectHA(ch, st.HA)
+	}
 }
 
 // collectIKE sends the IKE series: each counter of ike.Stats in its family
@@ -409,9 +412,6 @@ func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v
 				gauge(ikeChildUp, b2u(ch.State == "installed"), c.Name, ch.Name)
 			}
 		}
-	}
-	if st.HA != nil {
-		collectHA(ch, st.HA)
 	}
 }
 

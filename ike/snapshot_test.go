@@ -549,7 +549,7 @@ func TestRelease(t *testing.T) {
 	}
 	waitFor(t, settled(h.pair))
 	sn := h.a.Snapshots()
-	if len(sn) != 1 || sn[0].Local != addrA {
+	if len(sn) != 1 || sn[0].Local.Addr() != addrA {
 		t.Fatalf("snapshots %+v: want one, on %v", sn, addrA)
 	}
 	tx := h.a.Stats().TxPackets
@@ -565,6 +565,12 @@ func TestRelease(t *testing.T) {
 	if len(h.b.IKESAs()) != 1 {
 		t.Fatal("the peer lost its IKE SA")
 	}
+	h.st.mu.Lock()
+	if h.st.gone != 1 {
+		t.Errorf("Release reported %d IKE SAs gone, want 1", h.st.gone)
+	}
+	h.st.last[[2]uint64{sn[0].SPIi, sn[0].SPIr}] = sn[0].Data // what the new owner got in the handover
+	h.st.mu.Unlock()
 	_, log := h.failover(t)
 	cs := log.list()
 	if len(cs) != 1 {
