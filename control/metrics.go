@@ -270,6 +270,7 @@ var ikeSeries = map[string]struct {
 	"restart_child_failed": {ikeFailures, []string{"restart_child_failed"}},
 
 	"ike_sa_established":   {ikeSAEvents, []string{"ike", "established"}},
+	"adopted":              {ikeSAEvents, []string{"ike", "adopted"}},
 	"ike_sa_rekeyed":       {ikeSAEvents, []string{"ike", "rekeyed"}},
 	"ike_sa_expired":       {ikeSAEvents, []string{"ike", "expired"}},
 	"deleted":              {ikeSAEvents, []string{"ike", "deleted"}},

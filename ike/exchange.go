@@ -74,7 +74,7 @@ type ikeSA struct {
 	initiator bool
 	state     saState
 	removed   bool
-	released  bool // removed by Release: another member goes on with it, so no OnDelete
+	released  bool   // removed by Release: another member goes on with it, so no OnDelete
 	job       uint64 // a computation off the lock is in flight (job.go)
 	frag      bool   // both sides announced IKE fragmentation (frag.go)
 
