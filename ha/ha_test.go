@@ -6,6 +6,7 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -302,10 +303,33 @@ func TestHandover(t *testing.T) {
 	a.h.state["g"] = &State{Bounds: map[Key]uint64{"out/1": 1234}, IKE: map[string][]byte{"ike1": []byte("exact")}}
 	a.h.mu.Unlock()
 
+	// b reserves while it acquires, as a gateway does: granted only
+	// once a, which becomes its standby, holds the bound.
+	granted := make(chan error, 1)
+	b.h.mu.Lock()
+	b.h.onAcquire = func(string) {
+		b.Reserve("g", "out/1", 2000, func(upTo uint64) {
+			if got := a.replicaBound("out/1"); got < upTo {
+				granted <- fmt.Errorf("granted %d to the new owner while its standby holds %d", upTo, got)
+				return
+			}
+			granted <- nil
+		})
+	}
+	b.h.mu.Unlock()
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.Handover(ctx, "g"); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the reservation made while acquiring was never granted")
 	}
 	if !b.Owner("g") || a.Owner("g") {
 		t.Fatalf("after the handover: a owner %v, b owner %v", a.Owner("g"), b.Owner("g"))
@@ -319,6 +343,9 @@ func TestHandover(t *testing.T) {
 		t.Errorf("epoch %d after the handover, want 2", e)
 	}
 	reserve(t, b, a, "out/1", 5000)
+	b.h.mu.Lock()
+	b.h.onAcquire = nil
+	b.h.mu.Unlock()
 
 	// And back, with "" for every group b owns.
 	if err := b.Handover(ctx, ""); err != nil {

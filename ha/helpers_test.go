@@ -140,6 +140,9 @@ type fakeHandler struct {
 	released []string
 	fences   []bool
 	gate     chan struct{} // when set, Acquire waits for it to close
+	// onAcquire, when set, runs inside Acquire (as a gateway reserves
+	// while installing its SAs).
+	onAcquire func(group string)
 }
 
 type acquireCall struct {
@@ -154,10 +157,13 @@ func newFakeHandler() *fakeHandler {
 
 func (h *fakeHandler) Acquire(group string, st *State, planned bool) error {
 	h.mu.Lock()
-	gate := h.gate
+	gate, hook := h.gate, h.onAcquire
 	h.mu.Unlock()
 	if gate != nil {
 		<-gate
+	}
+	if hook != nil {
+		hook(group)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()

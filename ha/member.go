@@ -64,6 +64,7 @@ const (
 	syncSending                     // snapshot queued, not yet acked
 	syncOK                          // standby acked a snapshot
 	syncBroken                      // a frame was dropped: resync when the queue drains
+	syncWaiting                     // a peer is connected: its snapshot is due once it says it is not an owner
 )
 
 // group is one group's membership state. Fields are guarded by Member.mu;
@@ -320,7 +321,7 @@ func (m *Member) Status() Status {
 		case roleOwner, roleReleasing:
 			gs.Owner = m.cfg.Name
 			gs.InSync = g.sync == syncOK
-			if m.peerUp && (g.sync != syncNone || g.peerSeen && g.peerRole == roleStandby) {
+			if m.peerUp && (g.sync != syncNone && g.sync != syncWaiting || g.peerSeen && g.peerRole == roleStandby) {
 				gs.Standby = m.cfg.PeerName
 			}
 		case roleStandby:
@@ -403,8 +404,8 @@ func (m *Member) adopt(c *conn) {
 		if g.role == roleOwner {
 			// The peer may be a new process: it gets a fresh
 			// snapshot once its heartbeat shows it is not an owner.
-			// Waiting grants stay: the snapshot's ack covers them.
-			g.sync = syncNone
+			// Grants wait meanwhile: the snapshot's ack covers them.
+			g.sync = syncWaiting
 			g.backlog = nil
 		}
 	}
@@ -610,7 +611,7 @@ func (m *Member) decide(g *group) {
 			if !mine {
 				st = newState()
 			}
-			m.acquire(g, st, false, max(epoch, pepoch)+1, "no owner", -1)
+			m.acquire(g, st, false, max(epoch, pepoch)+1, "no owner", -1, false)
 		}
 	case r == roleNone && (pr == roleOwner || pr == roleReleasing):
 		m.mu.Lock()
@@ -633,7 +634,7 @@ func (m *Member) decide(g *group) {
 		}
 	case r == roleOwner && waiting(pr):
 		m.mu.Lock()
-		start := g.sync == syncNone
+		start := g.sync == syncNone || g.sync == syncWaiting
 		m.mu.Unlock()
 		if start {
 			m.startSync(g)
@@ -661,7 +662,12 @@ func (m *Member) maybeAskHandover(g *group) {
 //
 // gap >= 0 marks a takeover, gap after the owner's last frame: it is
 // recorded and logged.
-func (m *Member) acquire(g *group, st *State, planned bool, epoch uint64, why string, gap time.Duration) bool {
+//
+// A handover's acquisition holds the messages it causes (reservations
+// the Handler makes) in the backlog, for takeHandover to send after its
+// answer; otherwise, with the peer connected, reservations wait for the
+// snapshot it is due.
+func (m *Member) acquire(g *group, st *State, planned bool, epoch uint64, why string, gap time.Duration, handover bool) bool {
 	if st == nil {
 		st = newState()
 	}
@@ -670,7 +676,15 @@ func (m *Member) acquire(g *group, st *State, planned bool, epoch uint64, why st
 	// Owner before the Handler runs, so that reservations it makes while
 	// acquiring are recorded for the standby.
 	g.role, g.epoch = roleOwner, epoch
-	g.sync = syncNone
+	switch {
+	case handover:
+		g.sync = syncCollecting
+	case m.conn != nil && m.peerUp:
+		g.sync = syncWaiting
+	default:
+		g.sync = syncNone
+	}
+	g.backlog = nil
 	g.bounds = maps.Clone(st.Bounds)
 	if g.bounds == nil {
 		g.bounds = make(map[Key]uint64)
@@ -953,10 +967,10 @@ func (m *Member) alone(now time.Time) {
 		m.mu.Lock()
 		st, epoch := g.replica, g.epoch+1
 		m.mu.Unlock()
-		m.acquire(g, st, false, epoch, "peer down", time.Since(lastHeard))
+		m.acquire(g, st, false, epoch, "peer down", time.Since(lastHeard), false)
 	}
 	for _, g := range fresh {
-		m.acquire(g, newState(), false, g.epoch+1, "alone at start", -1)
+		m.acquire(g, newState(), false, g.epoch+1, "alone at start", -1, false)
 	}
 }
 
@@ -1038,7 +1052,7 @@ func (m *Member) abortHandover(g *group, err error) {
 		return
 	}
 	m.log.Warn("ha: handover abandoned, taking the group back", "group", g.name, "err", err)
-	m.acquire(g, ho.st, true, ho.epoch+1, "handover abandoned", -1)
+	m.acquire(g, ho.st, true, ho.epoch+1, "handover abandoned", -1, false)
 	ho.req.done <- err
 }
 
@@ -1051,15 +1065,30 @@ func (m *Member) takeHandover(g *group, mm *msg) {
 		m.ctr.stale.Add(1)
 		return
 	}
-	done := &msg{Type: mHandoverDone, Group: g.name, Epoch: mm.Epoch}
-	if m.acquire(g, mm.State, true, mm.Epoch, "handover", -1) {
-		m.ctr.handovers.Add(1)
-	} else {
-		done.Epoch = 0 // refused: the old owner takes it back
+	if !m.acquire(g, mm.State, true, mm.Epoch, "handover", -1, true) {
+		// Refused: the old owner takes it back.
+		m.mu.Lock()
+		m.enqueueLocked(appendFrame(nil, &msg{Type: mHandoverDone, Group: g.name}))
+		m.mu.Unlock()
+		return
 	}
+	m.ctr.handovers.Add(1)
+	// The old owner keeps the state it released as its replica: it is
+	// in sync from the start, so that what the Handler reserved while
+	// acquiring follows the answer, and reservations are acked at once.
 	m.mu.Lock()
-	m.enqueueLocked(appendFrame(nil, done))
-	m.mu.Unlock()
+	defer m.mu.Unlock()
+	m.enqueueLocked(appendFrame(nil, &msg{Type: mHandoverDone, Group: g.name, Epoch: mm.Epoch}))
+	if g.sync != syncCollecting {
+		return // reconnected or overflowed meanwhile: that path resyncs
+	}
+	g.sync = syncOK
+	for _, f := range g.backlog {
+		if !m.enqueueLocked(f) {
+			break
+		}
+	}
+	g.backlog = nil
 }
 
 // handoverDone completes (or, refused, abandons) this member's handover
@@ -1080,7 +1109,9 @@ func (m *Member) handoverDone(g *group, mm *msg) {
 	g.ho = nil
 	g.role, g.epoch = roleStandby, ho.epoch
 	grants := m.dropSyncLocked(g)
-	g.replica, g.haveSnap = newState(), false
+	// The new owner started from the released state and sends only
+	// changes from here.
+	g.replica, g.haveSnap, g.ackSeq = ho.st.clone(), true, 0
 	m.mu.Unlock()
 	m.ctr.handovers.Add(1)
 	runGrants(grants)
