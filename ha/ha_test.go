@@ -276,13 +276,11 @@ func TestWitness(t *testing.T) {
 		}
 	})
 	t.Run("fenced-then-released", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, witnessA: blackhole(t), witnessB: ln.Addr().String()})
+		wa, silence := witness(t)
+		wb, _ := witness(t)
+		a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, witnessA: wa, witnessB: wb})
 		waitSynced(t, a, b)
+		silence() // a alone loses the witness
 		a.mute.Store(true)
 		waitFor(t, "b to take over and a to be fenced", func() bool { return b.Owner("g") && a.h.isFenced("g") })
 		a.mute.Store(false)
