@@ -217,11 +217,22 @@ func (m *Member) Handover(ctx context.Context, group string) error {
 		case err := <-req.done:
 			errs = append(errs, err)
 		case <-ctx.Done():
+			// Abandon it, unless it completed meanwhile: every
+			// request the loop took gets exactly one answer.
 			select {
 			case m.aborts <- req:
 			case <-m.closing:
+				return ErrClosed
 			}
-			errs = append(errs, fmt.Errorf("ha: handover of %s: %w", name, ctx.Err()))
+			select {
+			case err := <-req.done:
+				if err != nil {
+					err = fmt.Errorf("ha: handover of %s: %w", name, ctx.Err())
+				}
+				errs = append(errs, err)
+			case <-m.closing:
+				return ErrClosed
+			}
 		case <-m.closing:
 			return ErrClosed
 		}
