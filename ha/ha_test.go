@@ -13,6 +13,8 @@ import (
 	"net/netip"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestTLSRefusesStrangers: the channel's handshake refuses a peer whose
@@ -710,5 +712,30 @@ func TestHandshakeFlood(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := readFrame(c, nil); err != nil {
 		t.Fatalf("b does not talk after the flood: %v", err)
+	}
+}
+
+// TestSockopts: both ends of the channel set TCP_NODELAY and a
+// TCP_USER_TIMEOUT of the detection time.
+func TestSockopts(t *testing.T) {
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100})
+	waitSynced(t, a, b)
+	for _, n := range []*node{a, b} {
+		n.mu.Lock()
+		raw := n.conn.raw.(*net.TCPConn)
+		n.mu.Unlock()
+		sc, err := raw.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var timeout, nodelay int
+		sc.Control(func(fd uintptr) {
+			timeout, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+			nodelay, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY)
+		})
+		want := int((testInterval * testMisses).Milliseconds())
+		if timeout != want || nodelay == 0 {
+			t.Errorf("%s: TCP_USER_TIMEOUT %d ms (want %d), TCP_NODELAY %d", n.cfg.Name, timeout, want, nodelay)
+		}
 	}
 }
