@@ -21,11 +21,21 @@ type Config struct {
 
 	Interval time.Duration // heartbeat interval
 	Misses   int           // heartbeats missed before the peer is dead
-	Witness  string        // optional TCP host:port: reachable when a connect succeeds or is refused
 
-	Groups  []Group
-	Logger  *slog.Logger // nil: discard
-	Preempt bool         // a more preferred member that joins takes its groups back by handover
+	// Witness is an optional TCP host:port, reachable when a connect
+	// succeeds or is refused within Interval. With one, a member takes
+	// a group over (or acquires it alone at start) only when the
+	// witness is reachable, and an owner that reaches neither its peer
+	// nor the witness for twice the detection time is fenced.
+	Witness string
+
+	Groups []Group
+	Logger *slog.Logger // nil: discard
+
+	// Preempt makes this member, once it is the in-sync standby of a
+	// group it prefers more than the peer does, ask the peer for the
+	// group by planned handover (once per connection).
+	Preempt bool
 }
 
 // Group is a set of tunnels and addresses that move together, with this
@@ -207,11 +217,22 @@ func (m *Member) Handover(ctx context.Context, group string) error {
 		case err := <-req.done:
 			errs = append(errs, err)
 		case <-ctx.Done():
+			// Abandon it, unless it completed meanwhile: every
+			// request the loop took gets exactly one answer.
 			select {
 			case m.aborts <- req:
 			case <-m.closing:
+				return ErrClosed
 			}
-			errs = append(errs, fmt.Errorf("ha: handover of %s: %w", name, ctx.Err()))
+			select {
+			case err := <-req.done:
+				if err != nil {
+					err = fmt.Errorf("ha: handover of %s: %w", name, ctx.Err())
+				}
+				errs = append(errs, err)
+			case <-m.closing:
+				return ErrClosed
+			}
 		case <-m.closing:
 			return ErrClosed
 		}
