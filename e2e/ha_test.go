@@ -564,6 +564,7 @@ func TestHAFailover(t *testing.T) {
 		return b.gwb
 	})
 	measuref(t, "failover: gateway b holds the virtual address %v after the SIGKILL of a", r.Outage.Round(time.Millisecond))
+	logLines(t, b.gwb, "took over", "group acquired")
 	// The router follows the address to b's MAC (gratuitous ARP).
 	mac, err := topo.B.NS.LinkMAC(lab.HAWANIf)
 	if err != nil {
@@ -612,4 +613,22 @@ func waitNeighbour(ctx context.Context, topo *lab.HATopology, g *lab.HAGateway) 
 		got, _, err := topo.WAN.Neighbour(topo.WANVIP.Addr())
 		return err == nil && got.String() == mac.String(), fmt.Errorf("%v, %v", got, err)
 	})
+}
+
+// logLines logs the lines of s's log that hold any of subs.
+func logLines(t *testing.T, s *site, subs ...string) {
+	t.Helper()
+	data, err := os.ReadFile(s.logPath)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, sub := range subs {
+			if strings.Contains(line, sub) {
+				t.Logf("%s: %s", s.name, line)
+				break
+			}
+		}
+	}
 }

@@ -126,6 +126,16 @@ func (g *Gateway) startHA(cfg *config.Gateway) error {
 	for _, gc := range c.Groups {
 		mc.Groups = append(mc.Groups, ha.Group{Name: gc.Name, Preference: gc.Preference})
 	}
+	// A member that died (kill -9, a crash) left its virtual addresses on
+	// the interfaces; until it owns a group again it must not answer for
+	// them, as keepalived does at its start.
+	for _, gc := range c.Groups {
+		for _, a := range gc.Addresses {
+			if err := vip.Remove(a); err != nil {
+				g.Logger("ha").Warn("a virtual address left by an earlier run could not be removed", "group", gc.Name, "address", a.String(), "err", err)
+			}
+		}
+	}
 	m, err := ha.Start(mc, haHandler{g})
 	if err != nil {
 		return fmt.Errorf("%s: ha: %w", cfg.FieldPos("ha.listen"), err)
@@ -287,7 +297,9 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 			errs = append(errs, err)
 		}
 	}
+	added := time.Since(start)
 	g.announce(grp)
+	announced := time.Since(start)
 	event := "acquire"
 	g.runHook(event, group)
 	kind := "takeover"
@@ -295,7 +307,8 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 		kind = "handover"
 	}
 	g.Logger("ha").Info("group acquired", "group", group, "how", kind, "sas", len(sas), "ike_sas", adopted,
-		"install", installed.Round(time.Microsecond), "total", time.Since(start).Round(time.Microsecond))
+		"install", installed.Round(time.Microsecond), "addresses", added.Round(time.Microsecond),
+		"announced", announced.Round(time.Microsecond), "total", time.Since(start).Round(time.Microsecond))
 	// Connections of the group with no IKE SA to adopt negotiate now
 	// (start_action = start), as a lone gateway would at start.
 	g.kickGroup(grp)
