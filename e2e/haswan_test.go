@@ -23,7 +23,9 @@ var ikeSAIDRE = regexp.MustCompile(`e2e: #(\d+), ESTABLISHED, IKEv2, ([0-9a-f]{1
 // TestHAStrongSwanFailover: a pair of sluice gateways with an IKE
 // connection to charon on their virtual address. The owner negotiates,
 // then is killed under traffic; the standby adopts the IKE SA and its
-// Child SA. charon keeps its IKE SA (same unique id and SPIs), negotiates
+// Child SA; the dead member is started again, gets the IKE SA in its
+// snapshot as the new standby, and adopts it at the next kill (three
+// failovers). charon keeps its IKE SA (same unique id and SPIs), negotiates
 // nothing new (no IKE_SA_INIT in its log after the first), counts no
 // replayed or undecryptable ESP, and a Child SA rekey and an IKE SA
 // rekey that charon starts afterwards are answered by the new owner. No
@@ -108,23 +110,36 @@ func TestHAStrongSwanFailover(t *testing.T) {
 	if err := flows.waitSent(ctx, "0.5 s of flow", [2]uint64{}, rate/2); err != nil {
 		t.Fatal(err)
 	}
-	b.gwa.proc.Kill()
-	if err := waitNeighbour(ctx, topo, topo.B); err != nil {
-		t.Fatal(err)
-	}
-	back := flows.received()
-	err = lab.WaitFor(ctx, "traffic both ways through b", 30*time.Second, 2*time.Millisecond, func() (bool, error) {
-		r := flows.received()
-		return r[0] > back[0]+100 && r[1] > back[1]+100, fmt.Errorf("received %v, %v at the takeover", r, back)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	logLines(t, b.gwb, "took over", "group acquired", "adopt")
-
-	// charon still has the very IKE SA: no new negotiation.
-	if id, spii, spir := listSA(); id != id0 || spii != spii0 || spir != spir0 {
-		t.Errorf("charon's IKE SA is #%s %s_i %s_r after the failover, was #%s %s_i %s_r", id, spii, spir, id0, spii0, spir0)
+	// Three failovers: a to b, then b (which adopted the IKE SA) back to
+	// a restarted a, which got it in b's snapshot when it joined, then
+	// to b again.
+	owner, standby := b.gwa, b.gwb
+	hagw := map[*site]*lab.HAGateway{b.gwa: topo.A, b.gwb: topo.B}
+	for i := range 3 {
+		owner.proc.Kill()
+		if err := waitNeighbour(ctx, topo, hagw[standby]); err != nil {
+			t.Fatal(err)
+		}
+		back := flows.received()
+		err = lab.WaitFor(ctx, fmt.Sprintf("failover %d: traffic both ways through %s", i+1, standby.name), 30*time.Second, 2*time.Millisecond,
+			func() (bool, error) {
+				r := flows.received()
+				return r[0] > back[0]+100 && r[1] > back[1]+100, fmt.Errorf("received %v, %v at the takeover", r, back)
+			})
+		if err != nil {
+			t.Fatal(err)
+		}
+		logLines(t, standby, "took over", "group acquired", "adopted")
+		// charon still has the very IKE SA: no new negotiation.
+		if id, spii, spir := listSA(); id != id0 || spii != spii0 || spir != spir0 {
+			t.Errorf("failover %d: charon's IKE SA is #%s %s_i %s_r, was #%s %s_i %s_r", i+1, id, spii, spir, id0, spii0, spir0)
+		}
+		if i == 2 {
+			break
+		}
+		b.startGW(owner, sections[owner])
+		waitHARoles(t, b, map[*site]string{standby: "owner", owner: "standby"})
+		owner, standby = standby, owner
 	}
 	// charon asks the new owner for a Child SA rekey, then an IKE SA
 	// rekey: both are answered on the adopted IKE SA.
@@ -144,7 +159,7 @@ func TestHAStrongSwanFailover(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
-	back = flows.received()
+	back := flows.received()
 	err = lab.WaitFor(ctx, "traffic both ways after the rekeys", 30*time.Second, 5*time.Millisecond, func() (bool, error) {
 		r := flows.received()
 		return r[0] > back[0]+100 && r[1] > back[1]+100, fmt.Errorf("received %v, %v before the rekeys", r, back)
