@@ -625,8 +625,16 @@ func TestHASplitBrain(t *testing.T) {
 // misses*interval and carries the traffic again. The tunnel is static:
 // b's SAs resume above the bounds in its own state directory, under a
 // fresh IV epoch. Over the whole capture no (SPI, IV) pair repeats, and
-// traffic flows both ways again; what a replay of the capture does to b
-// is logged (b has only its own state, not a's).
+// traffic flows both ways again; a replay of the whole capture is
+// refused.
+//
+// Known bug (knownBug, at the end): b was the standby, so its state
+// directory holds no bound of the outbound SA (it never sealed), and
+// alone it starts that SA at 0 again: it uses again every sequence number
+// a used (under the same key; the IVs differ), and the peer refuses its
+// packets as replays until b passes a's last number, however long that
+// takes. A standby that recorded the bounds it acknowledges in its own
+// state directory would start above them.
 func TestHABothLost(t *testing.T) {
 	p := newHAPairBed(t)
 	b := p.b
@@ -642,6 +650,7 @@ func TestHABothLost(t *testing.T) {
 	if err := flows.waitSent(ctx, "0.5 s of flow", [2]uint64{}, rate/2); err != nil {
 		t.Fatal(err)
 	}
+	peerIn := mustSA(t, b.peer.sas(), spiGP, "in")
 	killed := time.Now()
 	var wg sync.WaitGroup
 	for _, s := range []*site{b.gwa, b.gwb} {
@@ -667,9 +676,16 @@ func TestHABothLost(t *testing.T) {
 	}
 	flows.up.StopSending(0)
 	flows.down.StopSending(0)
-	pkts, _ := checkCapture(t, "both lost", capture, capFile, false)
+	pkts, rep := checkCapture(t, "both lost", capture, capFile, false)
 	in := mustSA(t, b.peer.sas(), spiGP, "in")
-	t.Logf("both lost: the peer's SA 0x%x in: %d packets, drops %v", spiGP, in.Packets, in.Drops)
+	refused := in.Drops["replay"] - peerIn.Drops["replay"]
+	measuref(t, "both lost: the peer refused %d of b's packets as replays after b started alone; b's SA 0x%x used %d of a's sequence numbers again",
+		refused, spiGP, rep.SPI(spiGP).DupSeq)
 	checkReplay(t, b, "both lost", b.gwb, pkts)
 	stopFlows(t, "both lost", flows)
+	if rep.SPI(spiGP).DupSeq > 0 || refused > 0 {
+		knownBug(t, "a standby started alone after both members were lost (static tunnel) starts its outbound SA at its own state directory's bound, "+
+			"which never saw a's: it used %d of a's sequence numbers again under the same key, and the peer refused %d of its packets as replays",
+			rep.SPI(spiGP).DupSeq, refused)
+	}
 }
