@@ -121,6 +121,18 @@ func lostIn(gaps []lab.SeqGap, from, d time.Duration) (lost uint64, longest time
 	return lost, longest
 }
 
+// saDrops adds up the drops of s's SAs by direction and reason:
+// "in ha_fenced".
+func saDrops(s *site) map[string]uint64 {
+	m := map[string]uint64{}
+	for _, sa := range s.sas() {
+		for r, n := range sa.Drops {
+			m[sa.Direction+" "+r] += n
+		}
+	}
+	return m
+}
+
 // saIDs names the SAs of a `sluice sa list`, sorted: "in 0x00004001".
 func saIDs(sas []gatewaySA) []string {
 	var ids []string
@@ -279,9 +291,11 @@ func logHas(t *testing.T, s *site, sub string) {
 // back to a before it exits (cli/run.go), and starts again as a's
 // standby. It runs twice: at 20,000 datagrams a second each way (the
 // issue's rate), then at 2,000, where the loss means something: at 20,000
-// this 2-core machine's TUN queues drop datagrams on their own (see
-// ha_test.go), so the loss in the second around each handover is logged
-// next to the loss of a quiet second of the same flows.
+// this 2-core machine drops datagrams on its own (the TUN queues, see
+// ha_test.go, and the owner's inbound SA, whose replay reservations the
+// standby does not acknowledge in time: seq_reserve_failed), so the loss
+// in the second around each handover is logged next to the loss of a
+// quiet second of the same flows, with the SAs' drops in each.
 //
 // It checks: each handover moves ownership (ha status, the wan router's
 // neighbour entry) and is a handover, not a takeover after a death
@@ -332,7 +346,16 @@ func handoverRound(t *testing.T, p *haPair, rate int, port uint16) {
 		took time.Duration
 	}
 	var marks []mark
+	// The SAs' drops of the gateways that run, at each mark and after
+	// its window: where the datagrams lost went.
+	var atMark map[*site]map[string]uint64
 	markNow := func(name string) mark {
+		atMark = map[*site]map[string]uint64{}
+		for _, s := range []*site{b.gwa, b.gwb} {
+			if done, _ := s.proc.Exited(); !done {
+				atMark[s] = saDrops(s)
+			}
+		}
 		return mark{name: name, at: flows.up.Since(), wall: time.Now()}
 	}
 	afterWindow := func(what string) {
@@ -340,6 +363,15 @@ func handoverRound(t *testing.T, p *haPair, rate int, port uint16) {
 		if err := flows.waitSent(ctx, what, flows.sent(), uint64(rate)*uint64(window+100*time.Millisecond)/uint64(time.Second)); err != nil {
 			t.Fatal(err)
 		}
+		line := ""
+		for _, s := range []*site{b.gwa, b.gwb} {
+			if before, ok := atMark[s]; ok {
+				if done, _ := s.proc.Exited(); !done {
+					line += fmt.Sprintf(" gateway %s %v;", s.name, dropsSince(saDrops(s), before))
+				}
+			}
+		}
+		t.Logf("%s: %s: the SAs' drops:%s", label, what, line)
 	}
 	if err := flows.waitSent(ctx, "0.2 s of flow", [2]uint64{}, uint64(rate)/5); err != nil {
 		t.Fatal(err)
