@@ -57,9 +57,11 @@ type haGroup struct {
 	cfg    config.HAGroup
 	owned  bool
 	fenced bool
-	// pending are the bounds of the last Acquire, for the SAs that come
-	// after it (Child SAs of adopted IKE SAs).
-	pending map[ha.Key]uint64
+	// pending is the state of the last Acquire, for the SAs that come
+	// after it (Child SAs of adopted IKE SAs); resume is where they
+	// start (pending's Seq in a handover, its Bounds in a takeover).
+	pending *ha.State
+	resume  map[ha.Key]uint64
 }
 
 // haSA is a leased SA: its group and its key in the replicated state.
@@ -193,8 +195,11 @@ func (g *Gateway) leaseFor(cfg *esp.Config, grp *haGroup, key ha.Key) *haSA {
 	grant = hs.lease.Grant
 	s.mu.Lock()
 	cfg.Fenced = !grp.owned || grp.fenced
-	if b, ok := grp.pending[key]; ok && b > cfg.Seq {
+	if b, ok := grp.resume[key]; ok && b > cfg.Seq {
 		cfg.Seq = b
+	}
+	if grp.pending != nil {
+		hs.lease.Grant(grp.pending.Bounds[key]) // what the standby already records
 	}
 	s.mu.Unlock()
 	cfg.Lease = hs.lease
@@ -257,21 +262,28 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 		s.mu.Unlock()
 		return fmt.Errorf("gateway: ha: no group %q here", group)
 	}
-	var bounds map[ha.Key]uint64
-	var snaps map[string][]byte
-	if st != nil {
-		bounds, snaps = st.Bounds, st.IKE
+	if st == nil {
+		st = &ha.State{}
 	}
-	grp.owned, grp.fenced, grp.pending = true, false, bounds
+	// A takeover resumes above the bounds the standby recorded; a
+	// handover at the exact last numbers, with the bounds the releasing
+	// member (the standby now) records already granted.
+	resume := st.Bounds
+	if planned && st.Seq != nil {
+		resume = st.Seq
+	}
+	snaps := st.IKE
+	grp.owned, grp.fenced, grp.pending, grp.resume = true, false, st, resume
 	sas := s.groupSAsLocked(grp)
 	s.mu.Unlock()
 
-	// The SAs installed here (static tunnels) go on above the bounds.
+	// The SAs installed here (static tunnels) go on from there.
 	var errs []error
 	for rt, hs := range sas {
-		if err := rt.Resume(bounds[hs.key]); err != nil {
+		if err := rt.Resume(resume[hs.key]); err != nil {
 			errs = append(errs, fmt.Errorf("SA %s: %w", hs.key, err))
 		}
+		hs.lease.Grant(st.Bounds[hs.key])
 	}
 	// The IKE SAs, with their Child SAs (onChildSA installs them, leased
 	// at their bounds through pending).
@@ -327,13 +339,17 @@ func (h haHandler) Release(group string) *ha.State {
 		s.mu.Unlock()
 		return nil
 	}
-	grp.owned, grp.pending = false, nil
+	grp.owned, grp.pending, grp.resume = false, nil, nil
 	sas := s.groupSAsLocked(grp)
 	s.mu.Unlock()
-	st := &ha.State{Bounds: map[ha.Key]uint64{}, IKE: map[string][]byte{}}
+	st := &ha.State{Bounds: map[ha.Key]uint64{}, IKE: map[string][]byte{}, Seq: map[ha.Key]uint64{}}
 	for rt, hs := range sas {
 		rt.Fence(true)
-		st.Bounds[hs.key] = rt.Seq()
+		// The new owner goes on from the exact last number, with one
+		// step above it granted: this member, its standby from now
+		// on, keeps Bounds as its record.
+		seq := rt.Seq()
+		st.Seq[hs.key], st.Bounds[hs.key] = seq, seq+rt.LeaseStep()
 	}
 	if ep := g.ikeEndpoint(); ep != nil {
 		for _, sn := range ep.Snapshots() {

@@ -56,10 +56,17 @@ type Key string
 type State struct {
 	Bounds map[Key]uint64
 	IKE    map[string][]byte
+	// Seq, in a handover's state, holds each SA's exact last sequence
+	// number, where the new owner resumes; Bounds then holds what the
+	// releasing member, its standby from then on, already records for it
+	// (a step above), so the new owner's first packets need not wait for
+	// an acknowledgement. A takeover's state has none: the new owner
+	// resumes above Bounds.
+	Seq map[Key]uint64
 }
 
 func newState() *State {
-	return &State{Bounds: make(map[Key]uint64), IKE: make(map[string][]byte)}
+	return &State{Bounds: make(map[Key]uint64), IKE: make(map[string][]byte), Seq: make(map[Key]uint64)}
 }
 
 // clone returns a deep enough copy of st (snapshot byte slices are shared:
@@ -69,6 +76,7 @@ func (st *State) clone() *State {
 	if st != nil {
 		maps.Copy(c.Bounds, st.Bounds)
 		maps.Copy(c.IKE, st.IKE)
+		maps.Copy(c.Seq, st.Seq)
 	}
 	return c
 }

@@ -577,7 +577,7 @@ func TestConfigCheck(t *testing.T) {
 
 // sampleMsgs is one message of each type.
 func sampleMsgs() []*msg {
-	st := &State{Bounds: map[Key]uint64{"out/1": 1 << 40, "in/2": 3}, IKE: map[string][]byte{"ike": []byte("x"), "empty": {}}}
+	st := &State{Bounds: map[Key]uint64{"out/1": 1 << 40, "in/2": 3}, IKE: map[string][]byte{"ike": []byte("x"), "empty": {}}, Seq: map[Key]uint64{"out/1": 1<<40 - 5}}
 	return []*msg{
 		{Type: mHeartbeat, Groups: []hbGroup{{"g", roleOwner, 7, 200, false}, {"h", roleStandby, 1, 0, true}}},
 		{Type: mSnapshot, Group: "g", Epoch: 7, Seq: 9, State: st},
