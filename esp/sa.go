@@ -414,6 +414,24 @@ func (sa *SA) Resume(bound uint64) error {
 	return nil
 }
 
+// Record makes a leased SA's durable reservation (Config.SeqReserve
+// beside Config.Lease) cover upTo, writing a new bound if it does not:
+// a standby keeps in its own state the bounds its owner was granted, so
+// that started alone it begins above them. It takes the SA's lock; it
+// does nothing to an SA without both.
+func (sa *SA) Record(upTo uint64) error {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	d := sa.reserved.durable
+	if d == nil || upTo <= d.upTo {
+		return nil
+	}
+	if !d.cover(min(upTo, sa.maxSeq), sa.maxSeq) {
+		return errors.New("esp: the bound could not be recorded")
+	}
+	return nil
+}
+
 // LeaseStep returns a leased SA's current step (Config.Lease): how far
 // above its last number a handover's new owner may start with its first
 // grant already recorded. It takes the SA's lock; 0 without a lease.

@@ -48,8 +48,14 @@ type haState struct {
 	groups map[string]*haGroup     // by name
 	byAddr map[netip.Addr]*haGroup // by virtual address
 	sas    map[*esp.SA]*haSA       // the leased SAs, live
-	wg     sync.WaitGroup          // announcements and hooks in flight
+	wg     sync.WaitGroup          // announcements, hooks and the recorder
 	stop   chan struct{}
+
+	// toRecord are the bounds a standby took and has yet to write in its
+	// state directory (Record), the highest per SA; recordNow wakes the
+	// recorder.
+	toRecord  map[*esp.SA]uint64
+	recordNow chan struct{}
 }
 
 // haGroup is one [[ha.group]] and this member's role in it.
@@ -66,9 +72,10 @@ type haGroup struct {
 
 // haSA is a leased SA: its group and its key in the replicated state.
 type haSA struct {
-	group *haGroup
-	key   ha.Key
-	lease *esp.Lease
+	group   *haGroup
+	key     ha.Key
+	lease   *esp.Lease
+	durable bool // it records bounds in the state directory too (a static SA)
 }
 
 // haKey names an SA in the replicated state: its direction, SPI and the
@@ -103,6 +110,9 @@ func (g *Gateway) initHA(cfg *config.Gateway) {
 	s.cfg = cfg.HA
 	s.groups, s.byAddr, s.sas = map[string]*haGroup{}, map[netip.Addr]*haGroup{}, map[*esp.SA]*haSA{}
 	s.stop = make(chan struct{})
+	s.toRecord, s.recordNow = map[*esp.SA]uint64{}, make(chan struct{}, 1)
+	s.wg.Add(1)
+	go g.recorder()
 	for _, gc := range cfg.HA.Groups {
 		grp := &haGroup{cfg: gc}
 		s.groups[gc.Name] = grp
@@ -217,6 +227,7 @@ func (s *haState) untrack(rt *esp.SA) {
 	s.mu.Lock()
 	hs := s.sas[rt]
 	delete(s.sas, rt)
+	delete(s.toRecord, rt)
 	m := s.m
 	s.mu.Unlock()
 	if hs != nil && m != nil && hs.group.owned {
@@ -350,6 +361,9 @@ func (h haHandler) Release(group string) *ha.State {
 		// on, keeps Bounds as its record.
 		seq := rt.Seq()
 		st.Seq[hs.key], st.Bounds[hs.key] = seq, seq+rt.LeaseStep()
+		if err := rt.Record(st.Bounds[hs.key]); err != nil { // the step granted is this member's record too
+			g.Logger("ha").Warn("a released SA's bound not recorded in the state directory", "key", hs.key, "err", err)
+		}
 	}
 	if ep := g.ikeEndpoint(); ep != nil {
 		for _, sn := range ep.Snapshots() {
@@ -368,6 +382,49 @@ func (h haHandler) Release(group string) *ha.State {
 	g.runHook("release", group)
 	g.Logger("ha").Info("group released", "group", group, "sas", len(st.Bounds), "ike_sas", len(st.IKE))
 	return st
+}
+
+// Record keeps a bound this member took as a standby in its own state
+// directory, for the SAs that keep one there (static ones): a member
+// started alone after both were lost then starts above what the owner
+// used, outbound and inbound. The write happens in the background, after
+// the acknowledgement may have left: both members lost within that write
+// (milliseconds) is the window it leaves open.
+func (h haHandler) Record(group string, k ha.Key, upTo uint64) {
+	s := &h.g.ha
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for rt, hs := range s.sas {
+		if hs.key == k && hs.group.cfg.Name == group && hs.durable && upTo > s.toRecord[rt] {
+			s.toRecord[rt] = upTo
+			select {
+			case s.recordNow <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// recorder writes what Record collected, until closeHA.
+func (g *Gateway) recorder() {
+	s := &g.ha
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.recordNow:
+		}
+		s.mu.Lock()
+		todo := s.toRecord
+		s.toRecord = map[*esp.SA]uint64{}
+		s.mu.Unlock()
+		for rt, upTo := range todo {
+			if err := rt.Record(upTo); err != nil {
+				g.Logger("ha").Warn("a standby's bound not recorded in the state directory", "spi", fmt.Sprintf("%08x", rt.SPI()), "err", err)
+			}
+		}
+	}
 }
 
 // Fence stops (or lets go on) the group's SAs while this member, its

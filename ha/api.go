@@ -81,6 +81,17 @@ func (st *State) clone() *State {
 	return c
 }
 
+// Recorder is a Handler that keeps, as a standby, the bounds it holds in
+// state of its own that outlives the process (a state directory), so
+// that a member started alone after both were lost still starts above
+// what the owner used. Record is called from the member's goroutine for
+// each bound a standby takes (a Bound message, a snapshot), right after
+// it is taken and before its acknowledgement leaves; it must not block
+// (it may record in the background).
+type Recorder interface {
+	Record(group string, k Key, upTo uint64)
+}
+
 // Handler is the gateway side of a Member. The member calls it from its
 // own goroutine, one call at a time; a call should return promptly (well
 // within Interval*Misses), since heartbeats wait for it. A Handler may call

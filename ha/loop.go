@@ -153,6 +153,16 @@ func (m *Member) handleEvent(ev event) {
 			}
 		}
 		m.mu.Unlock()
+		if r, ok := m.h.(Recorder); ok {
+			switch mm.Type {
+			case mBound:
+				r.Record(g.name, Key(mm.Key), mm.UpTo)
+			case mSnapshot:
+				for k, v := range mm.State.Bounds {
+					r.Record(g.name, k, v)
+				}
+			}
+		}
 		if mm.Type == mSnapshot && m.cfg.Preempt {
 			// The ack first: the owner hands over only to a
 			// standby it knows is in sync.
