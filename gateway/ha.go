@@ -502,7 +502,9 @@ func (g *Gateway) onIKESnapshot(sn ike.Snapshot, gone bool) {
 }
 
 // announce tells the neighbours where the group's addresses are now: at
-// once, and again twice in the next half second for a lost announcement.
+// once, and again at 0.1, 0.4, 1 and 2 s, for a lost announcement and for
+// a neighbour that ignored it (Linux keeps an entry it changed less than
+// its locktime ago, 1 s by default: two takeovers within a second).
 func (g *Gateway) announce(grp *haGroup) {
 	send := func() {
 		for _, a := range grp.cfg.Addresses {
@@ -516,7 +518,10 @@ func (g *Gateway) announce(grp *haGroup) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		for _, d := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond} {
+		last := time.Duration(0)
+		for _, at := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second, 2 * time.Second} {
+			d := at - last
+			last = at
 			select {
 			case <-s.stop:
 				return
