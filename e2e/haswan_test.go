@@ -120,15 +120,7 @@ func TestHAStrongSwanFailover(t *testing.T) {
 		if err := waitNeighbour(ctx, topo, hagw[standby]); err != nil {
 			t.Fatal(err)
 		}
-		back := flows.received()
-		err = lab.WaitFor(ctx, fmt.Sprintf("failover %d: traffic both ways through %s", i+1, standby.name), 30*time.Second, 2*time.Millisecond,
-			func() (bool, error) {
-				r := flows.received()
-				return r[0] > back[0]+100 && r[1] > back[1]+100, fmt.Errorf("received %v, %v at the takeover", r, back)
-			})
-		if err != nil {
-			t.Fatal(err)
-		}
+		waitBothWays(t, b, fmt.Sprintf("failover %d: traffic both ways through %s", i+1, standby.name), flows, flows.received(), 100)
 		logLines(t, standby, "took over", "group acquired", "adopted")
 		// charon still has the very IKE SA: no new negotiation.
 		if id, spii, spir := listSA(); id != id0 || spii != spii0 || spir != spir0 {
@@ -159,14 +151,7 @@ func TestHAStrongSwanFailover(t *testing.T) {
 	if err != nil {
 		t.Error(err)
 	}
-	back := flows.received()
-	err = lab.WaitFor(ctx, "traffic both ways after the rekeys", 30*time.Second, 5*time.Millisecond, func() (bool, error) {
-		r := flows.received()
-		return r[0] > back[0]+100 && r[1] > back[1]+100, fmt.Errorf("received %v, %v before the rekeys", r, back)
-	})
-	if err != nil {
-		t.Error(err)
-	}
+	waitBothWays(t, b, "traffic both ways after the rekeys", flows, flows.received(), 100)
 	if n := inits(); n != inits0 {
 		t.Errorf("charon's log shows %d IKE_SA_INIT messages after the failover (%d before): a new negotiation", n, inits0)
 	}
@@ -191,18 +176,6 @@ func TestHAStrongSwanFailover(t *testing.T) {
 	if rep.DupIV() != 0 || rep.DupSeq() != 0 {
 		t.Errorf("%d ESP packets repeat an (SPI, IV) pair and %d an (SPI, sequence number) pair: %v", rep.DupIV(), rep.DupSeq(), rep)
 	}
-	for _, f := range []struct {
-		name string
-		flow *lab.SeqFlow
-	}{{"host -> remote", flows.up}, {"remote -> host", flows.down}} {
-		r, err := f.flow.Stop(0)
-		if err != nil {
-			t.Error(err)
-		}
-		if r.Duplicates != 0 {
-			t.Errorf("%s: %d datagrams arrived twice", f.name, r.Duplicates)
-		}
-		measuref(t, "IKE failover opposite strongSwan, %s: %v", f.name, r)
-	}
+	stopFlows(t, "IKE failover opposite strongSwan", flows)
 	measuref(t, "IKE failover opposite strongSwan: %d ESP packets on the wan, %d (SPI, IV) pairs repeated; charon's IKE SA #%s kept", rep.Packets, rep.DupIV(), id0)
 }

@@ -45,11 +45,15 @@ const (
 // unspent part of the one before, about 1.5 steps, under 5 ms of traffic.
 //
 // The step also covers LeaseLeadFactor times the time grants take, as
-// measured: a standby that answers slowly (a loaded machine, a long sync
-// link) makes the steps longer rather than the SA wait, and a takeover
-// then refuses that much more.
+// measured, up to LeaseStepMax: a standby that answers slowly (a loaded
+// machine, a long sync link) makes the steps longer rather than the SA
+// wait, and a takeover then refuses that much more, at most about 1.5
+// LeaseStepMax of traffic. Grants slower than half of LeaseStepMax make
+// packets wait (dropped as seq_reserve_failed) rather than the steps
+// longer still.
 const (
 	LeaseStep       = 3 * time.Millisecond
+	LeaseStepMax    = 100 * time.Millisecond
 	LeaseAskAhead   = 2 // ask when 1/LeaseAskAhead of the bound is left
 	LeaseLeadFactor = 4
 )
@@ -187,7 +191,7 @@ func (r *reservation) coverLeased(seq, limit uint64) bool {
 	if r.asked <= r.upTo && (seq > r.upTo || r.upTo-seq < r.step/LeaseAskAhead) && r.upTo < limit {
 		now := leaseNow()
 		if r.min != r.max && !r.at.IsZero() {
-			target := max(LeaseStep, LeaseLeadFactor*r.lat)
+			target := min(max(LeaseStep, LeaseLeadFactor*r.lat), LeaseStepMax)
 			switch d := now.Sub(r.at); {
 			case d < target/2 && r.step < r.max:
 				r.step *= 2
