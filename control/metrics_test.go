@@ -8,6 +8,7 @@ import (
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -17,6 +18,7 @@ import (
 	"github.com/sluicegw/sluice/control/controltest"
 	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/ha"
 	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/internal/buildinfo"
 	"github.com/sluicegw/sluice/tls"
@@ -381,4 +383,39 @@ func TestRegistryLint(t *testing.T) {
 		return
 	}
 	t.Fatal("no sluice_build_info")
+}
+
+// TestCollectorHA: a member of a pair has the sluice_ha_* series, and
+// they lint.
+func TestCollectorHA(t *testing.T) {
+	b := controltest.New()
+	b.SetHA(&ha.Status{Name: "a",
+		Members: []ha.MemberStatus{{Name: "a", Self: true, Up: true}, {Name: "b", Up: true}},
+		Groups: []ha.GroupStatus{{Name: "site", Role: "owner", Owner: "a", Standby: "b", Epoch: 3, InSync: true,
+			SyncLag: 250 * time.Microsecond, SyncLagMax: 2 * time.Millisecond, LastGap: 40 * time.Millisecond}},
+		Counters: ha.Counters{Takeovers: 2, Handovers: 1}})
+	body := scrape(t, NewCollector(b.Stats))
+	for _, want := range []string{
+		`sluice_ha_peer_up 1`,
+		`sluice_ha_group_owner{group="site"} 1`,
+		`sluice_ha_group_fenced{group="site"} 0`,
+		`sluice_ha_group_in_sync{group="site"} 1`,
+		`sluice_ha_group_epoch{group="site"} 3`,
+		`sluice_ha_sync_lag_seconds{group="site"} 0.00025`,
+		`sluice_ha_sync_lag_max_seconds{group="site"} 0.002`,
+		`sluice_ha_takeover_gap_seconds{group="site"} 0.04`,
+		`sluice_ha_events_total{event="takeovers"} 2`,
+		`sluice_ha_events_total{event="handovers"} 1`,
+	} {
+		if !strings.Contains(body, want+"\n") {
+			t.Errorf("scrape lacks %s", want)
+		}
+	}
+	if problems, err := testutil.CollectAndLint(NewCollector(b.Stats)); err != nil || len(problems) > 0 {
+		t.Fatalf("lint: %v %+v", err, problems)
+	}
+	// Without [ha], none.
+	if body := scrape(t, NewCollector(controltest.New().Stats)); strings.Contains(body, "sluice_ha_") {
+		t.Error("a gateway without [ha] has sluice_ha_ series")
+	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/gateway"
+	"github.com/sluicegw/sluice/ha"
 )
 
 // Backend is an in-memory control.Backend that behaves like a small gateway:
@@ -29,6 +30,7 @@ type Backend struct {
 	data     dataplane.Stats
 	tls      []gateway.TLSInfo
 	ike      *gateway.IKEInfo
+	ha       *ha.Status
 	calls    map[string]int
 
 	// ReloadErr is what Reload returns, and ReloadChanges the changes it
@@ -146,7 +148,7 @@ func (b *Backend) Stats() gateway.Stats {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return gateway.Stats{Dataplane: b.data, SAs: slices.Clone(b.sas), TLS: slices.Clone(b.tls), IKE: b.ike,
-		Tunnels: b.tunnelStatsLocked()}
+		Tunnels: b.tunnelStatsLocked(), HA: b.ha}
 }
 
 // tunnelStatsLocked sums the SAs' counters by tunnel and direction, as the
@@ -263,6 +265,49 @@ func SocketPath(t testing.TB) string {
 	}
 	t.Cleanup(func() { os.RemoveAll(dir) })
 	return filepath.Join(dir, "sluice.sock")
+}
+
+// SetHA makes the backend a member of a pair: what HAStatus returns and
+// Stats reports.
+func (b *Backend) SetHA(st *ha.Status) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.ha = st
+}
+
+// HAStatus returns what SetHA set, or false (no [ha]).
+func (b *Backend) HAStatus() (ha.Status, bool) {
+	b.enter("HAStatus")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ha == nil {
+		return ha.Status{}, false
+	}
+	return *b.ha, true
+}
+
+// HAHandover hands the groups this member owns (group, or all for "")
+// to the standby named in their status, as a real member would; it
+// refuses a group it does not own.
+func (b *Backend) HAHandover(ctx context.Context, group string) error {
+	b.enter("HAHandover")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.ha == nil {
+		return fmt.Errorf("gateway: this gateway has no [ha] section")
+	}
+	done := false
+	for i := range b.ha.Groups {
+		g := &b.ha.Groups[i]
+		if (group == "" || g.Name == group) && g.Role == "owner" && g.Standby != "" {
+			g.Role, g.Owner, g.Standby, g.Epoch = "standby", g.Standby, b.ha.Name, g.Epoch+1
+			done = true
+		}
+	}
+	if !done {
+		return fmt.Errorf("ha: handover of %q: this member owns no such group with a standby", group)
+	}
+	return nil
 }
 
 // SetIKE sets what IKE returns, and what Stats reports as its IKE side.
