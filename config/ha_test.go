@@ -303,3 +303,28 @@ func TestHAREADME(t *testing.T) {
 		t.Errorf("README's [ha]: %+v", h)
 	}
 }
+
+// TestHAExamples loads examples/ha-gateway-a.toml and -b.toml: one pair,
+// each the other's peer, the connection in group "site" on both, a the
+// more preferred.
+func TestHAExamples(t *testing.T) {
+	a, err := LoadGateway("../examples/ha-gateway-a.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := LoadGateway("../examples/ha-gateway-b.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.HA.Name != b.HA.PeerName || b.HA.Name != a.HA.PeerName || a.HA.Listen != b.HA.Peer || b.HA.Listen != a.HA.Peer {
+		t.Errorf("a's [ha] %+v and b's %+v are not each other's peer", a.HA, b.HA)
+	}
+	for _, g := range []*Gateway{a, b} {
+		if grp := g.HAGroupOf(g.Connections[0].Local); grp != "site" {
+			t.Errorf("%s: the connection is in group %q, want site", g.HA.Name, grp)
+		}
+	}
+	if a.HA.Groups[0].Preference <= b.HA.Groups[0].Preference {
+		t.Errorf("a's preference %d is not above b's %d", a.HA.Groups[0].Preference, b.HA.Groups[0].Preference)
+	}
+}
