@@ -53,7 +53,7 @@ const (
 // longer still.
 const (
 	LeaseStep       = 3 * time.Millisecond
-	LeaseStepMax    = 100 * time.Millisecond
+	LeaseStepMax    = 20 * time.Millisecond
 	LeaseAskAhead   = 2 // ask when 1/LeaseAskAhead of the bound is left
 	LeaseLeadFactor = 4
 )
