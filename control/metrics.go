@@ -270,6 +270,7 @@ var ikeSeries = map[string]struct {
 	"restart_child_failed": {ikeFailures, []string{"restart_child_failed"}},
 
 	"ike_sa_established":   {ikeSAEvents, []string{"ike", "established"}},
+	"adopted":              {ikeSAEvents, []string{"ike", "adopted"}},
 	"ike_sa_rekeyed":       {ikeSAEvents, []string{"ike", "rekeyed"}},
 	"ike_sa_expired":       {ikeSAEvents, []string{"ike", "expired"}},
 	"deleted":              {ikeSAEvents, []string{"ike", "deleted"}},
@@ -382,6 +383,9 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if st.IKE != nil {
 		collectIKE(st.IKE, counter, gauge)
 	}
+	if st.HA != nil {
+		collectHA(ch, st.HA)
+	}
 }
 
 // collectIKE sends the IKE series: each counter of ike.Stats in its family
@@ -409,9 +413,6 @@ func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v
 				gauge(ikeChildUp, b2u(ch.State == "installed"), c.Name, ch.Name)
 			}
 		}
-	}
-	if st.HA != nil {
-		collectHA(ch, st.HA)
 	}
 }
 

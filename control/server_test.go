@@ -205,7 +205,7 @@ func TestBadRequests(t *testing.T) {
 		{`{"op":"stats"} {"op":"stats"}`, "control: bad request: trailing data after the JSON value"},
 		{``, "control: empty request"},
 		{`   `, "control: empty request"},
-		{`null`, "control: request has no op (valid: sa.list, sa.add, sa.del, tunnel.list, policy.list, stats, reload, ike.list, ike.initiate, ike.terminate)"},
+		{`null`, "control: request has no op (valid: sa.list, sa.add, sa.del, tunnel.list, policy.list, stats, reload, ike.list, ike.initiate, ike.terminate, ha.status, ha.handover)"},
 		{`{}`, "control: request has no op"},
 		{`[1,2]`, "control: bad request: got JSON array, want an object"},
 		{`{"op":5}`, "control: bad request: op: got JSON number, want a string"},

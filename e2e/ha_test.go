@@ -30,6 +30,7 @@ import (
 
 	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/gateway/certgen"
+	"github.com/sluicegw/sluice/ha"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -550,20 +551,14 @@ func TestHAFailover(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPing(t, ctx, topo.Host, topo.RemoteAddr)
-	// The standby has the state: both members answer `sluice ha status`
-	// (adjust: wait for b's role and the sync lag it reports).
-	for _, s := range []*site{b.gwa, b.gwb} {
-		err := lab.WaitFor(ctx, "sluice ha status of "+s.name, upWait, 50*time.Millisecond, func() (bool, error) {
-			out, err := s.cli("ha", "status")
-			return err == nil && strings.Contains(out, "standby"), fmt.Errorf("%v: %s", err, lab.Tail(out, 3))
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	// The standby has the state before the owner dies.
+	waitHARoles(t, b, map[*site]string{b.gwa: "owner", b.gwb: "standby"})
 	r := runDisruption(t, b, "failover", 0, b.gwa, func() *site {
 		b.gwa.proc.Kill()
-		if err := topo.WaitVIP(ctx, topo.B, 10*time.Second); err != nil {
+		// The killed process leaves the address on a's interface (as a
+		// crashed daemon does on its box); what moves the traffic is b's
+		// announcement, which the wan router follows.
+		if err := waitNeighbour(ctx, topo, topo.B); err != nil {
 			t.Fatal(err)
 		}
 		return b.gwb
@@ -577,4 +572,44 @@ func TestHAFailover(t *testing.T) {
 	if got, _, err := topo.WAN.Neighbour(topo.WANVIP.Addr()); err != nil || got.String() != mac.String() {
 		t.Errorf("the wan router's neighbour entry for %s: %v, %v; want b's MAC %v", topo.WANVIP.Addr(), got, err, mac)
 	}
+}
+
+// waitHARoles waits until each site's `sluice ha status --json` shows it in
+// the given role for the group, in sync with the other member.
+func waitHARoles(t *testing.T, b *haBed, want map[*site]string) {
+	t.Helper()
+	for s, role := range want {
+		err := lab.WaitFor(b.tb.ctx, "sluice ha status of "+s.name, upWait, 20*time.Millisecond, func() (bool, error) {
+			out, err := s.cli("ha", "status", "--json")
+			if err != nil {
+				return false, fmt.Errorf("%v: %s", err, lab.Tail(out, 3))
+			}
+			var st ha.Status
+			if err := json.Unmarshal([]byte(out), &st); err != nil {
+				return false, err
+			}
+			for _, g := range st.Groups {
+				if g.Role == role && g.InSync {
+					return true, nil
+				}
+			}
+			return false, fmt.Errorf("groups %+v", st.Groups)
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// waitNeighbour waits until the wan router's neighbour entry for the wan
+// virtual address is g's MAC.
+func waitNeighbour(ctx context.Context, topo *lab.HATopology, g *lab.HAGateway) error {
+	mac, err := g.NS.LinkMAC(lab.HAWANIf)
+	if err != nil {
+		return err
+	}
+	return lab.WaitFor(ctx, "the wan router's neighbour entry at "+g.Name, 10*time.Second, 2*time.Millisecond, func() (bool, error) {
+		got, _, err := topo.WAN.Neighbour(topo.WANVIP.Addr())
+		return err == nil && got.String() == mac.String(), fmt.Errorf("%v, %v", got, err)
+	})
 }

@@ -90,13 +90,13 @@ type reservation struct {
 	// next is the number above which cover must be called: upTo when
 	// recording, the point to ask for more when leased. The data path
 	// compares with it and nothing else.
-	next     uint64
-	asked    uint64 // leased: the highest bound asked for
-	fenced   bool   // leased: nothing is covered (SA.Fence)
+	next   uint64
+	asked  uint64 // leased: the highest bound asked for
+	fenced bool   // leased: nothing is covered (SA.Fence)
 	// durable, on a leased reservation, is a recorded one beside it
 	// (Config.SeqReserve with Config.Lease): a number must be covered by
 	// both, so that a member restarted alone starts above what it used.
-	durable *reservation
+	durable  *reservation
 	step     uint64
 	min, max uint64    // bounds of the step; equal for a fixed step
 	at       time.Time // when upTo was last recorded, or the last ask

@@ -51,26 +51,36 @@ func Check(cfg *config.Gateway, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("gateway: the host's addresses: %w", err)
 	}
-	local := func(field string, a netip.Addr) {
+	// A virtual address of an [ha] group is bound by the ESP and IKE
+	// sockets while another member holds it (IP_FREEBIND); the raw ESP
+	// socket and the TLS listeners do not follow it.
+	local := func(field string, a netip.Addr, followsVIP bool) {
 		a = a.Unmap()
+		if grp := cfg.HAGroupOf(a); grp != "" {
+			if !followsVIP {
+				at(field, "%v is a virtual address of [ha] group %q, which this socket cannot follow "+
+					"from member to member (listen on the unspecified address instead)", a, grp)
+			}
+			return
+		}
 		if a.IsValid() && !a.IsUnspecified() && !own[a] {
 			at(field, "%v is not an address of this host", a)
 		}
 	}
 	if cfg.UDP != nil {
-		local("udp.listen", cfg.UDP.Listen.Addr())
+		local("udp.listen", cfg.UDP.Listen.Addr(), true)
 	}
 	if cfg.RawESP != nil {
-		local("rawesp.listen", cfg.RawESP.Listen)
+		local("rawesp.listen", cfg.RawESP.Listen, false)
 	}
 	for i := range cfg.Connections {
-		local(config.ConnectionField(i)+".local_addrs", cfg.Connections[i].Local)
+		local(config.ConnectionField(i)+".local_addrs", cfg.Connections[i].Local, true)
 	}
 	for i := range cfg.TLS {
-		local(fmt.Sprintf("tls[%d].listen", i+1), listenHost(cfg.TLS[i].Listen))
+		local(fmt.Sprintf("tls[%d].listen", i+1), listenHost(cfg.TLS[i].Listen), false)
 	}
 	for i := range cfg.TLSOrigins {
-		local(fmt.Sprintf("tls_origin[%d].listen", i+1), listenHost(cfg.TLSOrigins[i].Listen))
+		local(fmt.Sprintf("tls_origin[%d].listen", i+1), listenHost(cfg.TLSOrigins[i].Listen), false)
 	}
 	return errors.Join(errs...)
 }

@@ -310,6 +310,20 @@ type Config struct {
 	// see Peer.DPDDelay, or any other). OnDelete has been called for its
 	// Child SAs before. err says what failed.
 	OnPeerDead func(peer string, err error)
+	// OnSnapshot, if set, is told the replicated state of each
+	// established IKE SA (snapshot.go), for a hot standby that continues
+	// it with Adopt: s.Data after every change of its state (message IDs,
+	// the last response, the outstanding request, keys after a rekey,
+	// Child SAs, timers), with gone false, and once it is deleted,
+	// replaced by a rekey or failed, with gone true and no Data. A
+	// change is reported before any datagram of the Endpoint leaves and
+	// before the Endpoint's lock is released, so whatever the peer has
+	// seen of an IKE SA is in its last snapshot. It is called with the
+	// Endpoint's lock held, in order: it must not block or call into the
+	// Endpoint (copy or enqueue s and return); s.Data is its to keep,
+	// and holds keys (keep it in memory only). Close does not report the
+	// IKE SAs gone: the peer still holds them.
+	OnSnapshot func(s Snapshot, gone bool)
 	// Log receives events; nil discards.
 	Log *slog.Logger
 	// FragmentSize is the largest IKE message sent in one datagram (the
@@ -571,6 +585,7 @@ type Stats struct {
 	InitialContacts    uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
 	RequestQueueFull   uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
 	KeepAlives         uint64 // NAT-keepalives sent (we are behind a NAT; keepalive.go)
+	Adopted            uint64 // IKE SAs continued from another Endpoint's snapshot (Adopt)
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
 	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)

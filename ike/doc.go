@@ -127,6 +127,13 @@
 // peer's identity (section 2.4). An IKE SA behind a NAT sends
 // NAT-keepalives when idle (Config.KeepAlive, keepalive.go).
 //
+// A hot standby continues an Endpoint's IKE SAs (snapshot.go): the
+// Endpoint reports each established IKE SA's state (keys, message IDs,
+// the last response, the outstanding request, Child SAs, timers) through
+// Config.OnSnapshot before any of its messages leaves, and another
+// Endpoint with the same peers takes it over with Adopt, with the same
+// SPIs and the next message IDs, without a new negotiation.
+//
 // The result of a negotiation is a ChildSA: SPIs, keys in the form
 // sluice's configuration takes (an AEAD key followed by its salt), the ESP
 // suite's keyword, ESN, the narrowed traffic selectors and whether ESP

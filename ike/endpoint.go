@@ -49,6 +49,7 @@ type Endpoint struct {
 	stopping   bool // Close has begun: start no goroutines
 	closed     bool
 	tap        func(pkt []byte) // tests: sees each received datagram (export_test.go)
+	snapDirty  []*ikeSA         // IKE SAs whose state OnSnapshot has yet to see (snapshot.go)
 
 	jobs   chan struct{} // one token per computation off the lock (job.go)
 	jobSeq uint64        // numbers the jobs
@@ -127,7 +128,7 @@ func (e *Endpoint) Deliver(local, remote netip.AddrPort, pkt []byte) bool {
 // Stats returns a copy of the counters.
 func (e *Endpoint) Stats() Stats {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	s := e.stats
 	s.RxQueueFull = e.queueFull.Load()
 	return s
@@ -143,7 +144,7 @@ func (e *Endpoint) Stats() Stats {
 func (e *Endpoint) Close() error {
 	e.mu.Lock()
 	e.stopping = true
-	e.mu.Unlock()
+	e.unlock()
 	e.closeOnce.Do(func() { close(e.done) })
 	e.wg.Wait()
 	e.mu.Lock()
@@ -154,7 +155,7 @@ func (e *Endpoint) Close() error {
 			after = append(after, e.removeLocked(sa, errors.New("ike: endpoint closed"))...)
 		}
 	}
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 	return nil
 }
@@ -172,7 +173,7 @@ func run(fns []func()) {
 func (e *Endpoint) Receive(local, remote netip.AddrPort, pkt []byte) {
 	e.mu.Lock()
 	after := e.receiveLocked(local, remote, pkt)
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 }
 
@@ -268,6 +269,7 @@ func (e *Endpoint) newChildSPILocked() uint32 {
 // sendLocked sends one message of sa (raw, without marker) on its
 // current addresses.
 func (e *Endpoint) sendLocked(local, remote netip.AddrPort, raw []byte) {
+	e.flushSnapshotsLocked() // a standby knows what the peer may see
 	pkt := raw
 	if local.Port() != e.cfg.Port {
 		pkt = append(append(make([]byte, 0, len(raw)+4), nonESPMarker...), raw...)
@@ -285,6 +287,7 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		return nil
 	}
 	sa.removed = true
+	sa.changedLocked()
 	if e.sas[sa.ourSPI()] == sa {
 		delete(e.sas, sa.ourSPI())
 	}
@@ -319,7 +322,7 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 	}
 	for _, c := range sa.children {
 		after = append(after, e.forgetChildLocked(c, why)...)
-		if f := e.cfg.OnDelete; f != nil {
+		if f := e.cfg.OnDelete; f != nil && !sa.released {
 			after = append(after, func() { f(c) })
 		}
 	}
@@ -507,7 +510,7 @@ func (e *Endpoint) dropHalfOpenLocked(sa *ikeSA) {
 func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) {
 	e.mu.Lock()
 	peer := e.peerLocked(name)
-	e.mu.Unlock()
+	e.unlock()
 	if peer == nil {
 		return nil, fmt.Errorf("ike: no peer named %q", name)
 	}
@@ -522,30 +525,30 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 	w := make(chan result, 1)
 	e.mu.Lock()
 	if e.closed {
-		e.mu.Unlock()
+		e.unlock()
 		return nil, errors.New("ike: endpoint closed")
 	}
 	if e.peerLocked(name) != peer {
-		e.mu.Unlock()
+		e.unlock()
 		return nil, fmt.Errorf("ike: peer %q was reconfigured", name)
 	}
 	if len(e.sas) >= e.cfg.MaxSAs {
-		e.mu.Unlock()
+		e.unlock()
 		return nil, errors.New("ike: too many IKE SAs")
 	}
 	sa, err := e.newInitiatorLocked(peer, dh, w)
 	if err != nil {
-		e.mu.Unlock()
+		e.unlock()
 		return nil, err
 	}
-	e.mu.Unlock()
+	e.unlock()
 	select {
 	case r := <-w:
 		return r.child, r.err
 	case <-ctx.Done():
 		e.mu.Lock()
 		after := e.removeLocked(sa, ctx.Err())
-		e.mu.Unlock()
+		e.unlock()
 		run(after)
 		return nil, fmt.Errorf("ike: initiating to %s: %w", name, ctx.Err())
 	}
@@ -562,7 +565,7 @@ func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
 	e.mu.Lock()
 	sa := e.ikeSAOfLocked(child)
 	if sa == nil || sa.state != stateEstablished || sa.rekeyed || e.closed {
-		e.mu.Unlock()
+		e.unlock()
 		return errors.New("ike: no such IKE SA")
 	}
 	after := sa.enqueueLocked(op{
@@ -580,7 +583,7 @@ func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
 		},
 		fail: func(err error) []func() { return reply(w, nil, err) },
 	})
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 	select {
 	case r := <-w:
@@ -591,7 +594,7 @@ func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
 	case <-ctx.Done():
 		e.mu.Lock()
 		after := e.removeLocked(sa, ctx.Err())
-		e.mu.Unlock()
+		e.unlock()
 		run(after)
 		return ctx.Err()
 	}
@@ -652,7 +655,7 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 		e.sendAllLocked(sa.local, sa.remote, sa.pending.pkts)
 		sa.armLocked()
 	}
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 }
 
@@ -689,13 +692,13 @@ func (e *Endpoint) peerLocked(name string) *Peer {
 func (e *Endpoint) SetPeers(peers []*Peer) error {
 	e.mu.Lock()
 	if e.closed {
-		e.mu.Unlock()
+		e.unlock()
 		return errors.New("ike: endpoint closed")
 	}
 	c := e.cfg
 	c.Peers = slices.Clone(peers)
 	if err := c.defaults(); err != nil {
-		e.mu.Unlock()
+		e.unlock()
 		return err
 	}
 	e.cfg.Peers = c.Peers
@@ -705,7 +708,7 @@ func (e *Endpoint) SetPeers(peers []*Peer) error {
 			after = append(after, e.retireLocked(sa)...)
 		}
 	}
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 	return nil
 }

@@ -74,6 +74,7 @@ type ikeSA struct {
 	initiator bool
 	state     saState
 	removed   bool
+	released  bool   // removed by Release: another member goes on with it, so no OnDelete
 	job       uint64 // a computation off the lock is in flight (job.go)
 	frag      bool   // both sides announced IKE fragmentation (frag.go)
 
@@ -119,10 +120,16 @@ type ikeSA struct {
 	lastHeard       time.Time // last authenticated message from the peer
 	established     time.Time
 	rekeyT, expireT stopper // the IKE SA's Lifetime
-	dpdT            stopper // liveness check (Peer.DPDDelay)
-	rekeying        bool    // our IKE SA rekey is queued or outstanding
-	rekeyed         bool    // replaced by a new IKE SA; waits for its Delete
-	peerRekey       *collision
+	// rekeyAt and expireAt are when rekeyT and expireT fire (zero:
+	// never), for snapshots.
+	rekeyAt, expireAt time.Time
+	dpdT              stopper // liveness check (Peer.DPDDelay)
+	rekeying          bool    // our IKE SA rekey is queued or outstanding
+	rekeyed           bool    // replaced by a new IKE SA; waits for its Delete
+	peerRekey         *collision
+
+	snapDirty bool // its replicated state changed since OnSnapshot last saw it (snapshot.go)
+	snapShown bool // OnSnapshot has seen it: its end is reported
 }
 
 func (sa *ikeSA) ourSPI() uint64 {
@@ -502,15 +509,25 @@ func (sa *ikeSA) installKeysLocked(suite Suite, prf PRF, keys *Keys) error {
 // requestOutLocked sends a new encrypted request and arms its
 // retransmission.
 func (sa *ikeSA) requestOutLocked(exch ExchangeType, inner []Payload) error {
+	return sa.sendRequestLocked(&request{exch: exch}, inner)
+}
+
+// sendRequestLocked sends r, a new request of exchange r.exch whose kind
+// and state the caller filled in, with inner payloads, and arms its
+// retransmission. r is complete before the message leaves, so that the
+// IKE SA's snapshot (snapshot.go) carries it.
+func (sa *ikeSA) sendRequestLocked(r *request, inner []Payload) error {
 	if sa.pending != nil {
 		return errors.New("ike: a request is already outstanding")
 	}
-	pkts, err := sa.sealLocked(sa.header(exch, sa.nextReq, false), inner)
+	pkts, err := sa.sealLocked(sa.header(r.exch, sa.nextReq, false), inner)
 	if err != nil {
 		return err
 	}
-	sa.pending = &request{id: sa.nextReq, exch: exch, pkts: pkts}
+	r.id, r.pkts = sa.nextReq, pkts
+	sa.pending = r
 	sa.nextReq++
+	sa.changedLocked()
 	sa.ep.sendAllLocked(sa.local, sa.remote, pkts)
 	sa.armLocked()
 	return nil
@@ -598,6 +615,7 @@ func (sa *ikeSA) establishLocked(c *ChildSA) []func() {
 func (sa *ikeSA) addChildLocked(c *ChildSA) []func() {
 	e := sa.ep
 	sa.children = append(sa.children, c)
+	sa.changedLocked()
 	ent := &childEntry{c: c, sa: sa}
 	e.children[c.InSPI] = ent
 	e.scheduleChildLocked(ent)
@@ -615,6 +633,7 @@ func (sa *ikeSA) dropChildLocked(c *ChildSA) []func() {
 	for i, x := range sa.children {
 		if x == c {
 			sa.children = append(sa.children[:i], sa.children[i+1:]...)
+			sa.changedLocked()
 			after := sa.ep.forgetChildLocked(c, nil)
 			if f := sa.ep.cfg.OnDelete; f != nil {
 				after = append(after, func() { f(c) })
@@ -634,6 +653,7 @@ func (sa *ikeSA) deleteBestEffortLocked() {
 	pkts, err := sa.sealLocked(sa.header(INFORMATIONAL, sa.nextReq, false), []Payload{&Delete{Protocol: ProtoIKE}})
 	if err == nil {
 		sa.nextReq++
+		sa.changedLocked()
 		sa.ep.sendAllLocked(sa.local, sa.remote, pkts)
 	}
 }
@@ -772,7 +792,7 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 			e.cfg.Log.Debug("ike: half-open SA expired", "from", sa.remote)
 			after = e.removeLocked(sa, nil)
 		}
-		e.mu.Unlock()
+		e.unlock()
 		run(after)
 	})
 	return nil
@@ -933,6 +953,7 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 		e.stats.countExchange(exch, false)
 		sa.lastReq, sa.lastResp = raw, pkts
 		sa.respLocal, sa.respRem = local, remote
+		sa.changedLocked()
 		if len(after) == 0 {
 			e.sendAllLocked(local, remote, pkts)
 		} else {
@@ -943,7 +964,7 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 				if !e.closed {
 					e.sendAllLocked(local, remote, pkts)
 				}
-				e.mu.Unlock()
+				e.unlock()
 			})
 		}
 	}
@@ -1164,6 +1185,7 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	sa.lastHeard = e.cfg.clock.Now()
 	sa.stopTimerLocked()
 	sa.pending = nil
+	sa.changedLocked()
 	var after []func()
 	switch {
 	case sa.state == stateAuthSent:

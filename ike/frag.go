@@ -123,7 +123,7 @@ func (sa *ikeSA) fragmentLocked(slot **reassembly, raw []byte, m *Message, f *En
 				*slot = nil
 				e.stats.RxFragTimeout++
 			}
-			e.mu.Unlock()
+			e.unlock()
 		})
 	}
 	i := int(f.Number) - 1

@@ -43,11 +43,11 @@ func (e *Endpoint) RekeyIKE(ctx context.Context, child *ChildSA) error {
 	e.mu.Lock()
 	sa := e.ikeSAOfLocked(child)
 	if sa == nil || sa.state != stateEstablished || sa.rekeyed || e.closed {
-		e.mu.Unlock()
+		e.unlock()
 		return errors.New("ike: no such IKE SA")
 	}
 	after := e.rekeyIKELocked(sa, w)
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 	select {
 	case r := <-w:
@@ -97,11 +97,7 @@ func (sa *ikeSA) sendIKERekeyLocked(r *ikeRekeyState) error {
 	// KEi of the group in use, which every proposal of ours should
 	// carry; INVALID_KE_PAYLOAD names another.
 	inner := []Payload{&SA{Proposals: props}, &Nonce{Data: r.ni}, &KE{Group: r.dh.Group(), Data: r.dh.Public()}}
-	if err := sa.requestOutLocked(CREATE_CHILD_SA, inner); err != nil {
-		return err
-	}
-	sa.pending.kind, sa.pending.ikeRekey = reqRekeyIKE, r
-	return nil
+	return sa.sendRequestLocked(&request{exch: CREATE_CHILD_SA, kind: reqRekeyIKE, ikeRekey: r}, inner)
 }
 
 // newRekeyedLocked makes the IKE SA that a rekey of sa creates; initiator
@@ -123,6 +119,7 @@ func (sa *ikeSA) newRekeyedLocked(initiator bool, suite Suite, spii, spir uint64
 		return nil, err
 	}
 	sa.ep.sas[ns.ourSPI()] = ns
+	ns.changedLocked()
 	sa.ep.stats.IKESARekeyed++
 	ns.startTimersLocked()
 	return ns, nil
@@ -181,7 +178,9 @@ func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []fun
 			if r.waiter == nil && sa.rekeyT != nil {
 				// Try again a little later (section 2.25).
 				stop(sa.rekeyT)
-				sa.rekeyT = e.cfg.clock.AfterFunc(e.retryDelay(), func() { e.ikeRekeyDue(sa) })
+				d := e.retryDelay()
+				sa.rekeyT = e.cfg.clock.AfterFunc(d, func() { e.ikeRekeyDue(sa) })
+				sa.rekeyAt = e.cfg.clock.Now().Add(d)
 			}
 		}
 		return fail(fmt.Errorf("ike: peer answered the IKE SA rekey with %s", notifyName(n.NType)))
@@ -229,14 +228,13 @@ func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []fun
 		sa.moveChildrenLocked(ns)
 	}
 	sa.rekeyed = true
+	sa.changedLocked()
 	sa.stopLifeTimersLocked()
 	if doomed == ns {
 		ns.rekeyed = true
 		ns.stopLifeTimersLocked()
 	}
-	if err := doomed.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}}); err == nil {
-		doomed.pending.kind = reqDeleteIKE
-	}
+	doomed.sendRequestLocked(&request{exch: INFORMATIONAL, kind: reqDeleteIKE}, []Payload{&Delete{Protocol: ProtoIKE}})
 	return append(after, ns.idleLocked()...)
 }
 
@@ -257,6 +255,7 @@ func offersGroup(ps []Proposal, g uint16) bool {
 func (sa *ikeSA) retireLocked() {
 	e := sa.ep
 	sa.rekeyed = true
+	sa.changedLocked()
 	sa.stopLifeTimersLocked()
 	stop(sa.halfOpenTimer)
 	sa.halfOpenTimer = e.cfg.clock.AfterFunc(e.cfg.HalfOpenTimeout, func() {
@@ -265,7 +264,7 @@ func (sa *ikeSA) retireLocked() {
 		if !sa.removed {
 			after = e.removeLocked(sa, errDeleted)
 		}
-		e.mu.Unlock()
+		e.unlock()
 		run(after)
 	})
 }

@@ -50,7 +50,7 @@ func (e *Endpoint) goLocked(sa *ikeSA, st saState, work func() (finish func() []
 			sa.job = 0
 			after = finish()
 		}
-		e.mu.Unlock()
+		e.unlock()
 		run(after)
 	}()
 	return true

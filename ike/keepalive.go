@@ -64,11 +64,11 @@ func (sa *ikeSA) stopKeepAliveLocked() {
 func (e *Endpoint) keepAliveDue(sa *ikeSA) {
 	e.mu.Lock()
 	if sa.removed || sa.ka.t == nil || e.closed {
-		e.mu.Unlock()
+		e.unlock()
 		return
 	}
 	children := slices.Clone(sa.children)
-	e.mu.Unlock()
+	e.unlock()
 	var sent uint64
 	if f := e.cfg.ESPSent; f != nil {
 		for _, c := range children {
@@ -76,7 +76,7 @@ func (e *Endpoint) keepAliveDue(sa *ikeSA) {
 		}
 	}
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	if sa.removed || sa.ka.t == nil || e.closed {
 		return
 	}

@@ -42,11 +42,14 @@ type childEntry struct {
 	c               *ChildSA
 	sa              *ikeSA
 	rekeyT, expireT stopper
-	rekeying        bool        // a rekey of ours is queued or in flight
-	ours            *rekeyState // our CREATE_CHILD_SA for it, while outstanding
-	peer            *collision  // the peer's rekey of it that we answered meanwhile
-	replaced        bool        // a rekey made its successor
-	deleting        bool        // our Delete of it is out or held
+	// rekeyAt and expireAt are when rekeyT and expireT fire (zero:
+	// never), for snapshots.
+	rekeyAt, expireAt time.Time
+	rekeying          bool        // a rekey of ours is queued or in flight
+	ours              *rekeyState // our CREATE_CHILD_SA for it, while outstanding
+	peer              *collision  // the peer's rekey of it that we answered meanwhile
+	replaced          bool        // a rekey made its successor
+	deleting          bool        // our Delete of it is out or held
 	// held is our Delete of it after a rekey, waiting out
 	// Config.RekeyDeleteDelay on holdT.
 	held  *heldDelete
@@ -154,12 +157,28 @@ func reply(w chan result, c *ChildSA, err error) []func() {
 // startTimersLocked starts an established IKE SA's lifetime and liveness
 // timers, and its NAT-keepalives (keepalive.go).
 func (sa *ikeSA) startTimersLocked() {
+	now := sa.ep.cfg.clock.Now()
+	sa.established = now
+	var rekeyAt, expireAt time.Time
+	if rekey, life, jitter := sa.peer.IKELifetime.times(); rekey > 0 {
+		rekeyAt, expireAt = now.Add(rekey-randDuration(jitter)), now.Add(life)
+	}
+	sa.startTimersAtLocked(rekeyAt, expireAt)
+}
+
+// startTimersAtLocked starts sa's timers with its rekey and expiry at
+// the times given (zero: none), as startTimersLocked or Adopt chose
+// them.
+func (sa *ikeSA) startTimersAtLocked(rekeyAt, expireAt time.Time) {
 	e := sa.ep
 	now := e.cfg.clock.Now()
-	sa.lastHeard, sa.established = now, now
-	if rekey, life, jitter := sa.peer.IKELifetime.times(); rekey > 0 {
-		sa.rekeyT = e.cfg.clock.AfterFunc(rekey-randDuration(jitter), func() { e.ikeRekeyDue(sa) })
-		sa.expireT = e.cfg.clock.AfterFunc(life, func() { e.ikeExpired(sa) })
+	sa.lastHeard = now
+	sa.rekeyAt, sa.expireAt = rekeyAt, expireAt
+	if !rekeyAt.IsZero() {
+		sa.rekeyT = e.cfg.clock.AfterFunc(max(rekeyAt.Sub(now), 0), func() { e.ikeRekeyDue(sa) })
+	}
+	if !expireAt.IsZero() {
+		sa.expireT = e.cfg.clock.AfterFunc(max(expireAt.Sub(now), 0), func() { e.ikeExpired(sa) })
 	}
 	if d := sa.peer.DPDDelay; d > 0 {
 		sa.dpdT = e.cfg.clock.AfterFunc(d, func() { e.dpdDue(sa) })
@@ -181,9 +200,22 @@ func (e *Endpoint) scheduleChildLocked(ent *childEntry) {
 	if rekey == 0 {
 		return
 	}
+	now := e.cfg.clock.Now()
+	e.scheduleChildAtLocked(ent, now.Add(rekey-randDuration(jitter)), now.Add(life))
+}
+
+// scheduleChildAtLocked starts ent's lifetime timers with its rekey and
+// expiry at the times given (zero: none).
+func (e *Endpoint) scheduleChildAtLocked(ent *childEntry, rekeyAt, expireAt time.Time) {
+	now := e.cfg.clock.Now()
 	spi := ent.c.InSPI
-	ent.rekeyT = e.cfg.clock.AfterFunc(rekey-randDuration(jitter), func() { e.childRekeyDue(spi, ent) })
-	ent.expireT = e.cfg.clock.AfterFunc(life, func() { e.childExpired(spi, ent) })
+	ent.rekeyAt, ent.expireAt = rekeyAt, expireAt
+	if !rekeyAt.IsZero() {
+		ent.rekeyT = e.cfg.clock.AfterFunc(max(rekeyAt.Sub(now), 0), func() { e.childRekeyDue(spi, ent) })
+	}
+	if !expireAt.IsZero() {
+		ent.expireT = e.cfg.clock.AfterFunc(max(expireAt.Sub(now), 0), func() { e.childExpired(spi, ent) })
+	}
 }
 
 // childRekeyDue starts the rekey of a Child SA whose rekey time came.
@@ -194,7 +226,7 @@ func (e *Endpoint) childRekeyDue(spi uint32, ent *childEntry) {
 		e.cfg.Log.Info("ike: Child SA rekey time", ent.sa.logAttrs("child", ent.c.Child, "in_spi", ESPSPI(spi))...)
 		after = e.rekeyChildLocked(ent, nil)
 	}
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 }
 
@@ -215,7 +247,7 @@ func (e *Endpoint) childExpired(spi uint32, ent *childEntry) {
 			fail: func(error) []func() { return nil },
 		})...)
 	}
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 }
 
@@ -270,11 +302,11 @@ func (e *Endpoint) RequestRekey(child *ChildSA) error {
 	e.mu.Lock()
 	ent := e.children[child.InSPI]
 	if ent == nil || ent.c != child || e.closed {
-		e.mu.Unlock()
+		e.unlock()
 		return errors.New("ike: no such Child SA")
 	}
 	after := e.rekeyChildLocked(ent, nil)
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 	return nil
 }
@@ -299,7 +331,7 @@ func (e *Endpoint) ikeRekeyDue(sa *ikeSA) {
 	if !sa.removed && !sa.rekeyed && !e.closed {
 		after = e.rekeyIKELocked(sa, nil)
 	}
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 }
 
@@ -314,7 +346,7 @@ func (e *Endpoint) ikeExpired(sa *ikeSA) {
 		sa.deleteBestEffortLocked()
 		after = e.removeLocked(sa, errors.New("ike: IKE SA expired"))
 	}
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 }
 
@@ -324,7 +356,7 @@ func (e *Endpoint) ikeExpired(sa *ikeSA) {
 // re-arms.
 func (e *Endpoint) dpdDue(sa *ikeSA) {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	if sa.removed || sa.rekeyed || e.closed {
 		return
 	}
@@ -395,7 +427,7 @@ func (e *Endpoint) restart(peer *Peer, children []string) {
 	defer func() {
 		e.mu.Lock()
 		delete(e.restarting, peer.Name)
-		e.mu.Unlock()
+		e.unlock()
 	}()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -410,11 +442,11 @@ func (e *Endpoint) restart(peer *Peer, children []string) {
 	for {
 		e.mu.Lock()
 		if e.peerLocked(peer.Name) != peer {
-			e.mu.Unlock()
+			e.unlock()
 			return // SetPeers took it out
 		}
 		e.stats.Restarts++
-		e.mu.Unlock()
+		e.unlock()
 		_, err := e.Initiate(ctx, peer.Name)
 		if ctx.Err() != nil {
 			return
@@ -427,7 +459,7 @@ func (e *Endpoint) restart(peer *Peer, children []string) {
 					}
 					e.mu.Lock()
 					e.stats.RestartChildFailed++
-					e.mu.Unlock()
+					e.unlock()
 					e.cfg.Log.Warn("ike: restart: Child SA not made again", "peer", peer.Name, "child", name, "err", err)
 				}
 			}
@@ -480,7 +512,7 @@ type IKESAInfo struct {
 // IKESAs lists the Endpoint's IKE SAs, half-open ones aside.
 func (e *Endpoint) IKESAs() []IKESAInfo {
 	e.mu.Lock()
-	defer e.mu.Unlock()
+	defer e.unlock()
 	var out []IKESAInfo
 	for _, sa := range e.sas {
 		if sa.state == stateHalfOpen {

@@ -44,11 +44,11 @@ func (e *Endpoint) Rekey(ctx context.Context, child *ChildSA) (*ChildSA, error) 
 	e.mu.Lock()
 	ent := e.children[child.InSPI]
 	if ent == nil || ent.c != child || ent.sa.state != stateEstablished || e.closed {
-		e.mu.Unlock()
+		e.unlock()
 		return nil, errors.New("ike: no such Child SA")
 	}
 	after := e.rekeyChildLocked(ent, w)
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 	select {
 	case res := <-w:
@@ -90,11 +90,7 @@ func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
 	} else {
 		sa.ep.cfg.Log.Debug("ike: creating additional Child SA", attrs...)
 	}
-	if err := sa.requestOutLocked(CREATE_CHILD_SA, inner); err != nil {
-		return err
-	}
-	sa.pending.kind, sa.pending.rekey = kind, r
-	return nil
+	return sa.sendRequestLocked(&request{exch: CREATE_CHILD_SA, kind: kind, rekey: r}, inner)
 }
 
 // failRekeyLocked ends a rekey of ours that failed: its waiter learns
@@ -151,7 +147,9 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 			}
 			if ent != nil && ent.c == r.old && !ent.replaced && r.waiter == nil {
 				after := sa.failRekeyLocked(r, errors.New("ike: TEMPORARY_FAILURE"))
-				ent.rekeyT = e.cfg.clock.AfterFunc(e.retryDelay(), func() { e.childRekeyDue(r.old.InSPI, ent) })
+				d := e.retryDelay()
+				ent.rekeyT = e.cfg.clock.AfterFunc(d, func() { e.childRekeyDue(r.old.InSPI, ent) })
+				ent.rekeyAt = e.cfg.clock.Now().Add(d)
 				return after
 			}
 		}
@@ -238,7 +236,7 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 		} else {
 			later = sa.deleteRekeyedLocked(doomed, next, w)
 		}
-		e.mu.Unlock()
+		e.unlock()
 		run(later)
 	})
 }
@@ -287,6 +285,7 @@ func (sa *ikeSA) deleteRekeyedLocked(doomed, next *ChildSA, w chan result) []fun
 	}
 	ent.held = h
 	ent.holdT = e.cfg.clock.AfterFunc(d, func() { e.heldDeleteDue(ent) })
+	sa.changedLocked()
 	return nil
 }
 
@@ -299,7 +298,7 @@ func (e *Endpoint) heldDeleteDue(ent *childEntry) {
 		ent.held, ent.holdT = nil, nil
 		after = e.sendHeldDeleteLocked(ent, h)
 	}
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 }
 
@@ -312,10 +311,10 @@ func (e *Endpoint) sendHeldDeleteLocked(ent *childEntry, h *heldDelete) []func()
 			if e.children[doomed.InSPI] != ent {
 				return reply(h.waiter, h.next, nil) // gone meanwhile
 			}
-			if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{doomed.InSPI}}}); err != nil {
+			r := &request{exch: INFORMATIONAL, kind: reqDeleteChild, old: doomed, next: h.next, waiter: h.waiter}
+			if err := sa.sendRequestLocked(r, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{doomed.InSPI}}}); err != nil {
 				return reply(h.waiter, nil, err)
 			}
-			sa.pending.kind, sa.pending.old, sa.pending.next, sa.pending.waiter = reqDeleteChild, doomed, h.next, h.waiter
 			return nil
 		},
 		fail: func(err error) []func() { return reply(h.waiter, nil, err) },
@@ -495,7 +494,7 @@ func (sa *ikeSA) liveChildrenLocked() int {
 func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*ChildSA, error) {
 	e.mu.Lock()
 	p := e.peerLocked(peer)
-	e.mu.Unlock()
+	e.unlock()
 	if p == nil {
 		return nil, fmt.Errorf("ike: no peer named %q", peer)
 	}
@@ -505,7 +504,7 @@ func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*Chil
 	}
 	e.mu.Lock()
 	sa := e.establishedLocked(p)
-	e.mu.Unlock()
+	e.unlock()
 	if sa == nil {
 		if _, err := e.Initiate(ctx, peer); err != nil {
 			return nil, err
@@ -514,7 +513,7 @@ func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*Chil
 	w := make(chan result, 1)
 	e.mu.Lock()
 	if sa = e.establishedLocked(p); sa == nil || e.closed {
-		e.mu.Unlock()
+		e.unlock()
 		return nil, fmt.Errorf("ike: no established IKE SA with peer %q", peer)
 	}
 	after := sa.enqueueLocked(op{
@@ -539,7 +538,7 @@ func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*Chil
 		},
 		fail: func(err error) []func() { return reply(w, nil, err) },
 	})
-	e.mu.Unlock()
+	e.unlock()
 	run(after)
 	select {
 	case r := <-w:

@@ -316,9 +316,11 @@ type certAuth struct {
 type bed struct {
 	ctx                  context.Context
 	c                    *lab.Charon
-	ssNS                 *lab.Netns
+	ssNS, slNS           *lab.Netns
 	swconf               string
 	ep                   *ike.Endpoint
+	tr                   *ike.UDPTransport
+	cfg                  ike.Config // ep's, after tweak
 	mu                   sync.Mutex
 	established, deleted []*ike.ChildSA
 	dead                 []string
@@ -433,7 +435,7 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 		peer.PSK = nil
 		peer.Signer, peer.Certificates, peer.RemoteCAs, peer.AuthMethod = creds.signer, []*x509.Certificate{creds.sluiceCert}, []*x509.Certificate{creds.ca}, cert.method
 	}
-	b := &bed{ctx: ctx, c: c, ssNS: ssNS, swconf: swconf}
+	b := &bed{ctx: ctx, c: c, ssNS: ssNS, slNS: slNS, swconf: swconf, tr: tr}
 	cfg := ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
 		OnChildSA:  func(c *ike.ChildSA) { b.mu.Lock(); b.established = append(b.established, c); b.mu.Unlock() },
 		OnDelete:   func(c *ike.ChildSA) { b.mu.Lock(); b.deleted = append(b.deleted, c); b.mu.Unlock() },
@@ -442,10 +444,12 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 	if tweak != nil {
 		tweak(peer, &cfg)
 	}
+	b.cfg = cfg
 	if b.ep, err = ike.NewEndpoint(cfg, tr); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { b.ep.Close() })
+	ep := b.ep
+	t.Cleanup(func() { ep.Close() })
 	if os.Getenv("IKE_WRITE_SEEDS") == "1" {
 		ike.SetTap(b.ep, writeSeed(t))
 	}

@@ -1,0 +1,70 @@
+// Package ha keeps a hot standby for a gateway's tunnels: two members, each
+// group of tunnels owned by one and mirrored by the other, which takes it
+// over when the owner dies (or is asked to, in a planned handover).
+//
+// # The sync channel
+//
+// The members talk over one TCP connection with mutual TLS 1.3
+// (TLSConfig): each certificate chains to a common CA and names its member.
+// The member whose name sorts lower dials, again every Interval while the
+// connection is down; the other accepts, and a newer connection replaces an
+// older one. Sockets have TCP_NODELAY and TCP_USER_TIMEOUT of
+// Interval*Misses, so unacknowledged data ends a dead connection in the
+// detection time.
+//
+// Frames are a 4-byte length, a type byte and a body of varints and
+// length-prefixed strings (wire.go); a frame longer than MaxFrame, of an
+// unknown type or that does not decode drops the connection and is counted.
+// One writer goroutine sends from a bounded queue: a caller never waits on
+// the network. When the queue is full the frame is dropped and every
+// standby is marked out of sync; once the queue drains, each gets a fresh
+// snapshot. One reader goroutine hands frames to the event goroutine, which
+// alone changes roles and epochs and calls the Handler.
+//
+// # Membership
+//
+// Each group has an epoch that grows by one at every change of owner and
+// travels in every message about the group; a message with an older epoch
+// is ignored and counted. Heartbeats, every Interval, carry each group's
+// role, epoch and the sender's preference. The peer is dead after
+// Interval*Misses without a frame, or at once when its connection ends
+// (a killed process's kernel closes its sockets).
+//
+//   - At start, a member that hears no peer within Interval*Misses acquires
+//     its groups with an empty state. When both are up, the more preferred
+//     (higher preference, then the lower name) acquires and the other
+//     becomes standby.
+//   - An owner whose peer is a standby (or undecided) sends the group's
+//     whole state (Handler.Snapshot and the reservations it has seen), then
+//     every change: reservation bounds, forgotten keys, IKE SA snapshots.
+//     The standby is in sync once it has acked the snapshot.
+//   - A standby whose owner dies takes over (Handler.Acquire with the
+//     replicated state, planned false) at epoch+1, logging the gap since
+//     the owner's last frame; with a witness configured, only if the
+//     witness answers (a connect that succeeds or is refused) within
+//     Interval.
+//   - When the link returns and both own a group, the higher epoch wins
+//     (then preference, then name); the other releases it and becomes the
+//     winner's standby.
+//   - A planned handover (Member.Handover) releases the group, sends its
+//     exact state at epoch+1, and the standby acquires it with planned
+//     true; with Preempt, a more preferred standby in sync asks for it.
+//
+// # Safety
+//
+// The owner may use a sequence number only up to a bound the standby has
+// acknowledged (Reserve grants only then), so a standby that takes over
+// starts above every sequence number the owner can have sent, and treats
+// every inbound number up to the replicated bound as seen: nothing is
+// sealed twice under one number by the pair in turn, and nothing accepted
+// before the takeover is accepted again after it. A lone owner (no standby
+// in sync) grants at once: there is nobody to take over from it. Under
+// split brain both members seal; nonces stay unique because every
+// acquisition draws a fresh IV epoch (the Handler's duty), and with a
+// witness configured, an owner that hears neither its peer nor the witness
+// for twice the detection time is fenced (Handler.Fence) while the
+// standby, which reached the witness, takes over. Epochs order the claims,
+// so that when the link returns the stale owner yields.
+//
+// Keys never leave memory: the channel is the only copy.
+package ha
