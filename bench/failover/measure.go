@@ -284,7 +284,7 @@ func (b *bed) measure(disrupt func() (*daemon, error)) (Sample, error) {
 	if err != nil {
 		return s, err
 	}
-	s.GapUp, s.GapDown, s.LostUp, s.LostDown = up.Gap, down.Gap, up.Lost, down.Lost
+	s.GapUp, s.GapDown, s.LostUp, s.LostDown, s.RunsUp, s.RunsDown = up.Gap, down.Gap, up.Lost, down.Lost, up.Runs, down.Runs
 	if s.GaveUp {
 		// Censored: the outage lasted at least the bound.
 		s.GapUp, s.GapDown, s.TCPStall = max(s.GapUp, o.GiveUp), max(s.GapDown, o.GiveUp), max(s.TCPStall, o.GiveUp)

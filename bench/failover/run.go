@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/bench"
+	"github.com/sluicegw/sluice/ha"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -109,7 +110,7 @@ func (o *Options) Steps() int {
 }
 
 func (o *Options) throughput() bool {
-	return o.Throughput > 0 && slices.Contains(o.Systems, SluiceHA)
+	return o.Throughput > 0 && (slices.Contains(o.Systems, SluiceHA) || slices.Contains(o.Systems, SluiceHASilent))
 }
 
 // Estimate is a rough length of the run: each kill about 8 s with the
@@ -211,7 +212,9 @@ func runOnce(ctx context.Context, o *Options, sys string) (s Sample, err error) 
 	case SluiceRestart:
 		return b.sluiceRestart()
 	case SluiceHA:
-		return b.sluiceHA()
+		return b.sluiceHA(false)
+	case SluiceHASilent:
+		return b.sluiceHA(true)
 	case StrongSwanRestart:
 		return b.strongSwanRestart()
 	}
@@ -276,36 +279,65 @@ func (b *bed) startHA() error {
 	if err := t.WaitVIP(b.ctx, t.A, upWait); err != nil {
 		return err
 	}
-	err = lab.WaitFor(b.ctx, "gateway a to own the group with b in sync", upWait, 50*time.Millisecond, func() (bool, error) {
-		out, err := b.cli(b.gw[0], "ha", "status", "--json")
+	for i, role := range []string{"owner", "standby"} {
+		d := b.gw[i]
+		err := lab.WaitFor(b.ctx, "gateway "+d.name+" to be "+role+" in sync", upWait, 20*time.Millisecond, func() (bool, error) {
+			st, err := b.haStatus(d)
+			if err != nil {
+				return false, err
+			}
+			return hasRole(st, role), fmt.Errorf("groups %+v", st.Groups)
+		})
 		if err != nil {
-			return false, err
+			return err
 		}
-		return inSync(out), fmt.Errorf("not in sync: %s", lab.Tail(out, 20))
-	})
-	if err != nil {
-		return err
 	}
 	return b.waitTraffic(upWait)
 }
 
 // sluiceHA: gateways a (preferred, the owner) and b (the standby) with
-// [ha]; a is killed and b takes the virtual addresses and the tunnel. The
-// dead member's addresses are taken off it at once, as they go with a box
-// that fails (a process killed on a live box leaves them on its
-// interfaces).
-func (b *bed) sluiceHA() (Sample, error) {
+// [ha]; a is killed and b takes the tunnel over. The disruption ends when
+// the wan router's neighbour entry for the virtual address is b's MAC
+// (b's gratuitous ARP): the killed process leaves the address on a's
+// interface, as a crashed daemon does on its box, as e2e's
+// TestHAFailover has it. With silent, a is first cut off the wan and
+// the sync link (lab.HATopology.Isolate), so that b learns of its death
+// only by missing heartbeats. Takeover is the gap b's `sluice ha status`
+// reports.
+func (b *bed) sluiceHA(silent bool) (Sample, error) {
 	if err := b.startHA(); err != nil {
 		return Sample{}, err
 	}
 	t := b.topo
-	return b.measure(func() (*daemon, error) {
-		b.gw[0].proc.Kill()
-		if err := t.RemoveVIPs(t.A); err != nil {
-			return nil, err
+	mac, err := t.B.NS.LinkMAC(lab.HAWANIf)
+	if err != nil {
+		return Sample{}, err
+	}
+	s, err := b.measure(func() (*daemon, error) {
+		if silent {
+			if err := t.Isolate(b.ctx, t.A); err != nil {
+				return nil, err
+			}
 		}
-		return b.gw[1], t.WaitVIP(b.ctx, t.B, b.o.GiveUp)
+		b.gw[0].proc.Kill()
+		return b.gw[1], lab.WaitFor(b.ctx, "the wan router to follow the address to b", b.o.GiveUp, 2*time.Millisecond, func() (bool, error) {
+			got, _, err := t.WAN.Neighbour(t.WANVIP.Addr())
+			return err == nil && got.String() == mac.String(), fmt.Errorf("%v, %v", got, err)
+		})
 	})
+	if err != nil {
+		return s, err
+	}
+	st, err := b.haStatus(b.gw[1])
+	if err != nil {
+		return s, err
+	}
+	for _, g := range st.Groups {
+		if g.Role == "owner" {
+			s.Takeover = g.LastGap
+		}
+	}
+	return s, nil
 }
 
 // strongSwanRestart: charon in gateway a (responder) opposite a sluice
@@ -400,43 +432,27 @@ func runThroughput(ctx context.Context, o *Options, obs Observer) (*Throughput, 
 	return tp, nil
 }
 
-// inSync says whether `sluice ha status --json` output shows a group this
-// member owns with a standby in sync: some object with role "owner" and
-// an in-sync flag that is true (the field spelt in_sync or InSync).
-func inSync(out string) bool {
-	var v any
-	if err := json.Unmarshal([]byte(out), &v); err != nil {
-		return false
+// haStatus is d's `sluice ha status --json`.
+func (b *bed) haStatus(d *daemon) (ha.Status, error) {
+	var st ha.Status
+	out, err := b.cli(d, "ha", "status", "--json")
+	if err != nil {
+		return st, err
 	}
-	var walk func(any) bool
-	walk = func(v any) bool {
-		switch x := v.(type) {
-		case map[string]any:
-			synced, owner := false, false
-			for k, e := range x {
-				switch strings.ReplaceAll(strings.ToLower(k), "_", "") {
-				case "role":
-					owner = e == "owner"
-				case "insync":
-					synced = e == true
-				}
-			}
-			if synced && owner {
-				return true
-			}
-			for _, e := range x {
-				if walk(e) {
-					return true
-				}
-			}
-		case []any:
-			for _, e := range x {
-				if walk(e) {
-					return true
-				}
-			}
+	if err := json.Unmarshal([]byte(out), &st); err != nil {
+		return st, fmt.Errorf("bench: sluice ha status --json: %w: %s", err, lab.Tail(out, 3))
+	}
+	return st, nil
+}
+
+// hasRole says whether st shows a group in which the member has role and
+// is in sync (an owner with a standby that holds its state, a standby
+// that holds it).
+func hasRole(st ha.Status, role string) bool {
+	for _, g := range st.Groups {
+		if g.Role == role && g.InSync {
+			return true
 		}
-		return false
 	}
-	return walk(v)
+	return false
 }
