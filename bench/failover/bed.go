@@ -203,20 +203,41 @@ func (b *bed) cli(d *daemon, args ...string) (string, error) {
 	return string(out), nil
 }
 
-// refused sums the replay drops of d's inbound SAs: the peer's packets it
-// refused as replays since it started.
-func (b *bed) refused(d *daemon) (int64, error) {
+// refused sums the replay drops of d's inbound SAs (the peer's packets
+// it refused as replays since it started), and returns all its drops by
+// reason (data plane workers and receivers, and "sa:" + the SAs'), those
+// that are not 0.
+func (b *bed) refused(d *daemon) (int64, map[string]uint64, error) {
 	st, err := lab.ControlStats(b.ctx, d.sock)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
+	m := map[string]uint64{}
 	var n uint64
 	for _, sa := range st.SAs {
 		if sa.Direction == "in" {
 			n += sa.Drops["replay"]
 		}
+		for k, v := range sa.Drops {
+			m["sa:"+k] += v
+		}
 	}
-	return int64(n), nil
+	for _, w := range st.Dataplane.Workers {
+		for k, v := range w.Drops {
+			m[k] += v
+		}
+	}
+	for _, r := range st.Dataplane.Receivers {
+		for k, v := range r.Drops {
+			m[k] += v
+		}
+	}
+	for k, v := range m {
+		if v == 0 {
+			delete(m, k)
+		}
+	}
+	return int64(n), m, nil
 }
 
 // haCreds makes a CA and a certificate for each member ("a" and "b", the

@@ -256,6 +256,8 @@ func (b *bed) measure(disrupt func() (*daemon, error)) (Sample, error) {
 	if r := f.received(); r[0] == 0 || r[1] == 0 {
 		return s, fmt.Errorf("bench: no traffic through the tunnel before the kill (received %v)", r)
 	}
+	sent, recv := f.sent(), f.received()
+	s.LostBeforeUp, s.LostBeforeDown = sent[0]-min(recv[0], sent[0]), sent[1]-min(recv[1], sent[1])
 	start := time.Now()
 	to, err := disrupt()
 	s.Outage = time.Since(start)
@@ -291,7 +293,7 @@ func (b *bed) measure(disrupt func() (*daemon, error)) (Sample, error) {
 	}
 	s.Refused = -1
 	if to != nil {
-		if s.Refused, err = b.refused(to); err != nil {
+		if s.Refused, s.Drops, err = b.refused(to); err != nil {
 			return s, err
 		}
 	}

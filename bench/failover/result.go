@@ -45,6 +45,11 @@ type Sample struct {
 	// LostUp and LostDown are all the datagrams each flow lost.
 	LostUp   uint64 `json:"lost_up"`
 	LostDown uint64 `json:"lost_down"`
+	// LostBeforeUp and LostBeforeDown are each flow's datagrams sent but
+	// not received just before the kill: those in flight, and those lost
+	// in the steady state.
+	LostBeforeUp   uint64 `json:"lost_before_up"`
+	LostBeforeDown uint64 `json:"lost_before_down"`
 	// RunsUp and RunsDown are how many runs of consecutive losses there
 	// were (lab.SeqResult.Runs): one outage is one run.
 	RunsUp   uint64 `json:"loss_runs_up"`
@@ -53,6 +58,9 @@ type Sample struct {
 	// the tunnel afterwards refused as replays (its inbound SAs' replay
 	// drops); -1 where the gateway does not say (strongSwan).
 	Refused int64 `json:"refused"`
+	// Drops are that gateway's drops by reason since it started (not
+	// for strongSwan): where the losses went.
+	Drops map[string]uint64 `json:"drops,omitempty"`
 	// TCPStall is the longest time the receiver of a paced TCP stream
 	// read nothing; TCPMbps what the stream carried over the run.
 	TCPStall time.Duration `json:"tcp_stall_ns"`
