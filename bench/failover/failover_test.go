@@ -56,11 +56,12 @@ func TestSummarize(t *testing.T) {
 		{GapUp: ms(300), GapDown: ms(310), LostUp: 6000, LostDown: 6200, Refused: 90, TCPStall: ms(400)},
 		{GapUp: ms(320), GapDown: ms(330), LostUp: 6400, LostDown: 6600, Refused: 120, TCPStall: ms(600)},
 		{GapUp: ms(280), GapDown: ms(900), LostUp: 5600, LostDown: 18000, Refused: 100, TCPStall: ms(500), GaveUp: true},
+		{GapUp: ms(290), GapDown: ms(320), LostUp: 5800, LostDown: 6400, Refused: 110, TCPError: "the TCP stream carried nothing"},
 	}
 	s := Summarize(SluiceHA, ss)
-	want := Summary{System: SluiceHA, Runs: 3, GaveUp: 1,
-		GapUp: Dist{ms(300), ms(320), ms(320)}, GapDown: Dist{ms(330), ms(900), ms(900)},
-		LostUp: 6000, LostDown: 6600, LostMax: 18000, Refused: 120, TCPStall: Dist{ms(500), ms(600), ms(600)}}
+	want := Summary{System: SluiceHA, Runs: 4, GaveUp: 1,
+		GapUp: Dist{ms(290), ms(320), ms(320)}, GapDown: Dist{ms(320), ms(900), ms(900)},
+		LostUp: 5800, LostDown: 6400, LostMax: 18000, Refused: 120, TCPStall: Dist{ms(500), ms(600), ms(600)}}
 	if s != want {
 		t.Errorf("Summarize:\n got %+v\nwant %+v", s, want)
 	}

@@ -65,6 +65,9 @@ type Sample struct {
 	// read nothing; TCPMbps what the stream carried over the run.
 	TCPStall time.Duration `json:"tcp_stall_ns"`
 	TCPMbps  float64       `json:"tcp_mbps"`
+	// TCPError says why the TCP stream measured nothing ("" when it
+	// did); such a sample has no stall.
+	TCPError string `json:"tcp_error,omitempty"`
 	// Outage is from the kill to the disruption's end as the bench sees
 	// it: the daemon up again (restarts) or the standby holding the
 	// virtual address (sluice-ha).
@@ -121,7 +124,7 @@ type Summary struct {
 	// Refused is the most packets refused after one disruption, -1
 	// when the system does not count them.
 	Refused  int64 `json:"refused_max"`
-	TCPStall Dist  `json:"tcp_stall"`
+	TCPStall Dist  `json:"tcp_stall"` // over the samples whose stream measured
 	// Takeover is the distribution of the gaps the new owner reported
 	// (sluice-ha; zero elsewhere).
 	Takeover Dist `json:"takeover"`
@@ -133,7 +136,10 @@ func Summarize(system string, ss []Sample) Summary {
 	var up, down, stall, takeover []time.Duration
 	var lu, ld []time.Duration // losses, sorted like durations
 	for _, x := range ss {
-		up, down, stall = append(up, x.GapUp), append(down, x.GapDown), append(stall, x.TCPStall)
+		up, down = append(up, x.GapUp), append(down, x.GapDown)
+		if x.TCPError == "" {
+			stall = append(stall, x.TCPStall)
+		}
 		lu, ld = append(lu, time.Duration(x.LostUp)), append(ld, time.Duration(x.LostDown))
 		s.LostMax = max(s.LostMax, x.LostUp, x.LostDown)
 		if x.Takeover > 0 {
