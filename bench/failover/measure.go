@@ -230,8 +230,10 @@ func (s *tcpStream) end() (stall time.Duration, mbps float64, err error) {
 // stream start, run for a while, disrupt kills (and restarts, or waits for
 // a takeover) and returns the daemon that carries the tunnel afterwards
 // (nil if not a sluice), traffic must come back both ways within
-// Options.GiveUp of the kill, and runs a while more.
-func (b *bed) measure(disrupt func() (*daemon, error)) (Sample, error) {
+// Options.GiveUp of the kill, and runs a while more. from is the sluice
+// that carries the tunnel before (nil if not a sluice): its drops just
+// before the kill are kept.
+func (b *bed) measure(from *daemon, disrupt func() (*daemon, error)) (Sample, error) {
 	var s Sample
 	ctx, t, o := b.ctx, b.topo, b.o
 	f, err := startFlows(t, o.Rate)
@@ -255,6 +257,11 @@ func (b *bed) measure(disrupt func() (*daemon, error)) (Sample, error) {
 	}
 	if r := f.received(); r[0] == 0 || r[1] == 0 {
 		return s, fmt.Errorf("bench: no traffic through the tunnel before the kill (received %v)", r)
+	}
+	if from != nil {
+		if _, s.DropsBefore, err = b.refused(from); err != nil {
+			return s, err
+		}
 	}
 	sent, recv := f.sent(), f.received()
 	s.LostBeforeUp, s.LostBeforeDown = sent[0]-min(recv[0], sent[0]), sent[1]-min(recv[1], sent[1])

@@ -61,6 +61,10 @@ type Sample struct {
 	// Drops are that gateway's drops by reason since it started (not
 	// for strongSwan): where the losses went.
 	Drops map[string]uint64 `json:"drops,omitempty"`
+	// DropsBefore are the drops of the gateway that carried the tunnel
+	// before, read just before the kill (since it started; not for
+	// strongSwan): the steady state's.
+	DropsBefore map[string]uint64 `json:"drops_before,omitempty"`
 	// TCPStall is the longest time the receiver of a paced TCP stream
 	// read nothing; TCPMbps what the stream carried over the run.
 	TCPStall time.Duration `json:"tcp_stall_ns"`

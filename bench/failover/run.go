@@ -249,7 +249,7 @@ func (b *bed) sluiceRestart() (Sample, error) {
 	if err := b.waitTraffic(upWait); err != nil {
 		return Sample{}, err
 	}
-	return b.measure(func() (*daemon, error) {
+	return b.measure(a, func() (*daemon, error) {
 		a.proc.Kill()
 		return a, b.restart(a)
 	})
@@ -313,7 +313,7 @@ func (b *bed) sluiceHA(silent bool) (Sample, error) {
 	if err != nil {
 		return Sample{}, err
 	}
-	s, err := b.measure(func() (*daemon, error) {
+	s, err := b.measure(b.gw[0], func() (*daemon, error) {
 		if silent {
 			if err := t.Isolate(b.ctx, t.A); err != nil {
 				return nil, err
@@ -359,7 +359,7 @@ func (b *bed) strongSwanRestart() (Sample, error) {
 	if err := b.waitTraffic(upWait); err != nil {
 		return Sample{}, err
 	}
-	return b.measure(func() (*daemon, error) {
+	return b.measure(nil, func() (*daemon, error) {
 		b.ch.Kill()
 		return nil, b.startCharon(psk)
 	})
