@@ -49,6 +49,11 @@ and a peer (sluice) with a host behind it. Every run builds it anew.
   sluice-ha           gateways a and b with [ha] (100 ms heartbeats, 3 misses),
                       one static tunnel to the peer; a owns it, b is the
                       standby; a is killed and b takes over
+  sluice-ha-silent    the same, a first cut off the wan and the sync link (as
+                      a box that loses power: no TCP reset tells b, which must
+                      miss its heartbeats), then killed
+  sluice-ha-handover  the same, a planned handover (sluice ha handover) in
+                      place of the kill
   sluice-restart      gateway a alone with the same tunnel, killed and started
                       again at once, as a supervisor would
   strongswan-restart  strongSwan's charon (kernel-libipsec) as gateway a,
@@ -65,7 +70,7 @@ time) each way, p50, p99 and max over the runs (nearest rank); the datagrams
 lost (median of the runs); the peer's packets the gateway that carries the
 tunnel afterwards refused as replays (the most in one run; "-" for
 strongSwan); and the TCP stall (the longest time the stream's receiver read
-nothing). With sluice-ha, one TCP stream through the owner is first measured
+nothing). With a sluice-ha system, one TCP stream through the owner is first measured
 without and with a standby (--throughput, 0 for none).
 
 Needs root, iproute2, nft and ping, and for strongswan-restart charon and

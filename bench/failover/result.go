@@ -21,6 +21,9 @@ const (
 	// power: no TCP reset tells the standby, which must miss its
 	// heartbeats.
 	SluiceHASilent = "sluice-ha-silent"
+	// SluiceHandover is SluiceHA with a planned handover (`sluice ha
+	// handover` to the owner) in place of the kill.
+	SluiceHandover = "sluice-ha-handover"
 	// SluiceRestart is one sluice gateway killed and started again at
 	// once, as a supervisor would: what users have today.
 	SluiceRestart = "sluice-restart"
@@ -31,7 +34,7 @@ const (
 )
 
 // Systems lists every system, in the order a bench runs them.
-var Systems = []string{SluiceHA, SluiceHASilent, SluiceRestart, StrongSwanRestart}
+var Systems = []string{SluiceHA, SluiceHASilent, SluiceHandover, SluiceRestart, StrongSwanRestart}
 
 // Sample is what one disruption measured.
 type Sample struct {
@@ -262,7 +265,9 @@ func WriteThroughput(w io.Writer, tp *Throughput) {
 // least 20 times shorter than a restart and a new negotiation).
 func WriteRatios(w io.Writer, ss []Summary, giveUp time.Duration) {
 	worst := func(s Summary) time.Duration { return max(s.GapUp.P99, s.GapDown.P99) }
-	isHA := func(s Summary) bool { return s.System == SluiceHA || s.System == SluiceHASilent }
+	isHA := func(s Summary) bool {
+		return s.System == SluiceHA || s.System == SluiceHASilent || s.System == SluiceHandover
+	}
 	for _, h := range ss {
 		if !isHA(h) || h.Runs == 0 || worst(h) <= 0 {
 			continue

@@ -110,7 +110,7 @@ func (o *Options) Steps() int {
 }
 
 func (o *Options) throughput() bool {
-	return o.Throughput > 0 && (slices.Contains(o.Systems, SluiceHA) || slices.Contains(o.Systems, SluiceHASilent))
+	return o.Throughput > 0 && slices.ContainsFunc(o.Systems, func(s string) bool { return strings.HasPrefix(s, SluiceHA) })
 }
 
 // Estimate is a rough length of the run: each kill about 8 s with the
@@ -212,9 +212,11 @@ func runOnce(ctx context.Context, o *Options, sys string) (s Sample, err error) 
 	case SluiceRestart:
 		return b.sluiceRestart()
 	case SluiceHA:
-		return b.sluiceHA(false)
+		return b.sluiceHA(kill)
 	case SluiceHASilent:
-		return b.sluiceHA(true)
+		return b.sluiceHA(silent)
+	case SluiceHandover:
+		return b.sluiceHA(handover)
 	case StrongSwanRestart:
 		return b.strongSwanRestart()
 	}
@@ -295,6 +297,15 @@ func (b *bed) startHA() error {
 	return b.waitTraffic(upWait)
 }
 
+// haEnd is how the owner's ownership ends in sluiceHA.
+type haEnd int
+
+const (
+	kill     haEnd = iota // SIGKILL
+	silent                // cut off the network, then SIGKILL
+	handover              // sluice ha handover
+)
+
 // sluiceHA: gateways a (preferred, the owner) and b (the standby) with
 // [ha]; a is killed and b takes the tunnel over. The disruption ends when
 // the wan router's neighbour entry for the virtual address is b's MAC
@@ -302,9 +313,10 @@ func (b *bed) startHA() error {
 // interface, as a crashed daemon does on its box, as e2e's
 // TestHAFailover has it. With silent, a is first cut off the wan and
 // the sync link (lab.HATopology.Isolate), so that b learns of its death
-// only by missing heartbeats. Takeover is the gap b's `sluice ha status`
-// reports.
-func (b *bed) sluiceHA(silent bool) (Sample, error) {
+// only by missing heartbeats; with handover, a is not killed but hands
+// the group over (`sluice ha handover`). Takeover is the gap b's `sluice
+// ha status` reports.
+func (b *bed) sluiceHA(how haEnd) (Sample, error) {
 	if err := b.startHA(); err != nil {
 		return Sample{}, err
 	}
@@ -314,12 +326,19 @@ func (b *bed) sluiceHA(silent bool) (Sample, error) {
 		return Sample{}, err
 	}
 	s, err := b.measure(b.gw[0], func() (*daemon, error) {
-		if silent {
+		switch how {
+		case silent:
 			if err := t.Isolate(b.ctx, t.A); err != nil {
 				return nil, err
 			}
+			b.gw[0].proc.Kill()
+		case handover:
+			if _, err := b.cli(b.gw[0], "ha", "handover"); err != nil {
+				return nil, err
+			}
+		default:
+			b.gw[0].proc.Kill()
 		}
-		b.gw[0].proc.Kill()
 		return b.gw[1], lab.WaitFor(b.ctx, "the wan router to follow the address to b", b.o.GiveUp, 2*time.Millisecond, func() (bool, error) {
 			got, _, err := t.WAN.Neighbour(t.WANVIP.Addr())
 			return err == nil && got.String() == mac.String(), fmt.Errorf("%v, %v", got, err)
