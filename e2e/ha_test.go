@@ -543,6 +543,15 @@ func TestHAFailover(t *testing.T) {
 	ca, cert, key := haCreds(t, b)
 	haA := haSection(b, topo.A, topo.B, 200, ca, cert, key)
 	haB := haSection(b, topo.B, topo.A, 100, ca, cert, key)
+	// b's hook writes down what it was told, as a BGP or cloud-route
+	// script would act on it.
+	hookOut := filepath.Join(b.tb.dir, "hook-b.out")
+	hook := filepath.Join(b.tb.dir, "hook-b")
+	script := fmt.Sprintf("#!/bin/sh\necho \"$1 $2 $SLUICE_HA_EVENT $SLUICE_HA_MEMBER\" >> %s\n", hookOut)
+	if err := os.WriteFile(hook, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	haB = strings.Replace(haB, "misses = 3\n", fmt.Sprintf("misses = 3\nhook = %q\n", hook), 1)
 	requireHA(t, b, haA)
 	b.startPeer()
 	b.startGW(b.gwa, haA)
@@ -564,6 +573,14 @@ func TestHAFailover(t *testing.T) {
 		return b.gwb
 	})
 	measuref(t, "failover: gateway b holds the virtual address %v after the SIGKILL of a", r.Outage.Round(time.Millisecond))
+	logLines(t, b.gwb, "took over", "group acquired")
+	err := lab.WaitFor(ctx, "b's hook told of the takeover", 10*time.Second, 10*time.Millisecond, func() (bool, error) {
+		out, err := os.ReadFile(hookOut)
+		return strings.Contains(string(out), "acquire site acquire b"), fmt.Errorf("%q, %v", out, err)
+	})
+	if err != nil {
+		t.Error(err)
+	}
 	// The router follows the address to b's MAC (gratuitous ARP).
 	mac, err := topo.B.NS.LinkMAC(lab.HAWANIf)
 	if err != nil {
@@ -612,4 +629,22 @@ func waitNeighbour(ctx context.Context, topo *lab.HATopology, g *lab.HAGateway) 
 		got, _, err := topo.WAN.Neighbour(topo.WANVIP.Addr())
 		return err == nil && got.String() == mac.String(), fmt.Errorf("%v, %v", got, err)
 	})
+}
+
+// logLines logs the lines of s's log that hold any of subs.
+func logLines(t *testing.T, s *site, subs ...string) {
+	t.Helper()
+	data, err := os.ReadFile(s.logPath)
+	if err != nil {
+		t.Log(err)
+		return
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		for _, sub := range subs {
+			if strings.Contains(line, sub) {
+				t.Logf("%s: %s", s.name, line)
+				break
+			}
+		}
+	}
 }

@@ -1,6 +1,9 @@
 package esp
 
-import "io"
+import (
+	"io"
+	"time"
+)
 
 // SetTestIV makes every packet sa seals carry iv, so that known-answer tests
 // can reproduce published packets (their IVs are fixed, often equal to the
@@ -18,3 +21,10 @@ func SetRandom(r io.Reader) (restore func()) {
 // SetIVCount sets how many packets sa has sealed under its current IV
 // epoch, so a test can reach the 2^32 rollover.
 func SetIVCount(sa *SA, n uint64) { sa.ivCount = n }
+
+// SetLeaseClock makes now the leases' clock until restore is called.
+func SetLeaseClock(now func() time.Time) (restore func()) {
+	old := leaseNow
+	leaseNow = now
+	return func() { leaseNow = old }
+}

@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/cryptodev/soft"
@@ -249,5 +250,56 @@ func TestLeaseDurable(t *testing.T) {
 	}
 	if recorded != esp.SeqReserveBlock || out.Seq() != 3 {
 		t.Fatalf("recorded %d after 3 packets", recorded)
+	}
+}
+
+// TestLeaseSlowStandby: when grants take long, a leased inbound SA's
+// steps grow to cover LeaseLeadFactor times that, so that it asks early
+// enough: after the first steps, no packet waits for a grant (none is
+// dropped as seq_reserve_failed). A fake clock: 100,000 packets per
+// second, grants 2 ms after their ask.
+func TestLeaseSlowStandby(t *testing.T) {
+	h := newHarness(t)
+	out, in1 := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, window: 128})
+	now := time.Unix(0, 0)
+	defer esp.SetLeaseClock(func() time.Time { return now })()
+	type ask struct {
+		upTo uint64
+		at   time.Time
+	}
+	var asks []ask
+	lease := esp.NewLease(func(upTo uint64) { asks = append(asks, ask{upTo, now}) })
+	cfg := in1.Config()
+	cfg.Lease = lease
+	in, err := esp.NewInbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const lat = 2 * time.Millisecond
+	waited, waitedLate := 0, 0
+	for i := range 20000 {
+		now = now.Add(10 * time.Microsecond)
+		for len(asks) > 0 && now.Sub(asks[0].at) >= lat {
+			lease.Grant(asks[0].upTo)
+			asks = asks[1:]
+		}
+		pkt, r := h.seal(out, ipPacket(false, 10))
+		if r != esp.ReasonNone {
+			t.Fatal(r)
+		}
+		switch _, r := h.open(in, pkt); r {
+		case esp.ReasonNone:
+		case esp.ReasonSeqReserve:
+			waited++
+			if i >= 5000 {
+				waitedLate++
+			}
+		default:
+			t.Fatalf("packet %d: %v", i+1, r)
+		}
+	}
+	t.Logf("%d packets dropped waiting for a grant, %d of them after the first 5000", waited, waitedLate)
+	if waitedLate != 0 {
+		t.Errorf("%d packets dropped waiting for a grant in steady state: the steps did not grow to the standby's 2 ms", waitedLate)
 	}
 }

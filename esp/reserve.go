@@ -43,9 +43,15 @@ const (
 // replicated bound as received, so it refuses at most the peer's packets
 // between the last one accepted and the bound: the step ahead and the
 // unspent part of the one before, about 1.5 steps, under 5 ms of traffic.
+//
+// The step also covers LeaseLeadFactor times the time grants take, as
+// measured: a standby that answers slowly (a loaded machine, a long sync
+// link) makes the steps longer rather than the SA wait, and a takeover
+// then refuses that much more.
 const (
-	LeaseStep     = 3 * time.Millisecond
-	LeaseAskAhead = 2 // ask when 1/LeaseAskAhead of the bound is left
+	LeaseStep       = 3 * time.Millisecond
+	LeaseAskAhead   = 2 // ask when 1/LeaseAskAhead of the bound is left
+	LeaseLeadFactor = 4
 )
 
 // A Lease grants an SA sequence-number bounds from outside and
@@ -93,6 +99,11 @@ type reservation struct {
 	next   uint64
 	asked  uint64 // leased: the highest bound asked for
 	fenced bool   // leased: nothing is covered (SA.Fence)
+	// lat is how long grants take (leased): the largest recent time from
+	// an ask to its grant, decaying slowly. A step covers at least
+	// LeaseLeadFactor of it, so that the next ask, made when half a step
+	// is left, is granted before the SA gets there.
+	lat time.Duration
 	// durable, on a leased reservation, is a recorded one beside it
 	// (Config.SeqReserve with Config.Lease): a number must be covered by
 	// both, so that a member restarted alone starts above what it used.
@@ -168,15 +179,19 @@ func (r *reservation) coverLeased(seq, limit uint64) bool {
 		return false
 	}
 	if g := r.lease.granted.Load(); g > r.upTo {
+		if r.asked > r.upTo && g >= r.asked && !r.at.IsZero() {
+			r.noteLatency(leaseNow().Sub(r.at)) // the ask outstanding is granted
+		}
 		r.upTo = g
 	}
 	if r.asked <= r.upTo && (seq > r.upTo || r.upTo-seq < r.step/LeaseAskAhead) && r.upTo < limit {
-		now := time.Now()
+		now := leaseNow()
 		if r.min != r.max && !r.at.IsZero() {
+			target := max(LeaseStep, LeaseLeadFactor*r.lat)
 			switch d := now.Sub(r.at); {
-			case d < LeaseStep/2 && r.step < r.max:
+			case d < target/2 && r.step < r.max:
 				r.step *= 2
-			case d > 2*LeaseStep && r.step > r.min:
+			case d > 2*target && r.step > r.min:
 				r.step /= 2
 			}
 		}
@@ -189,6 +204,7 @@ func (r *reservation) coverLeased(seq, limit uint64) bool {
 		r.lease.ask(upTo)
 		if g := r.lease.granted.Load(); g > r.upTo { // granted at once (no standby)
 			r.upTo = g
+			r.noteLatency(0)
 		}
 	}
 	switch {
@@ -218,4 +234,18 @@ func (r *reservation) refusal() Reason {
 		return ReasonFenced
 	}
 	return ReasonSeqReserve
+}
+
+// leaseNow is the leases' clock; tests replace it (export_test.go).
+var leaseNow = time.Now
+
+// noteLatency takes the time one grant took: the estimate rises to a
+// slower grant at once and comes down by an eighth of the difference per
+// faster one, so a burst of slow answers lengthens the steps for a while.
+func (r *reservation) noteLatency(d time.Duration) {
+	if d >= r.lat {
+		r.lat = d
+		return
+	}
+	r.lat -= (r.lat - d) / 8
 }

@@ -395,9 +395,9 @@ func (sa *SA) Resume(bound uint64) error {
 	if r.lease == nil {
 		return errors.New("esp: only a leased SA resumes")
 	}
-	if bound > sa.maxSeq {
-		return fmt.Errorf("esp: resume at %d: above the SA's last sequence number", bound)
-	}
+	// Above the last number there is nothing to send: the SA is
+	// exhausted and asks for a rekey.
+	bound = min(bound, sa.maxSeq)
 	r.lease.Grant(bound)
 	r.upTo = max(r.upTo, bound)
 	r.asked = max(r.asked, bound)
@@ -412,6 +412,36 @@ func (sa *SA) Resume(bound uint64) error {
 	r.fenced = false
 	r.next = 0
 	return nil
+}
+
+// Record makes a leased SA's durable reservation (Config.SeqReserve
+// beside Config.Lease) cover upTo, writing a new bound if it does not:
+// a standby keeps in its own state the bounds its owner was granted, so
+// that started alone it begins above them. It takes the SA's lock; it
+// does nothing to an SA without both.
+func (sa *SA) Record(upTo uint64) error {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	d := sa.reserved.durable
+	if d == nil || upTo <= d.upTo {
+		return nil
+	}
+	if !d.cover(min(upTo, sa.maxSeq), sa.maxSeq) {
+		return errors.New("esp: the bound could not be recorded")
+	}
+	return nil
+}
+
+// LeaseStep returns a leased SA's current step (Config.Lease): how far
+// above its last number a handover's new owner may start with its first
+// grant already recorded. It takes the SA's lock; 0 without a lease.
+func (sa *SA) LeaseStep() uint64 {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	if sa.reserved.lease == nil {
+		return 0
+	}
+	return sa.reserved.step
 }
 
 // NeedsRekey reports that the SA crossed a soft lifetime or ran out of

@@ -391,6 +391,13 @@ func (g *Gateway) openRuntime(engine string, sa *config.SA, name string, dir esp
 		s.Retired = func() { file.retire(rt.Seq(), g.log) }
 	}
 	if hs != nil {
+		hs.durable = file != nil
+		if file != nil {
+			// A group's SA keeps its recorded bound when it ends: on a
+			// standby that bound is the owner's use (haHandler.Record),
+			// which its own last number knows nothing of.
+			s.Retired = func() { file.retire(max(rt.Seq(), file.bound()), g.log) }
+		}
 		g.ha.track(rt, hs)
 		retired := s.Retired
 		s.Retired = func() {

@@ -48,8 +48,14 @@ type haState struct {
 	groups map[string]*haGroup     // by name
 	byAddr map[netip.Addr]*haGroup // by virtual address
 	sas    map[*esp.SA]*haSA       // the leased SAs, live
-	wg     sync.WaitGroup          // announcements and hooks in flight
+	wg     sync.WaitGroup          // announcements, hooks and the recorder
 	stop   chan struct{}
+
+	// toRecord are the bounds a standby took and has yet to write in its
+	// state directory (Record), the highest per SA; recordNow wakes the
+	// recorder.
+	toRecord  map[*esp.SA]uint64
+	recordNow chan struct{}
 }
 
 // haGroup is one [[ha.group]] and this member's role in it.
@@ -57,16 +63,19 @@ type haGroup struct {
 	cfg    config.HAGroup
 	owned  bool
 	fenced bool
-	// pending are the bounds of the last Acquire, for the SAs that come
-	// after it (Child SAs of adopted IKE SAs).
-	pending map[ha.Key]uint64
+	// pending is the state of the last Acquire, for the SAs that come
+	// after it (Child SAs of adopted IKE SAs); resume is where they
+	// start (pending's Seq in a handover, its Bounds in a takeover).
+	pending *ha.State
+	resume  map[ha.Key]uint64
 }
 
 // haSA is a leased SA: its group and its key in the replicated state.
 type haSA struct {
-	group *haGroup
-	key   ha.Key
-	lease *esp.Lease
+	group   *haGroup
+	key     ha.Key
+	lease   *esp.Lease
+	durable bool // it records bounds in the state directory too (a static SA)
 }
 
 // haKey names an SA in the replicated state: its direction, SPI and the
@@ -101,6 +110,9 @@ func (g *Gateway) initHA(cfg *config.Gateway) {
 	s.cfg = cfg.HA
 	s.groups, s.byAddr, s.sas = map[string]*haGroup{}, map[netip.Addr]*haGroup{}, map[*esp.SA]*haSA{}
 	s.stop = make(chan struct{})
+	s.toRecord, s.recordNow = map[*esp.SA]uint64{}, make(chan struct{}, 1)
+	s.wg.Add(1)
+	go g.recorder()
 	for _, gc := range cfg.HA.Groups {
 		grp := &haGroup{cfg: gc}
 		s.groups[gc.Name] = grp
@@ -125,6 +137,16 @@ func (g *Gateway) startHA(cfg *config.Gateway) error {
 		Interval: c.Interval, Misses: c.Misses, Witness: c.Witness, Preempt: c.Preempt, Logger: g.Logger("ha")}
 	for _, gc := range c.Groups {
 		mc.Groups = append(mc.Groups, ha.Group{Name: gc.Name, Preference: gc.Preference})
+	}
+	// A member that died (kill -9, a crash) left its virtual addresses on
+	// the interfaces; until it owns a group again it must not answer for
+	// them, as keepalived does at its start.
+	for _, gc := range c.Groups {
+		for _, a := range gc.Addresses {
+			if err := vip.Remove(a); err != nil {
+				g.Logger("ha").Warn("a virtual address left by an earlier run could not be removed", "group", gc.Name, "address", a.String(), "err", err)
+			}
+		}
 	}
 	m, err := ha.Start(mc, haHandler{g})
 	if err != nil {
@@ -183,8 +205,11 @@ func (g *Gateway) leaseFor(cfg *esp.Config, grp *haGroup, key ha.Key) *haSA {
 	grant = hs.lease.Grant
 	s.mu.Lock()
 	cfg.Fenced = !grp.owned || grp.fenced
-	if b, ok := grp.pending[key]; ok && b > cfg.Seq {
+	if b, ok := grp.resume[key]; ok && b > cfg.Seq {
 		cfg.Seq = b
+	}
+	if grp.pending != nil {
+		hs.lease.Grant(grp.pending.Bounds[key]) // what the standby already records
 	}
 	s.mu.Unlock()
 	cfg.Lease = hs.lease
@@ -202,6 +227,7 @@ func (s *haState) untrack(rt *esp.SA) {
 	s.mu.Lock()
 	hs := s.sas[rt]
 	delete(s.sas, rt)
+	delete(s.toRecord, rt)
 	m := s.m
 	s.mu.Unlock()
 	if hs != nil && m != nil && hs.group.owned {
@@ -247,21 +273,28 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 		s.mu.Unlock()
 		return fmt.Errorf("gateway: ha: no group %q here", group)
 	}
-	var bounds map[ha.Key]uint64
-	var snaps map[string][]byte
-	if st != nil {
-		bounds, snaps = st.Bounds, st.IKE
+	if st == nil {
+		st = &ha.State{}
 	}
-	grp.owned, grp.fenced, grp.pending = true, false, bounds
+	// A takeover resumes above the bounds the standby recorded; a
+	// handover at the exact last numbers, with the bounds the releasing
+	// member (the standby now) records already granted.
+	resume := st.Bounds
+	if planned && st.Seq != nil {
+		resume = st.Seq
+	}
+	snaps := st.IKE
+	grp.owned, grp.fenced, grp.pending, grp.resume = true, false, st, resume
 	sas := s.groupSAsLocked(grp)
 	s.mu.Unlock()
 
-	// The SAs installed here (static tunnels) go on above the bounds.
+	// The SAs installed here (static tunnels) go on from there.
 	var errs []error
 	for rt, hs := range sas {
-		if err := rt.Resume(bounds[hs.key]); err != nil {
+		if err := rt.Resume(resume[hs.key]); err != nil {
 			errs = append(errs, fmt.Errorf("SA %s: %w", hs.key, err))
 		}
+		hs.lease.Grant(st.Bounds[hs.key])
 	}
 	// The IKE SAs, with their Child SAs (onChildSA installs them, leased
 	// at their bounds through pending).
@@ -287,7 +320,9 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 			errs = append(errs, err)
 		}
 	}
+	added := time.Since(start)
 	g.announce(grp)
+	announced := time.Since(start)
 	event := "acquire"
 	g.runHook(event, group)
 	kind := "takeover"
@@ -295,7 +330,8 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 		kind = "handover"
 	}
 	g.Logger("ha").Info("group acquired", "group", group, "how", kind, "sas", len(sas), "ike_sas", adopted,
-		"install", installed.Round(time.Microsecond), "total", time.Since(start).Round(time.Microsecond))
+		"install", installed.Round(time.Microsecond), "addresses", added.Round(time.Microsecond),
+		"announced", announced.Round(time.Microsecond), "total", time.Since(start).Round(time.Microsecond))
 	// Connections of the group with no IKE SA to adopt negotiate now
 	// (start_action = start), as a lone gateway would at start.
 	g.kickGroup(grp)
@@ -314,13 +350,20 @@ func (h haHandler) Release(group string) *ha.State {
 		s.mu.Unlock()
 		return nil
 	}
-	grp.owned, grp.pending = false, nil
+	grp.owned, grp.pending, grp.resume = false, nil, nil
 	sas := s.groupSAsLocked(grp)
 	s.mu.Unlock()
-	st := &ha.State{Bounds: map[ha.Key]uint64{}, IKE: map[string][]byte{}}
+	st := &ha.State{Bounds: map[ha.Key]uint64{}, IKE: map[string][]byte{}, Seq: map[ha.Key]uint64{}}
 	for rt, hs := range sas {
 		rt.Fence(true)
-		st.Bounds[hs.key] = rt.Seq()
+		// The new owner goes on from the exact last number, with one
+		// step above it granted: this member, its standby from now
+		// on, keeps Bounds as its record.
+		seq := rt.Seq()
+		st.Seq[hs.key], st.Bounds[hs.key] = seq, seq+rt.LeaseStep()
+		if err := rt.Record(st.Bounds[hs.key]); err != nil { // the step granted is this member's record too
+			g.Logger("ha").Warn("a released SA's bound not recorded in the state directory", "key", hs.key, "err", err)
+		}
 	}
 	if ep := g.ikeEndpoint(); ep != nil {
 		for _, sn := range ep.Snapshots() {
@@ -339,6 +382,49 @@ func (h haHandler) Release(group string) *ha.State {
 	g.runHook("release", group)
 	g.Logger("ha").Info("group released", "group", group, "sas", len(st.Bounds), "ike_sas", len(st.IKE))
 	return st
+}
+
+// Record keeps a bound this member took as a standby in its own state
+// directory, for the SAs that keep one there (static ones): a member
+// started alone after both were lost then starts above what the owner
+// used, outbound and inbound. The write happens in the background, after
+// the acknowledgement may have left: both members lost within that write
+// (milliseconds) is the window it leaves open.
+func (h haHandler) Record(group string, k ha.Key, upTo uint64) {
+	s := &h.g.ha
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for rt, hs := range s.sas {
+		if hs.key == k && hs.group.cfg.Name == group && hs.durable && upTo > s.toRecord[rt] {
+			s.toRecord[rt] = upTo
+			select {
+			case s.recordNow <- struct{}{}:
+			default:
+			}
+		}
+	}
+}
+
+// recorder writes what Record collected, until closeHA.
+func (g *Gateway) recorder() {
+	s := &g.ha
+	defer s.wg.Done()
+	for {
+		select {
+		case <-s.stop:
+			return
+		case <-s.recordNow:
+		}
+		s.mu.Lock()
+		todo := s.toRecord
+		s.toRecord = map[*esp.SA]uint64{}
+		s.mu.Unlock()
+		for rt, upTo := range todo {
+			if err := rt.Record(upTo); err != nil {
+				g.Logger("ha").Warn("a standby's bound not recorded in the state directory", "spi", fmt.Sprintf("%08x", rt.SPI()), "err", err)
+			}
+		}
+	}
 }
 
 // Fence stops (or lets go on) the group's SAs while this member, its
@@ -416,7 +502,9 @@ func (g *Gateway) onIKESnapshot(sn ike.Snapshot, gone bool) {
 }
 
 // announce tells the neighbours where the group's addresses are now: at
-// once, and again twice in the next half second for a lost announcement.
+// once, and again at 0.1, 0.4, 1 and 2 s, for a lost announcement and for
+// a neighbour that ignored it (Linux keeps an entry it changed less than
+// its locktime ago, 1 s by default: two takeovers within a second).
 func (g *Gateway) announce(grp *haGroup) {
 	send := func() {
 		for _, a := range grp.cfg.Addresses {
@@ -430,7 +518,10 @@ func (g *Gateway) announce(grp *haGroup) {
 	s.wg.Add(1)
 	go func() {
 		defer s.wg.Done()
-		for _, d := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond} {
+		last := time.Duration(0)
+		for _, at := range []time.Duration{100 * time.Millisecond, 400 * time.Millisecond, time.Second, 2 * time.Second} {
+			d := at - last
+			last = at
 			select {
 			case <-s.stop:
 				return

@@ -237,6 +237,13 @@ func (f *stateFile) record(upTo uint64) error {
 	return nil
 }
 
+// bound returns the highest bound recorded in f.
+func (f *stateFile) bound() uint64 {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.recorded
+}
+
 // retire ends a runtime whose final state is final: the last number sent,
 // or the highest one accepted. When the last runtime of the file retires,
 // the file gets the highest of their final states in place of the bound

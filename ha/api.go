@@ -21,11 +21,21 @@ type Config struct {
 
 	Interval time.Duration // heartbeat interval
 	Misses   int           // heartbeats missed before the peer is dead
-	Witness  string        // optional TCP host:port: reachable when a connect succeeds or is refused
 
-	Groups  []Group
-	Logger  *slog.Logger // nil: discard
-	Preempt bool         // a more preferred member that joins takes its groups back by handover
+	// Witness is an optional TCP host:port, reachable when a connect
+	// succeeds or is refused within Interval. With one, a member takes
+	// a group over (or acquires it alone at start) only when the
+	// witness is reachable, and an owner that reaches neither its peer
+	// nor the witness for twice the detection time is fenced.
+	Witness string
+
+	Groups []Group
+	Logger *slog.Logger // nil: discard
+
+	// Preempt makes this member, once it is the in-sync standby of a
+	// group it prefers more than the peer does, ask the peer for the
+	// group by planned handover (once per connection).
+	Preempt bool
 }
 
 // Group is a set of tunnels and addresses that move together, with this
@@ -46,10 +56,17 @@ type Key string
 type State struct {
 	Bounds map[Key]uint64
 	IKE    map[string][]byte
+	// Seq, in a handover's state, holds each SA's exact last sequence
+	// number, where the new owner resumes; Bounds then holds what the
+	// releasing member, its standby from then on, already records for it
+	// (a step above), so the new owner's first packets need not wait for
+	// an acknowledgement. A takeover's state has none: the new owner
+	// resumes above Bounds.
+	Seq map[Key]uint64
 }
 
 func newState() *State {
-	return &State{Bounds: make(map[Key]uint64), IKE: make(map[string][]byte)}
+	return &State{Bounds: make(map[Key]uint64), IKE: make(map[string][]byte), Seq: make(map[Key]uint64)}
 }
 
 // clone returns a deep enough copy of st (snapshot byte slices are shared:
@@ -59,8 +76,20 @@ func (st *State) clone() *State {
 	if st != nil {
 		maps.Copy(c.Bounds, st.Bounds)
 		maps.Copy(c.IKE, st.IKE)
+		maps.Copy(c.Seq, st.Seq)
 	}
 	return c
+}
+
+// Recorder is a Handler that keeps, as a standby, the bounds it holds in
+// state of its own that outlives the process (a state directory), so
+// that a member started alone after both were lost still starts above
+// what the owner used. Record is called from the member's goroutine for
+// each bound a standby takes (a Bound message, a snapshot), right after
+// it is taken and before its acknowledgement leaves; it must not block
+// (it may record in the background).
+type Recorder interface {
+	Record(group string, k Key, upTo uint64)
 }
 
 // Handler is the gateway side of a Member. The member calls it from its
@@ -207,11 +236,22 @@ func (m *Member) Handover(ctx context.Context, group string) error {
 		case err := <-req.done:
 			errs = append(errs, err)
 		case <-ctx.Done():
+			// Abandon it, unless it completed meanwhile: every
+			// request the loop took gets exactly one answer.
 			select {
 			case m.aborts <- req:
 			case <-m.closing:
+				return ErrClosed
 			}
-			errs = append(errs, fmt.Errorf("ha: handover of %s: %w", name, ctx.Err()))
+			select {
+			case err := <-req.done:
+				if err != nil {
+					err = fmt.Errorf("ha: handover of %s: %w", name, ctx.Err())
+				}
+				errs = append(errs, err)
+			case <-m.closing:
+				return ErrClosed
+			}
 		case <-m.closing:
 			return ErrClosed
 		}

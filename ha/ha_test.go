@@ -6,12 +6,15 @@ import (
 	"crypto/tls"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"net/netip"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestTLSRefusesStrangers: the channel's handshake refuses a peer whose
@@ -275,13 +278,11 @@ func TestWitness(t *testing.T) {
 		}
 	})
 	t.Run("fenced-then-released", func(t *testing.T) {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { ln.Close() })
-		a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, witnessA: blackhole(t), witnessB: ln.Addr().String()})
+		wa, silence := witness(t)
+		wb, _ := witness(t)
+		a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, witnessA: wa, witnessB: wb})
 		waitSynced(t, a, b)
+		silence() // a alone loses the witness
 		a.mute.Store(true)
 		waitFor(t, "b to take over and a to be fenced", func() bool { return b.Owner("g") && a.h.isFenced("g") })
 		a.mute.Store(false)
@@ -302,10 +303,33 @@ func TestHandover(t *testing.T) {
 	a.h.state["g"] = &State{Bounds: map[Key]uint64{"out/1": 1234}, IKE: map[string][]byte{"ike1": []byte("exact")}}
 	a.h.mu.Unlock()
 
+	// b reserves while it acquires, as a gateway does: granted only
+	// once a, which becomes its standby, holds the bound.
+	granted := make(chan error, 1)
+	b.h.mu.Lock()
+	b.h.onAcquire = func(string) {
+		b.Reserve("g", "out/1", 2000, func(upTo uint64) {
+			if got := a.replicaBound("out/1"); got < upTo {
+				granted <- fmt.Errorf("granted %d to the new owner while its standby holds %d", upTo, got)
+				return
+			}
+			granted <- nil
+		})
+	}
+	b.h.mu.Unlock()
+
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	if err := a.Handover(ctx, "g"); err != nil {
 		t.Fatal(err)
+	}
+	select {
+	case err := <-granted:
+		if err != nil {
+			t.Error(err)
+		}
+	case <-ctx.Done():
+		t.Fatal("the reservation made while acquiring was never granted")
 	}
 	if !b.Owner("g") || a.Owner("g") {
 		t.Fatalf("after the handover: a owner %v, b owner %v", a.Owner("g"), b.Owner("g"))
@@ -319,6 +343,9 @@ func TestHandover(t *testing.T) {
 		t.Errorf("epoch %d after the handover, want 2", e)
 	}
 	reserve(t, b, a, "out/1", 5000)
+	b.h.mu.Lock()
+	b.h.onAcquire = nil
+	b.h.mu.Unlock()
 
 	// And back, with "" for every group b owns.
 	if err := b.Handover(ctx, ""); err != nil {
@@ -550,7 +577,7 @@ func TestConfigCheck(t *testing.T) {
 
 // sampleMsgs is one message of each type.
 func sampleMsgs() []*msg {
-	st := &State{Bounds: map[Key]uint64{"out/1": 1 << 40, "in/2": 3}, IKE: map[string][]byte{"ike": []byte("x"), "empty": {}}}
+	st := &State{Bounds: map[Key]uint64{"out/1": 1 << 40, "in/2": 3}, IKE: map[string][]byte{"ike": []byte("x"), "empty": {}}, Seq: map[Key]uint64{"out/1": 1<<40 - 5}}
 	return []*msg{
 		{Type: mHeartbeat, Groups: []hbGroup{{"g", roleOwner, 7, 200, false}, {"h", roleStandby, 1, 0, true}}},
 		{Type: mSnapshot, Group: "g", Epoch: 7, Seq: 9, State: st},
@@ -685,5 +712,30 @@ func TestHandshakeFlood(t *testing.T) {
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := readFrame(c, nil); err != nil {
 		t.Fatalf("b does not talk after the flood: %v", err)
+	}
+}
+
+// TestSockopts: both ends of the channel set TCP_NODELAY and a
+// TCP_USER_TIMEOUT of the detection time.
+func TestSockopts(t *testing.T) {
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100})
+	waitSynced(t, a, b)
+	for _, n := range []*node{a, b} {
+		n.mu.Lock()
+		raw := n.conn.raw.(*net.TCPConn)
+		n.mu.Unlock()
+		sc, err := raw.SyscallConn()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var timeout, nodelay int
+		sc.Control(func(fd uintptr) {
+			timeout, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_USER_TIMEOUT)
+			nodelay, _ = unix.GetsockoptInt(int(fd), unix.IPPROTO_TCP, unix.TCP_NODELAY)
+		})
+		want := int((testInterval * testMisses).Milliseconds())
+		if timeout != want || nodelay == 0 {
+			t.Errorf("%s: TCP_USER_TIMEOUT %d ms (want %d), TCP_NODELAY %d", n.cfg.Name, timeout, want, nodelay)
+		}
 	}
 }

@@ -70,40 +70,68 @@ func freePort(t testing.TB) netip.AddrPort {
 	return netip.MustParseAddrPort(ln.Addr().String())
 }
 
-// blackhole returns a loopback address where connects time out: a
-// listener with a backlog of one, filled, so that the kernel drops further
-// SYNs.
+// blackhole returns a loopback address where connects time out.
 func blackhole(t testing.TB) string {
+	t.Helper()
+	addr, silence := witness(t)
+	silence()
+	return addr
+}
+
+// witness returns a loopback address that accepts connections until
+// silence is called, and then lets connects time out: its listener has a
+// backlog of one, which silence stops accepting from and fills, so that
+// the kernel drops further SYNs.
+func witness(t testing.TB) (addr string, silence func()) {
 	t.Helper()
 	fd, err := syscall.Socket(syscall.AF_INET, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { syscall.Close(fd) })
 	if err := syscall.Bind(fd, &syscall.SockaddrInet4{Addr: [4]byte{127, 0, 0, 1}}); err != nil {
+		syscall.Close(fd)
 		t.Fatal(err)
 	}
 	if err := syscall.Listen(fd, 0); err != nil {
+		syscall.Close(fd)
 		t.Fatal(err)
 	}
-	sa, err := syscall.Getsockname(fd)
+	f := os.NewFile(uintptr(fd), "witness")
+	ln, err := net.FileListener(f)
+	f.Close()
 	if err != nil {
 		t.Fatal(err)
 	}
-	addr := fmt.Sprintf("127.0.0.1:%d", sa.(*syscall.SockaddrInet4).Port)
-	for range 8 {
-		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
-		if err != nil {
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				return addr
+	t.Cleanup(func() { ln.Close() })
+	addr = ln.Addr().String()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
 			}
-			t.Fatal(err)
+			c.Close()
 		}
-		t.Cleanup(func() { c.Close() })
+	}()
+	silence = func() {
+		ln.(*net.TCPListener).SetDeadline(time.Now())
+		<-done
+		for range 8 {
+			c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+			if err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					return
+				}
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { c.Close() })
+		}
+		t.Fatal("witness: the backlog never filled")
 	}
-	t.Fatal("blackhole: the backlog never filled")
-	return ""
+	return addr, silence
 }
 
 // waitFor polls cond until it holds, failing the test after 10 s.
@@ -140,6 +168,9 @@ type fakeHandler struct {
 	released []string
 	fences   []bool
 	gate     chan struct{} // when set, Acquire waits for it to close
+	// onAcquire, when set, runs inside Acquire (as a gateway reserves
+	// while installing its SAs).
+	onAcquire func(group string)
 }
 
 type acquireCall struct {
@@ -154,10 +185,13 @@ func newFakeHandler() *fakeHandler {
 
 func (h *fakeHandler) Acquire(group string, st *State, planned bool) error {
 	h.mu.Lock()
-	gate := h.gate
+	gate, hook := h.gate, h.onAcquire
 	h.mu.Unlock()
 	if gate != nil {
 		<-gate
+	}
+	if hook != nil {
+		hook(group)
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -264,7 +298,9 @@ func newPair(t *testing.T, o pairOpts) (a, b *node) {
 		first, second = b, a
 	}
 	first.start(t)
-	waitFor(t, first.cfg.Name+" to own g alone", func() bool { return first.Owner("g") || first.cfg.Witness != "" })
+	if first.cfg.Witness == "" || first.probeWitness() {
+		waitFor(t, first.cfg.Name+" to own g alone", func() bool { return first.Owner("g") })
+	}
 	if o.beforeSecond != nil {
 		o.beforeSecond(first)
 	}

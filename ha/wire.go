@@ -152,7 +152,7 @@ func appendString(dst []byte, s string) []byte {
 
 func appendState(dst []byte, st *State) []byte {
 	if st == nil {
-		return append(dst, 0, 0)
+		return append(dst, 0, 0, 0)
 	}
 	dst = binary.AppendUvarint(dst, uint64(len(st.Bounds)))
 	for k, v := range st.Bounds {
@@ -163,6 +163,11 @@ func appendState(dst []byte, st *State) []byte {
 	for k, v := range st.IKE {
 		dst = appendString(dst, k)
 		dst = appendString(dst, string(v))
+	}
+	dst = binary.AppendUvarint(dst, uint64(len(st.Seq)))
+	for k, v := range st.Seq {
+		dst = appendString(dst, string(k))
+		dst = binary.AppendUvarint(dst, v)
 	}
 	return dst
 }
@@ -326,7 +331,7 @@ func (d *decoder) count(min int) int {
 }
 
 func (d *decoder) state() *State {
-	st := &State{Bounds: make(map[Key]uint64), IKE: make(map[string][]byte)}
+	st := newState()
 	n := d.count(2)
 	for i := 0; i < n && d.err == nil; i++ {
 		k := d.str()
@@ -336,6 +341,11 @@ func (d *decoder) state() *State {
 	for i := 0; i < n && d.err == nil; i++ {
 		k := d.str()
 		st.IKE[k] = []byte(d.str())
+	}
+	n = d.count(2)
+	for i := 0; i < n && d.err == nil; i++ {
+		k := d.str()
+		st.Seq[Key(k)] = d.uvarint()
 	}
 	return st
 }

@@ -125,7 +125,11 @@ func (b *Backend) Tunnels() []gateway.TunnelInfo {
 	b.enter("Tunnels")
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return slices.Clone(b.tunnels)
+	out := slices.Clone(b.tunnels)
+	for i := range out {
+		out[i].In = slices.Clone(out[i].In) // AddSA appends to ours while the caller encodes this
+	}
+	return out
 }
 
 // Policies lists the policies.

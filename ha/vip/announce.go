@@ -62,7 +62,10 @@ func garp(a config.HAAddress, ifindex int, mac net.HardwareAddr) error {
 	if err != nil {
 		return fmt.Errorf("packet socket: %w", err)
 	}
-	defer unix.Close(fd)
+	// Closing a packet socket waits for an RCU grace period
+	// (synchronize_net, several milliseconds) after the frames are
+	// queued: the takeover need not wait for it.
+	defer closeLater(fd)
 	to := &unix.SockaddrLinklayer{
 		Protocol: htons(unix.ETH_P_ARP),
 		Ifindex:  ifindex,
@@ -167,3 +170,6 @@ func forwarding(dev string) bool {
 }
 
 func htons(v uint16) uint16 { return v<<8 | v>>8 }
+
+// closeLater closes fd in the background.
+func closeLater(fd int) { go unix.Close(fd) }

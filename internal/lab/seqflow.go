@@ -58,6 +58,10 @@ type SeqFlowOptions struct {
 	// Expect is how many datagrams the receiver makes room for up front
 	// (it grows past it); default 10 seconds' worth.
 	Expect int
+	// GapsOver, if set, makes the result list every run of lost numbers
+	// at least this long in send time (SeqResult.Gaps): one per outage
+	// of a flow that crosses several.
+	GapsOver time.Duration
 }
 
 func (o *SeqFlowOptions) defaults() {
@@ -120,6 +124,19 @@ type SeqResult struct {
 
 	// Elapsed is from the first send to the last.
 	Elapsed time.Duration `json:"elapsed_ns"`
+
+	// Gaps are the runs of lost numbers at least SeqFlowOptions.GapsOver
+	// long, in order (nil without GapsOver).
+	Gaps []SeqGap `json:"gaps,omitempty"`
+}
+
+// SeqGap is one run of lost sequence numbers: from Start (the send of the
+// last number received before it) for Length (to the send of the first
+// received after it), Lost numbers.
+type SeqGap struct {
+	Start  time.Duration `json:"start_ns"`
+	Length time.Duration `json:"length_ns"`
+	Lost   uint64        `json:"lost"`
 }
 
 // String is a one-line summary.
@@ -182,6 +199,7 @@ type seqReceiver struct {
 	arrived          bool
 	silence, silAt   int64
 	err              error
+	gapsOver         time.Duration
 }
 
 // StartSeqFlow starts sending from src to dst, where sink receives, and
@@ -192,6 +210,7 @@ func StartSeqFlow(src Conn, dst netip.AddrPort, sink Conn, o SeqFlowOptions) *Se
 	f := &SeqFlow{src: src, dst: dst, sink: sink, o: o,
 		stop: make(chan struct{}), sendDone: make(chan struct{}), recvDone: make(chan struct{})}
 	rand.Read(f.run[:])
+	f.rx.gapsOver = o.GapsOver
 	f.rx.sendAt = make([]int64, 0, o.Expect)
 	f.rx.arriveAt = make([]int64, 0, o.Expect)
 	sink.SetReadDeadline(time.Time{})
@@ -207,6 +226,10 @@ func (f *SeqFlow) Sent() uint64 { return f.sent.Load() }
 // Received is how many of the flow's datagrams have arrived so far,
 // duplicates included.
 func (f *SeqFlow) Received() uint64 { return f.received.Load() }
+
+// Since returns the time since the flow started: the time base of its
+// result (SeqResult.Gaps).
+func (f *SeqFlow) Since() time.Duration { return time.Since(f.start) }
 
 // send is the sender: each tick it sends what is due.
 func (f *SeqFlow) send() {
@@ -376,8 +399,12 @@ func (r *seqReceiver) result(sent uint64, lastSend time.Duration) SeqResult {
 	inRun := false
 	end := min(uint64(len(r.sendAt)), sent)
 	closeRun := func(last uint64, until int64) {
-		if d := time.Duration(until - prevSend); res.GapLost == 0 || d > res.Gap {
+		d := time.Duration(until - prevSend)
+		if res.GapLost == 0 || d > res.Gap {
 			res.Gap, res.GapFirst, res.GapLast, res.GapLost, res.GapStart = d, runStart, last, last-runStart+1, time.Duration(prevSend)
+		}
+		if r.gapsOver > 0 && d >= r.gapsOver {
+			res.Gaps = append(res.Gaps, SeqGap{Start: time.Duration(prevSend), Length: d, Lost: last - runStart + 1})
 		}
 	}
 	for seq := uint64(0); seq < sent; seq++ {

@@ -55,7 +55,8 @@ func TestSeqFlowMeasures(t *testing.T) {
 			}
 		}
 	}()
-	f := lab.StartSeqFlow(src, addrOf(relay), sink, lab.SeqFlowOptions{})
+	// 500 numbers at 20,000 per second are 25 ms of send time.
+	f := lab.StartSeqFlow(src, addrOf(relay), sink, lab.SeqFlowOptions{GapsOver: 20 * time.Millisecond})
 	err := lab.WaitFor(ctx, "3000 datagrams sent", 20*time.Second, 0, func() (bool, error) { return f.Sent() >= 3000, nil })
 	r, serr := f.Stop(0)
 	if err != nil || serr != nil {
@@ -72,6 +73,9 @@ func TestSeqFlowMeasures(t *testing.T) {
 	}
 	if r.Runs < 2 {
 		t.Errorf("%d runs of losses, want at least the relay's 2", r.Runs)
+	}
+	if len(r.Gaps) == 0 || r.Gaps[len(r.Gaps)-1].Lost < 500 && r.Gaps[0].Lost < 500 {
+		t.Errorf("gaps over 20ms: %+v, want the relay's 500", r.Gaps)
 	}
 	if r.Duplicates != 1 || r.Reordered != 1 {
 		t.Errorf("%d duplicates and %d reordered, want 1 and 1", r.Duplicates, r.Reordered)
