@@ -207,6 +207,7 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 		}
 	}
 	g.initHA(cfg)
+	closers = append(closers, g.closeHA)
 	slot := packet.UDPHeader + mtu + esp.MaxHeadroom + esp.MaxTailroom + 64
 	slot = max(slot, 2048)
 	g.pool = packet.NewPool(4096*max(1, workers/2), slot, esp.MaxHeadroom+32)

@@ -335,7 +335,14 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 	// Connections of the group with no IKE SA to adopt negotiate now
 	// (start_action = start), as a lone gateway would at start.
 	g.kickGroup(grp)
-	return errors.Join(errs...)
+	// What failed is told, not returned: the group is this member's now
+	// (its addresses are here), and an error would make the member give
+	// it up while the gateway holds it. An IKE SA not adopted negotiates
+	// afresh; an address not added is the operator's to see.
+	if err := errors.Join(errs...); err != nil {
+		g.Logger("ha").Error("group acquired in part", "group", group, "err", err)
+	}
+	return nil
 }
 
 // Release stops carrying group here and returns its exact state: the SAs
