@@ -318,7 +318,7 @@ func runDisruption(t *testing.T, b *haBed, label string, rate int, from *site, d
 		t.Fatal(err)
 	}
 	toIn, peerIn := mustSA(t, to.sas(), spiPG, "in"), mustSA(t, b.peer.sas(), spiGP, "in")
-	res.RefusedLegit = toIn.Drops["replay"]
+	res.RefusedLegit = replays(toIn)
 	measuref(t, "%s: gateway %s refused %d of the peer's packets as replays after it", label, to.name, res.RefusedLegit)
 	t.Logf("%s: drops: gateway %s %v; the peer %v", label, to.name, drops(to.stats()), dropsSince(drops(b.peer.stats()), peerDrops))
 	for i, ns := range kernelNS {
@@ -368,7 +368,7 @@ func runDisruption(t *testing.T, b *haBed, label string, rate int, from *site, d
 		var now *gatewaySA
 		err := lab.WaitFor(ctx, fmt.Sprintf("%s to refuse %d replayed packets", s.name, n), 20*time.Second, 50*time.Millisecond, func() (bool, error) {
 			now = mustSA(t, s.sas(), spi, "in")
-			d := now.Drops["replay"] - base.Drops["replay"]
+			d := replays(now) - replays(base)
 			return d >= uint64(n), fmt.Errorf("%d refused as replays", d)
 		})
 		if err != nil {
@@ -377,7 +377,7 @@ func runDisruption(t *testing.T, b *haBed, label string, rate int, from *site, d
 		if now.Packets != base.Packets {
 			t.Errorf("%s: %s accepted %d of the replayed packets", label, s.name, now.Packets-base.Packets)
 		}
-		d := int(now.Drops["replay"] - base.Drops["replay"])
+		d := int(replays(now) - replays(base))
 		measuref(t, "%s: %d captured packets replayed to %s, %d refused as replays", label, n, s.name, d)
 		return d
 	}
@@ -648,3 +648,7 @@ func logLines(t *testing.T, s *site, subs ...string) {
 		}
 	}
 }
+
+// replays is what an inbound SA refused as replays: the ordinary ones and
+// those at or below a takeover's bound (esp.ReasonTakeover).
+func replays(sa *gatewaySA) uint64 { return sa.Drops["replay"] + sa.Drops["replay_takeover"] }

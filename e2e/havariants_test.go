@@ -182,7 +182,7 @@ func checkReplay(t *testing.T, b *haBed, label string, owner *site, pkts []lab.E
 		var now *gatewaySA
 		err := lab.WaitFor(ctx, fmt.Sprintf("%s to refuse %d replayed packets", x.s.name, len(x.pkts)), 20*time.Second, 50*time.Millisecond, func() (bool, error) {
 			now = mustSA(t, x.s.sas(), x.spi, "in")
-			d, a := now.Drops["replay"]-x.base.Drops["replay"], now.Packets-x.base.Packets
+			d, a := replays(now)-replays(x.base), now.Packets-x.base.Packets
 			return d+a >= uint64(len(x.pkts)), fmt.Errorf("%d refused as replays, %d accepted", d, a)
 		})
 		if err != nil {
@@ -190,7 +190,7 @@ func checkReplay(t *testing.T, b *haBed, label string, owner *site, pkts []lab.E
 		}
 		acc[i] = now.Packets - x.base.Packets
 		measuref(t, "%s: %d captured packets replayed to %s: %d refused as replays, %d never delivered before and accepted now",
-			label, len(x.pkts), x.s.name, now.Drops["replay"]-x.base.Drops["replay"], acc[i])
+			label, len(x.pkts), x.s.name, replays(now)-replays(x.base), acc[i])
 	}
 	return acc[0], acc[1]
 }
@@ -708,7 +708,7 @@ func TestHABothLost(t *testing.T) {
 	flows.down.StopSending(0)
 	pkts, rep := checkCapture(t, "both lost", capture, capFile, false)
 	in := mustSA(t, b.peer.sas(), spiGP, "in")
-	refused := in.Drops["replay"] - peerIn.Drops["replay"]
+	refused := replays(in) - replays(peerIn)
 	measuref(t, "both lost: the peer refused %d of b's packets as replays after b started alone; b's SA 0x%x used %d of a's sequence numbers again",
 		refused, spiGP, rep.SPI(spiGP).DupSeq)
 	checkReplay(t, b, "both lost", b.gwb, pkts)

@@ -14,6 +14,7 @@ package esp
 import (
 	"encoding/binary"
 	"net/netip"
+	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/packet"
@@ -149,7 +150,7 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 	eh := data[pp.ESPOff : pp.ESPOff+ehl]
 	seq, ok := sa.window.Check(binary.BigEndian.Uint32(eh[4:]), sa.cfg.ESN)
 	if !ok {
-		return ReasonReplay
+		return sa.replayReason(seq)
 	}
 	*op = cryptodev.Op{Key: sa.cfg.Key, Dir: cryptodev.Decrypt}
 	start := pp.ESPOff + ehl
@@ -182,7 +183,7 @@ func (sa *SA) FinishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		}
 	}
 	if !sa.window.Update(w.seq) {
-		return ReasonReplay
+		return sa.replayReason(w.seq)
 	}
 	pt := op.Dst
 	n := len(pt)
@@ -252,3 +253,20 @@ func innerLength(b []byte, nh uint8) (int, bool) {
 	}
 	return 0, false
 }
+
+// replayReason is the reason a replayed packet with number seq is
+// dropped for: ReasonTakeover at or below where a takeover resumed the SA
+// and within TakeoverWindow of it (the peer's packets that the old owner
+// never accepted arrive then, beside replays), ReasonReplay otherwise.
+func (sa *SA) replayReason(seq uint64) Reason {
+	if seq != 0 && seq <= sa.resumedAt && leaseNow().Before(sa.resumedUntil) {
+		return ReasonTakeover
+	}
+	return ReasonReplay
+}
+
+// TakeoverWindow is how long after a takeover (SA.Resume) the packets it
+// refuses are counted as ReasonTakeover: the peer passes the replicated
+// bound within a lease step (at most LeaseStepMax of traffic), and a
+// replay of old packets later is an ordinary one.
+const TakeoverWindow = time.Second

@@ -143,16 +143,18 @@ func TestLeaseInbound(t *testing.T) {
 		t.Fatal(err)
 	}
 	cfg.Lease.Grant(1 << 40)
+	// Refused, and told apart as what the takeover refused
+	// (replay_takeover) for esp.TakeoverWindow.
 	for i, pkt := range pkts {
-		if _, r := h.open(standby, pkt); r != esp.ReasonReplay {
-			t.Fatalf("packet %d accepted again after the takeover: %v", i+1, r)
+		if _, r := h.open(standby, pkt); r != esp.ReasonTakeover {
+			t.Fatalf("packet %d after the takeover at %d: %v, want %v", i+1, bound, r, esp.ReasonTakeover)
 		}
 	}
 	refused := 0
 	for out.Seq() < bound {
 		pkt, _ := h.seal(out, ipPacket(false, 10))
-		if _, r := h.open(standby, pkt); r != esp.ReasonReplay {
-			t.Fatalf("seq %d under the bound %d: %v", out.Seq(), bound, r)
+		if _, r := h.open(standby, pkt); r != esp.ReasonTakeover {
+			t.Fatalf("seq %d under the bound %d: %v, want %v", out.Seq(), bound, r, esp.ReasonTakeover)
 		}
 		refused++
 	}
@@ -161,6 +163,11 @@ func TestLeaseInbound(t *testing.T) {
 		t.Fatalf("seq %d above the bound: %v", out.Seq(), r)
 	}
 	t.Logf("bound %d after 2000 packets: %d of the peer's packets refused after the takeover", bound, refused)
+	// Past the window, a replay is an ordinary one.
+	defer esp.SetLeaseClock(func() time.Time { return time.Now().Add(esp.TakeoverWindow) })()
+	if _, r := h.open(standby, pkts[len(pkts)-1]); r != esp.ReasonReplay {
+		t.Fatalf("a replay %v after the takeover: %v, want %v", esp.TakeoverWindow, r, esp.ReasonReplay)
+	}
 }
 
 // TestLeaseNoAlloc: a leased SA's steady state, asks and grants

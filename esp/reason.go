@@ -20,6 +20,7 @@ const (
 	ReasonUnsupported // a packet shape sluice does not handle (e.g. IPv6 extension headers in transport mode)
 	// Inbound.
 	ReasonReplay     // replayed or older than the anti-replay window
+	ReasonTakeover   // as ReasonReplay, at or below the number a takeover resumed at (SA.Resume): what a takeover refuses of the peer's packets
 	ReasonAuthFailed // ICV did not verify
 	ReasonBadLength  // ciphertext not a whole number of cipher blocks, or shorter than IV+trailer+ICV
 	ReasonBadPadding // padding bytes not 1, 2, 3, ... (RFC 4303 section 2.4) or pad length past the payload
@@ -47,6 +48,7 @@ var reasonNames = [NumReasons]string{
 	ReasonUnknownSPI:   "unknown_spi",
 	ReasonUnsupported:  "unsupported",
 	ReasonReplay:       "replay",
+	ReasonTakeover:     "replay_takeover",
 	ReasonAuthFailed:   "auth_failed",
 	ReasonBadLength:    "bad_length",
 	ReasonBadPadding:   "bad_padding",

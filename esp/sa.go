@@ -52,6 +52,7 @@ import (
 	"net/netip"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/esp/replay"
@@ -185,13 +186,15 @@ type SA struct {
 	// Outbound tunnel: the outer header with every per-SA field filled in,
 	// and the one's complement sum of its constant IPv4 words, so a packet
 	// costs a copy and three additions (RFC 1624).
-	outerTmpl [40]byte
-	outerSum  uint32
-	ivGen     cipher.Block // CBC IV generator (outbound)
-	ivSalt    uint64
-	ivEpoch   uint32 // AEAD (outbound): random high half of the explicit IV (package doc)
-	ivCount   uint64 // AEAD (outbound): packets sealed under ivEpoch, < 1<<32
-	testIV    []byte // tests only: the IV every packet carries (known-answer tests)
+	outerTmpl    [40]byte
+	outerSum     uint32
+	ivGen        cipher.Block // CBC IV generator (outbound)
+	ivSalt       uint64
+	ivEpoch      uint32    // AEAD (outbound): random high half of the explicit IV (package doc)
+	ivCount      uint64    // AEAD (outbound): packets sealed under ivEpoch, < 1<<32
+	resumedAt    uint64    // inbound: the bound of the last Resume (ReasonTakeover at or below it)
+	resumedUntil time.Time // inbound: until when (TakeoverWindow)
+	testIV       []byte    // tests only: the IV every packet carries (known-answer tests)
 
 	user any // the owner's handle for the SA (the gateway's SAD entry)
 
@@ -408,6 +411,7 @@ func (sa *SA) Resume(bound uint64) error {
 		}
 	} else if bound > sa.window.Highest() {
 		sa.window.ResetSeen(bound)
+		sa.resumedAt, sa.resumedUntil = bound, leaseNow().Add(TakeoverWindow)
 	}
 	r.fenced = false
 	r.next = 0

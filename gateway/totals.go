@@ -55,7 +55,7 @@ func DropReasons(dir string) []string {
 }
 
 var (
-	inReasons = []esp.Reason{esp.ReasonMalformed, esp.ReasonUnsupported, esp.ReasonReplay, esp.ReasonAuthFailed,
+	inReasons = []esp.Reason{esp.ReasonMalformed, esp.ReasonUnsupported, esp.ReasonReplay, esp.ReasonTakeover, esp.ReasonAuthFailed,
 		esp.ReasonBadLength, esp.ReasonBadPadding, esp.ReasonBadInner, esp.ReasonDummy,
 		esp.ReasonSeqReserve, esp.ReasonFenced, esp.ReasonLifetime, esp.ReasonQueueFull, esp.ReasonCryptoError}
 	outReasons = []esp.Reason{esp.ReasonMalformed, esp.ReasonUnsupported, esp.ReasonSeqExhausted, esp.ReasonNoRoom,

@@ -216,7 +216,7 @@ func (b *bed) refused(d *daemon) (int64, map[string]uint64, error) {
 	var n uint64
 	for _, sa := range st.SAs {
 		if sa.Direction == "in" {
-			n += sa.Drops["replay"]
+			n += sa.Drops["replay"] + sa.Drops["replay_takeover"] // both: esp.ReasonTakeover is a replay at a takeover's bound
 		}
 		for k, v := range sa.Drops {
 			m["sa:"+k] += v
