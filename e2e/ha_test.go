@@ -13,10 +13,6 @@ package e2e_test
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
 	"encoding/json"
 	"fmt"
 	"net/netip"
@@ -29,7 +25,6 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/gateway"
-	"github.com/sluicegw/sluice/gateway/certgen"
 	"github.com/sluicegw/sluice/ha"
 	"github.com/sluicegw/sluice/internal/lab"
 )
@@ -435,75 +430,20 @@ func countBefore(pkts []lab.ESPPacket, t time.Time) int {
 	return n
 }
 
-// haSyncPort is the port of the sync channel on each gateway's sync
-// address.
-const haSyncPort = 4510
-
-// haCreds makes a test CA and a certificate for each member ("a", "b":
-// the DNS name the other's peer_name asks for; no extended key usage, so
-// each serves as client and server of the sync channel's mutual TLS) in
-// the test bed's directory, and returns the files: ca, and cert and key
-// by member name.
+// haCreds makes the pair's sync-channel CA, certificates and keys in the
+// bed's directory (lab.WriteHACreds).
 func haCreds(t *testing.T, b *haBed) (ca string, cert, key map[string]string) {
 	t.Helper()
-	c, err := certgen.NewCA("sluice e2e HA CA")
+	c, err := lab.WriteHACreds(filepath.Join(b.tb.dir, "ha"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(b.tb.dir, "ha")
-	ca = filepath.Join(dir, "ca.pem")
-	if err := lab.WritePEM(ca, "CERTIFICATE", c.Cert.Raw); err != nil {
-		t.Fatal(err)
-	}
-	cert, key = map[string]string{}, map[string]string{}
-	for _, name := range []string{"a", "b"} {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			t.Fatal(err)
-		}
-		crt, err := c.Certify(k.Public(), []string{name})
-		if err != nil {
-			t.Fatal(err)
-		}
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cert[name], key[name] = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key")
-		if err := lab.WritePEM(cert[name], "CERTIFICATE", crt.Raw); err != nil {
-			t.Fatal(err)
-		}
-		if err := lab.WritePEM(key[name], "PRIVATE KEY", der); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return ca, cert, key
+	return c.CA, c.Cert, c.Key
 }
 
-// haSection renders the [ha] section of member me (the other is other)
-// as ha-spec.md has it: one group "site" with both virtual addresses,
-// me's preference for it pref, the witness on the wan router.
+// haSection renders member me's [ha] section (lab.HATopology.HASection).
 func haSection(b *haBed, me, other *lab.HAGateway, pref int, ca string, cert, key map[string]string) string {
-	topo := b.topo
-	return fmt.Sprintf(`
-[ha]
-name = %q
-listen = %q
-peer = %q
-cert = %q
-key = %q
-ca = %q
-peer_name = %q
-interval = "100ms"
-misses = 3
-witness = %q
-
-[[ha.group]]
-name = "site"
-addresses = ["%s dev %s", "%s dev %s"]
-preference = %d
-`, me.Name, me.SyncAddr(haSyncPort), other.SyncAddr(haSyncPort), cert[me.Name], key[me.Name], ca, other.Name, topo.Witness,
-		topo.WANVIP, lab.HAWANIf, topo.LANVIP, lab.HALANIf, pref)
+	return b.topo.HASection(me, other, pref, lab.HACreds{CA: ca, Cert: cert, Key: key})
 }
 
 // requireHA skips the test while this build's configuration has no [ha]

@@ -7,10 +7,7 @@ package failover
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
 	"crypto/rand"
-	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net/netip"
@@ -20,7 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sluicegw/sluice/gateway/certgen"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -32,7 +28,6 @@ const (
 	espSuite  = "aes128gcm16"
 	ikeSuite  = "aes128-sha256-x25519"
 	tunName   = "sluice0"
-	syncPort  = 4510
 	upWait    = 20 * time.Second
 	gwID      = "gw@bench.sluice"
 	peerID    = "peer@bench.sluice"
@@ -240,70 +235,9 @@ func (b *bed) refused(d *daemon) (int64, map[string]uint64, error) {
 	return int64(n), m, nil
 }
 
-// haCreds makes a CA and a certificate for each member ("a" and "b", the
-// DNS name the other's peer_name asks for) in the bed's directory, and
-// returns the files.
-func (b *bed) haCreds() (ca string, cert, key map[string]string, err error) {
-	c, err := certgen.NewCA("sluice bench failover CA")
-	if err != nil {
-		return "", nil, nil, err
-	}
-	dir := filepath.Join(b.dir, "ha")
-	ca = filepath.Join(dir, "ca.pem")
-	if err := lab.WritePEM(ca, "CERTIFICATE", c.Cert.Raw); err != nil {
-		return "", nil, nil, err
-	}
-	cert, key = map[string]string{}, map[string]string{}
-	for _, name := range []string{"a", "b"} {
-		k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		crt, err := c.Certify(k.Public(), []string{name})
-		if err != nil {
-			return "", nil, nil, err
-		}
-		der, err := x509.MarshalPKCS8PrivateKey(k)
-		if err != nil {
-			return "", nil, nil, err
-		}
-		cert[name], key[name] = filepath.Join(dir, name+".pem"), filepath.Join(dir, name+".key")
-		if err := lab.WritePEM(cert[name], "CERTIFICATE", crt.Raw); err != nil {
-			return "", nil, nil, err
-		}
-		if err := lab.WritePEM(key[name], "PRIVATE KEY", der); err != nil {
-			return "", nil, nil, err
-		}
-	}
-	return ca, cert, key, nil
-}
-
-// haSection renders member me's [ha] section (ha-spec.md): the other
-// member's sync address, 100 ms heartbeats and 3 misses, the witness on
-// the wan router, one group "site" with both virtual addresses at
-// preference pref.
-func (b *bed) haSection(me, other *lab.HAGateway, pref int, ca string, cert, key map[string]string) string {
-	t := b.topo
-	return fmt.Sprintf(`
-[ha]
-name = %q
-listen = %q
-peer = %q
-cert = %q
-key = %q
-ca = %q
-peer_name = %q
-interval = "100ms"
-misses = 3
-witness = %q
-
-[[ha.group]]
-name = "site"
-addresses = ["%s dev %s", "%s dev %s"]
-preference = %d
-`, me.Name, me.SyncAddr(syncPort), other.SyncAddr(syncPort), cert[me.Name], key[me.Name], ca, other.Name, t.Witness,
-		t.WANVIP, lab.HAWANIf, t.LANVIP, lab.HALANIf, pref)
-}
+// haCreds makes the pair's sync-channel CA, certificates and keys in the
+// bed's directory (lab.WriteHACreds).
+func (b *bed) haCreds() (lab.HACreds, error) { return lab.WriteHACreds(filepath.Join(b.dir, "ha")) }
 
 // The strongSwan gateway: charon in gateway a, responder only, no
 // liveness checks of its own, the same suites as the peer.

@@ -262,7 +262,7 @@ func (b *bed) sluiceRestart() (Sample, error) {
 func (b *bed) startHA() error {
 	t := b.topo
 	gw, peer := b.staticConfigs()
-	ca, cert, key, err := b.haCreds()
+	creds, err := b.haCreds()
 	if err != nil {
 		return err
 	}
@@ -273,7 +273,7 @@ func (b *bed) startHA() error {
 		me, other *lab.HAGateway
 		pref      int
 	}{{t.A, t.B, 200}, {t.B, t.A, 100}} {
-		text := strings.ReplaceAll(gw, stateMark, b.dir+"/state-"+m.me.Name) + b.haSection(m.me, m.other, m.pref, ca, cert, key)
+		text := strings.ReplaceAll(gw, stateMark, b.dir+"/state-"+m.me.Name) + b.topo.HASection(m.me, m.other, m.pref, creds)
 		if err := b.run(b.gw[i], text); err != nil {
 			return err
 		}
