@@ -1071,10 +1071,20 @@ func (g *Gateway) reloadPeers(next *config.Gateway, again []string, note func(st
 		}
 		cr := ikeCred{p, sg, k}
 		old, had := oldCreds[name]
-		if oc, ok := oldConns[name]; ok && had && reflect.DeepEqual(oc, nextConns[i]) && sameCredentials(old.peer, p) {
+		oc, ok := oldConns[name]
+		same := ok && had && reflect.DeepEqual(oc, nextConns[i])
+		switch {
+		case same && sameCredentials(old.peer, p):
 			cr.close() // the running one stays
 			cr, kept[name] = old, true
-		} else {
+		case same && p.RotatesPSK(old.peer):
+			// A new pre-shared key only: the SAs carry on (SetPeers
+			// hands them to the new peer) and the key authenticates
+			// the next IKE SA.
+			fresh = append(fresh, cr)
+			kept[name] = true
+			note("IKE pre-shared key rotated", "connection", name)
+		default:
 			fresh = append(fresh, cr)
 		}
 		creds[name] = cr

@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -687,8 +688,12 @@ func (e *Endpoint) peerLocked(name string) *Peer {
 //     action says.
 //
 // A changed peer is a new *Peer (in place of the old one of the same
-// name): its old SAs go as above, and the caller initiates again. SetPeers
-// does not wait for the network.
+// name): its old SAs go as above, and the caller initiates again. One
+// change keeps them: a new *Peer that differs from the old one of its name
+// only in its pre-shared key (a key rotation) takes over the old one's
+// SAs, which carry on; the new key authenticates the next IKE SA made with
+// the peer, as strongSwan's reloaded secrets do. SetPeers does not wait for
+// the network.
 func (e *Endpoint) SetPeers(peers []*Peer) error {
 	e.mu.Lock()
 	if e.closed {
@@ -705,6 +710,10 @@ func (e *Endpoint) SetPeers(peers []*Peer) error {
 	var after []func()
 	for _, sa := range e.sas {
 		if !sa.removed && !slices.Contains(c.Peers, sa.peer) {
+			if np := pskRotated(c.Peers, sa.peer); np != nil {
+				sa.peer = np
+				continue
+			}
 			after = append(after, e.retireLocked(sa)...)
 		}
 	}
@@ -714,6 +723,31 @@ func (e *Endpoint) SetPeers(peers []*Peer) error {
 }
 
 var errPeerRemoved = errors.New("ike: peer removed from the configuration")
+
+// pskRotated returns the peer in peers that old's SAs carry on with: one of
+// old's name that differs from it only in its pre-shared key
+// (Peer.RotatesPSK). Nil when there is none.
+func pskRotated(peers []*Peer, old *Peer) *Peer {
+	for _, p := range peers {
+		if p.RotatesPSK(old) {
+			return p
+		}
+	}
+	return nil
+}
+
+// RotatesPSK reports whether p is old with a new pre-shared key and nothing
+// else changed, both authenticating with a key (no Signer, no RemoteCAs):
+// SetPeers keeps old's SAs for p.
+func (p *Peer) RotatesPSK(old *Peer) bool {
+	if p.Name != old.Name || p.Signer != nil || old.Signer != nil || len(p.RemoteCAs) > 0 || len(old.RemoteCAs) > 0 ||
+		len(p.PSK) == 0 || len(old.PSK) == 0 {
+		return false
+	}
+	a, b := *old, *p
+	a.PSK, b.PSK = nil, nil
+	return reflect.DeepEqual(a, b)
+}
 
 // retireLocked deletes sa, whose peer left the configuration: an
 // established IKE SA with a Delete the peer answers (or the

@@ -79,3 +79,57 @@ func TestSetPeers(t *testing.T) {
 		t.Fatal("a refused SetPeers changed the SAs")
 	}
 }
+
+// TestSetPeersPSKRotation: a peer given again with only a new pre-shared
+// key keeps its IKE and Child SAs (a key rotation loses nothing); the next
+// IKE SA with the peer authenticates with the new key, and a peer changed
+// in anything else still loses its SAs.
+func TestSetPeersPSKRotation(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	p := newPair(t, pa, pb, nil)
+	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settled(p))
+	before := ikeSAsOf(p.a, "to-b")
+
+	na, nb := *pa, *pb
+	na.PSK, nb.PSK = []byte("rotated secret"), []byte("rotated secret")
+	if err := p.b.SetPeers([]*Peer{&nb}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.a.SetPeers([]*Peer{&na}); err != nil {
+		t.Fatal(err)
+	}
+	// A retired SA is deleted with an exchange: wait until both ends are
+	// idle, and count what is left.
+	waitFor(t, func() bool { return idle(p.a) && idle(p.b) })
+	after := ikeSAsOf(p.a, "to-b")
+	if len(before) != 1 || len(after) != 1 || after[0].SPIi != before[0].SPIi || len(after[0].Children) != 1 ||
+		after[0].Children[0] != before[0].Children[0] {
+		t.Fatalf("a PSK rotation changed the SAs: before %+v, after %+v", before, after)
+	}
+	if n := len(p.b.IKESAs()); n != 1 {
+		t.Fatalf("b has %d IKE SAs after the rotation, want 1", n)
+	}
+
+	// Out and in again: a fresh IKE SA, authenticated with the new key.
+	if err := p.a.SetPeers(nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(p.a.IKESAs()) == 0 && len(p.b.IKESAs()) == 0 })
+	if err := p.a.SetPeers([]*Peer{&na}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatalf("initiating with the rotated key: %v", err)
+	}
+
+	// Anything else changed: the SAs go.
+	moved := na
+	moved.LocalTS = []netip.Prefix{netip.MustParsePrefix("10.1.1.0/24")}
+	if err := p.a.SetPeers([]*Peer{&moved}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return len(ikeSAsOf(p.a, "to-b")) == 0 })
+}
