@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 )
 
 // decodeFile encodes f and parses it back as the gateway configuration
@@ -246,6 +247,7 @@ func TestEncodeHostileStrings(t *testing.T) {
 		`c"""x'''y`,
 		"d\t\u00e9\u2028\U0001F600",
 		"e\x00\x7f\r",
+		"f\a\v\b\f", // Go's %q writes \a and \v, which TOML does not have
 	}
 	for _, s := range hostile {
 		f := &File{
@@ -265,7 +267,7 @@ func TestEncodeHostileStrings(t *testing.T) {
 		}
 
 		// A name may hold any printable character; it comes back whole.
-		if !strings.ContainsAny(s, "\n\t\x00\x7f\r\u2028") {
+		if !strings.ContainsFunc(s, func(r rune) bool { return !unicode.IsPrint(r) && r != ' ' }) {
 			f.Connections[0].Name = s
 			g = decodeFile(t, "hostile", f)
 			if g.Connections[0].Name != s {
