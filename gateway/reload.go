@@ -50,6 +50,16 @@ var DrainTime = 2 * time.Second
 // (an SA the engine refuses, prefixes that overlap) leaves the changes
 // made to the other tunnels in force, and they are returned with it.
 func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
+	return g.Apply(next, nil)
+}
+
+// Apply is Reload with a session ticket key ring: when ticketKeys is not
+// nil, every TLS listener with session tickets uses exactly those keys
+// from now on, the first to issue tickets and all to accept them
+// (tls.Service.SetTicketKeys), in place of its own rotation; nil leaves
+// the ring in force (or the listeners' own rotation, if none was ever
+// given). The ring changes with the TLS sections, all or nothing.
+func (g *Gateway) Apply(next *config.Gateway, ticketKeys [][32]byte) ([]string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -75,7 +85,7 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	}
 	// TLS first: it changes all or nothing, so a TLS error leaves the
 	// whole running configuration as it was.
-	if err := g.reloadTLS(next, note); err != nil {
+	if err := g.reloadTLS(next, ticketKeys, note); err != nil {
 		return nil, err
 	}
 	noteLogLevels(old, next, note)
