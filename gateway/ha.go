@@ -58,7 +58,7 @@ type haState struct {
 	// the map (copy on write), so that groupOf reads it without a lock.
 	byAddr atomic.Pointer[map[netip.Addr]*haGroup]
 	sas    map[*esp.SA]*haSA // the leased SAs, live
-	wg     sync.WaitGroup          // announcements, hooks and the recorder
+	wg     sync.WaitGroup    // announcements, hooks and the recorder
 	stop   chan struct{}
 
 	// toRecord are the bounds a standby took and has yet to write in its
