@@ -736,12 +736,12 @@ func pskRotated(peers []*Peer, old *Peer) *Peer {
 	return nil
 }
 
-// RotatesPSK reports whether p is old with a new pre-shared key and nothing
-// else changed, both authenticating with a key (no Signer, no RemoteCAs):
+// RotatesPSK reports whether p is old with a different pre-shared key and
+// nothing else changed, both authenticating with a key (no Signer, no RemoteCAs):
 // SetPeers keeps old's SAs for p.
 func (p *Peer) RotatesPSK(old *Peer) bool {
 	if p.Name != old.Name || p.Signer != nil || old.Signer != nil || len(p.RemoteCAs) > 0 || len(old.RemoteCAs) > 0 ||
-		len(p.PSK) == 0 || len(old.PSK) == 0 {
+		len(p.PSK) == 0 || len(old.PSK) == 0 || bytes.Equal(p.PSK, old.PSK) {
 		return false
 	}
 	a, b := *old, *p
