@@ -28,7 +28,7 @@ func newPool(name string) *fleetv1.GatewayPool {
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: testNS, UID: types.UID("uid-" + name)},
 		Spec: fleetv1.GatewayPoolSpec{
 			Steering: "vip", VIPInterface: "eth0", VIPPrefixLength: 32, SyncPort: 7310,
-			TicketKeys: fleetv1.TicketKeys{Lifetime: metav1.Duration{Duration: time.Hour}},
+			TicketKeys: fleetv1.TicketKeys{Lifetime: &metav1.Duration{Duration: time.Hour}},
 		},
 	}
 }

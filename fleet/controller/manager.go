@@ -15,6 +15,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/cache"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller"
 	"sigs.k8s.io/controller-runtime/pkg/event"
 	"sigs.k8s.io/controller-runtime/pkg/handler"
 	"sigs.k8s.io/controller-runtime/pkg/predicate"
@@ -53,6 +54,8 @@ type Options struct {
 	// MetricsAddr and ProbeAddr are the listen addresses of the metrics
 	// and health endpoints; "0" turns one off.
 	MetricsAddr, ProbeAddr string
+	// SkipNameValidation lets a process run more than one manager (tests).
+	SkipNameValidation bool
 }
 
 // NewManager returns a manager running the pool reconciler, leader
@@ -82,7 +85,7 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, *PoolReconciler, 
 		return nil, nil, err
 	}
 	r := &PoolReconciler{Client: mgr.GetClient(), Scheme: mgr.GetScheme()}
-	if err := r.SetupWithManager(mgr); err != nil {
+	if err := r.setup(mgr, opts.SkipNameValidation); err != nil {
 		return nil, nil, err
 	}
 	return mgr, r, nil
@@ -107,6 +110,10 @@ func leaseUpdateMatters(old, cur *coordinationv1.Lease, now time.Time) bool {
 // one of its Leases, Tunnels, TLSListeners or GatewayAssignments, or a
 // Secret it owns changes.
 func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
+	return r.setup(mgr, false)
+}
+
+func (r *PoolReconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error {
 	toPool := func(pool func(client.Object) string) handler.EventHandler {
 		return handler.EnqueueRequestsFromMapFunc(func(_ context.Context, o client.Object) []reconcile.Request {
 			name := pool(o)
@@ -118,6 +125,7 @@ func (r *PoolReconciler) SetupWithManager(mgr ctrl.Manager) error {
 	}
 	return ctrl.NewControllerManagedBy(mgr).
 		Named("gatewaypool").
+		WithOptions(controller.Options{SkipNameValidation: &skipNameValidation}).
 		For(&fleetv1.GatewayPool{}).
 		Owns(&corev1.Secret{}).
 		Watches(&coordinationv1.Lease{}, toPool(func(o client.Object) string { return o.GetLabels()[fleetv1.LabelPool] }),

@@ -532,9 +532,9 @@ func (r *PoolReconciler) reconcileRing(ctx context.Context, pool *fleetv1.Gatewa
 		}
 		return true
 	}
-	lifetime := pool.Spec.TicketKeys.Lifetime.Duration
-	if lifetime < time.Minute {
-		lifetime = 24 * time.Hour
+	lifetime := 24 * time.Hour
+	if l := pool.Spec.TicketKeys.Lifetime; l != nil && l.Duration >= time.Minute {
+		lifetime = l.Duration
 	}
 	changed, next := advanceRing(ring, now, lifetime, has)
 	if !changed && exists {
