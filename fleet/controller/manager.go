@@ -58,6 +58,15 @@ type Options struct {
 	SkipNameValidation bool
 }
 
+// The permissions the controller needs (controller-gen rbac reads these).
+//
+// +kubebuilder:rbac:groups=sluice.io,resources=gatewaypools;tunnels;tlslisteners,verbs=get;list;watch
+// +kubebuilder:rbac:groups=sluice.io,resources=gatewaypools/status;tunnels/status;tlslisteners/status,verbs=get;update;patch
+// +kubebuilder:rbac:groups=sluice.io,resources=gatewayassignments,verbs=get;list;watch;create;update;patch;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
+// +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+
 // NewManager returns a manager running the pool reconciler, leader
 // elected when opts say so.
 func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, *PoolReconciler, error) {

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -301,5 +302,50 @@ func TestHASecretsServeTheSyncChannel(t *testing.T) {
 	c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "p-ha-gw-a"}, &s2)
 	if s1.ResourceVersion != s2.ResourceVersion {
 		t.Error("a current member certificate was issued again")
+	}
+}
+
+func TestReconcilePlacesListeners(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	l := &fleetv1.TLSListener{
+		ObjectMeta: metav1.ObjectMeta{Name: "web", Namespace: testNS},
+		Spec: fleetv1.TLSListenerSpec{Pool: "p", Listen: "198.51.100.20:443", Backend: "10.0.0.1:80",
+			CertificateSecretRef: fleetv1.LocalObjectRef{Name: "web-tls"}, Redundancy: 2},
+	}
+	c, r, _ := newFakeClient(t, newPool("p"), newLease("p", "gw-a", "z1", now), newLease("p", "gw-b", "z2", now), l)
+	reconcilePool(t, r, "p")
+	var got fleetv1.TLSListener
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "web"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	st := got.Status
+	if st.Owner == "" || st.Standby == "" || st.Owner == st.Standby || st.Epoch != 1 || st.Phase != fleetv1.PhasePlaced {
+		t.Fatalf("listener status %+v", st)
+	}
+	as := assignments(t, c)
+	if ls := as[st.Owner].Spec.Listeners; len(ls) != 1 || ls[0].Role != fleetv1.RoleOwner {
+		t.Fatalf("owner's listeners %+v", ls)
+	}
+	if ls := as[st.Standby].Spec.Listeners; len(ls) != 1 || ls[0].Role != fleetv1.RoleStandby || ls[0].Owner != st.Owner {
+		t.Fatalf("standby's listeners %+v", ls)
+	}
+}
+
+func TestLeaseUpdateMatters(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	old := newLease("p", "gw-a", "z1", now.Add(-3*time.Second))
+	renewed := old.DeepCopy()
+	renewed.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	if leaseUpdateMatters(old, renewed, now) {
+		t.Error("the renewal of a current Lease woke the pool")
+	}
+	lapsed := newLease("p", "gw-a", "z1", now.Add(-20*time.Second))
+	if !leaseUpdateMatters(lapsed, renewed, now) {
+		t.Error("the renewal of a lapsed Lease did not wake the pool")
+	}
+	moved := renewed.DeepCopy()
+	moved.Annotations[fleetv1.AnnotationAddress] = "192.0.2.99"
+	if !leaseUpdateMatters(renewed, moved, now) {
+		t.Error("a new address did not wake the pool")
 	}
 }
