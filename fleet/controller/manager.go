@@ -7,6 +7,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -83,6 +84,16 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, *PoolReconciler, 
 		HealthProbeBindAddress:        opts.ProbeAddr,
 	}
 	mo.Metrics.BindAddress = opts.MetricsAddr
+	// Cache only the Leases and Secrets of pools: not every Secret of the
+	// namespace (the PSKs among them) nor every Lease of the cluster.
+	pooled, err := labels.Parse(fleetv1.LabelPool)
+	if err != nil {
+		return nil, nil, err
+	}
+	mo.Cache.ByObject = map[client.Object]cache.ByObject{
+		&corev1.Secret{}:        {Label: pooled},
+		&coordinationv1.Lease{}: {Label: pooled},
+	}
 	if opts.Namespace != "" {
 		mo.Cache.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
 		if mo.LeaderElectionNamespace == "" {

@@ -152,6 +152,20 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		lItems = append(lItems, placement.Item{Key: key(l.Namespace, l.Name), Redundancy: redundancy(l.Spec.Redundancy)})
 		lPrev[key(l.Namespace, l.Name)] = placement.Placement{Owner: l.Status.Owner, Standby: l.Status.Standby, Epoch: l.Status.Epoch}
 	}
+	// The assignments may carry a later epoch than a status the cache
+	// has not caught up with: the epoch must not go back.
+	for _, a := range current {
+		for _, o := range a.Spec.Tunnels {
+			if k := key(ns, o.Name); tPrev[k].Epoch < o.Epoch {
+				tPrev[k] = placement.Placement{Owner: o.Owner, Epoch: o.Epoch}
+			}
+		}
+		for _, o := range a.Spec.Listeners {
+			if k := key(ns, o.Name); lPrev[k].Epoch < o.Epoch {
+				lPrev[k] = placement.Placement{Owner: o.Owner, Epoch: o.Epoch}
+			}
+		}
+	}
 	tPlace := placement.Place(tItems, pairs, tPrev)
 	lPlace := placement.Place(lItems, pairs, lPrev)
 

@@ -349,3 +349,35 @@ func TestLeaseUpdateMatters(t *testing.T) {
 		t.Error("a new address did not wake the pool")
 	}
 }
+
+// TestReconcileEpochNeverGoesBack: a tunnel status older than the
+// assignments (a cache behind) does not make the epoch go back.
+func TestReconcileEpochNeverGoesBack(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	c, r, _ := newFakeClient(t, newPool("p"), newLease("p", "gw-a", "z1", now), newLease("p", "gw-b", "z2", now), newTunnel("p", "t1"))
+	reconcilePool(t, r, "p")
+	tn := getTunnel(t, c, "t1")
+	owner := tn.Status.Owner
+	// Owner changed twice since the status the cache holds.
+	for _, a := range assignments(t, c) {
+		for i := range a.Spec.Tunnels {
+			a.Spec.Tunnels[i].Epoch = 5
+		}
+		if err := c.Update(context.Background(), a); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tn.Status.Owner, tn.Status.Epoch = "gw-gone", 1
+	if err := c.Status().Update(context.Background(), tn); err != nil {
+		t.Fatal(err)
+	}
+	reconcilePool(t, r, "p")
+	if st := getTunnel(t, c, "t1").Status; st.Owner != owner || st.Epoch != 5 {
+		t.Fatalf("status %+v, want owner %s at epoch 5 (the assignments' epoch)", st, owner)
+	}
+	for gw, a := range assignments(t, c) {
+		if a.Spec.Tunnels[0].Epoch != 5 {
+			t.Fatalf("%s's assignment: epoch %d, want 5", gw, a.Spec.Tunnels[0].Epoch)
+		}
+	}
+}
