@@ -53,28 +53,33 @@ func membersFromLeases(leases []coordinationv1.Lease, now time.Time) []member {
 	return slices.CompactFunc(out, func(a, b member) bool { return a.name == b.name })
 }
 
-// prevPairs reconstructs the pairs the pool's status records: a live
-// member with a live partner is a pair, one whose partner was lost keeps
-// it as Lost.
-func prevPairs(st []fleetv1.PoolMember) []placement.Pair {
-	live := map[string]bool{}
+// prevPairs reconstructs the pairs the controller last wrote: the
+// partners the pool's status records, overridden by those the
+// assignments name (they are written first, so a reconcile that failed
+// before the pool's status does not lose a pairing). Two members naming
+// each other are a pair; a member naming one that does not name it back
+// keeps it as Lost (Pairs drops that if the other is live).
+func prevPairs(st []fleetv1.PoolMember, assigns map[string]*fleetv1.GatewayAssignment) []placement.Pair {
+	partnerOf := map[string]string{}
 	for _, m := range st {
-		live[m.Name] = m.Live
+		if m.Live {
+			partnerOf[m.Name] = m.Partner
+		}
+	}
+	for _, a := range assigns {
+		partnerOf[a.Spec.Gateway] = a.Spec.Partner
 	}
 	var out []placement.Pair
-	for _, m := range st {
-		if !m.Live {
-			continue
-		}
+	for g, p := range partnerOf {
 		switch {
-		case m.Partner == "":
-			out = append(out, placement.Pair{A: m.Name})
-		case live[m.Partner]:
-			if m.Name < m.Partner {
-				out = append(out, placement.Pair{A: m.Name, B: m.Partner})
+		case p == "":
+			out = append(out, placement.Pair{A: g})
+		case partnerOf[p] == g:
+			if g < p {
+				out = append(out, placement.Pair{A: g, B: p})
 			}
 		default:
-			out = append(out, placement.Pair{A: m.Name, Lost: m.Partner})
+			out = append(out, placement.Pair{A: g, Lost: p})
 		}
 	}
 	return out

@@ -97,8 +97,6 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			due(m.expires)
 		}
 	}
-	pairs := placement.Pairs(live, prevPairs(pool.Status.Members))
-
 	var assigns fleetv1.GatewayAssignmentList
 	if err := r.Client.List(ctx, &assigns, client.InNamespace(ns)); err != nil {
 		return ctrl.Result{}, err
@@ -110,6 +108,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 			current[a.Name] = a
 		}
 	}
+
+	pairs := placement.Pairs(live, prevPairs(pool.Status.Members, current))
 
 	// Credentials and the ticket-key ring first: the assignments name them.
 	if err := r.reconcileHACreds(ctx, &pool, live, now); err != nil {

@@ -381,3 +381,29 @@ func TestReconcileEpochNeverGoesBack(t *testing.T) {
 		}
 	}
 }
+
+// TestReconcileKeepsPairsOfAssignments: a reconcile that wrote the
+// assignments but not the pool's status (it failed in between) does not
+// lose the pairing: the next one reads the partners from the assignments.
+func TestReconcileKeepsPairsOfAssignments(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	c, r, _ := newFakeClient(t, newPool("p"), newLease("p", "gw-a", "z1", now), newLease("p", "gw-b", "z1", now))
+	reconcilePool(t, r, "p")
+	var pool fleetv1.GatewayPool
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "p"}, &pool); err != nil {
+		t.Fatal(err)
+	}
+	pool.Status.Members = nil
+	if err := c.Status().Update(context.Background(), &pool); err != nil {
+		t.Fatal(err)
+	}
+	// gw-c in another zone would be the better partner for a fresh pairing.
+	if err := c.Create(context.Background(), newLease("p", "gw-c", "z2", now)); err != nil {
+		t.Fatal(err)
+	}
+	reconcilePool(t, r, "p")
+	as := assignments(t, c)
+	if as["gw-a"].Spec.Partner != "gw-b" || as["gw-b"].Spec.Partner != "gw-a" || as["gw-c"].Spec.Partner != "" {
+		t.Fatalf("partners a=%q b=%q c=%q, want a and b kept together", as["gw-a"].Spec.Partner, as["gw-b"].Spec.Partner, as["gw-c"].Spec.Partner)
+	}
+}
