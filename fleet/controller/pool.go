@@ -22,6 +22,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
@@ -33,6 +34,10 @@ import (
 	fleetv1 "github.com/sluicegw/sluice/fleet/api/v1alpha1"
 	"github.com/sluicegw/sluice/fleet/placement"
 )
+
+// ConditionRedundant is the pool's condition that every live member has
+// a live partner, so every tunnel has a standby.
+const ConditionRedundant = "Redundant"
 
 // Stats counts the writes of a reconciler, for tests and benchmarks.
 type Stats struct {
@@ -112,7 +117,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	pairs := placement.Pairs(live, prevPairs(pool.Status.Members, current))
 
 	// Credentials and the ticket-key ring first: the assignments name them.
-	if err := r.reconcileHACreds(ctx, &pool, live, now); err != nil {
+	if err := r.reconcileHACreds(ctx, &pool, live, pairs, now); err != nil {
 		return ctrl.Result{}, err
 	}
 	ring, ringNext, err := r.reconcileRing(ctx, &pool, live, current, now)
@@ -445,6 +450,18 @@ func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *fleetv1.Gate
 	})
 	st.TicketKeySecret = ticketSecretName(pool.Name)
 	st.ObservedGeneration = pool.Generation
+	cond := metav1.Condition{Type: ConditionRedundant, Status: metav1.ConditionTrue, Reason: "Paired",
+		Message: "every live member has a live partner", ObservedGeneration: pool.Generation}
+	for _, p := range pairs {
+		if p.B == "" {
+			cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "MemberAlone", p.A+" has no live partner"
+			break
+		}
+	}
+	if len(pairs) == 0 {
+		cond.Status, cond.Reason, cond.Message = metav1.ConditionFalse, "NoMembers", "no gateway's Lease is current"
+	}
+	meta.SetStatusCondition(&st.Conditions, cond)
 	if equality.Semantic.DeepEqual(st, &pool.Status) {
 		return nil
 	}
@@ -453,8 +470,27 @@ func (r *PoolReconciler) writePoolStatus(ctx context.Context, pool *fleetv1.Gate
 }
 
 // reconcileHACreds makes sure the pool CA Secret exists and every live
-// member has a current certificate from it in its HA Secret.
-func (r *PoolReconciler) reconcileHACreds(ctx context.Context, pool *fleetv1.GatewayPool, live []placement.Member, now time.Time) error {
+// member has a current certificate from it in its HA Secret; the Secret of
+// a member neither live nor named by a survivor is deleted.
+func (r *PoolReconciler) reconcileHACreds(ctx context.Context, pool *fleetv1.GatewayPool, live []placement.Member, pairs []placement.Pair, now time.Time) error {
+	keep := map[string]bool{}
+	for _, p := range pairs {
+		keep[p.A], keep[p.B], keep[p.Lost] = true, true, true
+	}
+	var old corev1.SecretList
+	if err := r.Client.List(ctx, &old, client.InNamespace(pool.Namespace), client.MatchingLabels{fleetv1.LabelPool: pool.Name}); err != nil {
+		return err
+	}
+	for i := range old.Items {
+		s := &old.Items[i]
+		gw := s.Labels[fleetv1.LabelGateway]
+		if gw == "" || keep[gw] || s.Name != haSecretName(pool.Name, gw) {
+			continue
+		}
+		if err := r.Client.Delete(ctx, s); client.IgnoreNotFound(err) != nil {
+			return fmt.Errorf("controller: HA secret %s: %w", s.Name, err)
+		}
+	}
 	var ca corev1.Secret
 	err := r.Client.Get(ctx, types.NamespacedName{Namespace: pool.Namespace, Name: caSecretName(pool.Name)}, &ca)
 	if apierrors.IsNotFound(err) {
