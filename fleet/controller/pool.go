@@ -13,6 +13,7 @@ package controller
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"sync/atomic"
@@ -179,7 +180,9 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		return ctrl.Result{}, err
 	}
 
-	// Statuses.
+	// Statuses: a write that fails (a conflict with a newer object) does
+	// not hold up the others; the reconcile is retried for it.
+	var errs []error
 	isLive := func(name string) bool { return byName[name].live }
 	for _, t := range ts {
 		p := tPlace[key(t.Namespace, t.Name)]
@@ -192,7 +195,8 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 		t.Status = *st
 		if err := r.Client.Status().Update(ctx, t); err != nil {
-			return ctrl.Result{}, fmt.Errorf("controller: tunnel %s status: %w", t.Name, err)
+			errs = append(errs, fmt.Errorf("controller: tunnel %s status: %w", t.Name, err))
+			continue
 		}
 		r.Stats.TunnelStatusWrites.Add(1)
 	}
@@ -206,13 +210,20 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 		}
 		l.Status = *st
 		if err := r.Client.Status().Update(ctx, l); err != nil {
-			return ctrl.Result{}, fmt.Errorf("controller: listener %s status: %w", l.Name, err)
+			errs = append(errs, fmt.Errorf("controller: listener %s status: %w", l.Name, err))
+			continue
 		}
 		r.Stats.ListenerStatusWrites.Add(1)
 	}
 
 	if err := r.writePoolStatus(ctx, &pool, pairs, byName); err != nil {
-		return ctrl.Result{}, err
+		errs = append(errs, err)
+	}
+	if len(errs) > 0 {
+		if len(errs) > 3 {
+			errs = append(errs[:3], fmt.Errorf("controller: and %d more", len(errs)-3))
+		}
+		return ctrl.Result{}, errors.Join(errs...)
 	}
 	if next.IsZero() {
 		return ctrl.Result{}, nil

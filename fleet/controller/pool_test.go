@@ -10,9 +10,14 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	ctrl "sigs.k8s.io/controller-runtime"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/client/fake"
+	"sigs.k8s.io/controller-runtime/pkg/client/interceptor"
 
 	"github.com/sluicegw/sluice/ha"
 
@@ -113,6 +118,9 @@ func TestReconcilePlacesTunnels(t *testing.T) {
 	if len(pool.Status.Members) != 3 || pool.Status.TicketKeySecret != "p-ticket-keys" {
 		t.Fatalf("pool status %+v", pool.Status)
 	}
+	if c := meta.FindStatusCondition(pool.Status.Conditions, ConditionRedundant); c == nil || c.Status != metav1.ConditionFalse || c.Reason != "MemberAlone" {
+		t.Fatalf("three members, one alone: condition %+v", c)
+	}
 }
 
 func TestReconcileLeaseDeletedFailsOver(t *testing.T) {
@@ -159,6 +167,10 @@ func TestReconcileLeaseDeletedFailsOver(t *testing.T) {
 	if _, ok := after[lost]; ok {
 		t.Errorf("the lost gateway's assignment is still there")
 	}
+	var sec corev1.Secret
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "p-ha-" + lost}, &sec); err != nil {
+		t.Errorf("the lost gateway's HA secret, which its survivor names: %v", err)
+	}
 	if d := r.Stats.AssignmentWrites.Load() - w; d != 1 {
 		t.Errorf("losing a member rewrote %d assignments, want 1 (its partner's)", d)
 	}
@@ -183,6 +195,9 @@ func TestReconcileLeaseDeletedFailsOver(t *testing.T) {
 		t.Fatalf("the new gateway did not pair with the survivor: %q, %q", after[partner].Spec.Partner, after["gw-g"].Spec.Partner)
 	}
 	checkConsistent(t, c, names)
+	if err := c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "p-ha-" + lost}, &sec); !apierrors.IsNotFound(err) {
+		t.Errorf("the lost gateway's HA secret after its survivor paired again: %v, want it deleted", err)
+	}
 	for _, n := range names {
 		if st := getTunnel(t, c, n).Status; st.Phase != fleetv1.PhasePlaced {
 			t.Errorf("%s: %+v after the join, want Placed", n, st)
@@ -405,5 +420,34 @@ func TestReconcileKeepsPairsOfAssignments(t *testing.T) {
 	as := assignments(t, c)
 	if as["gw-a"].Spec.Partner != "gw-b" || as["gw-b"].Spec.Partner != "gw-a" || as["gw-c"].Spec.Partner != "" {
 		t.Fatalf("partners a=%q b=%q c=%q, want a and b kept together", as["gw-a"].Spec.Partner, as["gw-b"].Spec.Partner, as["gw-c"].Spec.Partner)
+	}
+}
+
+// TestReconcileStatusFailureDoesNotHoldUpOthers: one tunnel whose status
+// write fails does not keep the others from theirs; the reconcile
+// reports the error so it is retried.
+func TestReconcileStatusFailureDoesNotHoldUpOthers(t *testing.T) {
+	now := time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC)
+	s, err := NewScheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := fake.NewClientBuilder().WithScheme(s).
+		WithObjects(newPool("p"), newLease("p", "gw-a", "z1", now), newTunnel("p", "t1"), newTunnel("p", "t2"), newTunnel("p", "t3")).
+		WithStatusSubresource(&fleetv1.GatewayPool{}, &fleetv1.Tunnel{}, &fleetv1.TLSListener{}, &fleetv1.GatewayAssignment{}).
+		WithInterceptorFuncs(interceptor.Funcs{SubResourceUpdate: func(ctx context.Context, c client.Client, sub string, o client.Object, opts ...client.SubResourceUpdateOption) error {
+			if o.GetName() == "t1" {
+				return apierrors.NewConflict(fleetv1.GroupVersion.WithResource("tunnels").GroupResource(), "t1", nil)
+			}
+			return c.SubResource(sub).Update(ctx, o, opts...)
+		}}).Build()
+	r := &PoolReconciler{Client: c, Scheme: s, Now: func() time.Time { return now }}
+	if _, err := r.Reconcile(context.Background(), ctrl.Request{NamespacedName: types.NamespacedName{Namespace: testNS, Name: "p"}}); err == nil {
+		t.Fatal("a failed status write was not reported")
+	}
+	for _, n := range []string{"t2", "t3"} {
+		if st := getTunnel(t, c, n).Status; st.Owner != "gw-a" {
+			t.Errorf("%s: %+v, want it placed despite t1's failure", n, st)
+		}
 	}
 }
