@@ -92,6 +92,14 @@ func envClient(t *testing.T, cfg *rest.Config) (client.Client, string) {
 // runController runs the leader-elected manager on ns until the test ends.
 func runController(t *testing.T, cfg *rest.Config, ns string) *PoolReconciler {
 	t.Helper()
+	r, _ := runStoppableController(t, cfg, ns)
+	return r
+}
+
+// runStoppableController is runController that also returns a function
+// stopping the manager (which then gives up its leadership).
+func runStoppableController(t *testing.T, cfg *rest.Config, ns string) (*PoolReconciler, func()) {
+	t.Helper()
 	mgr, r, err := NewManager(cfg, Options{Namespace: ns, LeaderElection: true, MetricsAddr: "0", ProbeAddr: "0", SkipNameValidation: true})
 	if err != nil {
 		t.Fatal(err)
@@ -99,13 +107,17 @@ func runController(t *testing.T, cfg *rest.Config, ns string) *PoolReconciler {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
-	return r
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return r, stop
 }
 
 // waitFor polls cond every 50ms until it holds or 30s pass.
@@ -398,5 +410,47 @@ func TestEnvTicketRingWaitsForMembers(t *testing.T) {
 	})
 	if k := ring().Keys[0]; k.Issued == nil || k.Issued.Before(lastReport.Add(-time.Second)) {
 		t.Fatalf("the key issued at %v, before the last member reported at %v", k.Issued, lastReport)
+	}
+}
+
+// TestEnvLeaderElection runs two controllers: only the leader writes;
+// when it stops, the other takes over.
+func TestEnvLeaderElection(t *testing.T) {
+	cfg := startEnv(t)
+	c, ns := envClient(t, cfg)
+	ctx := context.Background()
+	r1, stop1 := runStoppableController(t, cfg, ns)
+	r2, stop2 := runStoppableController(t, cfg, ns)
+	pool := newPool("p")
+	pool.Namespace, pool.UID = ns, ""
+	if err := c.Create(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Create(ctx, envLease(ns, "p", "gw-a", "z1")); err != nil {
+		t.Fatal(err)
+	}
+	assigned := func(gw string) func() (bool, error) {
+		return func() (bool, error) {
+			var a fleetv1.GatewayAssignment
+			err := c.Get(ctx, types.NamespacedName{Namespace: ns, Name: gw}, &a)
+			return err == nil, err
+		}
+	}
+	waitFor(t, "gw-a's assignment", assigned("gw-a"))
+	w1, w2 := r1.Stats.AssignmentWrites.Load(), r2.Stats.AssignmentWrites.Load()
+	if (w1 == 0) == (w2 == 0) {
+		t.Fatalf("assignment writes %d and %d: want exactly one controller writing", w1, w2)
+	}
+	follower, stopLeader := r2, stop1
+	if w2 > 0 {
+		follower, stopLeader = r1, stop2
+	}
+	stopLeader()
+	if err := c.Create(ctx, envLease(ns, "p", "gw-b", "z2")); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "gw-b's assignment from the other controller", assigned("gw-b"))
+	if follower.Stats.AssignmentWrites.Load() == 0 {
+		t.Fatal("the follower wrote nothing after the leader stopped")
 	}
 }
