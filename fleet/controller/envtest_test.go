@@ -346,7 +346,7 @@ func TestEnvTicketRingWaitsForMembers(t *testing.T) {
 	cfg := startEnv(t)
 	c, ns := envClient(t, cfg)
 	ctx := context.Background()
-	runController(t, cfg, ns)
+	r := runController(t, cfg, ns)
 	pool := newPool("p")
 	pool.Namespace, pool.UID = ns, ""
 	if err := c.Create(ctx, pool); err != nil {
@@ -402,6 +402,12 @@ func TestEnvTicketRingWaitsForMembers(t *testing.T) {
 	report("gw-a")
 	// The controller sees gw-a's report (the pool's reconcile runs on the
 	// assignment's change); the key must not issue on it alone.
+	waitFor(t, "the controller counting gw-a's report", func() (bool, error) {
+		return r.Stats.PendingKeyHolders.Load() == 1, nil
+	})
+	if s := states(ring()); s != "a" {
+		t.Fatalf("ring %q with one of two members reporting, want accept-only", s)
+	}
 	lastReport := time.Now()
 	report("gw-b")
 	waitFor(t, "the key issuing", func() (bool, error) {

@@ -46,6 +46,9 @@ type Stats struct {
 	AssignmentDeletes    atomic.Int64
 	TunnelStatusWrites   atomic.Int64
 	ListenerStatusWrites atomic.Int64
+	// PendingKeyHolders is how many live members had the ticket key
+	// waiting to issue when the ring was last looked at.
+	PendingKeyHolders atomic.Int64
 }
 
 // PoolReconciler reconciles one GatewayPool and everything placed on it.
@@ -578,20 +581,18 @@ func (r *PoolReconciler) reconcileRing(ctx context.Context, pool *fleetv1.Gatewa
 		}
 	}
 	has := func(version int64) bool {
+		n := 0
 		for _, m := range live {
 			a := assigns[m.Name]
-			if a == nil {
-				return false
+			switch {
+			case a == nil:
+			case a.Status.TicketKeyVersion >= version,
+				a.Spec.TicketKeyVersion >= version && a.Status.AppliedGeneration >= a.Spec.Generation:
+				n++
 			}
-			if a.Status.TicketKeyVersion >= version {
-				continue
-			}
-			if a.Spec.TicketKeyVersion >= version && a.Status.AppliedGeneration >= a.Spec.Generation {
-				continue
-			}
-			return false
 		}
-		return true
+		r.Stats.PendingKeyHolders.Store(int64(n))
+		return n == len(live)
 	}
 	lifetime := 24 * time.Hour
 	if l := pool.Spec.TicketKeys.Lifetime; l != nil && l.Duration >= time.Minute {
