@@ -211,7 +211,10 @@ func runDemo(ctx context.Context, e *env, cmd *cobra.Command, o *demoOptions) (e
 	if err != nil {
 		return withCode(exitNoTraffic, fmt.Errorf("demo: %w", err))
 	}
-	static := demoConfigs(alg, o.engine, dir)
+	static, err := demoConfigs(alg, o.engine, dir)
+	if err != nil {
+		return withCode(exitNoTraffic, err)
+	}
 	r.keying = "static"
 	switch {
 	case o.inMemory:
@@ -225,7 +228,10 @@ func runDemo(ctx context.Context, e *env, cmd *cobra.Command, o *demoOptions) (e
 	default:
 		texts := static
 		if !o.static {
-			texts, r.keying = demoIKEConfigs(alg, o.engine, dir), "ike"
+			if texts, err = demoIKEConfigs(alg, o.engine, dir); err != nil {
+				return withCode(exitNoTraffic, err)
+			}
+			r.keying = "ike"
 		}
 		daemon := o.gateways == "daemon"
 		if o.gateways == "auto" {
@@ -296,61 +302,74 @@ func algNames() string {
 
 // demoConfigs writes the two gateways' configuration files: one tunnel,
 // its SAs keyed from crypto/rand, mirror images of each other.
-func demoConfigs(alg cryptodev.Alg, engine, dir string) [2][]byte {
+func demoConfigs(alg cryptodev.Alg, engine, dir string) ([2][]byte, error) {
 	info := alg.Info()
 	key := func(n int) string {
 		b := make([]byte, n)
 		rand.Read(b)
 		return hex.EncodeToString(b)
 	}
-	type saKeys struct{ enc, auth string }
-	keys := map[string]saKeys{}
-	for _, name := range []string{"a-to-b", "b-to-a"} {
-		var k saKeys
+	sa := func(name string, spi uint32, src, dst netip.Addr) config.FileSA {
+		s := config.FileSA{Name: name, SPI: spi, Src: src.String(), Dst: dst.String(), Mode: "tunnel", Encap: "udp",
+			ESP: alg.String(), ReplayWindow: new(1024)}
 		if n := alg.EncKeyLen(); n > 0 {
-			k.enc = key(n)
+			s.EncKey = key(n)
 		}
 		if info.AuthKeyLen > 0 {
-			k.auth = key(info.AuthKeyLen)
+			s.AuthKey = key(info.AuthKeyLen)
 		}
-		keys[name] = k
+		return s
 	}
-	sa := func(b *strings.Builder, name string, spi uint32, src, dst netip.Addr) {
-		fmt.Fprintf(b, "\n[[sa]]\nname = %q\nspi = 0x%x\nsrc = %q\ndst = %q\nmode = \"tunnel\"\nencap = \"udp\"\nesp = %q\n",
-			name, spi, src, dst, alg)
-		if k := keys[name]; k.enc != "" {
-			fmt.Fprintf(b, "enc_key = %q\n", k.enc)
-		}
-		if k := keys[name]; k.auth != "" {
-			fmt.Fprintf(b, "auth_key = %q\n", k.auth)
-		}
-		b.WriteString("replay_window = 1024\n")
+	// Both files carry both SAs, with the same keys.
+	sas := []config.FileSA{
+		sa("a-to-b", 0x1001, demoWAN[0].Addr(), demoWAN[1].Addr()),
+		sa("b-to-a", 0x2001, demoWAN[1].Addr(), demoWAN[0].Addr()),
 	}
 	var out [2][]byte
 	names := [2]string{"a", "b"}
 	for i := range 2 {
 		j := 1 - i
-		var b strings.Builder
-		fmt.Fprintf(&b, "# sluice demo, site %s: written by `sluice demo` with fresh keys\n", strings.ToUpper(names[i]))
-		// Each gateway has its state directory (it locks it), in the
-		// demo's own directory: the keys are new each run, so is the state.
-		fmt.Fprintf(&b, "\n[gateway]\nengine = %q\nlog_level = \"warn\"\nstate_dir = %q\n", engine, filepath.Join(dir, "state-"+names[i]))
-		fmt.Fprintf(&b, "\n[tun]\nname = %q\naddresses = [%q]\n", demoTUN, demoInner[i])
-		fmt.Fprintf(&b, "\n[udp]\nlisten = \"%s:4500\"\n", demoWAN[i].Addr())
-		fmt.Fprintf(&b, "\n[[tunnel]]\nname = \"to-%s\"\nlocal = %q\npeer = %q\nencap = \"udp\"\npeer_port = 4500\nremote = [%q]\nout = \"%s-to-%s\"\nin = [\"%s-to-%s\"]\n",
-			names[j], demoWAN[i].Addr(), demoWAN[j].Addr(), demoInner[j].Masked(), names[i], names[j], names[j], names[i])
-		sa(&b, "a-to-b", 0x1001, demoWAN[0].Addr(), demoWAN[1].Addr())
-		sa(&b, "b-to-a", 0x2001, demoWAN[1].Addr(), demoWAN[0].Addr())
-		out[i] = []byte(b.String())
+		f := demoSiteFile(i, engine, dir)
+		f.Tunnels = []config.FileTunnel{{
+			Name: "to-" + names[j], Local: demoWAN[i].Addr().String(), Peer: demoWAN[j].Addr().String(),
+			Encap: "udp", PeerPort: 4500, Remote: []string{demoInner[j].Masked().String()},
+			Out: names[i] + "-to-" + names[j], In: []string{names[j] + "-to-" + names[i]},
+		}}
+		f.SAs = sas
+		b, err := encodeDemo(f, fmt.Sprintf("# sluice demo, site %s: written by `sluice demo` with fresh keys\n", strings.ToUpper(names[i])))
+		if err != nil {
+			return out, err
+		}
+		out[i] = b
 	}
-	return out
+	return out, nil
+}
+
+// demoSiteFile is what both keyings write for site i: [gateway], [tun] and
+// [udp]. Each gateway has its state directory (it locks it), in the demo's
+// own directory: the keys are new each run, so is the state.
+func demoSiteFile(i int, engine, dir string) *config.File {
+	return &config.File{
+		Gateway: config.FileGateway{Engine: engine, LogLevel: "warn", StateDir: filepath.Join(dir, "state-"+[2]string{"a", "b"}[i])},
+		TUN:     &config.FileTUN{Name: demoTUN, Addresses: []string{demoInner[i].String()}},
+		UDP:     &config.FileUDP{Listen: netip.AddrPortFrom(demoWAN[i].Addr(), 4500).String()},
+	}
+}
+
+// encodeDemo encodes f after a comment saying where the file comes from.
+func encodeDemo(f *config.File, head string) ([]byte, error) {
+	b, err := f.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("demo: %w", err)
+	}
+	return append([]byte(head+"\n"), b...), nil
 }
 
 // demoIKEConfigs writes the two gateways' configuration files keyed over
 // IKEv2: one [[connection]] each, with a pre-shared key from crypto/rand
 // and the demo's ESP algorithm; A starts the negotiation, B waits for it.
 // ESP goes in UDP 4500 (encap = true), as with static keys.
-func demoIKEConfigs(alg cryptodev.Alg, engine, dir string) [2][]byte {
+func demoIKEConfigs(alg cryptodev.Alg, engine, dir string) ([2][]byte, error) {
 	psk := make([]byte, 32)
 	rand.Read(psk)
 	ids := [2]string{"a.demo.sluice", "b.demo.sluice"}
@@ -358,24 +377,29 @@ func demoIKEConfigs(alg cryptodev.Alg, engine, dir string) [2][]byte {
 	var out [2][]byte
 	for i := range 2 {
 		j := 1 - i
-		start := "none"
+		start := config.StartNone
 		if i == 0 {
-			start = "start"
+			start = config.StartStart
 		}
-		var b strings.Builder
-		fmt.Fprintf(&b, "# sluice demo, site %s: written by `sluice demo`, keyed over IKEv2 with a fresh pre-shared key\n", strings.ToUpper(names[i]))
-		fmt.Fprintf(&b, "\n[gateway]\nengine = %q\nlog_level = \"warn\"\nstate_dir = %q\n", engine, filepath.Join(dir, "state-"+names[i]))
-		fmt.Fprintf(&b, "\n[tun]\nname = %q\naddresses = [%q]\n", demoTUN, demoInner[i])
-		fmt.Fprintf(&b, "\n[udp]\nlisten = \"%s:4500\"\n", demoWAN[i].Addr())
-		fmt.Fprintf(&b, "\n[[connection]]\nname = \"to-%s\"\nlocal_addrs = [%q]\nremote_addrs = [%q]\nencap = true\n",
-			names[j], demoWAN[i].Addr(), demoWAN[j].Addr())
-		fmt.Fprintf(&b, "  [connection.local]\n  auth = \"psk\"\n  id = %q\n  [connection.remote]\n  auth = \"psk\"\n  id = %q\n", ids[i], ids[j])
-		fmt.Fprintf(&b, "  [[connection.children]]\n  name = \"net-%s\"\n  local_ts = [%q]\n  remote_ts = [%q]\n  esp_proposals = %q\n  start_action = %q\n",
-			names[j], demoInner[i].Masked(), demoInner[j].Masked(), alg, start)
-		fmt.Fprintf(&b, "\n[[secret]]\ntype = \"ike\"\nids = [%q, %q]\nsecret = \"0x%s\"\n", ids[0], ids[1], hex.EncodeToString(psk))
-		out[i] = []byte(b.String())
+		f := demoSiteFile(i, engine, dir)
+		f.Connections = []config.FileConnection{{
+			Name: "to-" + names[j], LocalAddrs: []string{demoWAN[i].Addr().String()}, RemoteAddrs: []string{demoWAN[j].Addr().String()},
+			Encap:  true,
+			Local:  config.FileAuth{Auth: config.AuthPSK, ID: ids[i]},
+			Remote: config.FileAuth{Auth: config.AuthPSK, ID: ids[j]},
+			Children: []config.FileChild{{
+				Name: "net-" + names[j], LocalTS: []string{demoInner[i].Masked().String()}, RemoteTS: []string{demoInner[j].Masked().String()},
+				ESPProposals: alg.String(), StartAction: start,
+			}},
+		}}
+		f.Secrets = []config.FileSecret{{Type: config.SecretIKE, IDs: ids[:], Secret: config.SecretHex(psk)}}
+		b, err := encodeDemo(f, fmt.Sprintf("# sluice demo, site %s: written by `sluice demo`, keyed over IKEv2 with a fresh pre-shared key\n", strings.ToUpper(names[i])))
+		if err != nil {
+			return out, err
+		}
+		out[i] = b
 	}
-	return out
+	return out, nil
 }
 
 // parseSites parses the two configurations into the run's sites.

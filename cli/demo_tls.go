@@ -235,23 +235,19 @@ func demoTLSSite(dir, engine string) (*demoTLSFiles, error) {
 			return nil, err
 		}
 	}
-	text := fmt.Sprintf(`# sluice demo tls: written by `+"`sluice demo tls`"+`, removed when it ends
-[gateway]
-engine = %q
-log_level = "warn"
-
-[[tls]]
-name = "demo"
-listen = %q
-backend = "static:www"
-versions = ["1.2", "1.3"]
-alpn = ["http/1.1"]
-  [[tls.cert]]
-  cert = "server.pem"
-  key = "server.key"
-`, engine, "127.0.0.1:0")
+	f := &config.File{
+		Gateway: config.FileGateway{Engine: engine, LogLevel: "warn"},
+		TLS: []config.FileTLS{{Name: "demo", Listen: "127.0.0.1:0", Backend: "static:www",
+			Versions: []string{"1.2", "1.3"}, ALPN: []string{"http/1.1"},
+			Certs: []config.FileTLSCert{{Cert: "server.pem", Key: "server.key"}}}},
+	}
+	text, err := f.Encode()
+	if err != nil {
+		return nil, err
+	}
+	text = append([]byte("# sluice demo tls: written by `sluice demo tls`, removed when it ends\n\n"), text...)
 	s.file = filepath.Join(dir, "gateway.toml")
-	if err := os.WriteFile(s.file, []byte(text), 0o600); err != nil {
+	if err := os.WriteFile(s.file, text, 0o600); err != nil {
 		return nil, err
 	}
 	return s, nil

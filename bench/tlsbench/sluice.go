@@ -10,8 +10,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
-	"strings"
 
 	"github.com/sluicegw/sluice/config"
 )
@@ -29,14 +27,19 @@ type SluiceSite struct {
 }
 
 // SluiceConfig returns the gateway configuration of s.
-func SluiceConfig(s SluiceSite) string {
-	var b strings.Builder
-	fmt.Fprintf(&b, "# sluice bench tls: one TLS listener, engine %s, TLS %s\n", s.Engine, s.Version)
-	fmt.Fprintf(&b, "\n[gateway]\nlog_level = \"warn\"\nstate_dir = %s\n", strconv.Quote(s.StateDir))
-	fmt.Fprintf(&b, "\n[[tls]]\nname = \"bench\"\nlisten = %s\nbackend = %s\nengine = %s\nversions = [%s]\nsession_tickets = true\n",
-		strconv.Quote(s.Listen), strconv.Quote("static:"+s.WWW), strconv.Quote(s.Engine), strconv.Quote(s.Version))
-	fmt.Fprintf(&b, "  [[tls.cert]]\n  cert = %s\n  key = %s\n", strconv.Quote(s.Cert.Cert), strconv.Quote(s.Cert.Key))
-	return b.String()
+func SluiceConfig(s SluiceSite) ([]byte, error) {
+	f := &config.File{
+		Gateway: config.FileGateway{LogLevel: "warn", StateDir: s.StateDir},
+		TLS: []config.FileTLS{{Name: "bench", Listen: s.Listen, Backend: "static:" + s.WWW, Engine: s.Engine,
+			Versions: []string{s.Version}, SessionTickets: new(true),
+			Certs: []config.FileTLSCert{{Cert: s.Cert.Cert, Key: s.Cert.Key}}}},
+	}
+	text, err := f.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("tlsbench: %w", err)
+	}
+	head := fmt.Sprintf("# sluice bench tls: one TLS listener, engine %s, TLS %s\n\n", s.Engine, s.Version)
+	return append([]byte(head), text...), nil
 }
 
 // startSluice writes the configuration of site into dir/sluice-NAME and
@@ -52,7 +55,10 @@ func startSluice(ctx context.Context, argv func(args ...string) ([]string, error
 		return nil, err
 	}
 	file := filepath.Join(sub, "gateway.toml")
-	text := []byte(SluiceConfig(site))
+	text, err := SluiceConfig(site)
+	if err != nil {
+		return nil, err
+	}
 	if err := os.WriteFile(file, text, 0o600); err != nil {
 		return nil, err
 	}

@@ -127,9 +127,12 @@ func TestNginxConfig(t *testing.T) {
 func TestSluiceConfig(t *testing.T) {
 	m := material(t, []string{ECDSAP256}, 1024)
 	dir := t.TempDir()
-	text := SluiceConfig(SluiceSite{Listen: "127.0.0.1:8443", Cert: m.Certs[ECDSAP256], Version: "1.3", Engine: "sched",
+	text, err := SluiceConfig(SluiceSite{Listen: "127.0.0.1:8443", Cert: m.Certs[ECDSAP256], Version: "1.3", Engine: "sched",
 		WWW: m.WWW, StateDir: filepath.Join(dir, "state")})
-	g, err := config.ParseGateway(filepath.Join(dir, "gateway.toml"), []byte(text))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := config.ParseGateway(filepath.Join(dir, "gateway.toml"), text)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, text)
 	}

@@ -68,50 +68,41 @@ func SluiceConfigs(cell Cell, stateDirs [2]string) ([2][]byte, error) {
 		rand.Read(b)
 		return hex.EncodeToString(b)
 	}
-	type sa struct {
-		name      string
-		spi       uint32
-		src, dst  netip.Addr
-		enc, auth string
+	sa := func(name string, spi uint32, src, dst netip.Addr) config.FileSA {
+		return config.FileSA{Name: name, SPI: spi, Src: src.String(), Dst: dst.String(), Mode: "tunnel", Encap: "udp",
+			ESP: alg.String(), EncKey: key(alg.EncKeyLen()), AuthKey: key(alg.Info().AuthKeyLen)}
 	}
-	var sas []sa
+	var sas []config.FileSA
 	for k := range cell.Tunnels {
 		sas = append(sas,
-			sa{fmt.Sprintf("a-to-b-%d", k), 0x10000 + uint32(k), wan[0].Addr(), wan[1].Addr(), key(alg.EncKeyLen()), key(alg.Info().AuthKeyLen)},
-			sa{fmt.Sprintf("b-to-a-%d", k), 0x20000 + uint32(k), wan[1].Addr(), wan[0].Addr(), key(alg.EncKeyLen()), key(alg.Info().AuthKeyLen)})
+			sa(fmt.Sprintf("a-to-b-%d", k), 0x10000+uint32(k), wan[0].Addr(), wan[1].Addr()),
+			sa(fmt.Sprintf("b-to-a-%d", k), 0x20000+uint32(k), wan[1].Addr(), wan[0].Addr()))
 	}
 	names := [2]string{"a", "b"}
 	inner := [2]func(int) netip.Prefix{innerA, innerB}
 	var out [2][]byte
 	for i := range 2 {
 		j := 1 - i
-		var b strings.Builder
-		fmt.Fprintf(&b, "# sluice bench tunnel, site %s: %d tunnel(s), fresh keys\n", strings.ToUpper(names[i]), cell.Tunnels)
-		fmt.Fprintf(&b, "\n[gateway]\nengine = %q\nlog_level = \"warn\"\nstate_dir = %q\n", cell.Engine, stateDirs[i])
-		if cell.Workers > 0 {
-			fmt.Fprintf(&b, "workers = %d\n", cell.Workers)
+		f := &config.File{
+			Gateway: config.FileGateway{Engine: cell.Engine, LogLevel: "warn", StateDir: stateDirs[i], Workers: cell.Workers},
+			TUN:     &config.FileTUN{Name: sluiceTUN},
+			UDP:     &config.FileUDP{Listen: netip.AddrPortFrom(wan[i].Addr(), 4500).String()},
+			SAs:     sas,
 		}
-		var addrs []string
 		for k := range cell.Tunnels {
-			addrs = append(addrs, fmt.Sprintf("%q", inner[i](k)))
+			f.TUN.Addresses = append(f.TUN.Addresses, inner[i](k).String())
+			f.Tunnels = append(f.Tunnels, config.FileTunnel{
+				Name: fmt.Sprintf("to-%s-%d", names[j], k), Local: wan[i].Addr().String(), Peer: wan[j].Addr().String(),
+				Encap: "udp", PeerPort: 4500, Remote: []string{inner[j](k).Masked().String()},
+				Out: fmt.Sprintf("%s-to-%s-%d", names[i], names[j], k), In: []string{fmt.Sprintf("%s-to-%s-%d", names[j], names[i], k)},
+			})
 		}
-		fmt.Fprintf(&b, "\n[tun]\nname = %q\naddresses = [%s]\n", sluiceTUN, strings.Join(addrs, ", "))
-		fmt.Fprintf(&b, "\n[udp]\nlisten = \"%s:4500\"\n", wan[i].Addr())
-		for k := range cell.Tunnels {
-			fmt.Fprintf(&b, "\n[[tunnel]]\nname = \"to-%s-%d\"\nlocal = %q\npeer = %q\nencap = \"udp\"\npeer_port = 4500\nremote = [%q]\nout = \"%s-to-%s-%d\"\nin = [\"%s-to-%s-%d\"]\n",
-				names[j], k, wan[i].Addr(), wan[j].Addr(), inner[j](k).Masked(), names[i], names[j], k, names[j], names[i], k)
+		b, err := f.Encode()
+		if err != nil {
+			return [2][]byte{}, fmt.Errorf("bench: %w", err)
 		}
-		for _, s := range sas {
-			fmt.Fprintf(&b, "\n[[sa]]\nname = %q\nspi = 0x%x\nsrc = %q\ndst = %q\nmode = \"tunnel\"\nencap = \"udp\"\nesp = %q\n",
-				s.name, s.spi, s.src, s.dst, alg)
-			if s.enc != "" {
-				fmt.Fprintf(&b, "enc_key = %q\n", s.enc)
-			}
-			if s.auth != "" {
-				fmt.Fprintf(&b, "auth_key = %q\n", s.auth)
-			}
-		}
-		out[i] = []byte(b.String())
+		head := fmt.Sprintf("# sluice bench tunnel, site %s: %d tunnel(s), fresh keys\n\n", strings.ToUpper(names[i]), cell.Tunnels)
+		out[i] = append([]byte(head), b...)
 	}
 	return out, nil
 }

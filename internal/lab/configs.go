@@ -1,8 +1,6 @@
 package lab
 
 import (
-	"fmt"
-
 	"github.com/sluicegw/sluice/config"
 )
 
@@ -13,23 +11,18 @@ import (
 // and "b-to-a", which both files carry.
 func PairConfigs(sas string) (a, b *config.Gateway, err error) {
 	site := func(name, tunAddr, local, peer, remote, out, in string) (*config.Gateway, error) {
-		text := fmt.Sprintf(`
-[gateway]
-workers = 2
-engine = "soft"
-
-[tun]
-addresses = [%q]
-
-[[tunnel]]
-name = "t"
-local = %q
-peer = %q
-remote = [%q]
-out = %q
-in = [%q]
-`, tunAddr, local, peer, remote, out, in) + sas
-		return config.ParseGateway(name, []byte(text))
+		f := &config.File{
+			Gateway: config.FileGateway{Workers: 2, Engine: "soft"},
+			TUN:     &config.FileTUN{Addresses: []string{tunAddr}},
+			Tunnels: []config.FileTunnel{{Name: "t", Local: local, Peer: peer, Remote: []string{remote}, Out: out, In: []string{in}}},
+		}
+		text, err := f.Encode()
+		if err != nil {
+			return nil, err
+		}
+		// The SAs come last: after the tunnel's table, their [[sa]]
+		// tables are the file's own.
+		return config.ParseGateway(name, append(text, "\n"+sas...))
 	}
 	if a, err = site("a.toml", "10.1.0.1/24", "192.0.2.1", "192.0.2.2", "10.2.0.0/24", "a-to-b", "b-to-a"); err != nil {
 		return nil, nil, err

@@ -5,9 +5,9 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
-	"fmt"
 	"path/filepath"
 
+	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/gateway/certgen"
 )
 
@@ -58,28 +58,32 @@ func WriteHACreds(dir string) (HACreds, error) {
 	return cr, nil
 }
 
-// HASection renders member me's [ha] section on t: the other member's
-// sync address, 100 ms heartbeats and 3 misses, the witness on the wan
-// router, and one group "site" with both virtual addresses at preference
-// pref.
-func (t *HATopology) HASection(me, other *HAGateway, pref int, c HACreds) string {
-	return fmt.Sprintf(`
-[ha]
-name = %q
-listen = %q
-peer = %q
-cert = %q
-key = %q
-ca = %q
-peer_name = %q
-interval = "100ms"
-misses = 3
-witness = %q
+// HAConfig is member me's [ha] section on t: the other member's sync
+// address, 100 ms heartbeats and 3 misses, the witness on the wan router,
+// and one group "site" with both virtual addresses at preference pref.
+func (t *HATopology) HAConfig(me, other *HAGateway, pref int, c HACreds) *config.FileHA {
+	return &config.FileHA{
+		Name: me.Name, PeerName: other.Name,
+		Listen: me.SyncAddr(HASyncPort).String(), Peer: other.SyncAddr(HASyncPort).String(),
+		Cert: c.Cert[me.Name], Key: c.Key[me.Name], CA: c.CA,
+		Interval: "100ms", Misses: 3, Witness: t.Witness.String(),
+		Groups: []config.FileHAGroup{{
+			Name:       "site",
+			Addresses:  []string{t.WANVIP.String() + " dev " + HAWANIf, t.LANVIP.String() + " dev " + HALANIf},
+			Preference: pref,
+		}},
+	}
+}
 
-[[ha.group]]
-name = "site"
-addresses = ["%s dev %s", "%s dev %s"]
-preference = %d
-`, me.Name, me.SyncAddr(HASyncPort), other.SyncAddr(HASyncPort), c.Cert[me.Name], c.Key[me.Name], c.CA, other.Name, t.Witness,
-		t.WANVIP, HAWANIf, t.LANVIP, HALANIf, pref)
+// HASection is HAConfig as text, for configurations written as text: it
+// ends them, after their last section. The encoder fails only on a string
+// that is not UTF-8, which the lab's names and the paths of WriteHACreds
+// never are; it panics then, failing the test that asked.
+func (t *HATopology) HASection(me, other *HAGateway, pref int, c HACreds) string {
+	f := &config.File{HA: t.HAConfig(me, other, pref, c)}
+	b, err := f.Encode()
+	if err != nil {
+		panic("lab: " + err.Error())
+	}
+	return "\n" + string(b)
 }
