@@ -99,11 +99,11 @@ type Agent struct {
 	wake chan struct{}
 
 	// State of the loop, owned by Run's goroutine.
-	gw       Gateway     // nil while not connected
-	applied  string      // the text applied on gw's connection
-	want     *desired    // the last rendering
-	status   statusState // the status last written
-	failures int         // consecutive failed syncs, for the backoff
+	gw       Gateway           // nil while not connected
+	applied  string            // the text applied on gw's connection
+	want     *desired          // the last rendering
+	status   statusState       // the status last written
+	failures int               // consecutive failed syncs, for the backoff
 	files    map[string][]byte // the credential files written
 }
 

@@ -425,4 +425,3 @@ func unspecified(a netip.Addr) netip.Addr {
 	}
 	return netip.IPv6Unspecified()
 }
-
