@@ -185,6 +185,9 @@ func (a *Agent) Run(ctx context.Context) error {
 		case <-retry.C:
 			full = true
 		case <-poll.C:
+			if a.failures > 0 {
+				continue // the retry timer's backoff decides when to try again
+			}
 			full = a.now().Sub(lastSync) >= a.cfg.ResyncInterval
 		}
 		var err error

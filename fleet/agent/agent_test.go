@@ -414,3 +414,28 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestTicketKeysAcceptOnly(t *testing.T) {
+	ring, _ := json.Marshal(v1alpha1.TicketKeyRing{Version: 1, Keys: []v1alpha1.TicketKey{{ID: "k1", Key: make([]byte, 32), State: v1alpha1.KeyAccept}}})
+	keys, v, err := ticketKeys(testSecret("r", map[string][]byte{v1alpha1.TicketKeyRingKey: ring}), "r", 1)
+	if err != nil || v != 1 || keys != nil {
+		t.Errorf("ticketKeys = %v, %d, %v; want no keys (the gateway takes a ring only with a key that issues), version 1", keys, v, err)
+	}
+	for _, tc := range []struct {
+		ring v1alpha1.TicketKeyRing
+		want string
+	}{
+		{v1alpha1.TicketKeyRing{Version: 1, Keys: []v1alpha1.TicketKey{{ID: "k1", Key: make([]byte, 31), State: v1alpha1.KeyIssue}}},
+			"agent: ticket-key Secret r: key k1 has 31 bytes (want 32)"},
+		{v1alpha1.TicketKeyRing{Version: 1, Keys: []v1alpha1.TicketKey{{ID: "k1", Key: make([]byte, 32), State: v1alpha1.KeyIssue}, {ID: "k2", Key: make([]byte, 32), State: v1alpha1.KeyIssue}}},
+			"agent: ticket-key Secret r: 2 keys in state issue (want at most one)"},
+	} {
+		data, _ := json.Marshal(tc.ring)
+		if _, _, err := ticketKeys(testSecret("r", map[string][]byte{v1alpha1.TicketKeyRingKey: data}), "r", 1); err == nil || err.Error() != tc.want {
+			t.Errorf("err = %v, want %s", err, tc.want)
+		}
+	}
+	if _, _, err := ticketKeys(testSecret("r", map[string][]byte{v1alpha1.TicketKeyRingKey: []byte("{")}), "r", 1); err == nil || !strings.HasPrefix(err.Error(), "agent: ticket-key Secret r: ring.json: ") {
+		t.Errorf("err = %v", err)
+	}
+}

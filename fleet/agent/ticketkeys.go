@@ -10,8 +10,8 @@ import (
 )
 
 // ticketKeys reads the pool's ticket-key ring from its Secret (name):
-// the keys to apply (accept and issue; retired ones are left out) and the
-// ring's version. A ring older than want (the version the assignment asks
+// the keys to apply (accept and issue; retired ones are left out; none
+// while no key issues) and the ring's version. A ring older than want (the version the assignment asks
 // for) is an error to retry: the Secret read is behind the controller.
 func ticketKeys(s *corev1.Secret, name string, want int64) ([]TicketKey, int64, error) {
 	if s == nil {
@@ -44,8 +44,14 @@ func ticketKeys(s *corev1.Secret, name string, want int64) ([]TicketKey, int64, 
 		}
 		keys = append(keys, TicketKey{ID: k.ID, Key: k.Key, Issue: k.State == v1alpha1.KeyIssue})
 	}
-	if issuers > 1 {
+	switch {
+	case issuers > 1:
 		return nil, 0, fmt.Errorf("agent: ticket-key Secret %s: %d keys in state issue (want at most one)", name, issuers)
+	case issuers == 0:
+		// A ring of accept-only keys (a new pool's first) is not one the
+		// gateway can issue from: the gateway keeps the ring it has
+		// until a key issues.
+		return nil, ring.Version, nil
 	}
 	return keys, ring.Version, nil
 }

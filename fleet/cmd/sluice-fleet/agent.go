@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"time"
 
 	"github.com/spf13/cobra"
 	corev1 "k8s.io/api/core/v1"
@@ -29,6 +30,8 @@ type agentOptions struct {
 	ControlSocket            string
 	NodeAddress              string
 	HADir                    string
+	PollInterval             time.Duration
+	ResyncInterval           time.Duration
 }
 
 func newAgentCommand(stderr io.Writer) *cobra.Command {
@@ -54,6 +57,8 @@ environment the DaemonSet sets from the downward API.`,
 	f.StringVar(&o.ControlSocket, "control-socket", env("SLUICE_SOCKET", control.DefaultSocket), "the gateway's control socket ($SLUICE_SOCKET)")
 	f.StringVar(&o.NodeAddress, "node-address", env("NODE_IP", ""), "this node's address, for the sync channel; default the Node's InternalIP ($NODE_IP)")
 	f.StringVar(&o.HADir, "ha-dir", env("SLUICE_HA_DIR", "/run/sluice/creds"), "a memory-backed directory for the sync channel's and listeners' credentials ($SLUICE_HA_DIR)")
+	f.DurationVar(&o.PollInterval, "poll-interval", agent.DefaultPollInterval, "how often to read the gateway's child SAs (and find a restarted gateway)")
+	f.DurationVar(&o.ResyncInterval, "resync-interval", agent.DefaultResyncInterval, "how often to read the Tunnels and Secrets again without a change of the assignment (a rotated Secret is applied within it)")
 	return cmd
 }
 
@@ -108,6 +113,7 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 		Client: c, Assignments: cache, Gateway: o.Gateway, Namespace: o.Namespace, Pool: o.Pool,
 		Zone: node.Labels[ZoneLabel], NodeAddress: addr, Dir: o.HADir,
 		ControlSocket: o.ControlSocket, Dial: agent.ControlDialer(o.ControlSocket), Log: log,
+		PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval,
 	})
 	if err != nil {
 		return err
