@@ -9,6 +9,7 @@ package cli
 //	sluice policy list
 //	sluice stats [--watch]
 //	sluice reload
+//	sluice apply FILE
 
 import (
 	"context"
@@ -33,7 +34,7 @@ import (
 )
 
 func init() {
-	commands = append(commands, newSACommand, newTunnelCommand, newPolicyCommand, newStatsCommand, newReloadCommand)
+	commands = append(commands, newSACommand, newTunnelCommand, newPolicyCommand, newStatsCommand, newReloadCommand, newApplyCommand)
 }
 
 // minWatchInterval keeps stats --watch from hammering the gateway.
@@ -341,7 +342,7 @@ func readSAFile(e *env, path string) (string, error) {
 		r, name = f, path
 	}
 	// The request carrying it must fit in one control line.
-	limit := control.DefaultMaxRequest / 2
+	limit := 1 << 19
 	data, err := io.ReadAll(io.LimitReader(r, int64(limit)+1))
 	if err != nil {
 		return "", withCode(ExitUsage, err)
@@ -453,6 +454,82 @@ engines, [tun], [udp], [rawesp], control_socket, metrics).`,
 	}
 	ctlSocketFlag(cmd, o)
 	return cmd
+}
+
+func newApplyCommand(e *env) *cobra.Command {
+	o := &ctlOptions{}
+	var name string
+	cmd := &cobra.Command{
+		Use:   "apply FILE|- [--name NAME]",
+		Short: "Send the running gateway a whole configuration to apply, as reload does",
+		Long: `Send the running gateway the configuration in FILE (- reads standard
+input) over its control socket (config.apply) and print each change. The
+gateway reads it as the file NAME (default: FILE's path), so errors say
+NAME:line:col and relative paths in it are taken from NAME's directory,
+then applies it as reload applies the file it started from, without
+dropping traffic; a text with errors, or a change that needs a restart,
+is refused and the running configuration stays.
+
+From the first configuration applied, the gateway runs it and refuses
+reload (its file lacks what was applied) until it restarts. An agent
+that keeps secrets off the disk calls the same operation through the Go
+client (control.Client.Apply), with the TLS session ticket key ring.`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			text, n, err := readApplyFile(e, args[0])
+			if err != nil {
+				return err
+			}
+			if name == "" {
+				name = n
+			}
+			return ctlCall(cmd.Context(), o, func(c *control.Client) error {
+				r, err := c.Apply(cmd.Context(), control.ApplyArgs{Name: name, Config: text})
+				if err != nil {
+					return err
+				}
+				if len(r.Changes) == 0 {
+					fmt.Fprintln(e.stdout, "configuration applied: nothing changed")
+					return nil
+				}
+				fmt.Fprintf(e.stdout, "configuration applied: %d changes\n", len(r.Changes))
+				for _, c := range r.Changes {
+					fmt.Fprintln(e.stdout, "  "+c)
+				}
+				return nil
+			})
+		},
+	}
+	cmd.Flags().StringVar(&name, "name", "", "the name the gateway reads the text under, in errors and for relative paths (default: FILE's path)")
+	ctlSocketFlag(cmd, o)
+	return cmd
+}
+
+// readApplyFile reads a configuration to apply, at most
+// control.MaxApplyConfig bytes, and returns it with the name it goes
+// under by default: the file's absolute path, or "stdin".
+func readApplyFile(e *env, path string) (string, string, error) {
+	var r io.Reader = e.stdin
+	name := "stdin"
+	if path != "-" {
+		f, err := os.Open(path)
+		if err != nil {
+			return "", "", withCode(ExitUsage, err)
+		}
+		defer f.Close()
+		r, name = f, path
+		if abs, err := filepath.Abs(path); err == nil {
+			name = abs
+		}
+	}
+	data, err := io.ReadAll(io.LimitReader(r, control.MaxApplyConfig+1))
+	if err != nil {
+		return "", "", withCode(ExitUsage, err)
+	}
+	if len(data) > control.MaxApplyConfig {
+		return "", "", withCode(ExitUsage, fmt.Errorf("%s: longer than %d bytes, the most a configuration may have", name, control.MaxApplyConfig))
+	}
+	return string(data), name, nil
 }
 
 func newStatsCommand(e *env) *cobra.Command {

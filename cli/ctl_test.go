@@ -722,3 +722,35 @@ func TestStatsWatchRates(t *testing.T) {
 	}
 	t.Logf("second snapshot:\n%s", snaps[1])
 }
+
+// TestApply: sluice apply sends a file (or standard input) with
+// config.apply, under the file's path or --name, and prints the changes
+// as reload does; a file the gateway refuses is its errors.
+func TestApply(t *testing.T) {
+	sock, b := fakeGateway(t)
+	file := filepath.Join(t.TempDir(), "gw.toml")
+	if err := os.WriteFile(file, []byte("[udp]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b.SetReloadChanges([]string{"tunnel added tunnel=t2"})
+	code, out, errOut := ctlRun("apply", file, "--socket", sock)
+	if code != 0 || out != "configuration applied: 1 changes\n  tunnel added tunnel=t2\n" {
+		t.Fatalf("apply: exit %d, %q, %q", code, out, errOut)
+	}
+	code, out, errOut = ctlRunCtx(context.Background(), "[rawesp]\n", "apply", "-", "--name", "fleet/gw-a", "--socket", sock)
+	if code != 0 || !strings.HasPrefix(out, "configuration applied") {
+		t.Fatalf("apply from stdin: exit %d, %q, %q", code, out, errOut)
+	}
+	got := b.Applies()
+	if len(got) != 2 || got[0].Name != file || got[0].Text != "[udp]\n" || got[1].Name != "fleet/gw-a" || got[1].Text != "[rawesp]\n" {
+		t.Fatalf("backend got %+v", got)
+	}
+	b.SetReloadErr(errors.New("fleet/gw-a:3:11: gateway.workers: want an integer 0..1024"))
+	code, out, errOut = ctlRunCtx(context.Background(), "x", "apply", "-", "--name", "fleet/gw-a", "--socket", sock)
+	if code != ExitUsage || out != "" || errOut != "sluice: fleet/gw-a:3:11: gateway.workers: want an integer 0..1024\n" {
+		t.Fatalf("refused apply: exit %d, %q, %q", code, out, errOut)
+	}
+	if code, _, errOut := ctlRun("apply", filepath.Join(t.TempDir(), "missing.toml"), "--socket", sock); code != ExitUsage || !strings.Contains(errOut, "no such file") {
+		t.Fatalf("missing file: exit %d, %q", code, errOut)
+	}
+}

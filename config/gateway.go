@@ -20,7 +20,9 @@ package config
 //
 // A file with TLS sections and no [[tunnel]] is a TLS-only gateway
 // (Gateway.TLSOnly): it needs no [tun], sockets or SAs, and may not have
-// them.
+// them. A file with a [udp] or [rawesp] section and no [[tunnel]] or
+// [[connection]] is an IPsec gateway with nothing in it yet
+// (Gateway.EmptyIPsec), which a reload or config.apply fills.
 //
 // Decoding has two passes. The first decodes each table on its own; the
 // second checks what the tables say about each other: tunnels and their SAs,
@@ -1215,11 +1217,14 @@ func (d *gwDecoder) crossCheck() {
 	hasTLS := len(g.TLS) > 0 || len(g.TLSOrigins) > 0 || d.failed("tls") || d.failed("tls_origin")
 	switch {
 	case len(g.Tunnels) > 0 || d.failed("tunnel") || len(g.Connections) > 0 || d.failed("connection"):
+	case g.EmptyIPsec():
+		// An IPsec gateway with nothing in it yet: tunnels come by a
+		// reload or config.apply.
 	case hasTLS:
 		d.tlsOnlySections()
 	default:
 		pos := d.at("tunnel")
-		d.errorf(pos, "tunnel", "no [[tunnel]] or [[connection]]: the gateway needs at least one (a [[tunnel]] with name, local, peer, out, in; or an IKE [[connection]]), or TLS sections ([[tls]], [[tls_origin]]) for a TLS-only gateway")
+		d.errorf(pos, "tunnel", "no [[tunnel]] or [[connection]]: the gateway needs at least one (a [[tunnel]] with name, local, peer, out, in; or an IKE [[connection]]), or TLS sections ([[tls]], [[tls_origin]]) for a TLS-only gateway, or a [udp] or [rawesp] section for an IPsec gateway whose tunnels come later")
 	}
 	d.crossCheckTLS()
 	d.uniqueTunnelNames()

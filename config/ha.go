@@ -79,7 +79,11 @@ type HA struct {
 // HAGroup is a [[ha.group]]: virtual addresses moved together, with the
 // tunnels and IKE connections whose local address is one of them.
 type HAGroup struct {
-	Name      string // unique; the form of HA.Name
+	Name string // unique; the form of HA.Name
+	// Addresses may be none (addresses = [] or no key): a group that
+	// holds nothing yet, as a fleet's gateway whose partner owns no
+	// tunnel renders it. A reload may change them (not the name or the
+	// preference).
 	Addresses []HAAddress
 	// Preference is this member's preference for the group: its
 	// preference key, else [ha]'s.
@@ -255,10 +259,6 @@ func (d *gwDecoder) haGroup(te tableElem, pref int) HAGroup {
 			if !ok {
 				break
 			}
-			if len(elems) == 0 {
-				d.errorf(v.Pos, kf, `no address (want at least one, e.g. ["192.0.2.10/24 dev wan0"])`)
-				break
-			}
 			for i, ev := range elems {
 				s, _ := ev.Str()
 				a, msg := parseHAAddress(s)
@@ -276,13 +276,8 @@ func (d *gwDecoder) haGroup(te tableElem, pref int) HAGroup {
 			d.errs = append(d.errs, unknownKey(e, kf, haGroupKeys, ""))
 		}
 	}
-	for _, k := range []struct{ key, what string }{
-		{"name", "a name, unique among the groups"},
-		{"addresses", `the virtual addresses the group's owner holds, e.g. addresses = ["192.0.2.10/24 dev wan0"]`},
-	} {
-		if !seen[k.key] {
-			d.errorf(te.pos, fieldPath(f, k.key), "missing required key (%s)", k.what)
-		}
+	if !seen["name"] {
+		d.errorf(te.pos, fieldPath(f, "name"), "missing required key (a name, unique among the groups)")
 	}
 	return grp
 }

@@ -167,9 +167,8 @@ func TestHAErrors(t *testing.T) {
 		{"group string", haDoc("group = \"g1\"\n", ""), []wantErr{{9, "ha.group", "want an array of tables, got string"}}},
 		{"group unknown key", haDoc("", haGroup1+"prefer = 1\n"), []wantErr{{12, "ha.group[1].prefer", "unknown key (valid: name, addresses, preference)"}}},
 		{"group no name", haDoc("", group("addresses = [\"192.0.2.1/24 dev wan0\"]\n")), []wantErr{{9, "ha.group[1].name", "missing required key"}}},
-		{"group no addresses", haDoc("", group("name = \"g1\"\n")), []wantErr{{9, "ha.group[1].addresses", "missing required key (the virtual addresses the group's owner holds"}}},
 		{"group empty array", haDoc("group = []\n", ""), []wantErr{{9, "ha.group", "no group (want at least one [[ha.group]]"}}},
-		{"group empty addresses", haDoc("", group("name = \"g1\"\naddresses = []\n")), []wantErr{{11, "ha.group[1].addresses", "no address"}}},
+		// A group without addresses is valid: TestHAGroupWithoutAddresses.
 
 		// Values.
 		{"name form", with("name", `"Gw A"`), []wantErr{{2, "ha.name", `invalid member name "Gw A" (want 1 to 32 of a-z, 0-9 and '-'`}}},
@@ -326,5 +325,21 @@ func TestHAExamples(t *testing.T) {
 	}
 	if a.HA.Groups[0].Preference <= b.HA.Groups[0].Preference {
 		t.Errorf("a's preference %d is not above b's %d", a.HA.Groups[0].Preference, b.HA.Groups[0].Preference)
+	}
+}
+
+// TestHAGroupWithoutAddresses: a group may have no address yet (no
+// addresses key, or an empty list): a fleet renders the group its
+// partner owns so while that partner owns no tunnel.
+func TestHAGroupWithoutAddresses(t *testing.T) {
+	for _, grp := range []string{"[[ha.group]]\nname = \"g2\"\n", "[[ha.group]]\nname = \"g2\"\naddresses = []\n"} {
+		g, err := ParseGateway("gw.toml", []byte(haDoc("", haGroup1+grp)))
+		if err != nil {
+			t.Errorf("%q: %v", grp, err)
+			continue
+		}
+		if len(g.HA.Groups) != 2 || g.HA.Groups[1].Name != "g2" || len(g.HA.Groups[1].Addresses) != 0 {
+			t.Errorf("%q: groups %+v", grp, g.HA.Groups)
+		}
 	}
 }

@@ -139,11 +139,22 @@ type TLSOrigin struct {
 	Cert       *TLSCert // optional client certificate; nil = none
 }
 
-// TLSOnly reports whether g is a TLS-only gateway: TLS sections and no
-// [[tunnel]]. Such a gateway has no TUN device, no ESP sockets, no SAs and
-// no state directory.
+// TLSOnly reports whether g is a TLS-only gateway: TLS sections, no
+// [[tunnel]] or [[connection]], and no [udp] or [rawesp] section. Such a
+// gateway has no TUN device, no ESP sockets, no SAs and no state
+// directory.
 func (g *Gateway) TLSOnly() bool {
-	return len(g.Tunnels) == 0 && len(g.Connections) == 0 && (len(g.TLS) > 0 || len(g.TLSOrigins) > 0)
+	return len(g.Tunnels) == 0 && len(g.Connections) == 0 && !g.HasField("udp") && !g.HasField("rawesp") &&
+		(len(g.TLS) > 0 || len(g.TLSOrigins) > 0)
+}
+
+// EmptyIPsec reports whether g is an IPsec gateway with no tunnel yet: no
+// [[tunnel]] or [[connection]], and a [udp] or [rawesp] section for the
+// ESP it is to carry once a reload or config.apply brings tunnels. Such a
+// gateway starts its TUN device, sockets and data plane as one with
+// tunnels does.
+func (g *Gateway) EmptyIPsec() bool {
+	return len(g.Tunnels) == 0 && len(g.Connections) == 0 && (g.HasField("udp") || g.HasField("rawesp"))
 }
 
 // TLSEngines lists the engines the TLS sections use, each once, in file

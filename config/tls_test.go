@@ -264,7 +264,8 @@ func TestTLSErrors(t *testing.T) {
 
 		// A TLS-only gateway has no ESP parts.
 		{"tls-only with tun", "[tun]\nname = \"x\"\n" + tls1 + cert1, []wantErr{{1, "tun", "[tun] without any [[tunnel]]: a gateway with only [[tls]] and [[tls_origin]] sections is TLS-only"}}},
-		{"tls-only with udp", "[udp]\n" + orig1, []wantErr{{1, "udp", "[udp] without any [[tunnel]]"}}},
+		// [udp] with TLS sections and no tunnel is an IPsec gateway whose
+		// tunnels come later (TestEmptyIPsecGateway), not an error.
 		{"tls-only with sa", tls1 + cert1 + gwSA("o", 0x1001, ""), []wantErr{{8, "sa", "[[sa]] without any [[tunnel]]"}}},
 		{"tls-only with policy", tls1 + cert1 + "[[policy]]\naction = \"discard\"\n", []wantErr{{8, "policy", "[[policy]] without any [[tunnel]]"}}},
 		{"no sections", "[gateway]\nworkers = 1\n", []wantErr{{1, "tunnel", "or TLS sections ([[tls]], [[tls_origin]]) for a TLS-only gateway"}}},
@@ -488,4 +489,32 @@ func TestTLSExample(t *testing.T) {
 	if api.ServerName != "api.example.com" || api.CA != "" || api.Cert != nil || api.MaxConns != 1000 {
 		t.Errorf("api: %+v", api)
 	}
+}
+
+// TestEmptyIPsecGateway: a file with [udp] (or [rawesp]) and no tunnel,
+// connection or TLS section is an IPsec gateway with nothing configured
+// yet, which tunnels are applied to later (issue 19's agent starts each
+// gateway so); with TLS sections beside it, it is still not TLS-only. A
+// [tun] alone is no such gateway: it has no socket to carry ESP.
+func TestEmptyIPsecGateway(t *testing.T) {
+	for _, doc := range []string{
+		"[tun]\nname = \"sluice0\"\n[udp]\nlisten = \"192.0.2.1:4500\"\n",
+		"[rawesp]\nlisten = \"192.0.2.1\"\n",
+		"[udp]\nlisten = \"192.0.2.1:4500\"\n" + tls1 + cert1,
+	} {
+		g, err := ParseGateway("gw.toml", []byte(doc))
+		if err != nil {
+			t.Errorf("%q: %v", doc, err)
+			continue
+		}
+		if g.TLSOnly() || len(g.Tunnels) != 0 || len(g.Connections) != 0 || (g.UDP == nil && g.RawESP == nil) {
+			t.Errorf("%q: want an empty IPsec gateway, got %+v", doc, g)
+		}
+	}
+	_, err := ParseGateway("gw.toml", []byte("[tun]\nname = \"sluice0\"\n"))
+	var errs Errors
+	if !errors.As(err, &errs) {
+		t.Fatalf("[tun] alone: %v", err)
+	}
+	checkErrors(t, errs, []wantErr{{1, "tunnel", "no [[tunnel]] or [[connection]]"}})
 }

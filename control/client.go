@@ -238,3 +238,11 @@ func (c *Client) Reload(ctx context.Context) (ReloadResult, error) {
 	var r ReloadResult
 	return r, c.Call(ctx, OpReload, nil, &r)
 }
+
+// Apply is config.apply: the gateway parses a.Config as the configuration
+// file a.Name and applies it as Reload does, with a.TicketKeys, if any, as
+// the TLS session ticket key ring. It returns what it changed.
+func (c *Client) Apply(ctx context.Context, a ApplyArgs) (ReloadResult, error) {
+	var r ReloadResult
+	return r, c.Call(ctx, OpApply, a, &r)
+}

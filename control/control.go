@@ -21,6 +21,10 @@
 //	policy.list  -                                []gateway.PolicyInfo
 //	stats        -                                gateway.Stats
 //	reload       -                                ReloadResult
+//	config.apply {"name":NAME,"config":"<TOML>",    ReloadResult
+//	              "ticket_keys":[{"id":ID,
+//	              "key":"<base64 of 32 bytes>",
+//	              "issue":true}, ...]}
 //	ike.list     -                                gateway.IKEInfo
 //	ike.initiate {"name":CONNECTION}              IKEResult
 //	ike.terminate {"name":CONNECTION}             IKEResult
@@ -61,10 +65,11 @@ const (
 	OpIKETerm    = "ike.terminate"
 	OpHAStatus   = "ha.status"
 	OpHAHandover = "ha.handover"
+	OpApply      = "config.apply"
 )
 
 // Ops lists every operation, in documentation order.
-var Ops = []string{OpSAList, OpSAAdd, OpSADel, OpTunnelList, OpPolicyList, OpStats, OpReload, OpIKEList, OpIKEInit, OpIKETerm, OpHAStatus, OpHAHandover}
+var Ops = []string{OpSAList, OpSAAdd, OpSADel, OpTunnelList, OpPolicyList, OpStats, OpReload, OpIKEList, OpIKEInit, OpIKETerm, OpHAStatus, OpHAHandover, OpApply}
 
 // Request is one line a client sends.
 type Request struct {
@@ -111,6 +116,60 @@ type SADelResult struct {
 // order it made them (empty when the running state already was the file's).
 type ReloadResult struct {
 	Changes []string `json:"changes"`
+}
+
+// Limits of config.apply.
+const (
+	// MaxApplyConfig bounds ApplyArgs.Config.
+	MaxApplyConfig = 4 << 20
+	// MaxApplyName bounds ApplyArgs.Name.
+	MaxApplyName = 256
+	// MaxTicketKeys bounds ApplyArgs.TicketKeys.
+	MaxTicketKeys = 16
+	// MaxTicketKeyID bounds TicketKey.ID.
+	MaxTicketKeyID = 128
+)
+
+// ApplyArgs are the arguments of config.apply: a whole gateway
+// configuration sent over the socket instead of read from a file, so that
+// its secrets ([[secret]] pre-shared keys, [[sa]] keys) never touch the
+// node's disk. The gateway parses Config as it parses a file named Name
+// (errors say Name:line:col: field, and relative paths in it are taken
+// from Name's directory, as a file's are), then applies it as reload
+// does. Name is at most MaxApplyName bytes of printable text ("" is
+// "config.apply"), Config at most MaxApplyConfig bytes.
+//
+// Once a configuration was applied, it is the running one: reload, which
+// re-reads the file the gateway started from, is refused until the
+// gateway restarts, because that file lacks whatever was applied since.
+// Neither the text nor its secrets are logged or repeated in errors.
+type ApplyArgs struct {
+	Name   string `json:"name"`
+	Config string `json:"config"`
+	// TicketKeys, if any, are the session ticket key ring every TLS
+	// listener uses from now on, in place of its own rotation: exactly
+	// one key with Issue set encrypts new tickets, all decrypt them. None
+	// leaves the ring in force.
+	TicketKeys []TicketKey `json:"ticket_keys,omitempty"`
+}
+
+// TicketKey is one session ticket key of config.apply's ring: an ID of
+// the ring's owner's choosing (printable, unique in the ring; the
+// gateway logs and returns only IDs), the 32-byte key, and whether new
+// tickets are issued under it (else it only accepts them).
+type TicketKey struct {
+	ID    string `json:"id"`
+	Key   []byte `json:"key"`
+	Issue bool   `json:"issue,omitempty"`
+}
+
+// ApplyBackend is what a Backend that takes configurations over the
+// socket (config.apply) adds.
+type ApplyBackend interface {
+	// Apply parses text as the configuration file name and applies it as
+	// Reload does. ticketKeys, if not nil, is the session ticket key
+	// ring, issuing key first. It returns what it changed.
+	Apply(name, text string, ticketKeys [][32]byte) ([]string, error)
 }
 
 // IKEArgs are the arguments of ike.initiate and ike.terminate: the name

@@ -45,6 +45,7 @@ func FuzzRequests(f *testing.F) {
 		`{"op":"sa.add","args":{"tunnel":"to-b","dir":"out","sa":"[[sa]]\nspi = 1\n"}}`,
 		`{"op":"reload"}` + "\r\n" + `{"op":"policy.list"}`,
 		`{"op":"sa.list","args":{"x":1}}`,
+		`{"op":"config.apply","args":{"name":"n","config":"[udp]\n","ticket_keys":[{"id":"k","key":"AAAA","issue":true}]}}`,
 		`{"op":"sa.del","args":{"spi":-1}}`,
 		`{"op":"nope"} {}`,
 		`[1,2,3]`,

@@ -23,9 +23,16 @@ type GatewayBackend struct {
 
 	g   *gateway.Gateway
 	log *slog.Logger
+	// file is the configuration file the gateway started from.
+	file string
 	// reloadMu makes each reload read the file and apply it before the
 	// next one reads: an older file is never applied over a newer one.
+	// It serialises Apply with reloads too.
 	reloadMu sync.Mutex
+	// applied is the name of the last configuration applied over the
+	// socket (Apply), "" while the running one is the file's: a reload
+	// is refused once it is set.
+	applied string
 }
 
 // NewGatewayBackend adapts g. log (nil: discard) gets a line for each
@@ -34,7 +41,7 @@ func NewGatewayBackend(g *gateway.Gateway, log *slog.Logger) *GatewayBackend {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	return &GatewayBackend{g: g, log: log}
+	return &GatewayBackend{g: g, log: log, file: g.Config().File}
 }
 
 // SAs lists the SAs.
@@ -86,13 +93,46 @@ func (b *GatewayBackend) DelSA(spi uint32) error { return b.g.DelSA(spi) }
 func (b *GatewayBackend) Reload() ([]string, error) {
 	b.reloadMu.Lock()
 	defer b.reloadMu.Unlock()
-	file := b.g.Config().File
+	file := b.file
+	if b.applied != "" {
+		err := fmt.Errorf("control: reload: the running configuration was applied over the control socket (config.apply of %q); re-reading %s would drop what was applied: send the next one with config.apply, or restart sluice to run the file again", b.applied, file)
+		b.log.Error("reload refused; the running configuration stays", "file", file, "err", err)
+		return nil, err
+	}
 	changes, err := reloadFile(b.g, file)
 	if err != nil {
 		b.log.Error("reload refused; the running configuration stays", "file", file, "err", err)
 		return changes, err
 	}
 	// The gateway logs what it changed.
+	if b.OnReload != nil {
+		b.OnReload(b.g.Config())
+	}
+	return changes, nil
+}
+
+// Apply parses text as the configuration file name and applies it as
+// Reload applies the file (applyConfig), with ticketKeys, if not nil, as
+// the TLS session ticket key ring (gateway.Gateway.Apply). From the first
+// Apply that changed the running configuration on, Reload is refused. The
+// text is never logged: errors carry positions, fields and messages, not
+// the values of secrets.
+func (b *GatewayBackend) Apply(name, text string, ticketKeys [][32]byte) ([]string, error) {
+	b.reloadMu.Lock()
+	defer b.reloadMu.Unlock()
+	next, err := config.ParseGateway(name, []byte(text))
+	var changes []string
+	if err == nil {
+		changes, err = applyConfig(b.g, next, ticketKeys)
+		if b.g.Config() == next {
+			// In force, in whole or in part.
+			b.applied = name
+		}
+	}
+	if err != nil {
+		b.log.Error("configuration applied over the control socket refused; the running configuration stays", "name", name, "err", err)
+		return changes, err
+	}
 	if b.OnReload != nil {
 		b.OnReload(b.g.Config())
 	}
@@ -107,13 +147,22 @@ func reloadFile(g *gateway.Gateway, file string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
+	return applyConfig(g, next, nil)
+}
+
+// applyConfig is what reload and config.apply do with a configuration
+// that parsed: check its engines and TLS files, then apply it.
+func applyConfig(g *gateway.Gateway, next *config.Gateway, ticketKeys [][32]byte) ([]string, error) {
 	if err := next.CheckEngines(cryptodev.CheckEngine); err != nil {
 		return nil, err
 	}
 	if err := next.CheckTLSFiles(); err != nil {
 		return nil, err
 	}
-	return g.Reload(next)
+	return g.Apply(next, ticketKeys)
 }
 
-var _ Backend = (*GatewayBackend)(nil)
+var (
+	_ Backend      = (*GatewayBackend)(nil)
+	_ ApplyBackend = (*GatewayBackend)(nil)
+)

@@ -30,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/ha"
@@ -38,8 +40,10 @@ import (
 
 // Defaults of Options.
 const (
-	DefaultMaxConns     = 16
-	DefaultMaxRequest   = 1 << 20
+	DefaultMaxConns = 16
+	// DefaultMaxRequest fits a config.apply of MaxApplyConfig bytes,
+	// JSON-escaped (a newline or a quote takes two bytes).
+	DefaultMaxRequest   = 3 * MaxApplyConfig
 	DefaultIdleTimeout  = 30 * time.Second
 	DefaultWriteTimeout = 10 * time.Second
 
@@ -398,6 +402,30 @@ func (s *Server) dispatch(req Request) (any, error) {
 		}
 		log.Info("control: "+req.Op, "connection", a.Name)
 		return IKEResult{Name: a.Name}, nil
+	case OpApply:
+		ab, ok := s.b.(ApplyBackend)
+		if !ok {
+			return nil, fmt.Errorf("control: %s: this gateway does not take configurations over the socket", req.Op)
+		}
+		var a ApplyArgs
+		if err := decodeArgs(req, &a); err != nil {
+			return nil, err
+		}
+		ring, err := a.check()
+		if err != nil {
+			return nil, err
+		}
+		// The backend logs the outcome; the text is never logged.
+		changes, err := ab.Apply(a.Name, a.Config, ring)
+		if err != nil {
+			return nil, err
+		}
+		ids := make([]string, len(a.TicketKeys))
+		for i, k := range a.TicketKeys {
+			ids[i] = k.ID
+		}
+		log.Info("control: configuration applied", "name", a.Name, "bytes", len(a.Config), "ticket_keys", ids, "changes", len(changes))
+		return ReloadResult{Changes: nonNil(changes)}, nil
 	case OpHAStatus, OpHAHandover:
 		hb, ok := s.b.(HABackend)
 		var st ha.Status
@@ -444,6 +472,72 @@ func (a *SAAddArgs) check() (*config.SA, error) {
 		return nil, fmt.Errorf("control: sa.add: args.sa must hold exactly one [[sa]] table, not %d", len(sas))
 	}
 	return &sas[0], nil
+}
+
+// check validates config.apply's arguments (Name defaults to
+// "config.apply") and returns the ticket key ring, issuing key first, or
+// nil when there are no keys. Errors name keys by index and ID, never by
+// their bytes.
+func (a *ApplyArgs) check() ([][32]byte, error) {
+	if a.Name == "" {
+		a.Name = OpApply
+	}
+	switch {
+	case len(a.Name) > MaxApplyName || !printable(a.Name):
+		return nil, fmt.Errorf("control: config.apply: args.name must be printable text of at most %d bytes (the name errors in the configuration are reported under)", MaxApplyName)
+	case len(a.Config) > MaxApplyConfig:
+		return nil, fmt.Errorf("control: config.apply: args.config is %d bytes, more than the %d a configuration may have", len(a.Config), MaxApplyConfig)
+	case strings.TrimSpace(a.Config) == "":
+		return nil, errors.New("control: config.apply: args.config is required: the TOML text of a whole gateway configuration")
+	case len(a.TicketKeys) > MaxTicketKeys:
+		return nil, fmt.Errorf("control: config.apply: args.ticket_keys has %d keys, more than %d", len(a.TicketKeys), MaxTicketKeys)
+	}
+	if len(a.TicketKeys) == 0 {
+		return nil, nil
+	}
+	ring := make([][32]byte, 0, len(a.TicketKeys))
+	seen := map[string]bool{}
+	issuing := -1
+	for i, k := range a.TicketKeys {
+		at := fmt.Sprintf("args.ticket_keys[%d]", i+1)
+		switch {
+		case k.ID == "" || len(k.ID) > MaxTicketKeyID || !printable(k.ID):
+			return nil, fmt.Errorf("control: config.apply: %s.id must be printable text of 1 to %d bytes", at, MaxTicketKeyID)
+		case seen[k.ID]:
+			return nil, fmt.Errorf("control: config.apply: %s.id %q: two keys have that ID", at, k.ID)
+		case len(k.Key) != 32:
+			return nil, fmt.Errorf("control: config.apply: %s (id %q): key is %d bytes, want 32", at, k.ID, len(k.Key))
+		case k.Issue && issuing >= 0:
+			return nil, fmt.Errorf("control: config.apply: %s (id %q): issue is set on two keys (and %q): at most one key issues tickets", at, k.ID, a.TicketKeys[issuing].ID)
+		}
+		seen[k.ID] = true
+		if k.Issue {
+			issuing = i
+		}
+	}
+	if issuing < 0 {
+		return nil, errors.New("control: config.apply: args.ticket_keys: no key has issue set: one key must issue tickets (the others only accept them)")
+	}
+	ring = append(ring, [32]byte(a.TicketKeys[issuing].Key))
+	for i, k := range a.TicketKeys {
+		if i != issuing {
+			ring = append(ring, [32]byte(k.Key))
+		}
+	}
+	return ring, nil
+}
+
+// printable reports whether s is valid UTF-8 without control characters.
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return false
+		}
+	}
+	return true
 }
 
 // nonNil makes an empty list encode as [] rather than null.

@@ -205,7 +205,7 @@ func TestBadRequests(t *testing.T) {
 		{`{"op":"stats"} {"op":"stats"}`, "control: bad request: trailing data after the JSON value"},
 		{``, "control: empty request"},
 		{`   `, "control: empty request"},
-		{`null`, "control: request has no op (valid: sa.list, sa.add, sa.del, tunnel.list, policy.list, stats, reload, ike.list, ike.initiate, ike.terminate, ha.status, ha.handover)"},
+		{`null`, "control: request has no op (valid: sa.list, sa.add, sa.del, tunnel.list, policy.list, stats, reload, ike.list, ike.initiate, ike.terminate, ha.status, ha.handover, config.apply)"},
 		{`{}`, "control: request has no op"},
 		{`[1,2]`, "control: bad request: got JSON array, want an object"},
 		{`{"op":5}`, "control: bad request: op: got JSON number, want a string"},
@@ -262,14 +262,14 @@ func mustJSON(v any) json.RawMessage {
 func TestOversizedRequest(t *testing.T) {
 	s := start(t, controltest.New(), nil)
 	r := dialRaw(t, s.Path())
-	// 2 MiB of a string that never ends, then a newline: the server stops
-	// reading at 1 MiB, answers and hangs up.
+	// Twice the limit of a string that never ends, then a newline: the
+	// server stops reading at the limit, answers and hangs up.
 	go func() {
-		line := `{"op":"stats","args":{"x":"` + strings.Repeat("a", 2<<20) + "\"}}\n"
+		line := `{"op":"stats","args":{"x":"` + strings.Repeat("a", 2*DefaultMaxRequest) + "\"}}\n"
 		r.c.Write([]byte(line))
 	}()
 	resp := r.read()
-	if resp.OK || resp.Error != "control: request longer than 1048576 bytes; closing the connection" {
+	if resp.OK || resp.Error != fmt.Sprintf("control: request longer than %d bytes; closing the connection", DefaultMaxRequest) {
 		t.Fatalf("oversized: %+v", resp)
 	}
 	r.expectEOF(5 * time.Second)

@@ -25,8 +25,11 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"sort"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -44,11 +47,18 @@ type haState struct {
 	m   *ha.Member
 	cfg *config.HA
 
+	// vipMu serialises what changes the virtual addresses on this host:
+	// Acquire, Release and a reload that changes a group's addresses
+	// (reloadHA). It is taken before mu, and after Gateway.mu.
+	vipMu sync.Mutex
+
 	mu     sync.Mutex
-	groups map[string]*haGroup     // by name
-	byAddr map[netip.Addr]*haGroup // by virtual address
-	sas    map[*esp.SA]*haSA       // the leased SAs, live
-	wg     sync.WaitGroup          // announcements, hooks and the recorder
+	groups map[string]*haGroup // by name
+	// byAddr maps each virtual address to its group; a reload replaces
+	// the map (copy on write), so that groupOf reads it without a lock.
+	byAddr atomic.Pointer[map[netip.Addr]*haGroup]
+	sas    map[*esp.SA]*haSA // the leased SAs, live
+	wg     sync.WaitGroup    // announcements, hooks and the recorder
 	stop   chan struct{}
 
 	// toRecord are the bounds a standby took and has yet to write in its
@@ -60,7 +70,10 @@ type haState struct {
 
 // haGroup is one [[ha.group]] and this member's role in it.
 type haGroup struct {
-	cfg    config.HAGroup
+	cfg config.HAGroup // as at start: its name and preference stay
+	// addrs are its virtual addresses now (a reload may change them),
+	// under haState.mu.
+	addrs  []config.HAAddress
 	owned  bool
 	fenced bool
 	// pending is the state of the last Acquire, for the SAs that come
@@ -94,10 +107,29 @@ func haIKEKey(spii, spir uint64) string { return fmt.Sprintf("%016x%016x", spii,
 
 // groupOf returns the group whose virtual address is local, or nil.
 func (s *haState) groupOf(local netip.Addr) *haGroup {
-	if s.byAddr == nil {
+	m := s.byAddr.Load()
+	if m == nil {
 		return nil
 	}
-	return s.byAddr[local.Unmap()]
+	return (*m)[local.Unmap()]
+}
+
+// addresses returns grp's virtual addresses now.
+func (s *haState) addresses(grp *haGroup) []config.HAAddress {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(grp.addrs)
+}
+
+// indexLocked rebuilds byAddr from the groups' addresses. s.mu is held.
+func (s *haState) indexLocked() {
+	m := map[netip.Addr]*haGroup{}
+	for _, grp := range s.groups {
+		for _, a := range grp.addrs {
+			m[a.Prefix.Addr().Unmap()] = grp
+		}
+	}
+	s.byAddr.Store(&m)
 }
 
 // initHA reads [ha] before anything is installed, so that the group SAs
@@ -108,18 +140,17 @@ func (g *Gateway) initHA(cfg *config.Gateway) {
 	}
 	s := &g.ha
 	s.cfg = cfg.HA
-	s.groups, s.byAddr, s.sas = map[string]*haGroup{}, map[netip.Addr]*haGroup{}, map[*esp.SA]*haSA{}
+	s.groups, s.sas = map[string]*haGroup{}, map[*esp.SA]*haSA{}
 	s.stop = make(chan struct{})
 	s.toRecord, s.recordNow = map[*esp.SA]uint64{}, make(chan struct{}, 1)
 	s.wg.Add(1)
 	go g.recorder()
 	for _, gc := range cfg.HA.Groups {
-		grp := &haGroup{cfg: gc}
-		s.groups[gc.Name] = grp
-		for _, a := range gc.Addresses {
-			s.byAddr[a.Prefix.Addr().Unmap()] = grp
-		}
+		s.groups[gc.Name] = &haGroup{cfg: gc, addrs: slices.Clone(gc.Addresses)}
 	}
+	s.mu.Lock()
+	s.indexLocked()
+	s.mu.Unlock()
 }
 
 // startHA starts the member, once the SAD, the data plane and IKE are up:
@@ -178,7 +209,7 @@ func (g *Gateway) closeHA() {
 	defer s.mu.Unlock()
 	for _, grp := range s.groups {
 		if grp.owned {
-			for _, a := range grp.cfg.Addresses {
+			for _, a := range grp.addrs {
 				vip.Remove(a)
 			}
 		}
@@ -267,6 +298,8 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 	g := h.g
 	s := &g.ha
 	start := time.Now()
+	s.vipMu.Lock()
+	defer s.vipMu.Unlock()
 	s.mu.Lock()
 	grp := s.groups[group]
 	if grp == nil {
@@ -286,6 +319,7 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 	snaps := st.IKE
 	grp.owned, grp.fenced, grp.pending, grp.resume = true, false, st, resume
 	sas := s.groupSAsLocked(grp)
+	addrs := slices.Clone(grp.addrs)
 	s.mu.Unlock()
 
 	// The SAs installed here (static tunnels) go on from there.
@@ -315,7 +349,7 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 	}
 	installed := time.Since(start)
 	// Then the traffic comes here.
-	for _, a := range grp.cfg.Addresses {
+	for _, a := range addrs {
 		if err := vip.Add(a); err != nil {
 			errs = append(errs, err)
 		}
@@ -351,6 +385,8 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 func (h haHandler) Release(group string) *ha.State {
 	g := h.g
 	s := &g.ha
+	s.vipMu.Lock()
+	defer s.vipMu.Unlock()
 	s.mu.Lock()
 	grp := s.groups[group]
 	if grp == nil {
@@ -359,6 +395,7 @@ func (h haHandler) Release(group string) *ha.State {
 	}
 	grp.owned, grp.pending, grp.resume = false, nil, nil
 	sas := s.groupSAsLocked(grp)
+	addrs := slices.Clone(grp.addrs)
 	s.mu.Unlock()
 	st := &ha.State{Bounds: map[ha.Key]uint64{}, IKE: map[string][]byte{}, Seq: map[ha.Key]uint64{}}
 	for rt, hs := range sas {
@@ -381,7 +418,7 @@ func (h haHandler) Release(group string) *ha.State {
 		}
 	}
 	g.dropGroupChildren(grp)
-	for _, a := range grp.cfg.Addresses {
+	for _, a := range addrs {
 		if err := vip.Remove(a); err != nil {
 			g.Logger("ha").Warn("virtual address not removed", "group", group, "address", a.String(), "err", err)
 		}
@@ -514,7 +551,7 @@ func (g *Gateway) onIKESnapshot(sn ike.Snapshot, gone bool) {
 // its locktime ago, 1 s by default: two takeovers within a second).
 func (g *Gateway) announce(grp *haGroup) {
 	send := func() {
-		for _, a := range grp.cfg.Addresses {
+		for _, a := range g.ha.addresses(grp) {
 			if err := vip.Announce(a); err != nil {
 				g.Logger("ha").Warn("virtual address not announced", "group", grp.cfg.Name, "address", a.String(), "err", err)
 			}
@@ -666,4 +703,86 @@ func listenUDP(a netip.AddrPort, freebind bool) (*net.UDPConn, error) {
 		return nil, err
 	}
 	return pc.(*net.UDPConn), nil
+}
+
+// reloadHA gives the groups the addresses next's [[ha.group]]s have
+// (fixedPartsEqual allows no other change of [ha]): from here on a
+// tunnel or connection on an added address is the group's, leased and
+// fenced as those at start are, and one on a removed address is this
+// member's alone. Of a group this member owns, it adds and announces the
+// added addresses and removes the removed ones, as Acquire and Release
+// do. g.mu is held.
+func (g *Gateway) reloadHA(next *config.Gateway, note func(string, ...any)) error {
+	s := &g.ha
+	if s.cfg == nil || next.HA == nil {
+		return nil
+	}
+	s.vipMu.Lock()
+	defer s.vipMu.Unlock()
+	type change struct {
+		grp            *haGroup
+		owned          bool
+		added, removed []config.HAAddress
+	}
+	var changes []change
+	s.mu.Lock()
+	for _, gc := range next.HA.Groups {
+		grp := s.groups[gc.Name]
+		if grp == nil { // fixedPartsEqual refuses new groups
+			continue
+		}
+		c := change{grp: grp, owned: grp.owned}
+		for _, a := range gc.Addresses {
+			if !slices.Contains(grp.addrs, a) {
+				c.added = append(c.added, a)
+			}
+		}
+		for _, a := range grp.addrs {
+			if !slices.Contains(gc.Addresses, a) {
+				c.removed = append(c.removed, a)
+			}
+		}
+		if len(c.added) > 0 || len(c.removed) > 0 {
+			grp.addrs = slices.Clone(gc.Addresses)
+			changes = append(changes, c)
+		}
+	}
+	s.cfg = next.HA
+	s.indexLocked()
+	s.mu.Unlock()
+	var errs []error
+	for _, c := range changes {
+		name := c.grp.cfg.Name
+		if c.owned {
+			for _, a := range c.removed {
+				if err := vip.Remove(a); err != nil {
+					errs = append(errs, fmt.Errorf("gateway: ha: group %s: %w", name, err))
+				}
+			}
+			for _, a := range c.added {
+				if err := vip.Add(a); err != nil {
+					errs = append(errs, fmt.Errorf("gateway: ha: group %s: %w", name, err))
+				}
+			}
+			if len(c.added) > 0 {
+				g.announce(c.grp)
+			}
+		}
+		role := "standby"
+		if c.owned {
+			role = "owner"
+		}
+		note("ha group addresses changed", "group", name, "role", role,
+			"added", haAddrList(c.added), "removed", haAddrList(c.removed))
+	}
+	return errors.Join(errs...)
+}
+
+// haAddrList formats addresses for a change line: "[a dev x, b dev y]".
+func haAddrList(as []config.HAAddress) string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.String()
+	}
+	return "[" + strings.Join(out, ", ") + "]"
 }

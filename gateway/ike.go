@@ -962,11 +962,11 @@ func (g *Gateway) closeIKE() {
 // (reloadPeers); otherwise it is rebuilt, and the other connections are
 // negotiated again on the new endpoint, their tunnels carrying traffic on
 // the old SAs until the new ones replace them.
-func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) error {
+func (g *Gateway) reloadIKE(next *config.Gateway, regrouped map[string]bool, note func(string, ...any)) error {
 	s := &g.ike
 	s.mu.Lock()
 	same := ikeSectionsEqual(s.conns, next.Connections) && reflect.DeepEqual(stripSecretPos(s.secrets), stripSecretPos(next.Secrets)) &&
-		s.ikeOpts == next.IKE
+		s.ikeOpts == next.IKE && len(regrouped) == 0
 	// The endpoint's port-500 sockets are bound per local address when it
 	// is built: other addresses need a new endpoint.
 	sameLocals := maps.Equal(localAddrs(s.conns), localAddrs(next.Connections))
@@ -1015,7 +1015,7 @@ func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) err
 		return errors.New("gateway: IKE is not running")
 	}
 	if ep != nil && s.ikeOpts == next.IKE && sameLocals {
-		return g.reloadPeers(next, again, note)
+		return g.reloadPeers(next, again, regrouped, note)
 	}
 	first := ep == nil
 	if err := g.buildEndpoint(next); err != nil {
@@ -1040,8 +1040,10 @@ func (g *Gateway) reloadIKE(next *config.Gateway, note func(string, ...any)) err
 // changed one has its SAs deleted (the peer told) and is negotiated again
 // if it was up or starts; an added one starts per its start_action. Those
 // of removed connections are deleted by reloadIKE already. again names
-// the children that were up.
-func (g *Gateway) reloadPeers(next *config.Gateway, again []string, note func(string, ...any)) error {
+// the children that were up; regrouped the connections whose local
+// address moved into, out of or between [[ha.group]]s, which are changed
+// ones too (their SAs were leased, or not, for the group they were in).
+func (g *Gateway) reloadPeers(next *config.Gateway, again []string, regrouped map[string]bool, note func(string, ...any)) error {
 	s := &g.ike
 	s.mu.Lock()
 	ep := s.ep
@@ -1071,7 +1073,7 @@ func (g *Gateway) reloadPeers(next *config.Gateway, again []string, note func(st
 		}
 		cr := ikeCred{p, sg, k}
 		old, had := oldCreds[name]
-		if oc, ok := oldConns[name]; ok && had && reflect.DeepEqual(oc, nextConns[i]) && sameCredentials(old.peer, p) {
+		if oc, ok := oldConns[name]; ok && had && !regrouped[name] && reflect.DeepEqual(oc, nextConns[i]) && sameCredentials(old.peer, p) {
 			cr.close() // the running one stays
 			cr, kept[name] = old, true
 		} else {

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"net"
 	"net/netip"
 	"reflect"
 	"slices"
@@ -50,6 +49,16 @@ var DrainTime = 2 * time.Second
 // (an SA the engine refuses, prefixes that overlap) leaves the changes
 // made to the other tunnels in force, and they are returned with it.
 func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
+	return g.Apply(next, nil)
+}
+
+// Apply is Reload with a session ticket key ring: when ticketKeys is not
+// nil, every TLS listener with session tickets uses exactly those keys
+// from now on, the first to issue tickets and all to accept them
+// (tls.Service.SetTicketKeys), in place of its own rotation; nil leaves
+// the ring in force (or the listeners' own rotation, if none was ever
+// given). The ring changes with the TLS sections, all or nothing.
+func (g *Gateway) Apply(next *config.Gateway, ticketKeys [][32]byte) ([]string, error) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	if g.closed {
@@ -75,14 +84,26 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 	}
 	// TLS first: it changes all or nothing, so a TLS error leaves the
 	// whole running configuration as it was.
-	if err := g.reloadTLS(next, note); err != nil {
+	if err := g.reloadTLS(next, ticketKeys, note); err != nil {
 		return nil, err
 	}
 	noteLogLevels(old, next, note)
 	g.cfg = next
+	var errs []error
+	// The groups' addresses before the tunnels and connections on them:
+	// those added on a group's address are leased as the group's.
+	errs = append(errs, g.reloadHA(next, note))
+	// A tunnel or connection whose local address changed group is
+	// replaced: its SAs are leased for one group, or for none.
+	regrouped := map[string]bool{}
+	for _, c := range next.Connections {
+		if old.HAGroupOf(c.Local) != next.HAGroupOf(c.Local) {
+			regrouped[c.Name] = true
+		}
+	}
 	if next.TLSOnly() {
 		g.log.Info("configuration reloaded", "file", next.File, "tls", len(next.TLS), "origins", len(next.TLSOrigins), "changes", len(changes))
-		return changes, nil
+		return changes, errors.Join(errs...)
 	}
 	workers := len(g.dp.Stats().Workers)
 	db := g.store.Load()
@@ -97,7 +118,6 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 			newByName[ch.Name] = true // the IKE side's (reloadIKE)
 		}
 	}
-	var errs []error
 	for i := range next.Tunnels {
 		nt := &next.Tunnels[i]
 		newByName[nt.Name] = true
@@ -115,7 +135,7 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 			} else {
 				note("tunnel added", "tunnel", nt.Name)
 			}
-		case ot == nil || !sameEndpoints(ot, nt):
+		case ot == nil || !sameEndpoints(ot, nt) || old.HAGroupOf(nt.Local) != next.HAGroupOf(nt.Local):
 			g.store.RemoveTunnel(nt.Name)
 			if err := g.addTunnel(nt, owner); err != nil {
 				errs = append(errs, err)
@@ -136,7 +156,7 @@ func (g *Gateway) Reload(next *config.Gateway) ([]string, error) {
 			}
 		}
 	}
-	if err := g.reloadIKE(next, note); err != nil {
+	if err := g.reloadIKE(next, regrouped, note); err != nil {
 		errs = append(errs, err)
 	}
 	if g.policy != nil || len(next.Policies) > 0 {
@@ -371,8 +391,10 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 	if a.LogFormat != b.LogFormat {
 		what = append(what, "gateway.log_format")
 	}
-	if !reflect.DeepEqual(a.HA, b.HA) {
-		what = append(what, "[ha]") // the pair's channel and groups live for the process
+	if !haFixedEqual(a.HA, b.HA) {
+		// The pair's channel and groups live for the process; only the
+		// groups' addresses may change (reloadHA).
+		what = append(what, "[ha] (other than the groups' addresses)")
 	}
 	if (len(a.Policies) == 0) != (len(b.Policies) == 0) {
 		what = append(what, "route-based/policy-based mode")
@@ -383,6 +405,23 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 		return fmt.Errorf("gateway: %s: changing %s needs a restart; the running configuration stays", b.File, strings.Join(what, ", "))
 	}
 	return nil
+}
+
+// haFixedEqual reports whether two [ha] sections are the same but for the
+// addresses of their groups.
+func haFixedEqual(a, b *config.HA) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	strip := func(h *config.HA) config.HA {
+		c := *h
+		c.Groups = slices.Clone(h.Groups)
+		for i := range c.Groups {
+			c.Groups[i].Addresses = nil
+		}
+		return c
+	}
+	return reflect.DeepEqual(strip(a), strip(b))
 }
 
 func sameEndpoints(a, b *config.Tunnel) bool {
@@ -416,7 +455,9 @@ func (g *Gateway) checkIKEBinds(next *config.Gateway) error {
 			continue
 		}
 		held[a] = true
-		uc, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(a, port)))
+		// A group's virtual address is bound while another member may
+		// hold it, as buildEndpoint binds it.
+		uc, err := listenUDP(netip.AddrPortFrom(a, port), next.HAGroupOf(a) != "")
 		if err == nil {
 			uc.Close()
 			continue

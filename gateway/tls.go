@@ -109,6 +109,10 @@ type tlsState struct {
 	// svc is nil until a configuration has TLS sections.
 	svc     *tls.Service
 	engines map[string]cryptodev.Engine
+	// ring is the session ticket key ring an Apply gave, issuing key
+	// first; nil while none was given (each listener rotates its own).
+	// Written under Gateway.mu.
+	ring [][32]byte
 }
 
 // startTLSOnly starts a TLS-only gateway: the TLS service, its engines,
@@ -167,7 +171,7 @@ func (g *Gateway) startTLS(cfg *config.Gateway) error {
 			return err
 		}
 	}
-	svc, err := tls.Start(TLSConfig(cfg), tls.Options{Engine: g.tlsEngine, Log: g.Logger("tls")})
+	svc, err := tls.Start(TLSConfig(cfg), tls.Options{Engine: g.tlsEngine, Log: g.Logger("tls"), TicketKeys: g.tls.ring})
 	if err != nil {
 		return tlsError(cfg, err)
 	}
@@ -180,9 +184,29 @@ func (g *Gateway) startTLS(cfg *config.Gateway) error {
 
 // reloadTLS applies the TLS sections of next: the service reloads its
 // certificates and keys and adds, removes and changes listeners (or starts,
-// when the gateway had none). Package tls changes nothing on error.
-// g.mu is held: the service cannot change under it.
-func (g *Gateway) reloadTLS(next *config.Gateway, note func(string, ...any)) error {
+// when the gateway had none). ring, if not nil, becomes the session ticket
+// key ring first, so that listeners added now use it too. Nothing changes
+// on error, the ring included. g.mu is held: the service cannot change
+// under it.
+func (g *Gateway) reloadTLS(next *config.Gateway, ring [][32]byte, note func(string, ...any)) (err error) {
+	if ring != nil {
+		was := g.tls.ring
+		g.tls.ring = slices.Clone(ring)
+		if svc := g.tls.svc; svc != nil {
+			svc.SetTicketKeys(g.tls.ring)
+		}
+		defer func() {
+			if err != nil {
+				g.tls.ring = was
+				if svc := g.tls.svc; svc != nil {
+					svc.SetTicketKeys(was)
+				}
+			}
+		}()
+		if !slices.Equal(was, ring) {
+			note("tls ticket keys set", "keys", len(ring))
+		}
+	}
 	if g.tls.svc == nil {
 		if err := g.startTLS(next); err != nil {
 			return err

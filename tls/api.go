@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
@@ -166,6 +167,10 @@ type Options struct {
 	// closes the engines it opened on Close.
 	Engine func(name string) (cryptodev.Engine, error)
 	Log    *slog.Logger // nil = discard
+	// TicketKeys, if not nil, are the session ticket keys of every
+	// listener with session tickets, as Service.SetTicketKeys sets them,
+	// from the first listener on.
+	TicketKeys [][32]byte
 }
 
 // Stats are one listener's or origin's counters since it started.
@@ -234,6 +239,10 @@ type Service struct {
 	eps     []*endpoint              // in configuration order
 	retired []*endpoint              // removed by Reload, connections may still be open
 
+	// ring, when set, is the ticket key ring every listener uses in
+	// place of its own rotation (SetTicketKeys).
+	ring atomic.Pointer[[][32]byte]
+
 	wg sync.WaitGroup // every goroutine of the Service
 }
 
@@ -241,6 +250,10 @@ type Service struct {
 // their engines. On error nothing is left open.
 func Start(cfg Config, opts Options) (*Service, error) {
 	s := &Service{opts: opts, log: opts.Log, engines: make(map[string]*engineRef), statics: make(map[string]*staticServer)}
+	if opts.TicketKeys != nil {
+		ring := slices.Clone(opts.TicketKeys)
+		s.ring.Store(&ring)
+	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
@@ -277,6 +290,29 @@ func (s *Service) Reload(cfg Config) ([]string, error) {
 		s.log.Info("tls: configuration applied", "change", strings.TrimPrefix(l, "tls: "))
 	}
 	return lines, nil
+}
+
+// SetTicketKeys makes keys the session ticket keys of every listener with
+// session tickets, now and those a Reload adds: the first encrypts new
+// tickets, all of them decrypt. A fleet shares one ring so that a client
+// resumes on whichever gateway it reaches; the listeners' own rotation
+// (TicketRotation) stops while a ring is set. nil goes back to each
+// listener's own keys.
+func (s *Service) SetTicketKeys(keys [][32]byte) {
+	if keys == nil {
+		s.ring.Store(nil)
+	} else {
+		ring := slices.Clone(keys)
+		s.ring.Store(&ring)
+	}
+	// Reload holds s.mu while it adds endpoints: one added before this
+	// is in eps; one added after publishes with the ring stored above.
+	s.mu.Lock()
+	eps := slices.Clone(s.eps)
+	s.mu.Unlock()
+	for _, e := range eps {
+		e.setTicketKeys()
+	}
 }
 
 // Stats returns the counters of every listener and origin, in configuration

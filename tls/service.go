@@ -139,12 +139,32 @@ func (e *endpoint) publish(st *epState) *epState {
 	e.tickMu.Lock()
 	defer e.tickMu.Unlock()
 	if st.lc != nil && st.lc.SessionTickets {
-		if e.keys == nil {
-			e.keys = [][32]byte{newTicketKey()}
-		}
-		st.tls.SetSessionTicketKeys(e.keys)
+		st.tls.SetSessionTicketKeys(e.ticketKeysLocked())
 	}
 	return e.state.Swap(st)
+}
+
+// ticketKeysLocked returns the session ticket keys the endpoint uses: the
+// Service's ring if one is set, else its own (made on first use).
+// e.tickMu is held.
+func (e *endpoint) ticketKeysLocked() [][32]byte {
+	if ring := e.svc.ring.Load(); ring != nil {
+		return *ring
+	}
+	if e.keys == nil {
+		e.keys = [][32]byte{newTicketKey()}
+	}
+	return e.keys
+}
+
+// setTicketKeys gives the current state the keys ticketKeysLocked
+// returns, after the Service's ring changed.
+func (e *endpoint) setTicketKeys() {
+	e.tickMu.Lock()
+	defer e.tickMu.Unlock()
+	if st := e.state.Load(); st != nil && st.lc != nil && st.lc.SessionTickets {
+		st.tls.SetSessionTicketKeys(e.ticketKeysLocked())
+	}
 }
 
 func newTicketKey() (k [32]byte) {
@@ -154,7 +174,8 @@ func newTicketKey() (k [32]byte) {
 
 // rotateTickets makes a new session ticket key every TicketRotation; the
 // two previous keys still decrypt tickets, so a ticket lives between two
-// and three periods.
+// and three periods. While the Service has a ring (SetTicketKeys) the
+// ring's owner rotates it and the endpoint makes no key.
 func (e *endpoint) rotateTickets() {
 	defer e.svc.wg.Done()
 	period := func() time.Duration { return e.state.Load().lc.TicketRotation }
@@ -174,10 +195,12 @@ func (e *endpoint) rotateTickets() {
 		case <-t.C:
 		}
 		e.tickMu.Lock()
-		keys := append([][32]byte{newTicketKey()}, e.keys...)
-		e.keys = keys[:min(len(keys), 3)]
-		if st := e.state.Load(); st.lc.SessionTickets {
-			st.tls.SetSessionTicketKeys(e.keys)
+		if e.svc.ring.Load() == nil {
+			keys := append([][32]byte{newTicketKey()}, e.keys...)
+			e.keys = keys[:min(len(keys), 3)]
+			if st := e.state.Load(); st.lc.SessionTickets {
+				st.tls.SetSessionTicketKeys(e.keys)
+			}
 		}
 		e.tickMu.Unlock()
 		cur = period()

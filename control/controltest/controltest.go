@@ -32,6 +32,7 @@ type Backend struct {
 	ike      *gateway.IKEInfo
 	ha       *ha.Status
 	calls    map[string]int
+	applies  []Applied
 
 	// ReloadErr is what Reload returns, and ReloadChanges the changes it
 	// reports when ReloadErr is nil.
@@ -252,6 +253,32 @@ func (b *Backend) Reload() ([]string, error) {
 		return nil, b.ReloadErr
 	}
 	return b.ReloadChanges, nil
+}
+
+// Applied is one call of Apply: its arguments.
+type Applied struct {
+	Name, Text string
+	TicketKeys [][32]byte
+}
+
+// Apply records the call (Applies) and returns ReloadChanges and
+// ReloadErr, as Reload does.
+func (b *Backend) Apply(name, text string, ticketKeys [][32]byte) ([]string, error) {
+	b.enter("Apply")
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.applies = append(b.applies, Applied{Name: name, Text: text, TicketKeys: ticketKeys})
+	if b.ReloadErr != nil {
+		return nil, b.ReloadErr
+	}
+	return b.ReloadChanges, nil
+}
+
+// Applies returns the calls of Apply so far, in order.
+func (b *Backend) Applies() []Applied {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.applies)
 }
 
 // SocketPath returns a path for a control socket in a new directory that
