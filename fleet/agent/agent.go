@@ -51,7 +51,7 @@ const (
 	DefaultPollInterval   = 2 * time.Second
 	DefaultResyncInterval = 30 * time.Second
 	MinRetry              = 500 * time.Millisecond
-	MaxRetry              = 30 * time.Second
+	MaxRetry              = 5 * time.Second
 )
 
 // Config configures an Agent.
@@ -76,6 +76,11 @@ type Config struct {
 	// configuration's [gateway]; Dial connects to it.
 	ControlSocket string
 	Dial          Dialer
+	// BootstrapFile, if set, is where the agent writes the configuration
+	// the gateway must start with (Rendering.Bootstrap: the parts an
+	// apply cannot change, [ha] with the partner among them, and no
+	// secret), for `sluice run --config` in the gateway's container.
+	BootstrapFile string
 	// LeaseDuration and RenewInterval are the Lease's (defaults
 	// DefaultLeaseDuration, DefaultRenewInterval).
 	LeaseDuration, RenewInterval time.Duration
@@ -111,6 +116,7 @@ type Agent struct {
 type desired struct {
 	generation int64
 	text       string
+	bootstrap  []byte
 	files      map[string][]byte
 	keys       []TicketKey
 	keyVersion int64
@@ -316,7 +322,12 @@ func (a *Agent) render(ctx context.Context, asg *v1alpha1.GatewayAssignment) (*d
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	d := &desired{generation: asg.Spec.Generation, text: string(text), files: r.Files, problems: r.Problems}
+	boot := r.Bootstrap()
+	bootText, err := boot.Encode()
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	d := &desired{generation: asg.Spec.Generation, text: string(text), bootstrap: bootText, files: r.Files, problems: r.Problems}
 	if asg.Spec.TicketKeySecret != "" {
 		if err := secret(asg.Spec.TicketKeySecret); err != nil {
 			return nil, err
@@ -333,6 +344,9 @@ func (a *Agent) render(ctx context.Context, asg *v1alpha1.GatewayAssignment) (*d
 func (a *Agent) apply(ctx context.Context, asg *v1alpha1.GatewayAssignment) error {
 	want := a.want
 	if err := a.writeFiles(want.files); err != nil {
+		return a.fail(ctx, asg, err)
+	}
+	if err := a.writeBootstrap(want.bootstrap); err != nil {
 		return a.fail(ctx, asg, err)
 	}
 	if a.gw == nil {
@@ -439,26 +453,15 @@ func childSAs(info gateway.IKEInfo) []v1alpha1.AssignedChildSA {
 // writeFiles writes the credential files that changed into the
 // directory, each by a rename so the gateway never reads half a file.
 func (a *Agent) writeFiles(files map[string][]byte) error {
-	if len(files) == 0 {
-		return nil
-	}
-	if a.cfg.Dir == "" {
+	if len(files) > 0 && a.cfg.Dir == "" {
 		return errors.New("agent: credentials to write and no directory for them (--ha-dir)")
-	}
-	if err := os.MkdirAll(a.cfg.Dir, 0o700); err != nil {
-		return fmt.Errorf("agent: %w", err)
 	}
 	for name, data := range files {
 		if old, ok := a.files[name]; ok && string(old) == string(data) {
 			continue
 		}
-		path := filepath.Join(a.cfg.Dir, name)
-		tmp := path + ".tmp"
-		if err := os.WriteFile(tmp, data, 0o600); err != nil {
-			return fmt.Errorf("agent: %w", err)
-		}
-		if err := os.Rename(tmp, path); err != nil {
-			return fmt.Errorf("agent: %w", err)
+		if err := writeAtomic(filepath.Join(a.cfg.Dir, name), data); err != nil {
+			return err
 		}
 		if a.files == nil {
 			a.files = map[string][]byte{}
@@ -467,3 +470,35 @@ func (a *Agent) writeFiles(files map[string][]byte) error {
 	}
 	return nil
 }
+
+// writeBootstrap writes the bootstrap file if it is configured and its
+// content differs. A gateway running an older one needs a restart to
+// take the new one: its apply is refused until then, which the status
+// says.
+func (a *Agent) writeBootstrap(data []byte) error {
+	if a.cfg.BootstrapFile == "" {
+		return nil
+	}
+	if old, err := os.ReadFile(a.cfg.BootstrapFile); err == nil && string(old) == string(data) {
+		return nil
+	}
+	return writeAtomic(a.cfg.BootstrapFile, data)
+}
+
+// writeAtomic writes data to path by a rename, so that a reader never
+// sees half of it; the file's mode is 0600 and its directory is made.
+func writeAtomic(path string, data []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		os.Remove(tmp)
+		return fmt.Errorf("agent: %w", err)
+	}
+	return nil
+}
+

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -437,5 +439,33 @@ func TestTicketKeysAcceptOnly(t *testing.T) {
 	}
 	if _, _, err := ticketKeys(testSecret("r", map[string][]byte{v1alpha1.TicketKeyRingKey: []byte("{")}), "r", 1); err == nil || !strings.HasPrefix(err.Error(), "agent: ticket-key Secret r: ring.json: ") {
 		t.Errorf("err = %v", err)
+	}
+}
+
+// TestBootstrapFile: the agent writes the file the gateway starts with,
+// the credentials [ha] names, and nothing secret in either file.
+func TestBootstrapFile(t *testing.T) {
+	ctx := t.Context()
+	a, _, _ := newTestAgent(t, testObjects()...)
+	a.cfg.BootstrapFile = filepath.Join(t.TempDir(), "run", "sluice.toml")
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(a.cfg.BootstrapFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := config.ParseGateway(a.cfg.BootstrapFile, text)
+	if err != nil {
+		t.Fatalf("bootstrap: %v\n%s", err, text)
+	}
+	if g.HA == nil || g.HA.PeerName != "gw-b" || len(g.Connections) != 0 || len(g.Secrets) != 0 {
+		t.Errorf("bootstrap:\n%s", text)
+	}
+	for _, name := range []string{"ha.crt", "ha.key", "ha-ca.crt"} {
+		fi, err := os.Stat(filepath.Join(a.cfg.Dir, name))
+		if err != nil || fi.Mode().Perm() != 0o600 {
+			t.Errorf("%s: %v %v", name, fi, err)
+		}
 	}
 }

@@ -3,8 +3,8 @@ package agent
 // render.go turns what the controller assigned to this gateway into the
 // gateway's whole configuration, as a config.File:
 //
-//	[gateway], [tun], [udp]   the bootstrap parts (control socket, TUN,
-//	                          ESP-in-UDP on every address)
+//	[gateway], [tun], [udp],  the bootstrap parts (control socket, TUN,
+//	[rawesp]                  ESP-in-UDP and raw ESP on every address)
 //	[ha]                      the sync channel to the partner, on the
 //	                          nodes' addresses, with two groups named after
 //	                          the pair's members
@@ -116,6 +116,10 @@ func Render(in Inputs) (*Rendering, error) {
 	f.Gateway = config.FileGateway{ControlSocket: in.ControlSocket}
 	f.TUN = &config.FileTUN{Name: DefaultTUNName}
 	f.UDP = &config.FileUDP{Listen: netip.AddrPortFrom(unspecified(in.NodeAddress), DefaultESPPort).String()}
+	// Always both sockets: the parser adds [rawesp] for a connection
+	// without encap, and a gateway started without it could not take
+	// one later ([udp] and [rawesp] are fixed for the process).
+	f.RawESP = &config.FileRawESP{Listen: unspecified(in.NodeAddress).String()}
 
 	gw := asg.Spec.Gateway
 	if gw == "" {
@@ -190,6 +194,26 @@ func Render(in Inputs) (*Rendering, error) {
 		}
 	}
 	return r, nil
+}
+
+// Bootstrap returns the parts of r.File the gateway must be started with,
+// since a reload or config.apply cannot change them: [gateway], [tun],
+// [udp], [rawesp], [ike] and [ha] with its groups' names and
+// preferences, but no address (an apply gives the groups their
+// addresses). It holds no secret and names no credential file that
+// Files does not.
+func (r *Rendering) Bootstrap() config.File {
+	f := r.File
+	b := config.File{Gateway: f.Gateway, TUN: f.TUN, UDP: f.UDP, RawESP: f.RawESP, IKE: f.IKE}
+	if f.HA != nil {
+		h := *f.HA
+		h.Groups = nil
+		for _, g := range f.HA.Groups {
+			h.Groups = append(h.Groups, config.FileHAGroup{Name: g.Name, Preference: g.Preference})
+		}
+		b.HA = &h
+	}
+	return b
 }
 
 // renderTunnel renders t as a [[connection]] and, with PSK

@@ -3,6 +3,7 @@ package agent
 import (
 	"bytes"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -24,7 +25,8 @@ func testPool() *v1alpha1.GatewayPool {
 	return &v1alpha1.GatewayPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "pool"},
 		Spec: v1alpha1.GatewayPoolSpec{Steering: "vip", VIPInterface: "eth0", VIPPrefixLength: 32, SyncPort: 7310,
-			Detection: v1alpha1.Detection{Interval: metav1.Duration{Duration: 100 * time.Millisecond}, Misses: 3}},
+			Detection:  v1alpha1.Detection{Interval: metav1.Duration{Duration: 100 * time.Millisecond}, Misses: 3},
+			TicketKeys: v1alpha1.TicketKeys{Lifetime: metav1.Duration{Duration: 24 * time.Hour}}},
 	}
 }
 
@@ -342,7 +344,8 @@ func TestRenderErrors(t *testing.T) {
 }
 
 // TestRenderEmptyGroup: a member that owns nothing still renders its
-// group (the groups of a pair may not change on reload), with no address.
+// group (the groups of a pair may not change on reload), with no
+// address; and a gateway with nothing assigned is an empty IPsec gateway.
 func TestRenderEmptyGroup(t *testing.T) {
 	in := testInputs()
 	in.Assignment.Spec.Tunnels = in.Assignment.Spec.Tunnels[:1]
@@ -350,9 +353,56 @@ func TestRenderEmptyGroup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	h := r.File.HA
-	if len(h.Groups) != 2 || h.Groups[1].Name != "gw-b" || len(h.Groups[1].Addresses) != 0 {
-		t.Errorf("groups %+v", h.Groups)
+	g := parseBack(t, r)
+	if len(g.HA.Groups) != 2 || g.HA.Groups[1].Name != "gw-b" || len(g.HA.Groups[1].Addresses) != 0 {
+		t.Errorf("groups %+v", g.HA.Groups)
+	}
+	in.Assignment.Spec.Tunnels = nil
+	if r, err = Render(in); err != nil {
+		t.Fatal(err)
+	}
+	if g := parseBack(t, r); len(g.Connections) != 0 || g.TLSOnly() {
+		t.Errorf("%d connections, TLS-only %v", len(g.Connections), g.TLSOnly())
+	}
+}
+
+// TestBootstrap: the bootstrap file parses, and its parts that a reload
+// cannot change are the full rendering's (else config.apply is refused
+// with "needs a restart"); a connection without encap needs no [rawesp]
+// the bootstrap lacks.
+func TestBootstrap(t *testing.T) {
+	in := testInputs()
+	r, err := Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	full := parseBack(t, r)
+	boot := r.Bootstrap()
+	text, err := boot.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := config.ParseGateway("bootstrap.toml", text)
+	if err != nil {
+		t.Fatalf("the bootstrap does not parse: %v\n%s", err, text)
+	}
+	if bytes.Contains(text, []byte("secret")) || len(b.Connections) != 0 {
+		t.Errorf("the bootstrap holds more than the fixed parts:\n%s", text)
+	}
+	if b.TUN.Name != full.TUN.Name || !slices.Equal(b.TUN.Addresses, full.TUN.Addresses) || *b.UDP != *full.UDP ||
+		b.RawESP == nil || full.RawESP == nil || *b.RawESP != *full.RawESP ||
+		b.ControlSocket != full.ControlSocket || b.StateDir != full.StateDir || b.Engine != full.Engine {
+		t.Errorf("fixed parts differ:\nboot %+v %+v %+v\nfull %+v %+v %+v", b.TUN, b.UDP, b.RawESP, full.TUN, full.UDP, full.RawESP)
+	}
+	bh, fh := *b.HA, *full.HA
+	bh.Groups, fh.Groups = nil, nil
+	if !reflect.DeepEqual(bh, fh) {
+		t.Errorf("[ha] differs:\nboot %+v\nfull %+v", bh, fh)
+	}
+	for i := range full.HA.Groups {
+		if b.HA.Groups[i].Name != full.HA.Groups[i].Name || b.HA.Groups[i].Preference != full.HA.Groups[i].Preference || len(b.HA.Groups[i].Addresses) != 0 {
+			t.Errorf("group %d: boot %+v, full %+v", i, b.HA.Groups[i], full.HA.Groups[i])
+		}
 	}
 }
 
