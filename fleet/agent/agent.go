@@ -501,4 +501,3 @@ func writeAtomic(path string, data []byte) error {
 	}
 	return nil
 }
-
