@@ -81,6 +81,9 @@ type Config struct {
 	// apply cannot change, [ha] with the partner among them, and no
 	// secret), for `sluice run --config` in the gateway's container.
 	BootstrapFile string
+	// StateDir is the gateway's state directory, written into [gateway]
+	// ("" for the gateway's default).
+	StateDir string
 	// LeaseDuration and RenewInterval are the Lease's (defaults
 	// DefaultLeaseDuration, DefaultRenewInterval).
 	LeaseDuration, RenewInterval time.Duration
@@ -260,7 +263,7 @@ func (a *Agent) Poll(ctx context.Context) error {
 // render reads what asg names and renders it.
 func (a *Agent) render(ctx context.Context, asg *v1alpha1.GatewayAssignment) (*desired, error) {
 	in := Inputs{Assignment: asg, Tunnels: map[string]*v1alpha1.Tunnel{}, Listeners: map[string]*v1alpha1.TLSListener{},
-		Secrets: map[string]*corev1.Secret{}, NodeAddress: a.cfg.NodeAddress, Dir: a.cfg.Dir, ControlSocket: a.cfg.ControlSocket}
+		Secrets: map[string]*corev1.Secret{}, NodeAddress: a.cfg.NodeAddress, Dir: a.cfg.Dir, ControlSocket: a.cfg.ControlSocket, StateDir: a.cfg.StateDir}
 	ns := a.cfg.Namespace
 	var pool v1alpha1.GatewayPool
 	poolName := cmp.Or(asg.Spec.Pool, a.cfg.Pool)

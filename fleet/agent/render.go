@@ -81,8 +81,9 @@ type Inputs struct {
 	NodeAddress netip.Addr
 	// Dir is the directory the credential files go to (Rendering.Files).
 	Dir string
-	// ControlSocket is the gateway's control socket path.
-	ControlSocket string
+	// ControlSocket is the gateway's control socket path; StateDir its
+	// state directory ("" for the gateway's default).
+	ControlSocket, StateDir string
 }
 
 // Rendering is a gateway's configuration and the credential files it
@@ -113,7 +114,7 @@ func Render(in Inputs) (*Rendering, error) {
 	}
 	r := &Rendering{Files: map[string][]byte{}}
 	f := &r.File
-	f.Gateway = config.FileGateway{ControlSocket: in.ControlSocket}
+	f.Gateway = config.FileGateway{ControlSocket: in.ControlSocket, StateDir: in.StateDir}
 	f.TUN = &config.FileTUN{Name: DefaultTUNName}
 	f.UDP = &config.FileUDP{Listen: netip.AddrPortFrom(unspecified(in.NodeAddress), DefaultESPPort).String()}
 	// Always both sockets: the parser adds [rawesp] for a connection

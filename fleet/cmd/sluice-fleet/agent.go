@@ -31,6 +31,7 @@ type agentOptions struct {
 	NodeAddress              string
 	HADir                    string
 	BootstrapFile            string
+	StateDir                 string
 	PollInterval             time.Duration
 	ResyncInterval           time.Duration
 }
@@ -59,6 +60,7 @@ environment the DaemonSet sets from the downward API.`,
 	f.StringVar(&o.NodeAddress, "node-address", env("NODE_IP", ""), "this node's address, for the sync channel; default the Node's InternalIP ($NODE_IP)")
 	f.StringVar(&o.HADir, "ha-dir", env("SLUICE_HA_DIR", "/run/sluice/creds"), "a memory-backed directory for the sync channel's and listeners' credentials ($SLUICE_HA_DIR)")
 	f.StringVar(&o.BootstrapFile, "bootstrap-file", env("SLUICE_BOOTSTRAP", ""), "where to write the configuration the gateway starts with (no secrets; for `sluice run --config`), \"\" for none ($SLUICE_BOOTSTRAP)")
+	f.StringVar(&o.StateDir, "state-dir", env("SLUICE_STATE_DIR", ""), "the gateway's state directory, \"\" for its default ($SLUICE_STATE_DIR)")
 	f.DurationVar(&o.PollInterval, "poll-interval", agent.DefaultPollInterval, "how often to read the gateway's child SAs (and find a restarted gateway)")
 	f.DurationVar(&o.ResyncInterval, "resync-interval", agent.DefaultResyncInterval, "how often to read the Tunnels and Secrets again without a change of the assignment (a rotated Secret is applied within it)")
 	return cmd
@@ -114,7 +116,7 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 	a, err := agent.New(agent.Config{
 		Client: c, Assignments: cache, Gateway: o.Gateway, Namespace: o.Namespace, Pool: o.Pool,
 		Zone: node.Labels[ZoneLabel], NodeAddress: addr, Dir: o.HADir,
-		ControlSocket: o.ControlSocket, BootstrapFile: o.BootstrapFile, Dial: agent.ControlDialer(o.ControlSocket), Log: log,
+		ControlSocket: o.ControlSocket, BootstrapFile: o.BootstrapFile, StateDir: o.StateDir, Dial: agent.ControlDialer(o.ControlSocket), Log: log,
 		PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval,
 	})
 	if err != nil {
