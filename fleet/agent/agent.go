@@ -376,7 +376,7 @@ func (a *Agent) apply(ctx context.Context, asg *v1alpha1.GatewayAssignment) erro
 		return a.fail(ctx, asg, fmt.Errorf("agent: ike.list: %w", err))
 	}
 	st := statusState{applied: want.generation, keyVersion: want.keyVersion,
-		message: strings.Join(want.problems, "; "), childSAs: childSAs(info)}
+		message: strings.Join(want.problems, "; "), childSAs: childSAs(info, asg)}
 	return a.writeStatus(ctx, asg, st)
 }
 
@@ -437,16 +437,22 @@ func (a *Agent) writeStatus(ctx context.Context, asg *v1alpha1.GatewayAssignment
 	return nil
 }
 
-// childSAs lists the installed children of info's connections, by
-// tunnel, with their SPIs.
-func childSAs(info gateway.IKEInfo) []v1alpha1.AssignedChildSA {
+// childSAs lists the installed children of the connections of the
+// tunnels asg says this gateway owns, with their SPIs (a standby may hold
+// its partner's SAs too; the owner's are the tunnel's).
+func childSAs(info gateway.IKEInfo, asg *v1alpha1.GatewayAssignment) []v1alpha1.AssignedChildSA {
 	var out []v1alpha1.AssignedChildSA
 	for _, c := range info.Connections {
+		if !slices.ContainsFunc(asg.Spec.Tunnels, func(o v1alpha1.AssignedObject) bool {
+			return o.Name == c.Name && o.Role == v1alpha1.RoleOwner
+		}) {
+			continue
+		}
 		for _, ch := range c.Children {
 			if ch.InSPI == 0 && ch.OutSPI == 0 {
 				continue
 			}
-			out = append(out, v1alpha1.AssignedChildSA{Tunnel: c.Name, Name: strings.TrimPrefix(ch.Name, c.Name+"/"),
+			out = append(out, v1alpha1.AssignedChildSA{Tunnel: c.Name, Name: strings.TrimPrefix(ch.Name, ChildName(c.Name, "")),
 				SPIIn: fmt.Sprintf("0x%08x", ch.InSPI), SPIOut: fmt.Sprintf("0x%08x", ch.OutSPI)})
 		}
 	}

@@ -151,7 +151,7 @@ func TestSyncAppliesOnChange(t *testing.T) {
 	ctx := t.Context()
 	a, c, fg := newTestAgent(t, testObjects()...)
 	fg.ike = gateway.IKEInfo{Connections: []gateway.IKEConnInfo{{Name: "t1", Children: []gateway.IKEChildInfo{
-		{Name: "t1/net", State: "installed", InSPI: 0xc1000001, OutSPI: 0x0000abcd}}}, {Name: "t2", Children: []gateway.IKEChildInfo{{Name: "t2/net", State: "down"}}}}}
+		{Name: "t1/net", State: "installed", InSPI: 0xc1000001, OutSPI: 0x0000abcd}}}, {Name: "t2", Children: []gateway.IKEChildInfo{{Name: "t2/net", State: "installed", InSPI: 0xc2000002, OutSPI: 0xc2000003}}}}} // t2 is gw-b's: not reported
 	if err := a.Sync(ctx); err != nil {
 		t.Fatal(err)
 	}
