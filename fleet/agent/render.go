@@ -19,12 +19,15 @@ package agent
 import (
 	"cmp"
 	"crypto/sha256"
+	"crypto/tls"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -104,14 +107,90 @@ type Rendering struct {
 // all (no assignment or pool, an invalid node address, an HA Secret that
 // is missing or incomplete); a bad Tunnel or listener is left out and
 // named in Rendering.Problems.
+//
+// A bad object is found in two ways: what Render itself checks (a
+// missing Secret, an address that is not one), and what the gateway's
+// parser says of the rendering (a proposal it does not know, traffic
+// selectors that overlap another tunnel's): Render parses each
+// rendering as the gateway will, and renders again without the objects
+// the errors' fields belong to, so that one bad Tunnel does not make the
+// gateway refuse every change.
 func Render(in Inputs) (*Rendering, error) {
-	asg, pool := in.Assignment, in.Pool
-	if asg == nil || pool == nil {
+	if in.Assignment == nil || in.Pool == nil {
 		return nil, fmt.Errorf("agent: render: no assignment or pool")
 	}
 	if !in.NodeAddress.IsValid() {
 		return nil, fmt.Errorf("agent: render: no valid node address (give --node-address or $NODE_IP)")
 	}
+	skip := map[string]string{} // "tunnel NAME" or "listener NAME" -> why
+	var order []string
+	for {
+		r, objs, err := renderOnce(in, skip)
+		if err != nil {
+			return nil, err
+		}
+		for _, k := range order {
+			r.Problems = append(r.Problems, k+": "+skip[k])
+		}
+		text, err := r.File.Encode()
+		if err != nil {
+			return nil, fmt.Errorf("agent: render: %w", err)
+		}
+		_, perr := config.ParseGateway("rendered", text)
+		if perr == nil {
+			return r, nil
+		}
+		var es config.Errors
+		if !errors.As(perr, &es) {
+			return nil, fmt.Errorf("agent: render: the configuration does not parse: %w", perr)
+		}
+		progress := false
+		for _, e := range es {
+			k, rest := objs.of(e.Field)
+			if k == "" || skip[k] != "" {
+				continue
+			}
+			skip[k] = strings.TrimPrefix(rest+": ", ": ") + e.Msg
+			order = append(order, k)
+			progress = true
+		}
+		if !progress {
+			return nil, fmt.Errorf("agent: render: the configuration does not parse: %w", perr)
+		}
+	}
+}
+
+// sections maps the rendering's [[connection]]s, [[secret]]s and
+// [[tls]]s to the objects they come from ("tunnel t1").
+type sections struct{ connection, secret, tls []string }
+
+// of returns the object of a field path with 1-based indexes
+// ("connection[2].proposals" is the second connection's object) and the
+// rest of the path ("proposals"); "" for a field of no object.
+func (s sections) of(field string) (obj, rest string) {
+	for _, sec := range []struct {
+		name string
+		objs []string
+	}{{"connection", s.connection}, {"secret", s.secret}, {"tls", s.tls}} {
+		p, ok := strings.CutPrefix(field, sec.name+"[")
+		if !ok {
+			continue
+		}
+		n, after, ok := strings.Cut(p, "]")
+		i, err := strconv.Atoi(n)
+		if !ok || err != nil || i < 1 || i > len(sec.objs) {
+			return "", ""
+		}
+		return sec.objs[i-1], strings.TrimPrefix(after, ".")
+	}
+	return "", ""
+}
+
+// renderOnce renders in without the objects in skip, and says which
+// object each section came from.
+func renderOnce(in Inputs, skip map[string]string) (*Rendering, sections, error) {
+	asg, pool := in.Assignment, in.Pool
+	var objs sections
 	r := &Rendering{Files: map[string][]byte{}}
 	f := &r.File
 	f.Gateway = config.FileGateway{ControlSocket: in.ControlSocket, StateDir: in.StateDir}
@@ -138,6 +217,17 @@ func Render(in Inputs) (*Rendering, error) {
 	}
 	vipPrefix := int(pool.Spec.VIPPrefixLength)
 	dev := cmp.Or(pool.Spec.VIPInterface, DefaultVIPInterface)
+	vipOf := map[netip.Addr]struct{ member, obj string }{}
+	// claimVIP says why the object k may not have VIP a for member: one
+	// of another member's objects has it (an address is in one group).
+	claimVIP := func(k, member string, a netip.Addr) error {
+		if prev, ok := vipOf[a]; ok && prev.member != member {
+			return fmt.Errorf("VIP %s is also %s's, whose owner is %s, not %s: objects on one VIP need one owner", a, prev.obj, prev.member, member)
+		} else if !ok {
+			vipOf[a] = struct{ member, obj string }{member, k}
+		}
+		return nil
+	}
 	addVIP := func(member string, a netip.Addr) {
 		bits := vipPrefix
 		if bits == 0 || bits > a.BitLen() {
@@ -150,34 +240,51 @@ func Render(in Inputs) (*Rendering, error) {
 	}
 
 	for _, o := range asg.Spec.Tunnels {
+		k := "tunnel " + o.Name
+		if skip[k] != "" {
+			continue
+		}
 		t := in.Tunnels[o.Name]
 		if t == nil {
 			r.Problems = append(r.Problems, fmt.Sprintf("tunnel %s: not found", o.Name))
 			continue
 		}
 		conn, secret, vip, err := renderTunnel(t, in.Secrets)
+		if err == nil {
+			err = claimVIP(k, ownerOf(o), vip)
+		}
 		if err != nil {
 			r.Problems = append(r.Problems, fmt.Sprintf("tunnel %s: %v", o.Name, err))
 			continue
 		}
 		f.Connections = append(f.Connections, conn)
+		objs.connection = append(objs.connection, k)
 		if secret != nil {
 			f.Secrets = append(f.Secrets, *secret)
+			objs.secret = append(objs.secret, k)
 		}
 		addVIP(ownerOf(o), vip)
 	}
 	for _, o := range asg.Spec.Listeners {
+		k := "listener " + o.Name
+		if skip[k] != "" {
+			continue
+		}
 		l := in.Listeners[o.Name]
 		if l == nil {
 			r.Problems = append(r.Problems, fmt.Sprintf("listener %s: not found", o.Name))
 			continue
 		}
 		tl, vip, files, err := renderListener(l, in.Secrets, in.Dir)
+		if err == nil {
+			err = claimVIP(k, ownerOf(o), vip)
+		}
 		if err != nil {
 			r.Problems = append(r.Problems, fmt.Sprintf("listener %s: %v", o.Name, err))
 			continue
 		}
 		f.TLS = append(f.TLS, tl)
+		objs.tls = append(objs.tls, k)
 		for k, v := range files {
 			r.Files[k] = v
 		}
@@ -187,14 +294,14 @@ func Render(in Inputs) (*Rendering, error) {
 	if asg.Spec.Partner != "" {
 		h, files, err := renderHA(in, gw, owned)
 		if err != nil {
-			return nil, err
+			return nil, objs, err
 		}
 		f.HA = h
 		for k, v := range files {
 			r.Files[k] = v
 		}
 	}
-	return r, nil
+	return r, objs, nil
 }
 
 // Bootstrap returns the parts of r.File the gateway must be started with,
@@ -313,6 +420,11 @@ func renderListener(l *v1alpha1.TLSListener, secrets map[string]*corev1.Secret, 
 	cert, key := sec.Data[SecretCert], sec.Data[SecretKey]
 	if len(cert) == 0 || len(key) == 0 {
 		return config.FileTLS{}, vip, nil, fmt.Errorf("Secret %s needs %s and %s (a kubernetes.io/tls Secret)", sp.CertificateSecretRef.Name, SecretCert, SecretKey)
+	}
+	if _, err := tls.X509KeyPair(cert, key); err != nil {
+		// The gateway checks the files on apply and would refuse the
+		// whole configuration.
+		return config.FileTLS{}, vip, nil, fmt.Errorf("Secret %s: %s and %s are not a certificate and its key: %v", sp.CertificateSecretRef.Name, SecretCert, SecretKey, err)
 	}
 	backend := sp.Backend
 	if !strings.Contains(backend, "://") && !strings.HasPrefix(backend, "static:") {

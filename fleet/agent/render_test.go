@@ -14,9 +14,23 @@ import (
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/fleet/api/v1alpha1"
+	"github.com/sluicegw/sluice/gateway/certgen"
 )
 
 const testNS = "sluice"
+
+// webCert and webKey are a certificate and its key for the listeners.
+var webCert, webKey = func() ([]byte, []byte) {
+	ca, err := certgen.NewCA("agent test CA")
+	if err != nil {
+		panic(err)
+	}
+	c, k, err := ca.Issue(false, "web.example")
+	if err != nil {
+		panic(err)
+	}
+	return c, k
+}()
 
 var binaryPSK = []byte{0xff, 0x00, 0x80, 'x', 0xfe, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 
@@ -269,13 +283,59 @@ func TestRender(t *testing.T) {
 			},
 		},
 		{
+			name: "what the gateway's parser refuses leaves its tunnel out",
+			modify: func(in *Inputs) {
+				s := &in.Assignment.Spec
+				add := func(name, vip, peer, owner string) *v1alpha1.Tunnel {
+					tn := testTunnel(name, vip, peer)
+					in.Tunnels[name] = tn
+					in.Secrets[name+"-psk"] = testSecret(name+"-psk", map[string][]byte{"psk": []byte("a pre-shared key of " + name)})
+					s.Tunnels = append(s.Tunnels, v1alpha1.AssignedObject{Name: name, Role: v1alpha1.RoleOwner, Owner: owner})
+					return tn
+				}
+				add("t3", "192.0.2.13", "198.51.100.3", "gw-a").Spec.Proposals = "rot13-md4"
+				add("t4", "192.0.2.14", "198.51.100.4", "gw-a").Spec.Children[0].RemoteTS = []string{"10.1.0.0/16"} // overlaps t1's
+				add("t5", "192.0.2.10", "198.51.100.5", "gw-b")                                                     // t1's VIP, another owner
+				add("t6", "192.0.2.16", "198.51.100.6", "gw-a").Spec.LocalAddrs = []string{"192.0.2.16", "192.0.2.17"}
+				add("t7", "192.0.2.18", "198.51.100.7", "gw-a")
+			},
+			check: func(t *testing.T, r *Rendering, g *config.Gateway) {
+				var names []string
+				for _, c := range g.Connections {
+					names = append(names, c.Name)
+				}
+				if !slices.Equal(names, []string{"t1", "t2", "t7"}) {
+					t.Errorf("connections %v, want [t1 t2 t7]", names)
+				}
+				want := []string{
+					"tunnel t5: VIP 192.0.2.10 is also tunnel t1's, whose owner is gw-a, not gw-b: objects on one VIP need one owner",
+					"tunnel t3: proposals: ",
+					"tunnel t4: children[1].remote_ts[1]: 10.1.0.0/16 overlaps",
+					"tunnel t6: local_addrs[2]: one address only",
+				}
+				if len(r.Problems) != len(want) {
+					t.Fatalf("problems:\n%s", strings.Join(r.Problems, "\n"))
+				}
+				for i, w := range want {
+					if !strings.HasPrefix(r.Problems[i], w) {
+						t.Errorf("problem %d = %q, want prefix %q", i, r.Problems[i], w)
+					}
+				}
+			},
+		},
+		{
 			name: "a TLS listener",
 			modify: func(in *Inputs) {
+				in.Assignment.Spec.Listeners = []v1alpha1.AssignedObject{{Name: "web", Role: v1alpha1.RoleOwner, Owner: "gw-a"}}
 				in.Listeners["web"] = &v1alpha1.TLSListener{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "web"},
 					Spec: v1alpha1.TLSListenerSpec{Pool: "pool", Listen: "192.0.2.30:443", Backend: "10.1.0.5:8080",
 						CertificateSecretRef: v1alpha1.LocalObjectRef{Name: "web-tls"}}}
-				in.Secrets["web-tls"] = testSecret("web-tls", map[string][]byte{"tls.crt": []byte("WEB CERT"), "tls.key": []byte("WEB KEY")})
-				in.Assignment.Spec.Listeners = []v1alpha1.AssignedObject{{Name: "web", Role: v1alpha1.RoleOwner, Owner: "gw-a"}}
+				in.Secrets["web-tls"] = testSecret("web-tls", map[string][]byte{"tls.crt": webCert, "tls.key": webKey})
+				in.Listeners["bad"] = &v1alpha1.TLSListener{ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "bad"},
+					Spec: v1alpha1.TLSListenerSpec{Pool: "pool", Listen: "192.0.2.31:443", Backend: "10.1.0.5:8080",
+						CertificateSecretRef: v1alpha1.LocalObjectRef{Name: "bad-tls"}}}
+				in.Secrets["bad-tls"] = testSecret("bad-tls", map[string][]byte{"tls.crt": webCert, "tls.key": []byte("not a key")})
+				in.Assignment.Spec.Listeners = append(in.Assignment.Spec.Listeners, v1alpha1.AssignedObject{Name: "bad", Role: v1alpha1.RoleOwner, Owner: "gw-a"})
 			},
 			check: func(t *testing.T, r *Rendering, g *config.Gateway) {
 				if len(g.TLS) != 1 {
@@ -286,7 +346,10 @@ func TestRender(t *testing.T) {
 					len(l.Certs) != 1 || l.Certs[0].Cert != "/run/sluice/creds/tls-web.crt" || l.Certs[0].Key != "/run/sluice/creds/tls-web.key" {
 					t.Errorf("[[tls]] = %+v", l)
 				}
-				if string(r.Files["tls-web.crt"]) != "WEB CERT" || string(r.Files["tls-web.key"]) != "WEB KEY" {
+				if len(r.Problems) != 1 || !strings.HasPrefix(r.Problems[0], "listener bad: Secret bad-tls: tls.crt and tls.key are not a certificate and its key: ") {
+					t.Errorf("problems %q", r.Problems)
+				}
+				if !bytes.Equal(r.Files["tls-web.crt"], webCert) || !bytes.Equal(r.Files["tls-web.key"], webKey) {
 					t.Errorf("files %q", r.Files)
 				}
 				if a := groupAddrs(g.HA.Groups[0]); !slices.Equal(a, []string{"192.0.2.10/32 dev eth0", "192.0.2.30/32 dev eth0"}) {
