@@ -17,6 +17,12 @@
 //  4. writes the assignment's status: the generation applied, the last
 //     error, and the child SAs' SPIs (never keys) read from ike.list.
 //
+// The gateway starts from a bootstrap file the agent writes
+// (Config.BootstrapFile: the parts a reload cannot change, [ha] with the
+// partner among them, and no secret); a deleted assignment makes the
+// agent apply that bootstrap again, so that the gateway gives up its
+// VIPs.
+//
 // A bad object (a missing Secret, an empty PSK, an address that does not
 // parse) is left out of the configuration and named in status.message; an
 // apply the gateway refuses is retried with backoff. The agent does not
@@ -230,8 +236,7 @@ func (a *Agent) Sync(ctx context.Context) error {
 	key := client.ObjectKey{Namespace: a.cfg.Namespace, Name: a.cfg.Gateway}
 	if err := a.cfg.Assignments.Get(ctx, key, &asg); err != nil {
 		if apierrors.IsNotFound(err) {
-			// Nothing assigned yet: the gateway keeps what it runs.
-			return nil
+			return a.unassigned(ctx)
 		}
 		return fmt.Errorf("agent: get assignment %s: %w", key, err)
 	}
@@ -243,6 +248,33 @@ func (a *Agent) Sync(ctx context.Context) error {
 	return a.apply(ctx, &asg)
 }
 
+// unassigned is Sync without an assignment. Before the first one the
+// gateway keeps what it runs (its bootstrap). After one was deleted (the
+// gateway left the pool) it applies the bootstrap again: no tunnel, no
+// listener and groups without addresses, so that the gateway gives up the
+// VIPs the pool now gives others.
+func (a *Agent) unassigned(ctx context.Context) error {
+	if a.want == nil || a.want.text == string(a.want.bootstrap) {
+		return nil
+	}
+	empty := &desired{text: string(a.want.bootstrap), bootstrap: a.want.bootstrap}
+	if a.gw == nil {
+		gw, err := a.cfg.Dial(ctx)
+		if err != nil {
+			return fmt.Errorf("agent: gateway not reachable: %w", err)
+		}
+		a.gw, a.applied = gw, ""
+	}
+	err := a.gw.Apply(ctx, ApplyRequest{Name: fmt.Sprintf("gatewayassignment %s/%s deleted", a.cfg.Namespace, a.cfg.Gateway), Config: empty.text})
+	if err != nil {
+		a.dropIfLost(err)
+		return fmt.Errorf("agent: apply without an assignment: %w", err)
+	}
+	a.want, a.applied, a.status = empty, empty.text, statusState{}
+	a.log.Info("assignment deleted: tunnels and listeners removed")
+	return nil
+}
+
 // Poll applies the last rendering again if the gateway restarted, and
 // refreshes the child SAs in the status.
 func (a *Agent) Poll(ctx context.Context) error {
@@ -252,7 +284,10 @@ func (a *Agent) Poll(ctx context.Context) error {
 	var asg v1alpha1.GatewayAssignment
 	key := client.ObjectKey{Namespace: a.cfg.Namespace, Name: a.cfg.Gateway}
 	if err := a.cfg.Assignments.Get(ctx, key, &asg); err != nil {
-		return client.IgnoreNotFound(err)
+		if apierrors.IsNotFound(err) {
+			return a.unassigned(ctx)
+		}
+		return fmt.Errorf("agent: get assignment %s: %w", key, err)
 	}
 	if asg.Spec.Generation != a.want.generation {
 		return a.Sync(ctx)

@@ -469,3 +469,43 @@ func TestBootstrapFile(t *testing.T) {
 		}
 	}
 }
+
+// TestAssignmentDeleted: a gateway whose assignment is deleted (it left
+// the pool) gives up its tunnels and VIPs: the agent applies the
+// bootstrap, with no connection and groups without addresses.
+func TestAssignmentDeleted(t *testing.T) {
+	ctx := t.Context()
+	a, c, fg := newTestAgent(t, testObjects()...)
+	if err := a.Sync(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Delete(ctx, getAssignment(t, c)); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Poll(ctx); err != nil {
+		t.Fatal(err)
+	}
+	ap := fg.applied()
+	if len(ap) != 2 {
+		t.Fatalf("%d applies, want 2", len(ap))
+	}
+	g, err := config.ParseGateway("last", []byte(ap[1].Config))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(g.Connections) != 0 || len(g.Secrets) != 0 || g.HA == nil || len(g.HA.Groups) != 2 || len(g.HA.Groups[0].Addresses) != 0 {
+		t.Errorf("applied after the deletion:\n%s", ap[1].Config)
+	}
+	// Once is enough; a new assignment is applied again.
+	if err := a.Poll(ctx); err != nil || len(fg.applied()) != 2 {
+		t.Errorf("poll: %v, %d applies", err, len(fg.applied()))
+	}
+	asg := testObjects()[0]
+	asg.SetResourceVersion("")
+	if err := c.Create(ctx, asg); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.Poll(ctx); err != nil || len(fg.applied()) != 3 {
+		t.Errorf("poll: %v, %d applies, want 3", err, len(fg.applied()))
+	}
+}
