@@ -474,7 +474,7 @@ func renderHA(in Inputs, gw string, owned map[string][]string) (*config.FileHA, 
 		Cert:     filepath.Join(in.Dir, "ha.crt"),
 		Key:      filepath.Join(in.Dir, "ha.key"),
 		CA:       filepath.Join(in.Dir, "ha-ca.crt"),
-		Interval: duration(&pool.Spec.Detection.Interval),
+		Interval: duration(pool.Spec.Detection.Interval),
 		Misses:   int(pool.Spec.Detection.Misses),
 	}
 	// Both members render the same two groups in the same order, each

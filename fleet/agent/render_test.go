@@ -39,8 +39,8 @@ func testPool() *v1alpha1.GatewayPool {
 	return &v1alpha1.GatewayPool{
 		ObjectMeta: metav1.ObjectMeta{Namespace: testNS, Name: "pool"},
 		Spec: v1alpha1.GatewayPoolSpec{Steering: "vip", VIPInterface: "eth0", VIPPrefixLength: 32, SyncPort: 7310,
-			Detection:  v1alpha1.Detection{Interval: metav1.Duration{Duration: 100 * time.Millisecond}, Misses: 3},
-			TicketKeys: v1alpha1.TicketKeys{Lifetime: metav1.Duration{Duration: 24 * time.Hour}}},
+			Detection:  v1alpha1.Detection{Interval: &metav1.Duration{Duration: 100 * time.Millisecond}, Misses: 3},
+			TicketKeys: v1alpha1.TicketKeys{Lifetime: &metav1.Duration{Duration: 24 * time.Hour}}},
 	}
 }
 
@@ -213,7 +213,7 @@ func TestRender(t *testing.T) {
 			modify: func(in *Inputs) {
 				p := &in.Pool.Spec
 				p.VIPInterface, p.VIPPrefixLength, p.SyncPort = "ens5", 24, 4600
-				p.Detection = v1alpha1.Detection{Interval: metav1.Duration{Duration: 50 * time.Millisecond}, Misses: 5}
+				p.Detection = v1alpha1.Detection{Interval: &metav1.Duration{Duration: 50 * time.Millisecond}, Misses: 5}
 			},
 			check: func(t *testing.T, r *Rendering, g *config.Gateway) {
 				h := g.HA

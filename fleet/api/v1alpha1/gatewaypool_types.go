@@ -59,7 +59,7 @@ type Detection struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +optional
-	Interval metav1.Duration `json:"interval,omitempty"`
+	Interval *metav1.Duration `json:"interval,omitempty"`
 
 	// Misses is how many heartbeats may be missed before the partner is
 	// declared gone.
@@ -80,7 +80,7 @@ type TicketKeys struct {
 	// +kubebuilder:validation:MaxLength=32
 	// +kubebuilder:validation:Pattern=`^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$`
 	// +optional
-	Lifetime metav1.Duration `json:"lifetime,omitempty"`
+	Lifetime *metav1.Duration `json:"lifetime,omitempty"`
 }
 
 // PoolMember is one gateway of a pool as the controller last saw it.

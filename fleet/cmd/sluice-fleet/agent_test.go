@@ -90,8 +90,8 @@ func TestAgentCommand(t *testing.T) {
 	must(c.Status().Update(ctx, node))
 	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sluice"}}))
 	must(c.Create(ctx, &v1alpha1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Namespace: "sluice", Name: "pool"},
-		Spec: v1alpha1.GatewayPoolSpec{TicketKeys: v1alpha1.TicketKeys{Lifetime: metav1.Duration{Duration: 24 * time.Hour}},
-			Detection: v1alpha1.Detection{Interval: metav1.Duration{Duration: 100 * time.Millisecond}, Misses: 3}}}))
+		Spec: v1alpha1.GatewayPoolSpec{TicketKeys: v1alpha1.TicketKeys{Lifetime: &metav1.Duration{Duration: 24 * time.Hour}},
+			Detection: v1alpha1.Detection{Interval: &metav1.Duration{Duration: 100 * time.Millisecond}, Misses: 3}}}))
 	must(c.Create(ctx, &v1alpha1.GatewayAssignment{ObjectMeta: metav1.ObjectMeta{Namespace: "sluice", Name: "node-1"},
 		Spec: v1alpha1.GatewayAssignmentSpec{Pool: "pool", Gateway: "node-1", Generation: 1}}))
 
