@@ -46,7 +46,8 @@ func TestSecondGatewayRefused(t *testing.T) {
 		},
 	}
 	cfgPath := filepath.Join(tb.dir, "gateway-a2.toml")
-	text := strings.Replace(second.render(), `name = "`+tunName+`"`, `name = "sluice9"`, 1)
+	second.TUNName = "sluice9"
+	text := second.render()
 	if err := os.WriteFile(cfgPath, []byte(text), 0o600); err != nil {
 		t.Fatal(err)
 	}

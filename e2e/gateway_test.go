@@ -15,6 +15,7 @@ package e2e_test
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -29,6 +30,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/internal/lab"
@@ -346,9 +348,10 @@ type gwConfig struct {
 	Policies []policyConfig
 	SAs      []saConfig
 	// Connections are IKE [[connection]]s (ike_test.go), with their
-	// [[secret]]s; IKE is the body of an [ike] section.
+	// [[secret]]s; IKE is the [ike] section, if any.
 	Connections []connConfig
-	IKE         string
+	IKE         *config.FileIKE
+	TUNName     string // "" is tunName
 }
 
 type tunnelConfig struct {
@@ -358,6 +361,7 @@ type tunnelConfig struct {
 	Remote      []netip.Prefix
 	Out         string
 	In          []string
+	MTU         int
 }
 
 type policyConfig struct {
@@ -382,83 +386,58 @@ type saConfig struct {
 }
 
 func (c *gwConfig) render() string {
-	var b strings.Builder
-	level := c.LogLevel
-	if level == "" {
-		level = "info"
+	f := &config.File{
+		Gateway: config.FileGateway{LogLevel: cmp.Or(c.LogLevel, "info"), Workers: c.Workers, StateDir: c.StateDir},
+		TUN:     &config.FileTUN{Name: cmp.Or(c.TUNName, tunName), Addresses: strs(c.TUN)},
+		IKE:     c.IKE,
 	}
-	b.WriteString("# written by the sluice end-to-end tests\n")
-	fmt.Fprintf(&b, "[gateway]\nlog_level = %q\n", level)
-	if c.Workers > 0 {
-		fmt.Fprintf(&b, "workers = %d\n", c.Workers)
-	}
-	if c.StateDir != "" {
-		fmt.Fprintf(&b, "state_dir = %q\n", c.StateDir)
-	}
-	fmt.Fprintf(&b, "\n[tun]\nname = %q\naddresses = [%s]\n", tunName, quoteList(c.TUN))
 	if c.UDP.IsValid() {
-		fmt.Fprintf(&b, "\n[udp]\nlisten = %q\n", c.UDP)
+		f.UDP = &config.FileUDP{Listen: c.UDP.String()}
 	}
 	if c.RawESP.IsValid() {
-		fmt.Fprintf(&b, "\n[rawesp]\nlisten = %q\n", c.RawESP)
+		f.RawESP = &config.FileRawESP{Listen: c.RawESP.String()}
 	}
 	for _, tn := range c.Tunnels {
-		fmt.Fprintf(&b, "\n[[tunnel]]\nname = %q\nlocal = %q\npeer = %q\nencap = %q\n", tn.Name, tn.Local, tn.Peer, tn.Encap)
-		if len(tn.Remote) > 0 {
-			fmt.Fprintf(&b, "remote = [%s]\n", quoteList(tn.Remote))
-		}
-		fmt.Fprintf(&b, "out = %q\nin = [%s]\n", tn.Out, quoteList(tn.In))
+		f.Tunnels = append(f.Tunnels, config.FileTunnel{Name: tn.Name, Local: tn.Local.String(), Peer: tn.Peer.String(),
+			Encap: tn.Encap, Remote: strs(tn.Remote), Out: tn.Out, In: tn.In, MTU: tn.MTU})
 	}
 	for _, p := range c.Policies {
-		b.WriteString("\n[[policy]]\n")
-		if p.Name != "" {
-			fmt.Fprintf(&b, "name = %q\n", p.Name)
-		}
+		fp := config.FilePolicy{Name: p.Name, Proto: p.Proto, DPort: p.DPort, Action: p.Action, Tunnel: p.Tunnel}
 		if p.Src.IsValid() {
-			fmt.Fprintf(&b, "src = %q\n", p.Src)
+			fp.Src = p.Src.String()
 		}
 		if p.Dst.IsValid() {
-			fmt.Fprintf(&b, "dst = %q\n", p.Dst)
+			fp.Dst = p.Dst.String()
 		}
-		if p.Proto != "" {
-			fmt.Fprintf(&b, "proto = %q\n", p.Proto)
-		}
-		if p.DPort != "" {
-			fmt.Fprintf(&b, "dport = %q\n", p.DPort)
-		}
-		fmt.Fprintf(&b, "action = %q\n", p.Action)
-		if p.Tunnel != "" {
-			fmt.Fprintf(&b, "tunnel = %q\n", p.Tunnel)
-		}
-	}
-	if c.IKE != "" {
-		fmt.Fprintf(&b, "\n[ike]\n%s", c.IKE)
+		f.Policies = append(f.Policies, fp)
 	}
 	for _, cc := range c.Connections {
-		cc.render(&b)
+		conn, secrets := cc.file()
+		f.Connections = append(f.Connections, conn)
+		f.Secrets = append(f.Secrets, secrets...)
 	}
 	for _, sa := range c.SAs {
-		fmt.Fprintf(&b, "\n[[sa]]\nname = %q\nspi = 0x%x\nsrc = %q\ndst = %q\nmode = \"tunnel\"\nencap = %q\nesp = %q\nenc_key = %q\n",
-			sa.Name, sa.SPI, sa.Src, sa.Dst, sa.Encap, sa.Alg, sa.EncKey)
-		if sa.AuthKey != "" {
-			fmt.Fprintf(&b, "auth_key = %q\n", sa.AuthKey)
-		}
+		fs := config.FileSA{Name: sa.Name, SPI: sa.SPI, Src: sa.Src.String(), Dst: sa.Dst.String(), Mode: "tunnel",
+			Encap: sa.Encap, ESP: sa.Alg, EncKey: sa.EncKey, AuthKey: sa.AuthKey, Seq: int64(sa.Seq)}
 		if sa.ReplayWindow > 0 {
-			fmt.Fprintf(&b, "replay_window = %d\n", sa.ReplayWindow)
+			fs.ReplayWindow = new(sa.ReplayWindow)
 		}
-		if sa.Seq > 0 {
-			fmt.Fprintf(&b, "seq = %d\n", sa.Seq)
-		}
+		f.SAs = append(f.SAs, fs)
 	}
-	return b.String()
+	b, err := f.Encode()
+	if err != nil {
+		panic("e2e: " + err.Error()) // only a string that is not UTF-8, which no test writes
+	}
+	return "# written by the sluice end-to-end tests\n" + string(b)
 }
 
-func quoteList[T any](xs []T) string {
-	q := make([]string, len(xs))
+// strs formats each of xs as a string.
+func strs[T fmt.Stringer](xs []T) []string {
+	out := make([]string, len(xs))
 	for i, x := range xs {
-		q[i] = fmt.Sprintf("%q", fmt.Sprint(x))
+		out[i] = x.String()
 	}
-	return strings.Join(q, ", ")
+	return out
 }
 
 // sa returns an SA keyed from crypto/rand for alg.

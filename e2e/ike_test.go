@@ -4,6 +4,7 @@ package e2e_test
 // [[sa]] tables: two sluice gateways negotiate their tunnel, with ESN.
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"net/netip"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/internal/lab"
@@ -49,65 +51,32 @@ type connChild struct {
 	Start             string
 }
 
-func (c *connConfig) render(b *strings.Builder) {
-	fmt.Fprintf(b, "\n[[connection]]\nname = %q\nlocal_addrs = [%q]\n", c.Name, c.Local)
+// file is the connection's [[connection]] table and its [[secret]]s.
+func (c *connConfig) file() (config.FileConnection, []config.FileSecret) {
+	auth := cmp.Or(c.Auth, config.AuthPSK)
+	fc := config.FileConnection{
+		Name: c.Name, LocalAddrs: []string{c.Local.String()}, RemoteAddrs: []string{"%any"},
+		Proposals: c.Proposals, Encap: c.Encap, DPDDelay: c.DPDDelay, RekeyTime: c.RekeyTime, OverTime: c.OverTime,
+		Local:  config.FileAuth{Auth: auth, ID: c.LocalID, Certs: c.Certs},
+		Remote: config.FileAuth{Auth: auth, ID: c.RemoteID, CACerts: c.CACerts},
+		Children: []config.FileChild{{Name: c.Child, LocalTS: strs(c.LocalTS), RemoteTS: strs(c.RemoteTS),
+			ESPProposals: c.ESP, StartAction: c.Start, RekeyTime: c.ChildRekeyTime, LifeTime: c.ChildLifeTime}},
+	}
 	if c.Remote.IsValid() {
-		fmt.Fprintf(b, "remote_addrs = [%q]\n", c.Remote)
-	} else {
-		b.WriteString("remote_addrs = [\"%any\"]\n")
-	}
-	if c.Proposals != "" {
-		fmt.Fprintf(b, "proposals = %q\n", c.Proposals)
-	}
-	fmt.Fprintf(b, "encap = %t\n", c.Encap)
-	if c.DPDDelay != "" {
-		fmt.Fprintf(b, "dpd_delay = %q\n", c.DPDDelay)
-	}
-	if c.RekeyTime != "" {
-		fmt.Fprintf(b, "rekey_time = %q\n", c.RekeyTime)
-	}
-	if c.OverTime != "" {
-		fmt.Fprintf(b, "over_time = %q\n", c.OverTime)
-	}
-	auth := c.Auth
-	if auth == "" {
-		auth = "psk"
-	}
-	fmt.Fprintf(b, "  [connection.local]\n  auth = %q\n  id = %q\n", auth, c.LocalID)
-	if len(c.Certs) > 0 {
-		fmt.Fprintf(b, "  certs = [%s]\n", quoteList(c.Certs))
-	}
-	fmt.Fprintf(b, "  [connection.remote]\n  auth = %q\n  id = %q\n", auth, c.RemoteID)
-	if len(c.CACerts) > 0 {
-		fmt.Fprintf(b, "  cacerts = [%s]\n", quoteList(c.CACerts))
-	}
-	fmt.Fprintf(b, "  [[connection.children]]\n  name = %q\n  local_ts = [%s]\n  remote_ts = [%s]\n",
-		c.Child, quoteList(c.LocalTS), quoteList(c.RemoteTS))
-	if c.ESP != "" {
-		fmt.Fprintf(b, "  esp_proposals = %q\n", c.ESP)
-	}
-	if c.Start != "" {
-		fmt.Fprintf(b, "  start_action = %q\n", c.Start)
-	}
-	if c.ChildRekeyTime != "" {
-		fmt.Fprintf(b, "  rekey_time = %q\n", c.ChildRekeyTime)
-	}
-	if c.ChildLifeTime != "" {
-		fmt.Fprintf(b, "  life_time = %q\n", c.ChildLifeTime)
+		fc.RemoteAddrs = []string{c.Remote.String()}
 	}
 	for _, m := range c.More {
-		fmt.Fprintf(b, "  [[connection.children]]\n  name = %q\n  local_ts = [%s]\n  remote_ts = [%s]\n  start_action = %q\n",
-			m.Name, quoteList(m.LocalTS), quoteList(m.RemoteTS), m.Start)
-		if c.ESP != "" {
-			fmt.Fprintf(b, "  esp_proposals = %q\n", c.ESP)
-		}
+		fc.Children = append(fc.Children, config.FileChild{Name: m.Name, LocalTS: strs(m.LocalTS), RemoteTS: strs(m.RemoteTS),
+			StartAction: m.Start, ESPProposals: c.ESP})
 	}
+	var secrets []config.FileSecret
 	if c.PSK != "" {
-		fmt.Fprintf(b, "\n[[secret]]\ntype = \"ike\"\nids = [%q, %q]\nsecret = \"0x%s\"\n", c.LocalID, c.RemoteID, c.PSK)
+		secrets = append(secrets, config.FileSecret{Type: config.SecretIKE, IDs: []string{c.LocalID, c.RemoteID}, Secret: "0x" + c.PSK})
 	}
 	if c.KeyFile != "" {
-		fmt.Fprintf(b, "\n[[secret]]\ntype = \"private\"\nfile = %q\n", c.KeyFile)
+		secrets = append(secrets, config.FileSecret{Type: config.SecretPrivate, File: c.KeyFile})
 	}
+	return fc, secrets
 }
 
 // ike is `sluice ike list --json`.

@@ -19,7 +19,6 @@ import (
 	"net"
 	"net/netip"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -264,7 +263,8 @@ func TestMTUSluiceICMP(t *testing.T) {
 	var texts [2]string
 	for i, c := range cfgs {
 		c.StateDir = filepath.Join(b.dir, "state-"+b.sites[i].name)
-		texts[i] = strings.Replace(c.render(), "\nout = ", "\nmtu = 1300\nout = ", 1)
+		c.Tunnels[0].MTU = 1300
+		texts[i] = c.render()
 	}
 	b.restart(texts)
 	b.checkTUNMTU(1438)

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -51,20 +52,29 @@ func TestReloadRefusesInvalidConfig(t *testing.T) {
 		text := valid + "this is not TOML\n"
 		cases = append(cases, broken{"syntax error", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "this is not TOML"))})
 	}
+	// brokenBy is A's configuration changed by mod.
+	brokenBy := func(mod func(c *gwConfig)) string {
+		c := *cfgs[0]
+		c.TUN = slices.Clone(c.TUN)
+		c.Tunnels = slices.Clone(c.Tunnels)
+		c.SAs = slices.Clone(c.SAs)
+		mod(&c)
+		return c.render()
+	}
 	{
-		text := strings.Replace(valid, `out = "a-to-b"`, `out = "no-such-sa"`, 1)
+		text := brokenBy(func(c *gwConfig) { c.Tunnels[0].Out = "no-such-sa" })
 		cases = append(cases, broken{"unknown SA", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "no-such-sa"))})
 	}
 	{
-		text := strings.Replace(valid, fmt.Sprintf("spi = 0x%x", spiAB), "spi = 0x10", 1)
-		cases = append(cases, broken{"reserved SPI", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "spi = 0x10"))})
+		text := brokenBy(func(c *gwConfig) { c.SAs[0].SPI = 0x10 })
+		cases = append(cases, broken{"reserved SPI", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "spi = 16"))})
 	}
 	{
-		text := strings.Replace(valid, `esp = "aes128gcm16"`, `esp = "aes128gcm12"`, 1)
+		text := brokenBy(func(c *gwConfig) { c.SAs[0].Alg = "aes128gcm12" })
 		cases = append(cases, broken{"unknown algorithm", text, fmt.Sprintf("%s:%d:", a.cfgPath, lineOf(text, "aes128gcm12"))})
 	}
 	{
-		text := strings.Replace(valid, inner4[0].String(), "10.1.0.9/24", 1)
+		text := brokenBy(func(c *gwConfig) { c.TUN[0] = netip.MustParsePrefix("10.1.0.9/24") })
 		cases = append(cases, broken{"needs a restart", text, "needs a restart"})
 	}
 

@@ -39,6 +39,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/gateway/certgen"
 	"github.com/sluicegw/sluice/internal/lab"
@@ -324,7 +325,7 @@ func TestStrongSwanNATKeepAlive(t *testing.T) {
 			requireCharon(t)
 			requireTool(t, "nft", "sysctl")
 			b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", sluiceInitiates: true, nat: true,
-				natUDPTimeout: mapping, gwIKE: fmt.Sprintf("keep_alive = %q\n", tc.keepAlive)})
+				natUDPTimeout: mapping, gwKeepAlive: tc.keepAlive})
 			ch := b.establish()
 			if !ch.Encap {
 				t.Fatalf("behind a NAT the child must use ESP in UDP: %+v", ch)
@@ -381,7 +382,7 @@ type ssOptions struct {
 	gwLocalTS, gwRemoteTS []netip.Prefix
 	ssChildRekey          string // charon's child rekey_time (rand_time 0); "" never
 	natUDPTimeout         int    // with nat: the NAT forgets an idle UDP mapping after this many seconds; 0 is the kernel's
-	gwIKE                 string // more of sluice's [ike] section
+	gwKeepAlive           string // sluice's [ike] keep_alive; "" leaves the default
 }
 
 // ssDNs are the identities of a test with ssOptions.dn: charon's, sluice's.
@@ -542,9 +543,14 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	lab.LogOnFailure(t, "sluice log", b.gw.logPath, 40)
 	cfg := &gwConfig{TUN: []netip.Prefix{ssInner[1]}, UDP: netip.AddrPortFrom(b.gwAddr, 4500), Connections: []connConfig{cc}}
 	if o.dpd != "" {
-		cfg.IKE = "retransmit_timeout = \"250ms\"\nretransmit_tries = 2\n"
+		cfg.IKE = &config.FileIKE{RetransmitTimeout: "250ms", RetransmitTries: 2}
 	}
-	cfg.IKE += o.gwIKE
+	if o.gwKeepAlive != "" {
+		if cfg.IKE == nil {
+			cfg.IKE = &config.FileIKE{}
+		}
+		cfg.IKE.KeepAlive = o.gwKeepAlive
+	}
 	captureNS(t, l, []*lab.Netns{b.ssNS, gwNS}, b.ch.Log(), b.gw.logPath)
 	b.gw.start(cfg)
 	return b

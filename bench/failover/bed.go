@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -32,9 +33,6 @@ const (
 	gwID      = "gw@bench.sluice"
 	peerID    = "peer@bench.sluice"
 	childName = "net"
-	// stateMark stands for the state directory in a configuration
-	// that staticConfigs returns.
-	stateMark = "@STATE@"
 )
 
 // daemon is one `sluice run` in a namespace: its files and the process
@@ -89,55 +87,61 @@ func hexKey(n int) string {
 }
 
 // staticConfigs returns the gateways' configuration (both members run the
-// same, each with its own state directory in place of stateMark) and the
-// peer's (stateMark too): one static
-// tunnel, ESP in UDP, aes128gcm16 keyed from crypto/rand; the gateways'
-// local address is the wan virtual address.
-func (b *bed) staticConfigs() (gw, peer string) {
+// same; run gives each its own state directory) and the peer's: one
+// static tunnel, ESP in UDP, aes128gcm16 keyed from crypto/rand; the
+// gateways' local address is the wan virtual address.
+func (b *bed) staticConfigs() (gw, peer *config.File) {
 	t := b.topo
 	gwAddr, peerAddr := t.WANVIP.Addr(), t.PeerWAN.Addr()
-	var sas strings.Builder
+	var sas []config.FileSA
 	for _, s := range []struct {
 		name     string
 		spi      uint32
 		src, dst netip.Addr
 	}{{"gw-to-peer", spiGP, gwAddr, peerAddr}, {"peer-to-gw", spiPG, peerAddr, gwAddr}} {
 		// aes128gcm16: a 16-byte key and a 4-byte salt.
-		fmt.Fprintf(&sas, "\n[[sa]]\nname = %q\nspi = 0x%x\nsrc = %q\ndst = %q\nmode = \"tunnel\"\nencap = \"udp\"\nesp = %q\nenc_key = %q\nreplay_window = 1024\n",
-			s.name, s.spi, s.src, s.dst, espSuite, hexKey(20))
+		sas = append(sas, config.FileSA{Name: s.name, SPI: s.spi, Src: s.src.String(), Dst: s.dst.String(), Mode: "tunnel", Encap: "udp",
+			ESP: espSuite, EncKey: hexKey(20), ReplayWindow: new(1024)})
 	}
-	head := func(tun netip.Prefix, listen netip.Addr) string {
-		return fmt.Sprintf("# sluice bench failover\n[gateway]\nlog_level = \"info\"\nstate_dir = \""+stateMark+"\"\n\n[tun]\nname = %q\naddresses = [%q]\n\n[udp]\nlisten = \"%s:4500\"\n",
-			tunName, tun, listen)
+	site := func(tun, name string, local, peer netip.Addr, remote netip.Prefix, out, in string) *config.File {
+		return &config.File{
+			Gateway: config.FileGateway{LogLevel: "info"},
+			TUN:     &config.FileTUN{Name: tunName, Addresses: []string{tun}},
+			UDP:     &config.FileUDP{Listen: netip.AddrPortFrom(local, 4500).String()},
+			Tunnels: []config.FileTunnel{{Name: name, Local: local.String(), Peer: peer.String(), Encap: "udp", PeerPort: 4500,
+				Remote: []string{remote.String()}, Out: out, In: []string{in}}},
+			SAs: sas,
+		}
 	}
-	tunnel := func(name string, local, peer netip.Addr, remote netip.Prefix, out, in string) string {
-		return fmt.Sprintf("\n[[tunnel]]\nname = %q\nlocal = %q\npeer = %q\nencap = \"udp\"\npeer_port = 4500\nremote = [%q]\nout = %q\nin = [%q]\n",
-			name, local, peer, remote, out, in)
-	}
-	gw = head(netip.MustParsePrefix("10.255.0.1/32"), gwAddr) + tunnel("to-peer", gwAddr, peerAddr, t.RemoteNet, "gw-to-peer", "peer-to-gw") + sas.String()
-	peer = head(netip.MustParsePrefix("10.2.0.1/24"), peerAddr) + tunnel("to-site", peerAddr, gwAddr, t.LocalNet, "peer-to-gw", "gw-to-peer") + sas.String()
+	gw = site("10.255.0.1/32", "to-peer", gwAddr, peerAddr, t.RemoteNet, "gw-to-peer", "peer-to-gw")
+	peer = site("10.2.0.1/24", "to-site", peerAddr, gwAddr, t.LocalNet, "peer-to-gw", "gw-to-peer")
 	return gw, peer
 }
 
 // ikePeerConfig is the peer's configuration opposite strongSwan: an IKEv2
 // connection it initiates (start_action = "start", which also restarts it
-// when the gateway is found dead), PSK, liveness checks every
+// when the gateway is found dead), PSK (hex), liveness checks every
 // Options.DPDDelay, the retransmission schedule left at its default.
-func (b *bed) ikePeerConfig(psk string) string {
+func (b *bed) ikePeerConfig(psk string) *config.File {
 	t := b.topo
-	var s strings.Builder
-	fmt.Fprintf(&s, "# sluice bench failover: the peer of strongSwan\n[gateway]\nlog_level = \"info\"\nstate_dir = %q\n\n[tun]\nname = %q\naddresses = [\"10.2.0.1/24\"]\n\n[udp]\nlisten = \"%s:4500\"\n",
-		filepath.Join(b.dir, "state-peer"), tunName, t.PeerWAN.Addr())
-	fmt.Fprintf(&s, "\n[[connection]]\nname = \"gw\"\nlocal_addrs = [%q]\nremote_addrs = [%q]\nproposals = %q\nencap = true\n",
-		t.PeerWAN.Addr(), t.WANVIP.Addr(), ikeSuite)
-	if b.o.DPDDelay > 0 {
-		fmt.Fprintf(&s, "dpd_delay = %q\n", b.o.DPDDelay.String())
+	c := config.FileConnection{
+		Name: "gw", LocalAddrs: []string{t.PeerWAN.Addr().String()}, RemoteAddrs: []string{t.WANVIP.Addr().String()},
+		Proposals: ikeSuite, Encap: true,
+		Local:  config.FileAuth{Auth: config.AuthPSK, ID: peerID},
+		Remote: config.FileAuth{Auth: config.AuthPSK, ID: gwID},
+		Children: []config.FileChild{{Name: childName, LocalTS: []string{t.RemoteNet.String()}, RemoteTS: []string{t.LocalNet.String()},
+			ESPProposals: espSuite, StartAction: config.StartStart}},
 	}
-	fmt.Fprintf(&s, "  [connection.local]\n  auth = \"psk\"\n  id = %q\n  [connection.remote]\n  auth = \"psk\"\n  id = %q\n", peerID, gwID)
-	fmt.Fprintf(&s, "  [[connection.children]]\n  name = %q\n  local_ts = [%q]\n  remote_ts = [%q]\n  esp_proposals = %q\n  start_action = \"start\"\n",
-		childName, t.RemoteNet, t.LocalNet, espSuite)
-	fmt.Fprintf(&s, "\n[[secret]]\ntype = \"ike\"\nids = [%q, %q]\nsecret = \"0x%s\"\n", peerID, gwID, psk)
-	return s.String()
+	if b.o.DPDDelay > 0 {
+		c.DPDDelay = b.o.DPDDelay.String()
+	}
+	return &config.File{
+		Gateway:     config.FileGateway{LogLevel: "info"},
+		TUN:         &config.FileTUN{Name: tunName, Addresses: []string{"10.2.0.1/24"}},
+		UDP:         &config.FileUDP{Listen: netip.AddrPortFrom(t.PeerWAN.Addr(), 4500).String()},
+		Connections: []config.FileConnection{c},
+		Secrets:     []config.FileSecret{{Type: config.SecretIKE, IDs: []string{peerID, gwID}, Secret: "0x" + psk}},
+	}
 }
 
 // writeFile writes a file whole (renamed into place).
@@ -149,9 +153,16 @@ func writeFile(path, text string) error {
 	return os.Rename(tmp, path)
 }
 
-// run writes text as d's configuration and starts d (see restart).
-func (b *bed) run(d *daemon, text string) error {
-	if err := writeFile(d.cfg, text); err != nil {
+// run writes f as d's configuration, with d's own state directory, and
+// starts d (see restart).
+func (b *bed) run(d *daemon, f *config.File) error {
+	c := *f
+	c.Gateway.StateDir = filepath.Join(b.dir, "state-"+d.name)
+	text, err := c.Encode()
+	if err != nil {
+		return fmt.Errorf("bench: %w", err)
+	}
+	if err := writeFile(d.cfg, "# sluice bench failover: "+d.name+"\n\n"+string(text)); err != nil {
 		return fmt.Errorf("bench: %w", err)
 	}
 	return b.restart(d)

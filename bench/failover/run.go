@@ -241,11 +241,11 @@ func (b *bed) sluiceRestart() (Sample, error) {
 	if err := b.topo.AddVIPs(b.ctx, b.topo.A); err != nil {
 		return Sample{}, err
 	}
-	if err := b.run(b.peer, strings.ReplaceAll(peer, stateMark, b.dir+"/state-peer")); err != nil {
+	if err := b.run(b.peer, peer); err != nil {
 		return Sample{}, err
 	}
 	a := b.gw[0]
-	if err := b.run(a, strings.ReplaceAll(gw, stateMark, b.dir+"/state-a")); err != nil {
+	if err := b.run(a, gw); err != nil {
 		return Sample{}, err
 	}
 	if err := b.waitTraffic(upWait); err != nil {
@@ -266,15 +266,16 @@ func (b *bed) startHA() error {
 	if err != nil {
 		return err
 	}
-	if err := b.run(b.peer, strings.ReplaceAll(peer, stateMark, b.dir+"/state-peer")); err != nil {
+	if err := b.run(b.peer, peer); err != nil {
 		return err
 	}
 	for i, m := range []struct {
 		me, other *lab.HAGateway
 		pref      int
 	}{{t.A, t.B, 200}, {t.B, t.A, 100}} {
-		text := strings.ReplaceAll(gw, stateMark, b.dir+"/state-"+m.me.Name) + b.topo.HASection(m.me, m.other, m.pref, creds)
-		if err := b.run(b.gw[i], text); err != nil {
+		f := *gw
+		f.HA = b.topo.HAConfig(m.me, m.other, m.pref, creds)
+		if err := b.run(b.gw[i], &f); err != nil {
 			return err
 		}
 	}
@@ -407,10 +408,10 @@ func runThroughput(ctx context.Context, o *Options, obs Observer) (*Throughput, 
 			} else {
 				gw, peer := b.staticConfigs()
 				if err = b.topo.AddVIPs(ctx, b.topo.A); err == nil {
-					err = b.run(b.peer, strings.ReplaceAll(peer, stateMark, b.dir+"/state-peer"))
+					err = b.run(b.peer, peer)
 				}
 				if err == nil {
-					err = b.run(b.gw[0], strings.ReplaceAll(gw, stateMark, b.dir+"/state-a"))
+					err = b.run(b.gw[0], gw)
 				}
 				if err == nil {
 					err = b.waitTraffic(upWait)
