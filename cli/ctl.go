@@ -432,7 +432,8 @@ since: an SA the file names and the gateway lacks is installed, one it
 does not name is removed (inbound SAs after a drain time). A file with
 errors is refused, with each error's file:line:col, and the running
 configuration stays; so does a change that needs a restart (workers,
-engines, [tun], [udp], [rawesp], control_socket, metrics).`,
+engines, [tun], [udp], [rawesp], control_socket, metrics). A gateway that
+was sent a configuration with apply refuses reload until it restarts.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return ctlCall(cmd.Context(), o, func(c *control.Client) error {

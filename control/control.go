@@ -155,7 +155,7 @@ type ApplyArgs struct {
 
 // TicketKey is one session ticket key of config.apply's ring: an ID of
 // the ring's owner's choosing (printable, unique in the ring; the
-// gateway logs and returns only IDs), the 32-byte key, and whether new
+// gateway logs the IDs, never the keys), the 32-byte key, and whether new
 // tickets are issued under it (else it only accepts them).
 type TicketKey struct {
 	ID    string `json:"id"`

@@ -173,7 +173,11 @@ secret = "0x000102030405060708090a0b0c0d0e0f"
 	}
 
 	// The standby first: it takes the connection on an address it does
-	// not hold.
+	// not hold. The addresses an earlier run of b left on its interfaces
+	// (a kill -9) go, as at start: a standby must not answer for them.
+	if err := topo.AddVIPs(ctx, topo.B); err != nil {
+		t.Fatal(err)
+	}
 	r := b.gwb.mustApply("fleet/b", full(b.gwb, haB))
 	t.Logf("b: %q", r.Changes)
 	r = b.gwa.mustApply("fleet/a", full(b.gwa, haA))

@@ -767,6 +767,15 @@ func (g *Gateway) reloadHA(next *config.Gateway, note func(string, ...any)) erro
 			if len(c.added) > 0 {
 				g.announce(c.grp)
 			}
+		} else {
+			// As at start (startHA): an address an earlier run left
+			// here (a kill -9) is not this member's to answer for
+			// until it owns the group.
+			for _, a := range c.added {
+				if err := vip.Remove(a); err != nil {
+					g.Logger("ha").Warn("a virtual address left by an earlier run could not be removed", "group", name, "address", a.String(), "err", err)
+				}
+			}
 		}
 		role := "standby"
 		if c.owned {

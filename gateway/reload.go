@@ -16,6 +16,7 @@ package gateway
 // and replay windows carry on.
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/binary"
 	"errors"
@@ -66,6 +67,9 @@ func (g *Gateway) Apply(next *config.Gateway, ticketKeys [][32]byte) ([]string, 
 	}
 	old := g.cfg
 	if err := fixedPartsEqual(old, next); err != nil {
+		return nil, err
+	}
+	if err := checkRegroupedTunnels(old, next); err != nil {
 		return nil, err
 	}
 	// What Start checks by binding, a reload checks before it changes
@@ -403,6 +407,48 @@ func fixedPartsEqual(a, b *config.Gateway) error {
 		// Joined, not %v: a list formatted with %v wraps "[tun]" in
 		// brackets of its own.
 		return fmt.Errorf("gateway: %s: changing %s needs a restart; the running configuration stays", b.File, strings.Join(what, ", "))
+	}
+	return nil
+}
+
+// checkRegroupedTunnels refuses a static [[tunnel]] whose local address
+// moves into, out of or between [[ha.group]]s while it keeps an SA it
+// has (the same SPI and key): its sequence numbers were leased in one
+// group and its replacement, perhaps on the other member, would start
+// again below them, repeating nonces under the same key. New SAs, or an
+// IKE [[connection]] (renegotiated when it moves), are safe.
+func checkRegroupedTunnels(old, next *config.Gateway) error {
+	for i := range next.Tunnels {
+		nt := &next.Tunnels[i]
+		ot := old.Tunnel(nt.Name)
+		if ot == nil {
+			continue
+		}
+		from, to := old.HAGroupOf(ot.Local), next.HAGroupOf(nt.Local)
+		if from == to {
+			continue
+		}
+		kept := false
+		for _, name := range append([]string{ot.Out}, ot.In...) {
+			a := old.SA(name)
+			for _, nname := range append([]string{nt.Out}, nt.In...) {
+				if b := next.SA(nname); a != nil && b != nil && a.SPI == b.SPI && bytes.Equal(a.EncKey, b.EncKey) {
+					kept = true
+				}
+			}
+		}
+		if !kept {
+			continue
+		}
+		group := func(g string) string {
+			if g == "" {
+				return "no group"
+			}
+			return "group " + g
+		}
+		field := fmt.Sprintf("tunnel[%d].local", i+1)
+		return fmt.Errorf("%s: %s: %v moves from %s to %s with SAs it has: their sequence numbers stay with the group they were leased in; give the tunnel new SAs (SPIs and keys), or restart; the running configuration stays",
+			next.FieldPos(field), field, nt.Local, group(from), group(to))
 	}
 	return nil
 }

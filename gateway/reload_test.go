@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"fmt"
 	"net/netip"
 	"strings"
 	"testing"
@@ -110,5 +111,78 @@ secret = "0x00112233445566778899aabbccddeeff"
 		if err := fixedPartsEqual(p[0], p[1]); err != nil {
 			t.Errorf("%v", err)
 		}
+	}
+}
+
+// A static tunnel whose address moves to another group with the SAs it
+// has is refused: its sequence numbers stay with the group they were
+// leased in. With new SAs it moves.
+func TestRegroupedStaticTunnel(t *testing.T) {
+	doc := func(g1, g2, spi, key string) *config.Gateway {
+		t.Helper()
+		text := fmt.Sprintf(`[udp]
+listen = "0.0.0.0:4500"
+
+[[tunnel]]
+name = "t"
+local = "192.0.2.10"
+peer = "192.0.2.2"
+remote = ["10.2.0.0/24"]
+out = "o"
+in = ["i"]
+
+[[sa]]
+name = "o"
+spi = %[3]s
+encap = "udp"
+esp = "aes128gcm16"
+enc_key = "%[4]s"
+
+[[sa]]
+name = "i"
+spi = 0x2001
+encap = "udp"
+esp = "aes128gcm16"
+enc_key = "%[4]s"
+
+[ha]
+name = "a"
+listen = "10.9.0.1:7310"
+peer = "10.9.0.2:7310"
+cert = "a.crt"
+key = "a.key"
+ca = "ca.crt"
+peer_name = "b"
+
+[[ha.group]]
+name = "g1"
+addresses = [%[1]s]
+
+[[ha.group]]
+name = "g2"
+addresses = [%[2]s]
+`, g1, g2, spi, key)
+		g, err := config.ParseGateway("gw.toml", []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return g
+	}
+	const vip, key1, key2 = `"192.0.2.10/24 dev wan0"`, "000102030405060708090a0b0c0d0e0f10111213", "ff0102030405060708090a0b0c0d0e0f10111213"
+	a := doc(vip, "", "0x1001", key1)
+	for _, next := range []*config.Gateway{doc("", vip, "0x1001", key1), doc("", "", "0x1001", key1)} {
+		err := checkRegroupedTunnels(a, next)
+		if err == nil || !strings.Contains(err.Error(), "gw.toml:6:9: tunnel[1].local: 192.0.2.10 moves from group g1 to ") {
+			t.Errorf("moved with its SAs: %v", err)
+		}
+	}
+	if err := checkRegroupedTunnels(doc("", "", "0x1001", key1), doc(vip, "", "0x1001", key1)); err == nil || !strings.Contains(err.Error(), "from no group to group g1") {
+		t.Errorf("moved into a group with its SAs: %v", err)
+	}
+	if err := checkRegroupedTunnels(a, doc("", vip, "0x1002", key2)); err != nil {
+		t.Errorf("moved with new SAs: %v", err)
+	}
+	if err := checkRegroupedTunnels(a, doc(vip+`, "192.0.2.11/24 dev wan0"`, "", "0x1001", key1)); err != nil {
+		t.Errorf("group grew, tunnel stays: %v", err)
 	}
 }
