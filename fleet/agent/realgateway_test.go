@@ -17,11 +17,13 @@ import (
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
-// buildSluice builds cmd/sluice into dir and returns its path.
+// buildSluice builds the gateway's cmd/sluice into dir and returns its
+// path.
 func buildSluice(t *testing.T, dir string) string {
 	t.Helper()
 	out := filepath.Join(dir, "sluice")
-	cmd := exec.Command("go", "build", "-o", out, "github.com/sluicegw/sluice/cmd/sluice")
+	cmd := exec.Command("go", "build", "-o", out, "./cmd/sluice")
+	cmd.Dir = filepath.Join("..", "..") // the gateway's own module, with its go.mod
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build cmd/sluice: %v\n%s", err, b)
 	}
