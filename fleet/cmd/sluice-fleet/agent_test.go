@@ -32,7 +32,8 @@ func TestAgentFlags(t *testing.T) {
 		t.Errorf("agent --bogus: exit %d, %q", code, stderr.String())
 	}
 	stderr.Reset()
-	if code := run(context.Background(), []string{"controller", "--leader-elect=false"}, io.Discard, &stderr); code != 1 || !strings.Contains(stderr.String(), "not built") {
+	t.Setenv("KUBECONFIG", filepath.Join(t.TempDir(), "none"))
+	if code := run(context.Background(), []string{"controller", "--leader-elect=false"}, io.Discard, &stderr); code != 1 || !strings.HasPrefix(stderr.String(), "sluice-fleet: controller: ") {
 		t.Errorf("controller: exit %d, %q", code, stderr.String())
 	}
 	// The downward API's variables are the flags' defaults.

@@ -2,11 +2,14 @@ package main
 
 import (
 	"context"
-	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 
 	"github.com/spf13/cobra"
+	kubeconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/sluicegw/sluice/fleet/controller"
 )
 
 // controllerOptions are the controller's flags.
@@ -37,9 +40,20 @@ func newControllerCommand(stderr io.Writer) *cobra.Command {
 	return cmd
 }
 
-// runController runs the controller until ctx ends. The coordinator wires
-// it to fleet/controller here, in this one function.
+// runController runs the controller until ctx ends: fleet/controller's
+// manager, with the flags' options.
 func runController(ctx context.Context, o controllerOptions, log *slog.Logger) error {
-	_, _, _ = ctx, o, log
-	return errors.New("controller: not built into this binary yet")
+	cfg, err := kubeconfig.GetConfig()
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	mgr, _, err := controller.NewManager(cfg, controller.Options{
+		Namespace: o.Namespace, LeaderElection: o.LeaderElection, LeaderElectionNamespace: o.LeaderElectionNamespace,
+		MetricsAddr: o.MetricsAddr, ProbeAddr: o.HealthAddr,
+	})
+	if err != nil {
+		return fmt.Errorf("controller: %w", err)
+	}
+	log.Info("controller starting", "namespace", o.Namespace, "leader-elect", o.LeaderElection)
+	return mgr.Start(ctx)
 }
