@@ -6,6 +6,7 @@ import (
 	"io"
 	"log/slog"
 	"net/netip"
+	"path/filepath"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -93,6 +94,18 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 
 // runAgentWith runs the agent against the API server cfg reaches.
 func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *slog.Logger) error {
+	// The configuration names its files by absolute paths: the gateway
+	// would take relative ones from the applied text's name.
+	for _, p := range []*string{&o.HADir, &o.StateDir, &o.BootstrapFile} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		*p = abs
+	}
 	s, err := scheme()
 	if err != nil {
 		return err
