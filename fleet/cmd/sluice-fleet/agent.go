@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/netip"
+	"path/filepath"
+	"time"
+
+	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	kubeconfig "sigs.k8s.io/controller-runtime/pkg/client/config"
+
+	"github.com/sluicegw/sluice/control"
+	"github.com/sluicegw/sluice/fleet/agent"
+	"github.com/sluicegw/sluice/fleet/api/v1alpha1"
+)
+
+// ZoneLabel is the Node label the agent reads its zone from.
+const ZoneLabel = corev1.LabelTopologyZone
+
+// agentOptions are the agent's flags.
+type agentOptions struct {
+	Gateway, Namespace, Pool string
+	ControlSocket            string
+	NodeAddress              string
+	HADir                    string
+	BootstrapFile            string
+	StateDir                 string
+	PollInterval             time.Duration
+	ResyncInterval           time.Duration
+}
+
+func newAgentCommand(stderr io.Writer) *cobra.Command {
+	var o agentOptions
+	cmd := &cobra.Command{
+		Use:   "agent",
+		Short: "Drive the sluice gateway on this node from its GatewayAssignment",
+		Long: `agent runs beside ` + "`sluice run`" + ` on a gateway node. It holds the gateway's
+membership Lease, watches the gateway's GatewayAssignment (and only it),
+renders the gateway's configuration from the Tunnels, TLSListeners and
+Secrets it names, applies it over the control socket, and reports what the
+gateway runs in the assignment's status. The flags default to the
+environment the DaemonSet sets from the downward API.`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runAgent(cmd.Context(), o, newLogger(stderr))
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.Gateway, "gateway", env("NODE_NAME", ""), "this gateway's name, its node's ($NODE_NAME)")
+	f.StringVar(&o.Namespace, "namespace", env("POD_NAMESPACE", ""), "the pool's namespace ($POD_NAMESPACE)")
+	f.StringVar(&o.Pool, "pool", env("SLUICE_POOL", ""), "the GatewayPool this gateway is a member of ($SLUICE_POOL)")
+	f.StringVar(&o.ControlSocket, "control-socket", env("SLUICE_SOCKET", control.DefaultSocket), "the gateway's control socket ($SLUICE_SOCKET)")
+	f.StringVar(&o.NodeAddress, "node-address", env("NODE_IP", ""), "this node's address, for the sync channel; default the Node's InternalIP ($NODE_IP)")
+	f.StringVar(&o.HADir, "ha-dir", env("SLUICE_HA_DIR", "/run/sluice/creds"), "a memory-backed directory for the sync channel's and listeners' credentials ($SLUICE_HA_DIR)")
+	f.StringVar(&o.BootstrapFile, "bootstrap-file", env("SLUICE_BOOTSTRAP", ""), "where to write the configuration the gateway starts with (no secrets; for `sluice run --config`), \"\" for none ($SLUICE_BOOTSTRAP)")
+	f.StringVar(&o.StateDir, "state-dir", env("SLUICE_STATE_DIR", ""), "the gateway's state directory, \"\" for its default ($SLUICE_STATE_DIR)")
+	f.DurationVar(&o.PollInterval, "poll-interval", agent.DefaultPollInterval, "how often to read the gateway's child SAs (and find a restarted gateway)")
+	f.DurationVar(&o.ResyncInterval, "resync-interval", agent.DefaultResyncInterval, "how often to read the Tunnels and Secrets again without a change of the assignment (a rotated Secret is applied within it)")
+	return cmd
+}
+
+// scheme knows the built-in kinds and sluice.io's.
+func scheme() (*runtime.Scheme, error) {
+	s := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	if err := v1alpha1.AddToScheme(s); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
+	for _, r := range []struct{ flag, val string }{{"--gateway", o.Gateway}, {"--namespace", o.Namespace}, {"--pool", o.Pool}} {
+		if r.val == "" {
+			return usageError{fmt.Errorf("agent: %s is required", r.flag)}
+		}
+	}
+	cfg, err := kubeconfig.GetConfig()
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	return runAgentWith(ctx, cfg, o, log)
+}
+
+// runAgentWith runs the agent against the API server cfg reaches.
+func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *slog.Logger) error {
+	// The configuration names its files by absolute paths: the gateway
+	// would take relative ones from the applied text's name.
+	for _, p := range []*string{&o.HADir, &o.StateDir, &o.BootstrapFile} {
+		if *p == "" {
+			continue
+		}
+		abs, err := filepath.Abs(*p)
+		if err != nil {
+			return fmt.Errorf("agent: %w", err)
+		}
+		*p = abs
+	}
+	s, err := scheme()
+	if err != nil {
+		return err
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	var node corev1.Node
+	if err := c.Get(ctx, client.ObjectKey{Name: o.Gateway}, &node); err != nil {
+		return fmt.Errorf("agent: read Node %s (its zone and address): %w", o.Gateway, err)
+	}
+	addr, err := nodeAddress(o.NodeAddress, &node)
+	if err != nil {
+		return err
+	}
+	cache, err := agent.NewAssignmentCache(cfg, s, o.Namespace, o.Gateway)
+	if err != nil {
+		return err
+	}
+	a, err := agent.New(agent.Config{
+		Client: c, Assignments: cache, Gateway: o.Gateway, Namespace: o.Namespace, Pool: o.Pool,
+		Zone: node.Labels[ZoneLabel], NodeAddress: addr, Dir: o.HADir,
+		ControlSocket: o.ControlSocket, BootstrapFile: o.BootstrapFile, StateDir: o.StateDir, Dial: agent.ControlDialer(o.ControlSocket), Log: log,
+		PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval,
+	})
+	if err != nil {
+		return err
+	}
+	if err := a.WakeOn(ctx, cache); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errc := make(chan error, 1)
+	go func() { errc <- cache.Start(ctx) }()
+	if !cache.WaitForCacheSync(ctx) {
+		cancel()
+		if err := <-errc; err != nil {
+			return fmt.Errorf("agent: assignment watch: %w", err)
+		}
+		return ctx.Err()
+	}
+	log.Info("agent started", "gateway", o.Gateway, "namespace", o.Namespace, "pool", o.Pool, "address", addr, "zone", node.Labels[ZoneLabel])
+	err = a.Run(ctx)
+	cancel()
+	<-errc
+	return err
+}
+
+// nodeAddress is flag's address, or the Node's InternalIP.
+func nodeAddress(flag string, node *corev1.Node) (netip.Addr, error) {
+	if flag != "" {
+		a, err := netip.ParseAddr(flag)
+		if err != nil {
+			return netip.Addr{}, usageError{fmt.Errorf("agent: --node-address %q is not an IP address", flag)}
+		}
+		return a, nil
+	}
+	for _, na := range node.Status.Addresses {
+		if na.Type == corev1.NodeInternalIP {
+			if a, err := netip.ParseAddr(na.Address); err == nil {
+				return a, nil
+			}
+		}
+	}
+	return netip.Addr{}, fmt.Errorf("agent: Node %s has no InternalIP: give --node-address or $NODE_IP", node.Name)
+}
