@@ -18,9 +18,7 @@ package agent
 
 import (
 	"cmp"
-	"crypto/sha256"
 	"crypto/tls"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -491,34 +489,9 @@ func renderHA(in Inputs, gw string, owned map[string][]string) (*config.FileHA, 
 	return h, files, nil
 }
 
-// HAName is the name a gateway has in [ha] (its member name, and its
-// group's): the gateway's name when it is one [ha] takes (1 to 32 of
-// a-z, 0-9 and '-'), else a name made from it and a hash of it, the same
-// on every node. The partner's sync-channel certificate must carry it.
-func HAName(gateway string) string {
-	valid := len(gateway) > 0 && len(gateway) <= config.MaxHANameLen && gateway[0] != '-'
-	for i := 0; valid && i < len(gateway); i++ {
-		c := gateway[i]
-		valid = c >= 'a' && c <= 'z' || c >= '0' && c <= '9' || c == '-'
-	}
-	if valid {
-		return gateway
-	}
-	sum := sha256.Sum256([]byte(gateway))
-	h := hex.EncodeToString(sum[:4])
-	var b strings.Builder
-	for _, r := range strings.ToLower(gateway) {
-		if b.Len() >= config.MaxHANameLen-len(h)-1 {
-			break
-		}
-		if r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' {
-			b.WriteRune(r)
-		} else if b.Len() > 0 {
-			b.WriteByte('-')
-		}
-	}
-	return strings.TrimRight(b.String(), "-") + "-" + h
-}
+// HAName is the name a gateway has in [ha] (v1alpha1.HAMemberName): the
+// controller issues its sync-channel certificate for the same name.
+func HAName(gateway string) string { return v1alpha1.HAMemberName(gateway) }
 
 // auth renders one end's authentication.
 func auth(a v1alpha1.TunnelAuth) config.FileAuth {

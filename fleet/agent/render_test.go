@@ -485,3 +485,10 @@ func TestHAName(t *testing.T) {
 		}
 	}
 }
+
+// TestHANameLimit: the API's bound on [ha] names is the gateway's.
+func TestHANameLimit(t *testing.T) {
+	if v1alpha1.MaxHANameLen != config.MaxHANameLen {
+		t.Fatalf("v1alpha1.MaxHANameLen %d, config.MaxHANameLen %d", v1alpha1.MaxHANameLen, config.MaxHANameLen)
+	}
+}

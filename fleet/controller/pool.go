@@ -534,10 +534,10 @@ func (r *PoolReconciler) reconcileHACreds(ctx context.Context, pool *fleetv1.Gat
 			return err
 		}
 		exists := err == nil
-		if exists && memberCertCurrent(s.Data, ca.Data[keyCert], m.Name, now) {
+		if exists && memberCertCurrent(s.Data, ca.Data[keyCert], fleetv1.HAMemberName(m.Name), now) {
 			continue
 		}
-		certPEM, keyPEM, err := issueMember(ca.Data[keyCert], ca.Data[keyKey], m.Name, now)
+		certPEM, keyPEM, err := issueMember(ca.Data[keyCert], ca.Data[keyKey], fleetv1.HAMemberName(m.Name), now)
 		if err != nil {
 			return err
 		}

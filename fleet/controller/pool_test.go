@@ -253,8 +253,16 @@ func TestReconcileMissingPoolIsPending(t *testing.T) {
 // files and runs the gateway's own sync-channel TLS (ha.TLSConfig) over
 // them: each member checks the other's name.
 func TestHASecretsServeTheSyncChannel(t *testing.T) {
+	// Node names [ha] does not take as they are are issued for the name
+	// the agent renders (HAMemberName).
+	for _, names := range [][2]string{{"gw-a", "gw-b"}, {"ip-10-0-0-1.ec2.internal", "Node-B.example.net"}} {
+		t.Run(names[0], func(t *testing.T) { testHASecrets(t, names[0], names[1]) })
+	}
+}
+
+func testHASecrets(t *testing.T, gwA, gwB string) {
 	now := time.Now()
-	c, r, clk := newFakeClient(t, newPool("p"), newLease("p", "gw-a", "z1", now), newLease("p", "gw-b", "z2", now))
+	c, r, clk := newFakeClient(t, newPool("p"), newLease("p", gwA, "z1", now), newLease("p", gwB, "z2", now))
 	clk.t = now
 	reconcilePool(t, r, "p")
 	dir := t.TempDir()
@@ -268,7 +276,7 @@ func TestHASecretsServeTheSyncChannel(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		cfg, err := ha.TLSConfig(filepath.Join(dir, gw+keyCert), filepath.Join(dir, gw+keyKey), filepath.Join(dir, gw+keyCA), peer)
+		cfg, err := ha.TLSConfig(filepath.Join(dir, gw+keyCert), filepath.Join(dir, gw+keyKey), filepath.Join(dir, gw+keyCA), fleetv1.HAMemberName(peer))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -303,18 +311,18 @@ func TestHASecretsServeTheSyncChannel(t *testing.T) {
 		}
 		return cerr
 	}
-	if err := handshake(load("gw-a", "gw-b"), load("gw-b", "gw-a")); err != nil {
+	if err := handshake(load(gwA, gwB), load(gwB, gwA)); err != nil {
 		t.Fatalf("sync channel handshake: %v", err)
 	}
 	// gw-a expecting someone else refuses gw-b.
-	if err := handshake(load("gw-a", "gw-x"), load("gw-b", "gw-a")); err == nil {
+	if err := handshake(load(gwA, "gw-x"), load(gwB, gwA)); err == nil {
 		t.Fatal("a member accepted a peer certificate naming another gateway")
 	}
 	// A second pass issues nothing new.
 	var s1, s2 corev1.Secret
-	c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "p-ha-gw-a"}, &s1)
+	c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "p-ha-" + gwA}, &s1)
 	reconcilePool(t, r, "p")
-	c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "p-ha-gw-a"}, &s2)
+	c.Get(context.Background(), types.NamespacedName{Namespace: testNS, Name: "p-ha-" + gwA}, &s2)
 	if s1.ResourceVersion != s2.ResourceVersion {
 		t.Error("a current member certificate was issued again")
 	}
