@@ -17,6 +17,7 @@ package config
 // (CheckTLSFiles).
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"os"
@@ -339,6 +340,16 @@ func parseHAAddrPort(s, what, want string) (netip.AddrPort, string) {
 		return netip.AddrPort{}, fmt.Sprintf("port 0 (want 1..65535: %s)", want)
 	}
 	return ap, ""
+}
+
+// ParseHAAddress parses a [[ha.group]] address, "PREFIX dev IFNAME", as
+// the configuration does (for the fleet's agent, which renders them).
+func ParseHAAddress(s string) (HAAddress, error) {
+	a, msg := parseHAAddress(s)
+	if msg != "" {
+		return HAAddress{}, errors.New(msg)
+	}
+	return a, nil
 }
 
 // parseHAAddress parses a virtual address, "PREFIX dev IFNAME" as

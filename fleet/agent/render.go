@@ -262,6 +262,11 @@ func renderOnce(in Inputs, skip map[string]string) (*Rendering, sections, error)
 			objs.secret = append(objs.secret, k)
 		}
 		addVIP(ownerOf(o), vip)
+		for _, a := range t.Spec.InsideAddrs {
+			if !slices.Contains(owned[ownerOf(o)], a) {
+				owned[ownerOf(o)] = append(owned[ownerOf(o)], a)
+			}
+		}
 	}
 	for _, o := range asg.Spec.Listeners {
 		k := "listener " + o.Name
@@ -329,6 +334,11 @@ func renderTunnel(t *v1alpha1.Tunnel, secrets map[string]*corev1.Secret) (c conf
 	sp := &t.Spec
 	if len(sp.LocalAddrs) == 0 {
 		return c, nil, vip, fmt.Errorf("no localAddrs (the first is the tunnel's VIP)")
+	}
+	for i, a := range sp.InsideAddrs {
+		if _, err := config.ParseHAAddress(a); err != nil {
+			return c, nil, vip, fmt.Errorf("insideAddrs[%d]: %v", i, err)
+		}
 	}
 	vip, err = netip.ParseAddr(sp.LocalAddrs[0])
 	if err != nil {

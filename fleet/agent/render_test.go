@@ -492,3 +492,30 @@ func TestHANameLimit(t *testing.T) {
 		t.Fatalf("v1alpha1.MaxHANameLen %d, config.MaxHANameLen %d", v1alpha1.MaxHANameLen, config.MaxHANameLen)
 	}
 }
+
+// TestRenderInsideAddrs: a tunnel's inside addresses join its owner's
+// group beside its VIP (the standby renders them in the owner's group
+// too); one that is not "PREFIX dev IFNAME" leaves the tunnel out, named.
+func TestRenderInsideAddrs(t *testing.T) {
+	in := testInputs()
+	in.Tunnels["t1"].Spec.InsideAddrs = []string{"10.1.0.1/24 dev lan0"}
+	in.Tunnels["t2"].Spec.InsideAddrs = []string{"10.1.0.2/24 dev lan0"}
+	r, err := Render(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := parseBack(t, r)
+	want := map[string][]string{"gw-a": {"192.0.2.10/32 dev eth0", "10.1.0.1/24 dev lan0"}, "gw-b": {"192.0.2.11/32 dev eth0", "10.1.0.2/24 dev lan0"}}
+	for _, gr := range g.HA.Groups {
+		if got := groupAddrs(gr); !slices.Equal(got, want[gr.Name]) {
+			t.Errorf("group %s: %q, want %q", gr.Name, got, want[gr.Name])
+		}
+	}
+	in.Tunnels["t2"].Spec.InsideAddrs = []string{"10.1.0.2/24"}
+	if r, err = Render(in); err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Problems) != 1 || !strings.Contains(r.Problems[0], "tunnel t2: insideAddrs[0]") {
+		t.Errorf("problems %q", r.Problems)
+	}
+}

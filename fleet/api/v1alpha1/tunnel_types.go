@@ -30,6 +30,15 @@ type TunnelSpec struct {
 	// +kubebuilder:validation:MinItems=1
 	LocalAddrs []string `json:"localAddrs"`
 
+	// InsideAddrs are addresses on the gateways' inside that move with
+	// the tunnel, as [[ha.group]] addresses ("10.1.0.1/24 dev lan0"):
+	// the next hop the site's routers send the tunnel's traffic to, held
+	// by whichever member owns the tunnel (steering vip).
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:Pattern=`^[0-9a-fA-F.:]+/[0-9]+ dev [^ /]+$`
+	// +optional
+	InsideAddrs []string `json:"insideAddrs,omitempty"`
+
 	// RemoteAddrs are the peer's addresses.
 	// +optional
 	RemoteAddrs []string `json:"remoteAddrs,omitempty"`

@@ -598,6 +598,11 @@ func (in *TunnelSpec) DeepCopyInto(out *TunnelSpec) {
 		*out = make([]string, len(*in))
 		copy(*out, *in)
 	}
+	if in.InsideAddrs != nil {
+		in, out := &in.InsideAddrs, &out.InsideAddrs
+		*out = make([]string, len(*in))
+		copy(*out, *in)
+	}
 	if in.RemoteAddrs != nil {
 		in, out := &in.RemoteAddrs, &out.RemoteAddrs
 		*out = make([]string, len(*in))
