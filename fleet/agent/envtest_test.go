@@ -2,8 +2,6 @@ package agent
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -15,43 +13,14 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sluicegw/sluice/fleet/api/v1alpha1"
+	"github.com/sluicegw/sluice/fleet/internal/fleettest"
 )
 
-// DefaultKubeAssets is where .ci/kube-assets builds kube-apiserver and
-// etcd unless $KUBEBUILDER_ASSETS says otherwise.
-const DefaultKubeAssets = "/var/cache/sluice/kube-assets"
-
 // startAPIServer starts kube-apiserver and etcd with the CRDs of
-// deploy/crd, or skips the test when they are not built (fails under
-// CI=true, where they must be).
+// deploy/crd (fleettest.StartAPIServer) and returns a client of it.
 func startAPIServer(t *testing.T) (*envtest.Environment, client.Client) {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = DefaultKubeAssets
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("CI=true and no %s in %s (build it with .ci/kube-assets): %v", bin, assets, err)
-			}
-			t.Skipf("no %s in %s (build it with .ci/kube-assets, or set $KUBEBUILDER_ASSETS)", bin, assets)
-		}
-	}
-	env := &envtest.Environment{
-		BinaryAssetsDirectory: assets,
-		CRDDirectoryPaths:     []string{filepath.Join("..", "..", "deploy", "crd")},
-		ErrorIfCRDPathMissing: true,
-	}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatalf("envtest: %v", err)
-	}
-	t.Cleanup(func() {
-		if err := env.Stop(); err != nil {
-			t.Errorf("envtest stop: %v", err)
-		}
-	})
+	env, cfg := fleettest.StartAPIServer(t)
 	c, err := client.New(cfg, client.Options{Scheme: testScheme(t)})
 	if err != nil {
 		t.Fatal(err)

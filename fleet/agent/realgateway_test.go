@@ -4,7 +4,6 @@ import (
 	"context"
 	"net/netip"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -14,21 +13,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluicegw/sluice/fleet/api/v1alpha1"
+	"github.com/sluicegw/sluice/fleet/internal/fleettest"
 	"github.com/sluicegw/sluice/internal/lab"
 )
-
-// buildSluice builds the gateway's cmd/sluice into dir and returns its
-// path.
-func buildSluice(t *testing.T, dir string) string {
-	t.Helper()
-	out := filepath.Join(dir, "sluice")
-	cmd := exec.Command("go", "build", "-o", out, "./cmd/sluice")
-	cmd.Dir = filepath.Join("..", "..") // the gateway's own module, with its go.mod
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build cmd/sluice: %v\n%s", err, b)
-	}
-	return out
-}
 
 // TestAgentDrivesRealGateway: the agent's bootstrap file starts a real
 // `sluice run` in a network namespace; the agent's configuration applied
@@ -40,7 +27,7 @@ func TestAgentDrivesRealGateway(t *testing.T) {
 	lab.Require(t)
 	ctx := t.Context()
 	dir := t.TempDir()
-	sluice := buildSluice(t, dir)
+	sluice := fleettest.BuildSluice(t, dir)
 	l := lab.NewForTest(t, nil)
 	ns, err := l.NewNetns(ctx, "gwa")
 	if err != nil {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -20,10 +19,8 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	fleetv1 "github.com/sluicegw/sluice/fleet/api/v1alpha1"
+	"github.com/sluicegw/sluice/fleet/internal/fleettest"
 )
-
-// defaultKubeAssets is where .ci/kube-assets builds kube-apiserver and etcd.
-const defaultKubeAssets = "/var/cache/sluice/kube-assets"
 
 var testEnv struct {
 	once sync.Once
@@ -45,24 +42,9 @@ func TestMain(m *testing.M) {
 // CI and is skipped elsewhere.
 func startEnv(t *testing.T) *rest.Config {
 	t.Helper()
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = defaultKubeAssets
-	}
-	for _, bin := range []string{"kube-apiserver", "etcd"} {
-		if _, err := os.Stat(filepath.Join(assets, bin)); err != nil {
-			if os.Getenv("CI") == "true" {
-				t.Fatalf("envtest: %v (build them with .ci/kube-assets)", err)
-			}
-			t.Skipf("envtest: %v (build them with .ci/kube-assets)", err)
-		}
-	}
+	env := fleettest.Environment(t)
 	testEnv.once.Do(func() {
-		testEnv.env = &envtest.Environment{
-			CRDDirectoryPaths:     []string{filepath.Join("..", "..", "deploy", "crd")},
-			BinaryAssetsDirectory: assets,
-			ErrorIfCRDPathMissing: true,
-		}
+		testEnv.env = env
 		testEnv.cfg, testEnv.err = testEnv.env.Start()
 	})
 	if testEnv.err != nil {
