@@ -11,6 +11,7 @@
 package controller
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -163,15 +164,19 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	}
 	// The assignments may carry a later epoch than a status the cache
 	// has not caught up with: the epoch must not go back.
+	// An owner's entry names the owner by the assignment it is in
+	// (AssignedObject.Owner is the HA group, which a survivor holds for
+	// its lost partner).
 	for _, a := range current {
+		gw := cmp.Or(a.Spec.Gateway, a.Name)
 		for _, o := range a.Spec.Tunnels {
-			if k := key(ns, o.Name); tPrev[k].Epoch < o.Epoch {
-				tPrev[k] = placement.Placement{Owner: o.Owner, Epoch: o.Epoch}
+			if k := key(ns, o.Name); o.Role == fleetv1.RoleOwner && tPrev[k].Epoch < o.Epoch {
+				tPrev[k] = placement.Placement{Owner: gw, Epoch: o.Epoch}
 			}
 		}
 		for _, o := range a.Spec.Listeners {
-			if k := key(ns, o.Name); lPrev[k].Epoch < o.Epoch {
-				lPrev[k] = placement.Placement{Owner: o.Owner, Epoch: o.Epoch}
+			if k := key(ns, o.Name); o.Role == fleetv1.RoleOwner && lPrev[k].Epoch < o.Epoch {
+				lPrev[k] = placement.Placement{Owner: gw, Epoch: o.Epoch}
 			}
 		}
 	}
@@ -336,10 +341,10 @@ func (r *PoolReconciler) reconcileAssignments(ctx context.Context, pool *fleetv1
 	}
 	add := func(list func(*fleetv1.GatewayAssignmentSpec) *[]fleetv1.AssignedObject, name string, p placement.Placement) {
 		if s := want[p.Owner]; s != nil {
-			*list(s) = append(*list(s), fleetv1.AssignedObject{Name: name, Role: fleetv1.RoleOwner, Owner: p.Owner, Epoch: p.Epoch})
+			*list(s) = append(*list(s), fleetv1.AssignedObject{Name: name, Role: fleetv1.RoleOwner, Owner: p.Group, Epoch: p.Epoch})
 		}
 		if s := want[p.Standby]; s != nil && p.Standby != "" {
-			*list(s) = append(*list(s), fleetv1.AssignedObject{Name: name, Role: fleetv1.RoleStandby, Owner: p.Owner, Epoch: p.Epoch})
+			*list(s) = append(*list(s), fleetv1.AssignedObject{Name: name, Role: fleetv1.RoleStandby, Owner: p.Group, Epoch: p.Epoch})
 		}
 	}
 	tunnelsOf := func(s *fleetv1.GatewayAssignmentSpec) *[]fleetv1.AssignedObject { return &s.Tunnels }

@@ -22,6 +22,12 @@ type Placement struct {
 	// Epoch is bumped on every change of Owner and never decreases; the
 	// first placement has epoch 1.
 	Epoch int64
+	// Group is the member whose [[ha.group]] the item lives in: the
+	// member that won it, live or lost. It is Owner until that member is
+	// lost; then Owner is the partner, which took the group over by
+	// itself, and the item stays in the lost member's group (moving it
+	// to the survivor's own would renegotiate it).
+	Group string
 }
 
 // Degraded reports whether the placement lacks the standby its item wants.
@@ -73,7 +79,7 @@ func Place(items []Item, pairs []Pair, prev map[string]Placement) map[string]Pla
 		}
 		var p Placement
 		if best != nil {
-			p.Owner = best.owner
+			p.Owner, p.Group = best.owner, best.name
 			if it.Redundancy > 1 {
 				p.Standby = best.other
 			}

@@ -94,9 +94,12 @@ func TestPlaceLeaveMovesOnlyTheLostMembersItems(t *testing.T) {
 		moved := 0
 		for k, p := range before {
 			q := after[k]
+			if p.Group != p.Owner {
+				t.Fatalf("n=%d: %s is in group %q but owned by %s with every member live", n, k, p.Group, p.Owner)
+			}
 			if p.Owner == q.Owner {
-				if q.Epoch != p.Epoch {
-					t.Fatalf("n=%d: %s kept its owner but its epoch went %d -> %d", n, k, p.Epoch, q.Epoch)
+				if q.Epoch != p.Epoch || q.Group != p.Group {
+					t.Fatalf("n=%d: %s kept its owner but its epoch went %d -> %d, its group %q -> %q", n, k, p.Epoch, q.Epoch, p.Group, q.Group)
 				}
 				continue
 			}
@@ -106,6 +109,10 @@ func TestPlaceLeaveMovesOnlyTheLostMembersItems(t *testing.T) {
 			}
 			if partner != "" && q.Owner != partner {
 				t.Fatalf("n=%d: %s of lost %s went to %s, not to its partner %s", n, k, lost.Name, q.Owner, partner)
+			}
+			// Taken over, it stays in the lost member's HA group.
+			if partner != "" && q.Group != lost.Name {
+				t.Fatalf("n=%d: %s of lost %s is in group %q after the takeover", n, k, lost.Name, q.Group)
 			}
 			if q.Epoch != p.Epoch+1 {
 				t.Fatalf("n=%d: %s changed owner, epoch %d -> %d", n, k, p.Epoch, q.Epoch)

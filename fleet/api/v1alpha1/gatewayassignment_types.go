@@ -19,8 +19,11 @@ type AssignedObject struct {
 	// Role is the gateway's role for it.
 	// +kubebuilder:validation:Enum=owner;standby
 	Role string `json:"role"`
-	// Owner is the object's placement owner: the member whose HA group
-	// holds its VIP (the gateway itself when Role is owner).
+	// Owner is the member whose HA group holds the object's VIP: the
+	// object's owner, or, once that member is lost, still the lost
+	// member (its partner owns the object by owning the lost member's
+	// group, which the partner took over without the API server; moving
+	// the VIP to the partner's own group would renegotiate the tunnel).
 	// +optional
 	Owner string `json:"owner,omitempty"`
 	// Epoch is the object's ownership epoch.
