@@ -90,6 +90,11 @@ type Config struct {
 	// StateDir is the gateway's state directory, written into [gateway]
 	// ("" for the gateway's default).
 	StateDir string
+	// KeepLease leaves the Lease in place when Run returns: the
+	// bootstrap-only init container's agent, whose Lease the agent
+	// container that follows it holds on (deleting it would make the
+	// controller move the gateway's tunnels away and back).
+	KeepLease bool
 	// LeaseDuration and RenewInterval are the Lease's (defaults
 	// DefaultLeaseDuration, DefaultRenewInterval).
 	LeaseDuration, RenewInterval time.Duration

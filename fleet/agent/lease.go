@@ -100,6 +100,9 @@ func (a *Agent) holdLease(ctx context.Context) {
 		}
 		select {
 		case <-ctx.Done():
+			if a.cfg.KeepLease {
+				return
+			}
 			dctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 			if err := a.deleteLease(dctx); err != nil {
 				a.log.Warn("lease not deleted", "err", err)

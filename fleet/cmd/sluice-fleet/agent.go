@@ -1,11 +1,14 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"time"
 
@@ -35,6 +38,12 @@ type agentOptions struct {
 	StateDir                 string
 	PollInterval             time.Duration
 	ResyncInterval           time.Duration
+	// BootstrapOnly makes the agent write the bootstrap file and exit
+	// (the DaemonSet's init container), keeping its Lease; BootstrapWait
+	// is how long it waits for a partner to name in [ha] before it
+	// writes a bootstrap without one.
+	BootstrapOnly bool
+	BootstrapWait time.Duration
 }
 
 func newAgentCommand(stderr io.Writer) *cobra.Command {
@@ -64,6 +73,8 @@ environment the DaemonSet sets from the downward API.`,
 	f.StringVar(&o.StateDir, "state-dir", env("SLUICE_STATE_DIR", ""), "the gateway's state directory, \"\" for its default ($SLUICE_STATE_DIR)")
 	f.DurationVar(&o.PollInterval, "poll-interval", agent.DefaultPollInterval, "how often to read the gateway's child SAs (and find a restarted gateway)")
 	f.DurationVar(&o.ResyncInterval, "resync-interval", agent.DefaultResyncInterval, "how often to read the Tunnels and Secrets again without a change of the assignment (a rotated Secret is applied within it)")
+	f.BoolVar(&o.BootstrapOnly, "bootstrap-only", false, "write --bootstrap-file once this gateway is assigned (with its partner in [ha], waiting up to --bootstrap-wait for one), then exit, keeping the Lease: the DaemonSet's init container, before `sluice run` starts on the file")
+	f.DurationVar(&o.BootstrapWait, "bootstrap-wait", 30*time.Second, "with --bootstrap-only, how long to wait for a partner before writing a bootstrap without [ha] (a lone member)")
 	return cmd
 }
 
@@ -94,6 +105,9 @@ func runAgent(ctx context.Context, o agentOptions, log *slog.Logger) error {
 
 // runAgentWith runs the agent against the API server cfg reaches.
 func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *slog.Logger) error {
+	if o.BootstrapOnly && o.BootstrapFile == "" {
+		return errors.New("agent: --bootstrap-only needs --bootstrap-file (or $SLUICE_BOOTSTRAP)")
+	}
 	// The configuration names its files by absolute paths: the gateway
 	// would take relative ones from the applied text's name.
 	for _, p := range []*string{&o.HADir, &o.StateDir, &o.BootstrapFile} {
@@ -130,7 +144,7 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 		Client: c, Assignments: cache, Gateway: o.Gateway, Namespace: o.Namespace, Pool: o.Pool,
 		Zone: node.Labels[ZoneLabel], NodeAddress: addr, Dir: o.HADir,
 		ControlSocket: o.ControlSocket, BootstrapFile: o.BootstrapFile, StateDir: o.StateDir, Dial: agent.ControlDialer(o.ControlSocket), Log: log,
-		PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval,
+		PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, KeepLease: o.BootstrapOnly,
 	})
 	if err != nil {
 		return err
@@ -150,10 +164,44 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 		return ctx.Err()
 	}
 	log.Info("agent started", "gateway", o.Gateway, "namespace", o.Namespace, "pool", o.Pool, "address", addr, "zone", node.Labels[ZoneLabel])
-	err = a.Run(ctx)
+	if o.BootstrapOnly {
+		err = bootstrapOnly(ctx, a, o, log)
+	} else {
+		err = a.Run(ctx)
+	}
 	cancel()
 	<-errc
 	return err
+}
+
+// bootstrapOnly runs the agent until it has written the bootstrap file,
+// with [ha] in it or after o.BootstrapWait without, and returns.
+func bootstrapOnly(ctx context.Context, a *agent.Agent, o agentOptions, log *slog.Logger) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	runErr := make(chan error, 1)
+	go func() { runErr <- a.Run(ctx) }()
+	t := time.NewTicker(100 * time.Millisecond)
+	defer t.Stop()
+	start := time.Now()
+	for {
+		select {
+		case err := <-runErr:
+			return fmt.Errorf("agent: stopped before the bootstrap file was written: %w", err)
+		case <-t.C:
+		}
+		data, err := os.ReadFile(o.BootstrapFile)
+		if err != nil {
+			continue
+		}
+		paired := bytes.Contains(data, []byte("\n[ha]\n"))
+		if paired || time.Since(start) >= o.BootstrapWait {
+			log.Info("bootstrap file written", "file", o.BootstrapFile, "ha", paired)
+			cancel()
+			<-runErr
+			return nil
+		}
+	}
 }
 
 // nodeAddress is flag's address, or the Node's InternalIP.

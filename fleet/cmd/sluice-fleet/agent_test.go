@@ -15,9 +15,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"github.com/sluicegw/sluice/fleet/api/v1alpha1"
+	"github.com/sluicegw/sluice/fleet/internal/fleettest"
 )
 
 func TestAgentFlags(t *testing.T) {
@@ -53,23 +53,7 @@ func TestAgentFlags(t *testing.T) {
 // them, and says in its assignment's status that the gateway is not
 // reachable (none runs).
 func TestAgentCommand(t *testing.T) {
-	assets := os.Getenv("KUBEBUILDER_ASSETS")
-	if assets == "" {
-		assets = "/var/cache/sluice/kube-assets"
-	}
-	if _, err := os.Stat(filepath.Join(assets, "kube-apiserver")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("CI=true and no kube-apiserver in %s: %v", assets, err)
-		}
-		t.Skipf("no kube-apiserver in %s", assets)
-	}
-	env := &envtest.Environment{BinaryAssetsDirectory: assets, ErrorIfCRDPathMissing: true,
-		CRDDirectoryPaths: []string{filepath.Join("..", "..", "..", "deploy", "crd")}}
-	cfg, err := env.Start()
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { env.Stop() })
+	_, cfg := fleettest.StartAPIServer(t)
 	s, err := scheme()
 	if err != nil {
 		t.Fatal(err)
@@ -121,5 +105,59 @@ func TestAgentCommand(t *testing.T) {
 	}
 	if _, err := os.Stat(o.BootstrapFile); err != nil {
 		t.Errorf("no bootstrap file: %v", err)
+	}
+}
+
+// TestAgentBootstrapOnly: the init container's agent writes the bootstrap
+// file for `sluice run` and exits, leaving its Lease for the agent
+// container; without --bootstrap-file it refuses to start.
+func TestAgentBootstrapOnly(t *testing.T) {
+	_, cfg := fleettest.StartAPIServer(t)
+	s, err := scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := t.Context()
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(c.Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}))
+	must(c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sluice"}}))
+	must(c.Create(ctx, &v1alpha1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Namespace: "sluice", Name: "pool"}}))
+	must(c.Create(ctx, &v1alpha1.GatewayAssignment{ObjectMeta: metav1.ObjectMeta{Namespace: "sluice", Name: "node-1"},
+		Spec: v1alpha1.GatewayAssignmentSpec{Pool: "pool", Gateway: "node-1", Generation: 1}}))
+	dir := t.TempDir()
+	o := agentOptions{Gateway: "node-1", Namespace: "sluice", Pool: "pool", NodeAddress: "10.9.0.7", ControlSocket: filepath.Join(dir, "none.sock"),
+		HADir: filepath.Join(dir, "creds"), PollInterval: time.Second, ResyncInterval: time.Minute, BootstrapOnly: true}
+	if err := runAgentWith(ctx, cfg, o, slog.New(slog.DiscardHandler)); err == nil || !strings.Contains(err.Error(), "--bootstrap-file") {
+		t.Fatalf("--bootstrap-only without a file: %v", err)
+	}
+	o.BootstrapFile = filepath.Join(dir, "sluice.toml")
+	// A lone member: no partner comes, so it writes a bootstrap without
+	// [ha] once the wait is over.
+	o.BootstrapWait = 200 * time.Millisecond
+	done := make(chan error, 1)
+	go func() { done <- runAgentWith(ctx, cfg, o, slog.New(slog.DiscardHandler)) }()
+	select {
+	case err := <-done:
+		must(err)
+	case <-time.After(30 * time.Second):
+		t.Fatal("the bootstrap-only agent did not exit within 30s")
+	}
+	data, err := os.ReadFile(o.BootstrapFile)
+	must(err)
+	if !strings.Contains(string(data), "[udp]") {
+		t.Errorf("bootstrap file:\n%s", data)
+	}
+	var l coordinationv1.Lease
+	if err := c.Get(ctx, client.ObjectKey{Namespace: "sluice", Name: "sluice-gw-node-1"}, &l); err != nil {
+		t.Errorf("the Lease after the bootstrap-only agent exited: %v", err)
 	}
 }
