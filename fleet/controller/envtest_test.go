@@ -243,7 +243,7 @@ func TestEnvPlacementAndFailover(t *testing.T) {
 				}
 				found := false
 				for _, o := range as[gw].Spec.Tunnels {
-					found = found || (o.Name == n && o.Epoch == st.Epoch && o.Owner == st.Owner)
+					found = found || (o.Name == n && o.Epoch == st.Epoch && groupOK(o, st))
 				}
 				if !found {
 					return false

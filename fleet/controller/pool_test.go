@@ -40,7 +40,7 @@ func checkConsistent(t *testing.T, c client.Client, tunnels []string) {
 			for _, o := range a.Spec.Tunnels {
 				if o.Name == name {
 					role = o.Role
-					if o.Epoch != tn.Status.Epoch || o.Owner != tn.Status.Owner {
+					if o.Epoch != tn.Status.Epoch || !groupOK(o, tn.Status) {
 						t.Fatalf("%s in %s's assignment: %+v, status owner %s epoch %d", name, gw, o, tn.Status.Owner, tn.Status.Epoch)
 					}
 				}
@@ -458,4 +458,10 @@ func TestReconcileStatusFailureDoesNotHoldUpOthers(t *testing.T) {
 			t.Errorf("%s: %+v, want it placed despite t1's failure", n, st)
 		}
 	}
+}
+
+// groupOK reports whether an assignment's entry names the HA group the
+// tunnel's status implies: its owner's, or, taken over, the lost owner's.
+func groupOK(o fleetv1.AssignedObject, st fleetv1.TunnelStatus) bool {
+	return o.Owner == st.Owner || (st.LastFailover != nil && st.LastFailover.To == st.Owner && o.Owner == st.LastFailover.From)
 }
