@@ -192,6 +192,10 @@ func readResponse(br *bufio.Reader) (int64, error) {
 // counters are what the workers of one load count, atomically.
 type counters struct {
 	ops, bytes, resumed, missed, failed atomic.Uint64
+	// pair makes a request's op and bytes one step for snapshot: read
+	// apart, a window's edge could fall between them (TestLoad saw 319
+	// bodies' bytes for 318 requests).
+	pair sync.Mutex
 
 	mu       sync.Mutex
 	firstErr error
@@ -226,7 +230,17 @@ type Counts struct {
 }
 
 func (c *counters) snapshot() Counts {
+	c.pair.Lock()
+	defer c.pair.Unlock()
 	return Counts{c.ops.Load(), c.bytes.Load(), c.resumed.Load(), c.missed.Load(), c.failed.Load()}
+}
+
+// request counts a request that returned n bytes.
+func (c *counters) request(n int64) {
+	c.pair.Lock()
+	c.ops.Add(1)
+	c.bytes.Add(uint64(n))
+	c.pair.Unlock()
 }
 
 func (a Counts) sub(b Counts) Counts {
@@ -435,8 +449,7 @@ func requestLoad(t Target, conns, first int, path string, pace time.Duration) *l
 				var n int64
 				n, err = get(tc, br, req)
 				if err == nil || err == errClose {
-					c.ops.Add(1)
-					c.bytes.Add(uint64(n))
+					c.request(n)
 					if pace > 0 {
 						lats = append(lats, latSample{start, time.Since(start)})
 					}
