@@ -14,6 +14,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"github.com/sluicegw/sluice/fleet/api/v1alpha1"
@@ -53,15 +54,7 @@ func TestAgentFlags(t *testing.T) {
 // them, and says in its assignment's status that the gateway is not
 // reachable (none runs).
 func TestAgentCommand(t *testing.T) {
-	_, cfg := fleettest.StartAPIServer(t)
-	s, err := scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := apiClient(t)
 	ctx := t.Context()
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1", Labels: map[string]string{ZoneLabel: "zone-a"}}}
 	must := func(err error) {
@@ -112,15 +105,7 @@ func TestAgentCommand(t *testing.T) {
 // file for `sluice run` and exits, leaving its Lease for the agent
 // container; without --bootstrap-file it refuses to start.
 func TestAgentBootstrapOnly(t *testing.T) {
-	_, cfg := fleettest.StartAPIServer(t)
-	s, err := scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	cfg, c := apiClient(t)
 	ctx := t.Context()
 	must := func(err error) {
 		t.Helper()
@@ -160,4 +145,20 @@ func TestAgentBootstrapOnly(t *testing.T) {
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "sluice", Name: "sluice-gw-node-1"}, &l); err != nil {
 		t.Errorf("the Lease after the bootstrap-only agent exited: %v", err)
 	}
+}
+
+// apiClient starts a real API server for the test and returns its
+// configuration and a client that knows the fleet's kinds.
+func apiClient(t *testing.T) (*rest.Config, client.Client) {
+	t.Helper()
+	_, cfg := fleettest.StartAPIServer(t)
+	s, err := scheme()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cfg, c
 }

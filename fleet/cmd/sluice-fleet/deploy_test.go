@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/kustomize/api/krusty"
 	"sigs.k8s.io/kustomize/kyaml/filesys"
 
@@ -101,15 +100,7 @@ func TestDeployManifests(t *testing.T) {
 	checkFlags(t, dep.Spec.Template.Spec.Containers[0], newControllerCommand(io.Discard))
 
 	// The example objects against the CRDs' schema on a real API server.
-	_, cfg := fleettest.StartAPIServer(t)
-	s, err := scheme()
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, c := apiClient(t)
 	ctx := t.Context()
 	if err := c.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "sluice-system"}}); err != nil {
 		t.Fatal(err)
