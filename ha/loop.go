@@ -62,7 +62,14 @@ func (m *Member) adopt(c *conn) {
 	m.mu.Lock()
 	old := m.conn
 	m.conn = c
+	var releasing []*group
 	for _, g := range m.order {
+		if g.ho != nil {
+			// A handover's offer and its answer travel on one
+			// connection: with the old one gone, either may be lost,
+			// and nothing would end the handover.
+			releasing = append(releasing, g)
+		}
 		g.asked = false
 		g.peerSeen = false
 		if g.role == roleOwner {
@@ -79,6 +86,9 @@ func (m *Member) adopt(c *conn) {
 	}
 	c.start()
 	m.log.Info("ha: sync connection up", "remote", c.raw.RemoteAddr().String())
+	for _, g := range releasing {
+		m.abortHandover(g, fmt.Errorf("ha: handover of %s: the sync connection was replaced before the peer answered", g.name))
+	}
 	m.sendHeartbeat()
 }
 
