@@ -316,7 +316,7 @@ func ParseGateway(filename string, data []byte) (*Gateway, error) {
 			Oversize:      DefaultOversize,
 			StateDir:      DefaultStateDir,
 			TUN:           TUN{Name: DefaultTUNName},
-			IKE:           IKEOptions{Port: DefaultIKEPort},
+			IKE:           ikeRules.defaults(),
 		},
 		fields: fieldPositions(doc),
 	}

@@ -34,7 +34,7 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
-	"math"
+	"reflect"
 	"net/netip"
 	"slices"
 	"strings"
@@ -135,8 +135,6 @@ type IKEOptions struct {
 // DefaultIKEPort is the port of IKE_SA_INIT (RFC 7296 section 2).
 const DefaultIKEPort = 500
 
-var ikeKeys = []string{"port", "retransmit_timeout", "retransmit_tries", "max_child_sas", "block_threshold", "keep_alive"}
-
 // Bounds of the IKE durations: below them the gateway would spend itself
 // on rekeys, liveness checks or retransmissions (a rekey_time of 1ns
 // rekeys without end); above them a time stops meaning anything, and
@@ -160,48 +158,34 @@ const (
 	MaxKeepAlive = time.Hour
 )
 
+// ikeRules are the keys of [ike].
+var ikeRules = newSection(reflect.TypeFor[FileIKE](),
+	field("port", intIn[uint16]("port", 1, 65535, "1..65535; default 500"), DefaultIKEPort, func(o *IKEOptions) *uint16 { return &o.Port }),
+	field("retransmit_timeout", durationIn(MinIKERetransmitTimeout, MaxIKERetransmitTimeout, "default 1s"), 0, func(o *IKEOptions) *time.Duration { return &o.RetransmitTimeout }),
+	field("retransmit_tries", intIn[int]("", 1, 20, "1..20; default 5"), 0, func(o *IKEOptions) *int { return &o.RetransmitTries }),
+	field("max_child_sas", intIn[int]("", 1, MaxMaxChildSAs, fmt.Sprintf("1..%d; default %d", MaxMaxChildSAs, ike.DefaultMaxChildSAs)), 0, func(o *IKEOptions) *int { return &o.MaxChildSAs }),
+	field("block_threshold", intIn[int]("", 1, MaxBlockThreshold, fmt.Sprintf("1..%d half-open IKE SAs per peer address; default %d", MaxBlockThreshold, ike.DefaultBlockThreshold)), 0, func(o *IKEOptions) *int { return &o.BlockThreshold }),
+	field("keep_alive", codec[time.Duration]{read: (*gwDecoder).keepAlive, write: writeKeepAlive}, 0, func(o *IKEOptions) *time.Duration { return &o.KeepAlive }),
+)
+
 func (d *gwDecoder) ikeSection(f string, v *Value) {
-	t, ok := d.table(f, v)
-	if !ok {
-		return
+	if t, ok := d.table(f, v); ok {
+		ikeRules.decode(d, f, v.Pos, t, &d.g.IKE)
 	}
-	o := &d.g.IKE
-	for _, e := range t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		switch e.Key {
-		case "port":
-			if i, ok := d.intIn(kf, v, "port", 1, 65535, "1..65535; default 500"); ok {
-				o.Port = uint16(i)
-			}
-		case "retransmit_timeout":
-			if t, ok := d.durationIn(kf, v, MinIKERetransmitTimeout, MaxIKERetransmitTimeout, "default 1s"); ok {
-				o.RetransmitTimeout = t
-			}
-		case "retransmit_tries":
-			if i, ok := d.intIn(kf, v, "", 1, 20, "1..20; default 5"); ok {
-				o.RetransmitTries = int(i)
-			}
-		case "max_child_sas":
-			if i, ok := d.intIn(kf, v, "", 1, MaxMaxChildSAs, fmt.Sprintf("1..%d; default %d", MaxMaxChildSAs, ike.DefaultMaxChildSAs)); ok {
-				o.MaxChildSAs = int(i)
-			}
-		case "block_threshold":
-			if i, ok := d.intIn(kf, v, "", 1, MaxBlockThreshold, fmt.Sprintf("1..%d half-open IKE SAs per peer address; default %d", MaxBlockThreshold, ike.DefaultBlockThreshold)); ok {
-				o.BlockThreshold = int(i)
-			}
-		case "keep_alive":
-			if t, ok := d.keepAlive(kf, v); ok {
-				o.KeepAlive = t
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, ikeKeys, ""))
-		}
+}
+
+// writeKeepAlive writes keep_alive: "0s" for off.
+func writeKeepAlive(t time.Duration) any {
+	if t < 0 {
+		return "0s"
 	}
+	return t.String()
 }
 
 // keepAlive reads keep_alive: "0s" (off, returned as -1) or a duration
 // from MinKeepAlive to MaxKeepAlive.
-func (d *gwDecoder) keepAlive(f string, v *Value) (time.Duration, bool) {
+func (d *gwDecoder) keepAlive(f string, e *Entry) (time.Duration, bool) {
+	v := e.Value
 	if i, ok := v.Int(); ok {
 		d.errorf(v.Pos, f, "want a duration string such as \"20s\", got the integer %d (a number needs a unit: \"%ds\")", i, i)
 		return 0, false
@@ -257,7 +241,6 @@ type Connection struct {
 	// reauth_time): a new IKE SA with a full IKE_AUTH replaces it. 0, the
 	// default, never.
 	ReauthTime time.Duration
-	Pos        Pos
 }
 
 // AuthConfig is [connection.local] or [connection.remote].
@@ -304,7 +287,6 @@ type Child struct {
 	// rekey + 10% when the rekey is set (swanctl's defaults).
 	RekeyBytes, LifeBytes     uint64
 	RekeyPackets, LifePackets uint64
-	Pos                       Pos
 }
 
 // Pool is a [[pool]]: virtual IPs that connections naming it hand out to
@@ -343,7 +325,6 @@ type Secret struct {
 	// resolved against the configuration's directory; it goes with the
 	// [connection.local] certificate whose public key it is.
 	File string
-	Pos  Pos
 }
 
 // Connection returns the connection with the given name, or nil.
@@ -435,123 +416,134 @@ func ChildField(i, j int) string { return elemPath(ConnectionField(i)+".children
 func SecretField(i int) string { return elemPath("secret", i) }
 
 var (
-	connectionKeys = []string{"name", "version", "local_addrs", "remote_addrs", "proposals", "dpd_delay", "encap", "rekey_time", "over_time", "reauth_time", "mobike", "pools", "vips", "local", "remote", "children"}
-	authKeys       = []string{"auth", "id", "eap_id", "certs", "cacerts", "crls", "revocation"}
-	childKeys      = []string{"name", "local_ts", "remote_ts", "esp_proposals", "start_action", "rekey_time", "life_time", "rekey_bytes", "life_bytes", "rekey_packets", "life_packets"}
-	secretKeys     = []string{"type", "id", "ids", "secret", "file"}
-	poolKeys       = []string{"name", "addrs", "dns"}
-	startActions   = []string{StartNone, StartTrap, StartStart}
-	authMethods    = []string{AuthPSK, AuthPubkey}
-	remoteMethods  = []string{AuthPSK, AuthPubkey, AuthEAPMSCHAPv2, AuthEAPTLS, AuthEAP}
-	revocations    = []string{RevocationRelaxed, RevocationStrict}
-	secretTypes    = []string{SecretIKE, SecretPrivate, SecretEAP}
+	startActions  = []string{StartNone, StartTrap, StartStart}
+	authMethods   = []string{AuthPSK, AuthPubkey}
+	remoteMethods = []string{AuthPSK, AuthPubkey, AuthEAPMSCHAPv2, AuthEAPTLS, AuthEAP}
+	revocations   = []string{RevocationRelaxed, RevocationStrict}
+	secretTypes   = []string{SecretIKE, SecretPrivate, SecretEAP}
 )
 
+// connectionRules are the keys of a [[connection]].
+var connectionRules = newSection(reflect.TypeFor[FileConnection](),
+	field("name", nameOf("empty name (a connection needs a name, unique in the file)"), "", func(c *Connection) *string { return &c.Name }).required("a name, unique in the file"),
+	checkOnly[Connection]("version", intIn[int]("IKE version", 2, 2, "2: sluice speaks IKEv2 only")),
+	field("local_addrs", ikeAddr(false), netip.Addr{}, func(c *Connection) *netip.Addr { return &c.Local }).required(`our outer address, e.g. local_addrs = ["192.0.2.1"]`),
+	field("remote_addrs", ikeAddr(true), netip.Addr{}, func(c *Connection) *netip.Addr { return &c.Remote }),
+	field("proposals", text(), DefaultIKEProposals, func(c *Connection) *string { return &c.Proposals }),
+	field("dpd_delay", durationIn(MinDPDDelay, MaxDPDDelay, "leave it out for no liveness checks"), 0, func(c *Connection) *time.Duration { return &c.DPDDelay }),
+	field("encap", flag(), false, func(c *Connection) *bool { return &c.Encap }),
+	field("rekey_time", durationIn(MinIKELifetime, MaxIKELifetime, "default 4h"), DefaultIKERekeyTime, func(c *Connection) *time.Duration { return &c.RekeyTime }),
+	field("over_time", durationIn(MinIKELifetime, MaxIKELifetime, "default 10% of rekey_time"), 0, func(c *Connection) *time.Duration { return &c.OverTime }),
+	field("reauth_time", durationOrNone(MinIKELifetime, MaxIKELifetime, `default "0s": none`), 0, func(c *Connection) *time.Duration { return &c.ReauthTime }),
+	field("mobike", flag(), true, func(c *Connection) *bool { return &c.MOBIKE }),
+	field("pools", poolNames(), nil, func(c *Connection) *[]string { return &c.Pools }),
+	field("vips", addrList(`["0.0.0.0"]`, "virtual IP", parseVIP), nil, func(c *Connection) *[]netip.Addr { return &c.VIPs }),
+	field("local", authTable(false), AuthConfig{}, func(c *Connection) *AuthConfig { return &c.LocalAuth }).required(`a [connection.local] table with auth = "psk" or "pubkey"`),
+	field("remote", authTable(true), AuthConfig{}, func(c *Connection) *AuthConfig { return &c.RemoteAuth }).required(`a [connection.remote] table with auth = "psk" or "pubkey"`),
+	field("children", tableList(childRules, (*gwDecoder).childAfter), nil, func(c *Connection) *[]Child { return &c.Children }).required("a [[connection.children]] table with name, local_ts and remote_ts"),
+)
+
+// authSide is [connection.local] or [connection.remote] being read or
+// written: which one it is decides what it may hold.
+type authSide struct {
+	AuthConfig
+	remote bool
+}
+
+// authRules are the keys of [connection.local] and [connection.remote].
+var authRules = newSection(reflect.TypeFor[FileAuth](),
+	rule[authSide]{key: "auth", read: (*gwDecoder).authMethod, write: func(a *authSide) (any, bool) { return a.Auth, a.Auth != "" }},
+	field("id", checkedText(checkID), "", func(a *authSide) *string { return &a.ID }),
+	remoteOnly("the EAP identity asked of the peer (sluice is an EAP server)", field("eap_id", checkedText(checkEAPID), "", func(a *authSide) *string { return &a.EAPID })),
+	field("certs", fileList(false), nil, func(a *authSide) *[]string { return &a.Certs }),
+	remoteOnly("the CAs the peer's certificate must chain to", field("cacerts", fileList(false), nil, func(a *authSide) *[]string { return &a.CACerts })),
+	remoteOnly("the revocation lists the peer's certificate is checked against", field("crls", fileList(true), nil, func(a *authSide) *[]string { return &a.CRLs })),
+	remoteOnly("how the peer's certificate's revocation is checked", field("revocation", choice("revocation policy", revocations, "relaxed, fail a revoked certificate only (the default); strict, also fail one no CRL of its issuer speaks for"), "", func(a *authSide) *string { return &a.Revocation })),
+)
+
+// childRules are the keys of a [[connection.children]].
+var childRules = newSection(reflect.TypeFor[FileChild](),
+	field("name", nameOf("empty name (a child needs a name, unique among children and tunnels: it names its tunnel)"), "", func(c *Child) *string { return &c.Name }).required("a name, unique among children and [[tunnel]]s"),
+	field("local_ts", trafficSelectors(), nil, func(c *Child) *[]netip.Prefix { return &c.LocalTS }).required(`our networks, e.g. local_ts = ["10.1.0.0/24"]`),
+	field("remote_ts", trafficSelectors(), nil, func(c *Child) *[]netip.Prefix { return &c.RemoteTS }).required(`the peer's networks, routed into the child, e.g. remote_ts = ["10.2.0.0/24"]`),
+	field("esp_proposals", text(), DefaultESPProposals, func(c *Child) *string { return &c.ESPProposals }),
+	field("start_action", choice("start action", startActions, "none, to wait for the peer; trap, to initiate on the first packet into the child; start, to initiate at start-up"), StartNone, func(c *Child) *string { return &c.StartAction }),
+	field("rekey_time", durationIn(MinIKELifetime, MaxIKELifetime, "default 1h"), DefaultChildRekeyTime, func(c *Child) *time.Duration { return &c.RekeyTime }),
+	field("life_time", durationIn(MinIKELifetime, MaxIKELifetime, "default rekey_time + 10%"), 0, func(c *Child) *time.Duration { return &c.LifeTime }),
+	field("rekey_bytes", count("bytes", ""), 0, func(c *Child) *uint64 { return &c.RekeyBytes }),
+	field("life_bytes", count("bytes", "; default rekey_bytes + 10%"), 0, func(c *Child) *uint64 { return &c.LifeBytes }),
+	field("rekey_packets", count("packets", ""), 0, func(c *Child) *uint64 { return &c.RekeyPackets }),
+	field("life_packets", count("packets", "; default rekey_packets + 10%"), 0, func(c *Child) *uint64 { return &c.LifePackets }),
+)
+
+// secretSide is a [[secret]] being read: the values whose meaning
+// depends on the type, which may come after them.
+type secretSide struct {
+	Secret
+	secretV, fileV, idV, idsV *Value
+}
+
+// secretRules are the keys of a [[secret]].
+var secretRules = newSection(reflect.TypeFor[FileSecret](),
+	field("type", choice("secret type", secretTypes, `ike, a pre-shared key (ids, secret); private, a private key (file); eap, an EAP password (id, secret)`), "", func(s *secretSide) *string { return &s.Type }),
+	rule[secretSide]{key: "id", read: func(d *gwDecoder, f string, e *Entry, s *secretSide) bool {
+		x, ok := d.checked(f, e.Value, nonEmpty(`empty identity (want the identity the secret is for, e.g. "carol")`))
+		if ok {
+			s.IDs, s.idV = append(s.IDs, x), e.Value
+		}
+		return ok
+	}}, // written as ids
+	rule[secretSide]{key: "ids", read: func(d *gwDecoder, f string, e *Entry, s *secretSide) bool {
+		ids, ok := stringList(`["gw-a.example", "gw-b.example"]`).read(d, f, e)
+		if ok {
+			s.IDs, s.idsV = append(s.IDs, ids...), e.Value
+		}
+		return ok
+	}, write: func(s *secretSide) (any, bool) { return s.IDs, len(s.IDs) > 0 }},
+	// How secret reads depends on the type: secretAfter reads it.
+	rule[secretSide]{key: "secret", read: func(_ *gwDecoder, _ string, e *Entry, s *secretSide) bool { s.secretV = e.Value; return true },
+		write: func(s *secretSide) (any, bool) { return SecretHex(s.Data), len(s.Data) > 0 }},
+	rule[secretSide]{key: "file", read: func(d *gwDecoder, f string, e *Entry, s *secretSide) bool {
+		x, ok := d.checked(f, e.Value, nonEmpty("empty file name (want a PEM private key file)"))
+		if ok {
+			s.File, s.fileV = d.path(x), e.Value
+		}
+		return ok
+	}, write: func(s *secretSide) (any, bool) { return s.File, s.File != "" }},
+)
+
+// ToFile returns the connection as a [[connection]] that ParseGateway
+// reads back into c (its version, 2, left out).
+func (c *Connection) ToFile() FileConnection {
+	return connectionRules.encode(c).Interface().(FileConnection)
+}
+
+// ToFile returns the secret as a [[secret]] that ParseGateway reads back
+// into s: its key in hex, its ids as ids.
+func (s *Secret) ToFile() FileSecret {
+	return secretRules.encode(&secretSide{Secret: *s}).Interface().(FileSecret)
+}
+
+// ToFile returns the [ike] section that ParseGateway reads back into o, or
+// nil when every key has its default.
+func (o *IKEOptions) ToFile() *FileIKE {
+	f := ikeRules.encode(o).Interface().(FileIKE)
+	if f == (FileIKE{}) {
+		return nil
+	}
+	return &f
+}
+
 func (d *gwDecoder) connection(te tableElem) {
+	c := decodeElem(d, connectionRules, te, (*gwDecoder).connectionAfter)
+	d.g.Connections = append(d.g.Connections, c)
+	d.connFields = append(d.connFields, te.field)
+}
+
+// connectionAfter checks a connection once its keys are read: its
+// proposals, and its addresses against each other.
+func (d *gwDecoder) connectionAfter(te tableElem, _ map[string]bool, c *Connection) {
 	f := te.field
-	c := Connection{Pos: te.pos, RekeyTime: DefaultIKERekeyTime, Proposals: DefaultIKEProposals, MOBIKE: true}
-	seen := map[string]bool{}
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		seen[e.Key] = true
-		switch e.Key {
-		case "name":
-			if s, ok := d.name(kf, v, "empty name (a connection needs a name, unique in the file)"); ok {
-				c.Name = s
-			}
-		case "version":
-			if _, ok := d.intIn(kf, v, "IKE version", 2, 2, "2: sluice speaks IKEv2 only"); !ok {
-				break
-			}
-		case "local_addrs", "remote_addrs":
-			a, ok := d.ikeAddrs(kf, v, e.Key == "remote_addrs")
-			if !ok {
-				break
-			}
-			if e.Key == "local_addrs" {
-				c.Local = a
-			} else {
-				c.Remote = a
-			}
-		case "proposals":
-			if s, ok := d.str(kf, v); ok {
-				c.Proposals = s
-			}
-		case "dpd_delay":
-			if t, ok := d.durationIn(kf, v, MinDPDDelay, MaxDPDDelay, "leave it out for no liveness checks"); ok {
-				c.DPDDelay = t
-			}
-		case "encap":
-			if b, ok := d.boolean(kf, v); ok {
-				c.Encap = b
-			}
-		case "rekey_time":
-			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default 4h"); ok {
-				c.RekeyTime = t
-			}
-		case "over_time":
-			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default 10% of rekey_time"); ok {
-				c.OverTime = t
-			}
-		case "reauth_time":
-			if t, ok := d.durationOrNone(kf, v, MinIKELifetime, MaxIKELifetime, "default \"0s\": none"); ok {
-				c.ReauthTime = t
-			}
-		case "mobike":
-			if b, ok := d.boolean(kf, v); ok {
-				c.MOBIKE = b
-			}
-		case "pools":
-			elems, ok := d.strList(kf, v, `["rw"]`)
-			if !ok {
-				break
-			}
-			for i, ev := range elems {
-				s, _ := ev.Str()
-				if j := slices.Index(c.Pools, s); j >= 0 {
-					d.errorf(ev.Pos, elemPath(kf, i), "duplicate pool %s (also %s)", shortQuote(s), elemPath(kf, j))
-					continue
-				}
-				c.Pools = append(c.Pools, s)
-			}
-		case "vips":
-			ps, ok := d.prefixList(kf, v, `["0.0.0.0"]`, "virtual IP", parseVIP)
-			if !ok {
-				break
-			}
-			for _, p := range ps {
-				c.VIPs = append(c.VIPs, p.Addr())
-			}
-		case "local", "remote":
-			a, ok := d.authSection(kf, v, e.Key == "remote")
-			if !ok {
-				break
-			}
-			if e.Key == "local" {
-				c.LocalAuth = a
-			} else {
-				c.RemoteAuth = a
-			}
-		case "children":
-			tables, _ := d.arrayOfTables(kf, v)
-			for _, ce := range tables {
-				c.Children = append(c.Children, d.child(ce))
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, connectionKeys, ""))
-		}
-	}
-	for _, k := range []struct{ key, what string }{
-		{"name", "a name, unique in the file"},
-		{"local_addrs", `our outer address, e.g. local_addrs = ["192.0.2.1"]`},
-		{"local", `a [connection.local] table with auth = "psk" or "pubkey"`},
-		{"remote", `a [connection.remote] table with auth = "psk" or "pubkey"`},
-		{"children", "a [[connection.children]] table with name, local_ts and remote_ts"},
-	} {
-		if !seen[k.key] {
-			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
-		}
-	}
 	pf := f + ".proposals"
 	if ps, err := ike.ParseProposals(ike.ProtoIKE, c.Proposals); err != nil {
 		d.errorf(d.at(pf), pf, "%s (want strongSwan IKE proposals such as %q)", strings.TrimPrefix(err.Error(), "ike: "), "aes256gcm16-prfsha384-ecp384")
@@ -566,8 +558,227 @@ func (d *gwDecoder) connection(te tableElem) {
 			d.errorf(d.at(f+".remote_addrs"), f+".remote_addrs", "remote %s is the local address too (%s)", c.Remote, d.line(f+".local_addrs"))
 		}
 	}
-	d.g.Connections = append(d.g.Connections, c)
-	d.connFields = append(d.connFields, f)
+}
+
+// ikeAddr reads local_addrs (remote false) or remote_addrs.
+func ikeAddr(remote bool) codec[netip.Addr] {
+	return codec[netip.Addr]{
+		read:  func(d *gwDecoder, f string, e *Entry) (netip.Addr, bool) { return d.ikeAddrs(f, e.Value, remote) },
+		write: func(a netip.Addr) any { return []string{a.String()} },
+	}
+}
+
+// poolNames reads a connection's pools: names, each once.
+func poolNames() codec[[]string] {
+	c := stringList(`["rw"]`)
+	read := c.read
+	c.read = func(d *gwDecoder, f string, e *Entry) ([]string, bool) {
+		names, ok := read(d, f, e)
+		var out []string
+		for i, s := range names {
+			if j := slices.Index(out, s); j >= 0 {
+				d.errorf(e.Value.Pos, elemPath(f, i), "duplicate pool %s (also %s)", shortQuote(s), elemPath(f, j))
+				continue
+			}
+			out = append(out, s)
+		}
+		return out, ok
+	}
+	return c
+}
+
+// fileList reads certs, cacerts or crls (crl): file names, resolved
+// against the configuration's directory.
+func fileList(crl bool) codec[[]string] {
+	return codec[[]string]{
+		read:  func(d *gwDecoder, f string, e *Entry) ([]string, bool) { return d.files(f, e.Value, crl) },
+		write: asIs[[]string],
+	}
+}
+
+// trafficSelectors reads local_ts or remote_ts.
+func trafficSelectors() codec[[]netip.Prefix] {
+	return prefixes(`["10.1.0.0/24"]`, "selector", parseTS, `no traffic selector (want prefixes, e.g. ["10.1.0.0/24"])`)
+}
+
+// remoteOnly makes r a key of [connection.remote] only; why says what it
+// is, for the message about one in [connection.local].
+func remoteOnly(why string, r rule[authSide]) rule[authSide] {
+	read := r.read
+	r.read = func(d *gwDecoder, f string, e *Entry, a *authSide) bool {
+		if !a.remote {
+			d.errorf(e.KeyPos, f, "%s belongs in [connection.remote]: %s", e.Key, why)
+			return false
+		}
+		return read(d, f, e, a)
+	}
+	return r
+}
+
+// authMethod reads auth: psk or pubkey, and remotely an EAP method.
+func (d *gwDecoder) authMethod(f string, e *Entry, a *authSide) bool {
+	v := e.Value
+	if s, isStr := v.Str(); isStr && !a.remote && IsEAP(s) {
+		d.errorf(v.Pos, f, "auth = %q belongs in [connection.remote]: sluice is an EAP server and authenticates itself with psk or pubkey", s)
+		return false
+	}
+	valid, help := authMethods, "psk, a pre-shared key from a [[secret]] with type = \"ike\"; pubkey, certificates"
+	if a.remote {
+		valid, help = remoteMethods, help+"; eap-mschapv2, a password from a [[secret]] with type = \"eap\"; eap-tls, a client certificate; eap, either"
+	}
+	s, ok := d.oneOf(f, v, "authentication", valid, help)
+	a.Auth = s
+	return ok
+}
+
+// authTable reads [connection.local] (remote false) or
+// [connection.remote].
+func authTable(remote bool) codec[AuthConfig] {
+	return codec[AuthConfig]{
+		read: func(d *gwDecoder, f string, e *Entry) (AuthConfig, bool) {
+			a := authSide{remote: remote}
+			t, ok := d.table(f, e.Value)
+			if !ok {
+				return a.AuthConfig, false
+			}
+			_, ok = authRules.decode(d, f, d.at(f), t, &a)
+			return a.AuthConfig, d.authAfter(f, &a, ok)
+		},
+		write: func(a AuthConfig) any {
+			if a.Revocation == RevocationRelaxed {
+				a.Revocation = "" // the default
+			}
+			return authRules.encode(&authSide{AuthConfig: a, remote: remote}).Interface()
+		},
+	}
+}
+
+// authAfter checks [connection.local] or [connection.remote] once its
+// keys are read (ok: they all read): what its method needs, and what
+// only some methods take.
+func (d *gwDecoder) authAfter(f string, a *authSide, ok bool) bool {
+	if a.remote && a.Revocation == "" {
+		a.Revocation = RevocationRelaxed
+	}
+	if a.Auth == "" {
+		if !d.failed(f + ".auth") {
+			d.errorf(d.at(f), f+".auth", `missing required key (auth = "psk" or "pubkey")`)
+		}
+		return false
+	}
+	if ok && (a.Auth == AuthPubkey || a.Auth == AuthEAPTLS) {
+		switch {
+		case !a.remote && len(a.Certs) == 0:
+			d.errorf(d.at(f), f+".certs", `auth = "pubkey" needs our certificate: certs = ["gw.pem"] (its key in a [[secret]] with type = "private")`)
+			ok = false
+		case a.remote && len(a.Certs)+len(a.CACerts) == 0:
+			d.errorf(d.at(f), f+".cacerts", `auth = %q needs what the peer's certificate must chain to: cacerts = ["ca.pem"] (or certs, to trust the peer's own)`, a.Auth)
+			ok = false
+		}
+	}
+	if !ok || !a.remote {
+		return ok
+	}
+	certs := a.Auth == AuthPubkey || a.Auth == AuthEAPTLS || a.Auth == AuthEAP
+	switch {
+	case a.EAPID != "" && !IsEAP(a.Auth):
+		d.errorf(d.at(f+".eap_id"), f+".eap_id", "eap_id with auth = %q: only EAP asks for an EAP identity (auth = \"eap-mschapv2\", \"eap-tls\" or \"eap\")", a.Auth)
+	case len(a.CRLs) > 0 && !certs:
+		d.errorf(d.at(f+".crls"), f+".crls", "crls with auth = %q: the peer shows no certificate to check (auth = \"pubkey\", \"eap-tls\" or \"eap\" do)", a.Auth)
+	case a.Revocation == RevocationStrict && !certs:
+		d.errorf(d.at(f+".revocation"), f+".revocation", "revocation with auth = %q: the peer shows no certificate to check (auth = \"pubkey\", \"eap-tls\" or \"eap\" do)", a.Auth)
+	case a.Revocation == RevocationStrict && len(a.CRLs) == 0:
+		d.errorf(d.at(f+".revocation"), f+".revocation", `revocation = "strict" without crls: no certificate's status would be known, and every one would fail (add crls = ["ca.crl"], or use "relaxed")`)
+	default:
+		return true
+	}
+	return false
+}
+
+// childAfter checks a child once its keys are read: its proposals, and
+// its lives against its rekeys, filling in the lives left out.
+func (d *gwDecoder) childAfter(te tableElem, seen map[string]bool, c *Child) {
+	f := te.field
+	pf := f + ".esp_proposals"
+	if ps, err := ike.ParseProposals(ike.ProtoESP, c.ESPProposals); err != nil {
+		d.errorf(d.at(pf), pf, "%s (want strongSwan ESP proposals such as %q)", strings.TrimPrefix(err.Error(), "ike: "), "aes128gcm16-esn")
+	} else {
+		c.ESP = ps
+	}
+	if c.LifeTime == 0 {
+		c.LifeTime = c.RekeyTime + c.RekeyTime/10
+	} else if c.LifeTime <= c.RekeyTime && !d.failed(f+".rekey_time") {
+		d.errorf(d.at(f+".life_time"), f+".life_time", "life_time %v is not after rekey_time %v (%s): the child would expire before it is rekeyed", c.LifeTime, c.RekeyTime, d.where(f+".rekey_time"))
+	}
+	for _, v := range []struct {
+		unit        string
+		rekey, life *uint64
+	}{{"bytes", &c.RekeyBytes, &c.LifeBytes}, {"packets", &c.RekeyPackets, &c.LifePackets}} {
+		rk, lk := "rekey_"+v.unit, "life_"+v.unit
+		switch {
+		case *v.rekey == 0 || d.failed(f+"."+rk) || d.failed(f+"."+lk):
+		case !seen[lk]:
+			*v.life = *v.rekey + *v.rekey/10
+		case *v.life != 0 && *v.life <= *v.rekey:
+			d.errorf(d.at(f+"."+lk), f+"."+lk, "%s %d is not above %s %d (%s): the child would expire before it is rekeyed", lk, *v.life, rk, *v.rekey, d.line(f+"."+rk))
+		}
+	}
+}
+
+func (d *gwDecoder) secret(te tableElem) {
+	s := decodeElem(d, secretRules, te, (*gwDecoder).secretAfter)
+	d.g.Secrets = append(d.g.Secrets, s.Secret)
+	d.secretFields = append(d.secretFields, te.field)
+}
+
+// secretAfter reads a secret's secret as its type wants it, and checks
+// that it has the keys of its type and no others.
+func (d *gwDecoder) secretAfter(te tableElem, _ map[string]bool, s *secretSide) {
+	f := te.field
+	if s.secretV != nil {
+		parse := parseSecret
+		if s.Type == SecretEAP {
+			parse = parsePassword
+		}
+		if x, ok := parsed(&d.decoder, f+".secret", s.secretV, parse); ok {
+			s.Data = x
+		} else {
+			s.secretV = nil
+		}
+	}
+	if s.idV != nil && s.idsV != nil {
+		d.errorf(s.idV.Pos, f+".id", "id and ids both given (%s): write one", d.line(f+".ids"))
+	}
+	switch s.Type {
+	case "":
+		if !d.failed(f + ".type") {
+			d.errorf(te.pos, f+".type", `missing required key (type = "ike" for a pre-shared key, "private" for a private key file, "eap" for an EAP password)`)
+		}
+	case SecretEAP:
+		if s.secretV == nil && !d.failed(f+".secret") {
+			d.errorf(te.pos, f+".secret", "missing required key (the EAP password: a string, 0x followed by hex, or 0s followed by base64)")
+		}
+		if len(s.IDs) == 0 && !d.failed(f+".id") && !d.failed(f+".ids") {
+			d.errorf(te.pos, f+".id", `missing required key (the EAP identity the password is for, e.g. id = "carol"; an EAP password is never for anyone)`)
+		}
+		if s.fileV != nil {
+			d.errorf(s.fileV.Pos, f+".file", `file belongs to a secret with type = "private"`)
+		}
+	case SecretIKE:
+		if s.secretV == nil && !d.failed(f+".secret") {
+			d.errorf(te.pos, f+".secret", "missing required key (the pre-shared key: a string, 0x followed by hex, or 0s followed by base64)")
+		}
+		if s.fileV != nil {
+			d.errorf(s.fileV.Pos, f+".file", `file belongs to a secret with type = "private"`)
+		}
+	case SecretPrivate:
+		if s.fileV == nil && !d.failed(f+".file") {
+			d.errorf(te.pos, f+".file", "missing required key (the PEM private key file of a [connection.local] certificate)")
+		}
+		if s.secretV != nil {
+			d.errorf(s.secretV.Pos, f+".secret", `secret belongs to a secret with type = "ike" or "eap"`)
+		}
+	}
 }
 
 // ikeAddrs reads local_addrs or remote_addrs: a list of one address (a
@@ -606,113 +817,6 @@ func (d *gwDecoder) ikeAddrs(f string, v *Value, remote bool) (netip.Addr, bool)
 		return netip.Addr{}, false
 	}
 	return a, true
-}
-
-// remoteOnly says why a key of [connection.remote] is not one of
-// [connection.local].
-var remoteOnly = map[string]string{
-	"cacerts":    "the CAs the peer's certificate must chain to",
-	"crls":       "the revocation lists the peer's certificate is checked against",
-	"revocation": "how the peer's certificate's revocation is checked",
-	"eap_id":     "the EAP identity asked of the peer (sluice is an EAP server)",
-}
-
-func (d *gwDecoder) authSection(f string, v *Value, remote bool) (AuthConfig, bool) {
-	var a AuthConfig
-	if remote {
-		a.Revocation = RevocationRelaxed
-	}
-	t, ok := d.table(f, v)
-	if !ok {
-		return a, false
-	}
-	ok = true
-	for _, e := range t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		if why, only := remoteOnly[e.Key]; only && !remote {
-			d.errorf(e.KeyPos, kf, "%s belongs in [connection.remote]: %s", e.Key, why)
-			ok = false
-			continue
-		}
-		switch e.Key {
-		case "auth":
-			if s, isStr := v.Str(); isStr && !remote && IsEAP(s) {
-				d.errorf(v.Pos, kf, "auth = %q belongs in [connection.remote]: sluice is an EAP server and authenticates itself with psk or pubkey", s)
-				ok = false
-				break
-			}
-			valid, help := authMethods, "psk, a pre-shared key from a [[secret]] with type = \"ike\"; pubkey, certificates"
-			if remote {
-				valid, help = remoteMethods, help+"; eap-mschapv2, a password from a [[secret]] with type = \"eap\"; eap-tls, a client certificate; eap, either"
-			}
-			s, good := d.oneOf(kf, v, "authentication", valid, help)
-			a.Auth, ok = s, ok && good
-		case "id":
-			if s, good := d.checked(kf, v, checkID); good {
-				a.ID = s
-			}
-		case "eap_id":
-			if s, good := d.checked(kf, v, checkEAPID); good {
-				a.EAPID = s
-			}
-		case "revocation":
-			s, good := d.oneOf(kf, v, "revocation policy", revocations, "relaxed, fail a revoked certificate only (the default); strict, also fail one no CRL of its issuer speaks for")
-			if good {
-				a.Revocation = s
-			}
-			ok = ok && good
-		case "certs", "cacerts", "crls":
-			paths, good := d.files(kf, v, e.Key == "crls")
-			if !good {
-				ok = false
-				break
-			}
-			switch e.Key {
-			case "certs":
-				a.Certs = paths
-			case "cacerts":
-				a.CACerts = paths
-			default:
-				a.CRLs = paths
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, authKeys, ""))
-		}
-	}
-	if a.Auth == "" && !d.failed(f+".auth") {
-		d.errorf(d.at(f), f+".auth", `missing required key (auth = "psk" or "pubkey")`)
-		return a, false
-	}
-	if ok && (a.Auth == AuthPubkey || a.Auth == AuthEAPTLS) {
-		switch {
-		case !remote && len(a.Certs) == 0:
-			d.errorf(d.at(f), f+".certs", `auth = "pubkey" needs our certificate: certs = ["gw.pem"] (its key in a [[secret]] with type = "private")`)
-			ok = false
-		case remote && len(a.Certs)+len(a.CACerts) == 0:
-			d.errorf(d.at(f), f+".cacerts", `auth = %q needs what the peer's certificate must chain to: cacerts = ["ca.pem"] (or certs, to trust the peer's own)`, a.Auth)
-			ok = false
-		}
-	}
-	if !ok || !remote {
-		return a, ok
-	}
-	// What only some methods use.
-	certs := a.Auth == AuthPubkey || a.Auth == AuthEAPTLS || a.Auth == AuthEAP
-	switch {
-	case a.EAPID != "" && !IsEAP(a.Auth):
-		d.errorf(d.at(f+".eap_id"), f+".eap_id", "eap_id with auth = %q: only EAP asks for an EAP identity (auth = \"eap-mschapv2\", \"eap-tls\" or \"eap\")", a.Auth)
-		ok = false
-	case len(a.CRLs) > 0 && !certs:
-		d.errorf(d.at(f+".crls"), f+".crls", "crls with auth = %q: the peer shows no certificate to check (auth = \"pubkey\", \"eap-tls\" or \"eap\" do)", a.Auth)
-		ok = false
-	case a.Revocation == RevocationStrict && !certs:
-		d.errorf(d.at(f+".revocation"), f+".revocation", "revocation with auth = %q: the peer shows no certificate to check (auth = \"pubkey\", \"eap-tls\" or \"eap\" do)", a.Auth)
-		ok = false
-	case a.Revocation == RevocationStrict && len(a.CRLs) == 0:
-		d.errorf(d.at(f+".revocation"), f+".revocation", `revocation = "strict" without crls: no certificate's status would be known, and every one would fail (add crls = ["ca.crl"], or use "relaxed")`)
-		ok = false
-	}
-	return a, ok
 }
 
 // files reads a list of file names (certs, cacerts, crls), resolved
@@ -764,107 +868,6 @@ func parseVIP(s string) (netip.Prefix, string) {
 	return netip.PrefixFrom(a, a.BitLen()), ""
 }
 
-func (d *gwDecoder) child(te tableElem) Child {
-	f := te.field
-	c := Child{Pos: te.pos, StartAction: StartNone, RekeyTime: DefaultChildRekeyTime, ESPProposals: DefaultESPProposals}
-	seen := map[string]bool{}
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		seen[e.Key] = true
-		switch e.Key {
-		case "name":
-			if s, ok := d.name(kf, v, "empty name (a child needs a name, unique among children and tunnels: it names its tunnel)"); ok {
-				c.Name = s
-			}
-		case "local_ts", "remote_ts":
-			ps, ok := d.prefixList(kf, v, `["10.1.0.0/24"]`, "selector", parseTS)
-			if !ok {
-				break
-			}
-			if len(ps) == 0 {
-				d.errorf(v.Pos, kf, "no traffic selector (want prefixes, e.g. [\"10.1.0.0/24\"])")
-				break
-			}
-			if e.Key == "local_ts" {
-				c.LocalTS = ps
-			} else {
-				c.RemoteTS = ps
-			}
-		case "esp_proposals":
-			if s, ok := d.str(kf, v); ok {
-				c.ESPProposals = s
-			}
-		case "start_action":
-			if s, ok := d.oneOf(kf, v, "start action", startActions, "none, to wait for the peer; trap, to initiate on the first packet into the child; start, to initiate at start-up"); ok {
-				c.StartAction = s
-			}
-		case "rekey_time":
-			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default 1h"); ok {
-				c.RekeyTime = t
-			}
-		case "life_time":
-			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default rekey_time + 10%"); ok {
-				c.LifeTime = t
-			}
-		case "rekey_bytes", "life_bytes", "rekey_packets", "life_packets":
-			help := "0 for none, or a count of " + e.Key[strings.IndexByte(e.Key, '_')+1:]
-			if strings.HasPrefix(e.Key, "life") {
-				help += "; default rekey" + e.Key[4:] + " + 10%"
-			}
-			if i, ok := d.intIn(kf, v, "", 0, math.MaxInt64, help); ok {
-				*c.volume(e.Key) = uint64(i)
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, childKeys, ""))
-		}
-	}
-	for _, k := range []struct{ key, what string }{
-		{"name", "a name, unique among children and [[tunnel]]s"},
-		{"local_ts", `our networks, e.g. local_ts = ["10.1.0.0/24"]`},
-		{"remote_ts", `the peer's networks, routed into the child, e.g. remote_ts = ["10.2.0.0/24"]`},
-	} {
-		if !seen[k.key] {
-			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
-		}
-	}
-	pf := f + ".esp_proposals"
-	if ps, err := ike.ParseProposals(ike.ProtoESP, c.ESPProposals); err != nil {
-		d.errorf(d.at(pf), pf, "%s (want strongSwan ESP proposals such as %q)", strings.TrimPrefix(err.Error(), "ike: "), "aes128gcm16-esn")
-	} else {
-		c.ESP = ps
-	}
-	if c.LifeTime == 0 {
-		c.LifeTime = c.RekeyTime + c.RekeyTime/10
-	} else if c.LifeTime <= c.RekeyTime && !d.failed(f+".rekey_time") {
-		d.errorf(d.at(f+".life_time"), f+".life_time", "life_time %v is not after rekey_time %v (%s): the child would expire before it is rekeyed", c.LifeTime, c.RekeyTime, d.where(f+".rekey_time"))
-	}
-	for _, unit := range []string{"bytes", "packets"} {
-		rk, lk := "rekey_"+unit, "life_"+unit
-		rekey, life := *c.volume(rk), c.volume(lk)
-		switch {
-		case rekey == 0 || d.failed(f+"."+rk) || d.failed(f+"."+lk):
-		case !seen[lk]:
-			*life = rekey + rekey/10
-		case *life != 0 && *life <= rekey:
-			d.errorf(d.at(f+"."+lk), f+"."+lk, "%s %d is not above %s %d (%s): the child would expire before it is rekeyed", lk, *life, rk, rekey, d.line(f+"."+rk))
-		}
-	}
-	return c
-}
-
-// volume returns the field of a byte or packet limit by its key.
-func (c *Child) volume(key string) *uint64 {
-	switch key {
-	case "rekey_bytes":
-		return &c.RekeyBytes
-	case "life_bytes":
-		return &c.LifeBytes
-	case "rekey_packets":
-		return &c.RekeyPackets
-	}
-	return &c.LifePackets
-}
-
 // durationOrNone is durationIn that also takes "0s" for none (0).
 func (d *decoder) durationOrNone(f string, v *Value, lo, hi time.Duration, help string) (time.Duration, bool) {
 	if s, ok := v.Str(); ok {
@@ -909,93 +912,6 @@ func parseTS(s string) (netip.Prefix, string) {
 		return netip.PrefixFrom(a.Unmap(), a.Unmap().BitLen()), ""
 	}
 	return parseRoute(s)
-}
-
-func (d *gwDecoder) secret(te tableElem) {
-	f := te.field
-	s := Secret{Pos: te.pos}
-	var secretV, fileV, idV, idsV *Value
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		switch e.Key {
-		case "type":
-			if t, ok := d.oneOf(kf, v, "secret type", secretTypes, `ike, a pre-shared key (ids, secret); private, a private key (file); eap, an EAP password (id, secret)`); ok {
-				s.Type = t
-			}
-		case "id":
-			if x, ok := d.checked(kf, v, nonEmpty("empty identity (want the identity the secret is for, e.g. \"carol\")")); ok {
-				s.IDs = append(s.IDs, x)
-				idV = v
-			}
-		case "ids":
-			elems, ok := d.strList(kf, v, `["gw-a.example", "gw-b.example"]`)
-			if !ok {
-				break
-			}
-			for _, ev := range elems {
-				x, _ := ev.Str()
-				s.IDs = append(s.IDs, x)
-			}
-			idsV = v
-		case "secret":
-			// Which check applies depends on the type, which may come
-			// after: keep the value and read it below.
-			secretV = v
-		case "file":
-			if x, ok := d.checked(kf, v, nonEmpty("empty file name (want a PEM private key file)")); ok {
-				s.File = d.path(x)
-				fileV = v
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, secretKeys, ""))
-		}
-	}
-	if secretV != nil {
-		parse := parseSecret
-		if s.Type == SecretEAP {
-			parse = parsePassword
-		}
-		if x, ok := parsed(&d.decoder, f+".secret", secretV, parse); ok {
-			s.Data = x
-		} else {
-			secretV = nil
-		}
-	}
-	if idV != nil && idsV != nil {
-		d.errorf(idV.Pos, f+".id", "id and ids both given (%s): write one", d.line(f+".ids"))
-	}
-	switch s.Type {
-	case "":
-		if !d.failed(f + ".type") {
-			d.errorf(te.pos, f+".type", `missing required key (type = "ike" for a pre-shared key, "private" for a private key file, "eap" for an EAP password)`)
-		}
-	case SecretEAP:
-		if secretV == nil && !d.failed(f+".secret") {
-			d.errorf(te.pos, f+".secret", "missing required key (the EAP password: a string, 0x followed by hex, or 0s followed by base64)")
-		}
-		if len(s.IDs) == 0 && !d.failed(f+".id") && !d.failed(f+".ids") {
-			d.errorf(te.pos, f+".id", `missing required key (the EAP identity the password is for, e.g. id = "carol"; an EAP password is never for anyone)`)
-		}
-		if fileV != nil {
-			d.errorf(fileV.Pos, f+".file", `file belongs to a secret with type = "private"`)
-		}
-	case SecretIKE:
-		if secretV == nil && !d.failed(f+".secret") {
-			d.errorf(te.pos, f+".secret", "missing required key (the pre-shared key: a string, 0x followed by hex, or 0s followed by base64)")
-		}
-		if fileV != nil {
-			d.errorf(fileV.Pos, f+".file", `file belongs to a secret with type = "private"`)
-		}
-	case SecretPrivate:
-		if fileV == nil && !d.failed(f+".file") {
-			d.errorf(te.pos, f+".file", "missing required key (the PEM private key file of a [connection.local] certificate)")
-		}
-		if secretV != nil {
-			d.errorf(secretV.Pos, f+".secret", `secret belongs to a secret with type = "ike" or "eap"`)
-		}
-	}
-	d.g.Secrets = append(d.g.Secrets, s)
-	d.secretFields = append(d.secretFields, f)
 }
 
 // parseSecret reads a pre-shared key as swanctl.conf does: 0x... is hex,

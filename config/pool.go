@@ -8,6 +8,7 @@ package config
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 )
@@ -88,42 +89,34 @@ func parseDNS(s string) (netip.Prefix, string) {
 	return netip.PrefixFrom(a, a.BitLen()), ""
 }
 
+// poolRules are the keys of a [[pool]].
+var poolRules = newSection(reflect.TypeFor[FilePool](),
+	field("name", nameOf("empty name (a pool needs a name, unique among pools: connections name it in pools)"), "", func(p *Pool) *string { return &p.Name }).required("a name, unique among pools"),
+	rule[Pool]{key: "addrs", read: func(d *gwDecoder, f string, e *Entry, p *Pool) bool {
+		r, ok := parsed(&d.decoder, f, e.Value, parsePoolAddrs)
+		if ok {
+			p.Prefix, p.First, p.Last = r.Prefix, r.First, r.Last
+		}
+		return ok
+	}, write: writePoolAddrs}.required(`the addresses to hand out: a prefix such as "10.3.0.0/24" or a range such as "10.3.0.10-10.3.0.200"`),
+	field("dns", addrList(`["10.3.0.1"]`, "DNS server", parseDNS), nil, func(p *Pool) *[]netip.Addr { return &p.DNS }),
+)
+
+// writePoolAddrs writes addrs: the prefix, or the range.
+func writePoolAddrs(p *Pool) (any, bool) {
+	if p.Prefix.IsValid() {
+		return p.Prefix.String(), true
+	}
+	return p.First.String() + "-" + p.Last.String(), p.First.IsValid()
+}
+
+// ToFile returns the pool as a [[pool]] that ParseGateway reads back into
+// p.
+func (p *Pool) ToFile() FilePool { return poolRules.encode(p).Interface().(FilePool) }
+
 func (d *gwDecoder) pool(te tableElem) {
-	f := te.field
-	var p Pool
-	seen := map[string]bool{}
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		seen[e.Key] = true
-		switch e.Key {
-		case "name":
-			if s, ok := d.name(kf, v, "empty name (a pool needs a name, unique among pools: connections name it in pools)"); ok {
-				p.Name = s
-			}
-		case "addrs":
-			if r, ok := parsed(&d.decoder, kf, v, parsePoolAddrs); ok {
-				p.Prefix, p.First, p.Last = r.Prefix, r.First, r.Last
-			}
-		case "dns":
-			if ps, ok := d.prefixList(kf, v, `["10.3.0.1"]`, "DNS server", parseDNS); ok {
-				for _, a := range ps {
-					p.DNS = append(p.DNS, a.Addr())
-				}
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, poolKeys, ""))
-		}
-	}
-	for _, k := range []struct{ key, what string }{
-		{"name", "a name, unique among pools"},
-		{"addrs", `the addresses to hand out: a prefix such as "10.3.0.0/24" or a range such as "10.3.0.10-10.3.0.200"`},
-	} {
-		if !seen[k.key] {
-			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
-		}
-	}
-	d.g.Pools = append(d.g.Pools, p)
-	d.poolFields = append(d.poolFields, f)
+	d.g.Pools = append(d.g.Pools, decodeElem(d, poolRules, te, nil))
+	d.poolFields = append(d.poolFields, te.field)
 }
 
 // crossCheckPools checks the pools against each other (names, overlaps)

@@ -1197,25 +1197,12 @@ func ikeSectionsEqual(a, b []config.Connection) bool {
 	return reflect.DeepEqual(stripConnPos(a), stripConnPos(b))
 }
 
-func stripConnPos(cs []config.Connection) []config.Connection {
-	out := slices.Clone(cs)
-	for i := range out {
-		out[i].Pos = config.Pos{}
-		out[i].Children = slices.Clone(out[i].Children)
-		for j := range out[i].Children {
-			out[i].Children[j].Pos = config.Pos{}
-		}
-	}
-	return out
-}
+// stripConnPos and stripSecretPos return their argument: config keeps
+// positions beside the model (Gateway.FieldPos), so sections compare as
+// they are.
+func stripConnPos(cs []config.Connection) []config.Connection { return cs }
 
-func stripSecretPos(ss []config.Secret) []config.Secret {
-	out := slices.Clone(ss)
-	for i := range out {
-		out[i].Pos = config.Pos{}
-	}
-	return out
-}
+func stripSecretPos(ss []config.Secret) []config.Secret { return ss }
 
 // ikeEngine is the engine of negotiated SAs: the gateway's default.
 func (g *Gateway) ikeEngine() string { return g.cfg0.Engine }
