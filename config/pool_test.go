@@ -360,3 +360,43 @@ func TestEncodeRemoteAccess(t *testing.T) {
 		t.Errorf("eap secrets %+v", g.Secrets)
 	}
 }
+
+// TestIKEToFileRoundTrip writes the IKE sections of parsed files back
+// with the rule tables' encoder (ToFile, File.Encode) and parses them
+// again: the model is the same, key for key.
+func TestIKEToFileRoundTrip(t *testing.T) {
+	every := ikeTun + "[ike]\nport = 1500\nretransmit_timeout = \"250ms\"\nretransmit_tries = 2\nmax_child_sas = 9\nblock_threshold = 3\nkeep_alive = \"0s\"\n" +
+		strings.Replace(ikeConn("proposals = \"aes128-sha256-modp2048\"\ndpd_delay = \"30s\"\nencap = true\nrekey_time = \"2h\"\nover_time = \"5m\"\nversion = 2"),
+			`name = "b-net"`, "name = \"b-net\"\n  esp_proposals = \"aes128gcm16-esn\"\n  start_action = \"trap\"\n  rekey_time = \"20m\"\n  life_time = \"30m\"\n  rekey_bytes = 5\n  life_bytes = 9", 1) + ikeSecret
+	for name, doc := range map[string]string{"ra": raDoc, "every": every} {
+		t.Run(name, func(t *testing.T) {
+			g, err := ParseGateway("/etc/sluice/gw.toml", []byte(doc))
+			if err != nil {
+				t.Fatal(err)
+			}
+			f := &File{TUN: &FileTUN{Addresses: []string{"10.1.0.1/24"}}, IKE: g.IKE.ToFile()}
+			for i := range g.Connections {
+				f.Connections = append(f.Connections, g.Connections[i].ToFile())
+			}
+			for i := range g.Pools {
+				f.Pools = append(f.Pools, g.Pools[i].ToFile())
+			}
+			for i := range g.Secrets {
+				f.Secrets = append(f.Secrets, g.Secrets[i].ToFile())
+			}
+			g2 := decodeFile(t, "/etc/sluice/gw.toml", f)
+			if !reflect.DeepEqual(g.IKE, g2.IKE) {
+				t.Errorf("[ike]\n got %+v\nwant %+v", g2.IKE, g.IKE)
+			}
+			if !reflect.DeepEqual(g.Connections, g2.Connections) {
+				t.Errorf("connections\n got %+v\nwant %+v", g2.Connections, g.Connections)
+			}
+			if !reflect.DeepEqual(g.Pools, g2.Pools) {
+				t.Errorf("pools\n got %+v\nwant %+v", g2.Pools, g.Pools)
+			}
+			if !reflect.DeepEqual(g.Secrets, g2.Secrets) {
+				t.Errorf("secrets\n got %+v\nwant %+v", g2.Secrets, g.Secrets)
+			}
+		})
+	}
+}
