@@ -312,12 +312,12 @@ func TestEncodeCoversSchema(t *testing.T) {
 		typ  reflect.Type
 	}{
 		"gatewaySections": {gatewaySections, reflect.TypeFor[File]()},
-		"gatewayKeys":     {gatewayKeys, reflect.TypeFor[FileGateway]()},
-		"tunKeys":         {tunKeys, reflect.TypeFor[FileTUN]()},
-		"udpKeys":         {udpKeys, reflect.TypeFor[FileUDP]()},
-		"rawESPKeys":      {rawESPKeys, reflect.TypeFor[FileRawESP]()},
-		"tunnelKeys":      {tunnelKeys, reflect.TypeFor[FileTunnel]()},
-		"policyKeys":      {policyKeys, reflect.TypeFor[FilePolicy]()},
+		"gatewayKeys":     {gatewayRules.keys, reflect.TypeFor[FileGateway]()},
+		"tunKeys":         {tunRules.keys, reflect.TypeFor[FileTUN]()},
+		"udpKeys":         {udpRules.keys, reflect.TypeFor[FileUDP]()},
+		"rawESPKeys":      {rawESPRules.keys, reflect.TypeFor[FileRawESP]()},
+		"tunnelKeys":      {tunnelRules.keys, reflect.TypeFor[FileTunnel]()},
+		"policyKeys":      {policyRules.keys, reflect.TypeFor[FilePolicy]()},
 		"saKeys":          {saKeys, reflect.TypeFor[FileSA]()},
 		"ikeKeys":         {ikeRules.keys, reflect.TypeFor[FileIKE]()},
 		"connectionKeys":  {connectionRules.keys, reflect.TypeFor[FileConnection]()},

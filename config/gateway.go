@@ -35,6 +35,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -206,7 +207,6 @@ type Tunnel struct {
 	// start-up. A packet larger than it is fragmented or answered with an
 	// ICMP error (gateway.oversize).
 	MTU int
-	Pos Pos // where its [[tunnel]] table starts
 }
 
 // Policy is a [[policy]]: a selector and an action (RFC 4301 section
@@ -221,7 +221,6 @@ type Policy struct {
 	SPort, DPort [2]uint16
 	Action       string // ActionProtect, ActionBypass or ActionDiscard
 	Tunnel       string // with ActionProtect, the tunnel whose outbound SA protects; "" otherwise
-	Pos          Pos    // where its [[policy]] table starts
 }
 
 // anyPorts is the port range that matches every port.
@@ -307,19 +306,9 @@ func ParseGateway(filename string, data []byte) (*Gateway, error) {
 	if err != nil {
 		return nil, err
 	}
-	d := &gwDecoder{
-		g: &Gateway{
-			File:          filename,
-			ControlSocket: DefaultControlSocket,
-			LogLevel:      DefaultLogLevel,
-			LogFormat:     LogFormatText,
-			Oversize:      DefaultOversize,
-			StateDir:      DefaultStateDir,
-			TUN:           TUN{Name: DefaultTUNName},
-			IKE:           ikeRules.defaults(),
-		},
-		fields: fieldPositions(doc),
-	}
+	g := gatewayRules.defaults()
+	g.File, g.TUN, g.IKE = filename, tunRules.defaults(), ikeRules.defaults()
+	d := &gwDecoder{g: &g, fields: fieldPositions(doc)}
 	d.g.fields = d.fields
 	d.document(doc.Root)
 	d.crossCheck()
@@ -508,6 +497,11 @@ func (d *gwDecoder) document(root *Table) {
 	}
 }
 
+// mtu reads a plaintext MTU (see decoder.mtu).
+func mtu() codec[int] {
+	return codec[int]{read: func(d *gwDecoder, f string, e *Entry) (int, bool) { return d.mtu(f, e.Value) }, write: asIs[int]}
+}
+
 // mtu reads a plaintext MTU: 0 for computed, or MinMTU..MaxMTU.
 func (d *decoder) mtu(f string, v *Value) (int, bool) {
 	i, ok := d.integer(f, v)
@@ -521,9 +515,8 @@ func (d *decoder) mtu(f string, v *Value) (int, bool) {
 // [gateway]
 
 var (
-	gatewayKeys = []string{"workers", "engine", "control_socket", "metrics", "log_level", "log_format", "log_levels", "oversize", "state_dir"}
-	logLevels   = []string{"debug", "info", "warn", "error"}
-	logFormats  = []string{LogFormatText, LogFormatJSON}
+	logLevels  = []string{"debug", "info", "warn", "error"}
+	logFormats = []string{LogFormatText, LogFormatJSON}
 	// LogSubsystems are the parts of a gateway whose log level
 	// log_levels sets on its own: IKE negotiations, TLS listeners and
 	// origins, the ESP data plane, the control socket, and the gateway's
@@ -532,63 +525,33 @@ var (
 	oversizes     = []string{OversizeFragment, OversizeDrop}
 )
 
+// gatewayRules are the keys of [gateway].
+var gatewayRules = newSection(reflect.TypeFor[FileGateway](),
+	field("workers", intIn[int]("", 0, MaxWorkers, fmt.Sprintf("0..%d; 0 = one per core", MaxWorkers)), 0, func(g *Gateway) *int { return &g.Workers }),
+	field("engine", engineName(`"" lets the registry choose`), "", func(g *Gateway) *string { return &g.Engine }),
+	field("control_socket", checkedText(checkSocketPath), DefaultControlSocket, func(g *Gateway) *string { return &g.ControlSocket }),
+	field("metrics", checkedText(checkHostPort), "", func(g *Gateway) *string { return &g.Metrics }),
+	field("log_level", choice("log level", logLevels, ""), DefaultLogLevel, func(g *Gateway) *string { return &g.LogLevel }),
+	field("log_format", choice("log format", logFormats, "text, for logfmt lines; json, for one JSON object a line"), LogFormatText, func(g *Gateway) *string { return &g.LogFormat }),
+	field("log_levels", codec[map[string]string]{read: (*gwDecoder).logLevels, write: asIs[map[string]string]}, nil, func(g *Gateway) *map[string]string { return &g.LogLevels }),
+	field("oversize", choice("oversize action", oversizes, `fragment, to fragment IPv4 packets without DF before encryption; drop, to drop them; DF-set IPv4 and IPv6 packets always get ICMP "too big"`), DefaultOversize, func(g *Gateway) *string { return &g.Oversize }),
+	field("state_dir", checkedText(nonEmpty(`empty state directory (want a path, e.g. "/var/lib/sluice")`)), DefaultStateDir, func(g *Gateway) *string { return &g.StateDir }),
+)
+
 func (d *gwDecoder) gatewaySection(f string, v *Value) {
-	t, ok := d.table(f, v)
-	if !ok {
-		return
-	}
-	g := d.g
-	for _, e := range t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		switch e.Key {
-		case "workers":
-			if i, ok := d.intIn(kf, v, "", 0, MaxWorkers, fmt.Sprintf("0..%d; 0 = one per core", MaxWorkers)); ok {
-				g.Workers = int(i)
-			}
-		case "engine":
-			if s, ok := d.engine(kf, v, `"" lets the registry choose`); ok {
-				g.Engine = s
-			}
-		case "control_socket":
-			if s, ok := d.checked(kf, v, checkSocketPath); ok {
-				g.ControlSocket = s
-			}
-		case "metrics":
-			if s, ok := d.checked(kf, v, checkHostPort); ok {
-				g.Metrics = s
-			}
-		case "log_level":
-			if s, ok := d.oneOf(kf, v, "log level", logLevels, ""); ok {
-				g.LogLevel = s
-			}
-		case "log_format":
-			if s, ok := d.oneOf(kf, v, "log format", logFormats, "text, for logfmt lines; json, for one JSON object a line"); ok {
-				g.LogFormat = s
-			}
-		case "log_levels":
-			d.logLevels(kf, v)
-		case "oversize":
-			const help = "fragment, to fragment IPv4 packets without DF before encryption; drop, to drop them; DF-set IPv4 and IPv6 packets always get ICMP \"too big\""
-			if s, ok := d.oneOf(kf, v, "oversize action", oversizes, help); ok {
-				g.Oversize = s
-			}
-		case "state_dir":
-			if s, ok := d.checked(kf, v, nonEmpty("empty state directory (want a path, e.g. \"/var/lib/sluice\")")); ok {
-				g.StateDir = s
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, gatewayKeys, ""))
-		}
+	if t, ok := d.table(f, v); ok {
+		gatewayRules.decode(d, f, v.Pos, t, d.g)
 	}
 }
 
 // logLevels reads log_levels, a table from subsystem to level:
 // log_levels = { ike = "debug", tls = "warn" }.
-func (d *gwDecoder) logLevels(f string, v *Value) {
-	t, ok := d.table(f, v)
+func (d *gwDecoder) logLevels(f string, e *Entry) (map[string]string, bool) {
+	t, ok := d.table(f, e.Value)
 	if !ok {
-		return
+		return nil, false
 	}
+	var m map[string]string
 	for _, e := range t.Entries() {
 		kf, v := fieldPath(f, e.Key), e.Value
 		if !slices.Contains(LogSubsystems, e.Key) {
@@ -596,12 +559,13 @@ func (d *gwDecoder) logLevels(f string, v *Value) {
 			continue
 		}
 		if s, ok := d.oneOf(kf, v, "log level", logLevels, ""); ok {
-			if d.g.LogLevels == nil {
-				d.g.LogLevels = map[string]string{}
+			if m == nil {
+				m = map[string]string{}
 			}
-			d.g.LogLevels[e.Key] = s
+			m[e.Key] = s
 		}
 	}
+	return m, true
 }
 
 // LevelOf returns the log level of subsystem sub: its log_levels entry,
@@ -624,15 +588,20 @@ func (d *decoder) engine(f string, v *Value, empty string) (string, bool) {
 		return s, ok
 	}
 	outer, inner, composite := strings.Cut(s, ":")
-	if len(s) > 65 || !engineName(outer) || composite && !engineName(inner) {
+	if len(s) > 65 || !isEngineName(outer) || composite && !isEngineName(inner) {
 		d.errorf(v.Pos, f, "invalid engine name %s (want a registered engine's lowercase name, such as soft or sched, or sched:ENGINE to schedule another engine's work over all cores; %s)", shortQuote(s), empty)
 		return "", false
 	}
 	return s, true
 }
 
-// engineName reports whether s has the shape of a registered engine's name.
-func engineName(s string) bool {
+// engineName reads an engine name (see decoder.engine).
+func engineName(empty string) codec[string] {
+	return codec[string]{read: func(d *gwDecoder, f string, e *Entry) (string, bool) { return d.engine(f, e.Value, empty) }, write: asIs[string]}
+}
+
+// isEngineName reports whether s has the shape of a registered engine's name.
+func isEngineName(s string) bool {
 	valid := len(s) > 0 && len(s) <= 32 && s[0] >= 'a' && s[0] <= 'z'
 	for i := 0; valid && i < len(s); i++ {
 		c := s[i]
@@ -690,36 +659,17 @@ func checkHostPort(s string) string {
 
 // [tun]
 
-var tunKeys = []string{"name", "mtu", "addresses", "queues"}
+// tunRules are the keys of [tun].
+var tunRules = newSection(reflect.TypeFor[FileTUN](),
+	field("name", checkedText(checkIfName), DefaultTUNName, func(t *TUN) *string { return &t.Name }),
+	field("mtu", mtu(), 0, func(t *TUN) *int { return &t.MTU }),
+	field("addresses", prefixes(`addresses = ["10.1.0.1/24"]`, "address", parseIfAddr, ""), nil, func(t *TUN) *[]netip.Prefix { return &t.Addresses }),
+	field("queues", intIn[int]("", 0, MaxTUNQueues, fmt.Sprintf("0..%d; 0 = one per worker", MaxTUNQueues)), 0, func(t *TUN) *int { return &t.Queues }),
+)
 
 func (d *gwDecoder) tunSection(f string, v *Value) {
-	t, ok := d.table(f, v)
-	if !ok {
-		return
-	}
-	tun := &d.g.TUN
-	for _, e := range t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		switch e.Key {
-		case "name":
-			if s, ok := d.checked(kf, v, checkIfName); ok {
-				tun.Name = s
-			}
-		case "mtu":
-			if m, ok := d.mtu(kf, v); ok {
-				tun.MTU = m
-			}
-		case "addresses":
-			if ps, ok := d.prefixList(kf, v, `addresses = ["10.1.0.1/24"]`, "address", parseIfAddr); ok {
-				tun.Addresses = ps
-			}
-		case "queues":
-			if i, ok := d.intIn(kf, v, "", 0, MaxTUNQueues, fmt.Sprintf("0..%d; 0 = one per worker", MaxTUNQueues)); ok {
-				tun.Queues = int(i)
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, tunKeys, ""))
-		}
+	if t, ok := d.table(f, v); ok {
+		tunRules.decode(d, f, v.Pos, t, &d.g.TUN)
 	}
 }
 
@@ -806,57 +756,34 @@ func parseSelector(s string) (netip.Prefix, string) {
 
 // [udp] and [rawesp]
 
-var (
-	udpKeys    = []string{"listen", "gso", "gro"}
-	rawESPKeys = []string{"listen"}
+// udpRules are the keys of [udp]; a listen left out is chosen by
+// sockets.
+var udpRules = newSection(reflect.TypeFor[FileUDP](),
+	field("listen", parsedText(parseListenPort), netip.AddrPort{}, func(u *UDP) *netip.AddrPort { return &u.Listen }),
+	field("gso", flag(), true, func(u *UDP) *bool { return &u.GSO }),
+	field("gro", flag(), true, func(u *UDP) *bool { return &u.GRO }),
+)
+
+// rawESPRules are the keys of [rawesp]; a listen left out is chosen by
+// sockets.
+var rawESPRules = newSection(reflect.TypeFor[FileRawESP](),
+	field("listen", parsedText(parseListenAddr), netip.Addr{}, func(r *RawESP) *netip.Addr { return &r.Listen }),
 )
 
 func (d *gwDecoder) udpSection(f string, v *Value) {
-	t, ok := d.table(f, v)
-	if !ok {
-		return
+	if t, ok := d.table(f, v); ok {
+		u := udpRules.defaults()
+		udpRules.decode(d, f, v.Pos, t, &u)
+		d.g.UDP = &u
 	}
-	u := &UDP{GSO: true, GRO: true} // a Listen left out is chosen by sockets
-	for _, e := range t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		switch e.Key {
-		case "listen":
-			if ap, ok := parsed(&d.decoder, kf, v, parseListenPort); ok {
-				u.Listen = ap
-			}
-		case "gso":
-			if b, ok := d.boolean(kf, v); ok {
-				u.GSO = b
-			}
-		case "gro":
-			if b, ok := d.boolean(kf, v); ok {
-				u.GRO = b
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, udpKeys, ""))
-		}
-	}
-	d.g.UDP = u
 }
 
 func (d *gwDecoder) rawESPSection(f string, v *Value) {
-	t, ok := d.table(f, v)
-	if !ok {
-		return
+	if t, ok := d.table(f, v); ok {
+		var r RawESP
+		rawESPRules.decode(d, f, v.Pos, t, &r)
+		d.g.RawESP = &r
 	}
-	r := &RawESP{} // a Listen left out is chosen by sockets
-	for _, e := range t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		switch e.Key {
-		case "listen":
-			if a, ok := parsed(&d.decoder, kf, v, parseListenAddr); ok {
-				r.Listen = a
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, rawESPKeys, ""))
-		}
-	}
-	d.g.RawESP = r
 }
 
 // parseListenAddr parses the [rawesp] listen address: an IP address, no
@@ -907,109 +834,109 @@ func parseListenPort(s string) (netip.AddrPort, string) {
 
 // [[tunnel]]
 
-var tunnelKeys = []string{"name", "local", "peer", "encap", "peer_port", "remote", "out", "in", "engine", "mtu"}
+// tunnelSide is a [[tunnel]] being read: what the checks across its keys
+// need.
+type tunnelSide struct {
+	Tunnel
+	peerPortE, peerE *Entry
+	localOK, peerOK  bool
+	encapBad         bool
+}
+
+// tunnelRules are the keys of a [[tunnel]].
+var tunnelRules = newSection(reflect.TypeFor[FileTunnel](),
+	field("name", nameOf("empty name (a tunnel needs a name, unique in the file)"), "", func(t *tunnelSide) *string { return &t.Name }).required("a name, unique in the file"),
+	rule[tunnelSide]{key: "local", read: func(d *gwDecoder, f string, e *Entry, t *tunnelSide) bool {
+		t.Local, t.localOK = parsed(&d.decoder, f, e.Value, parseEndpoint)
+		return t.localOK
+	}, write: func(t *tunnelSide) (any, bool) { return t.Local.String(), t.Local.IsValid() }}.required("our outer address, e.g. 192.0.2.1"),
+	rule[tunnelSide]{key: "peer", read: func(d *gwDecoder, f string, e *Entry, t *tunnelSide) bool {
+		t.Peer, t.peerOK = parsed(&d.decoder, f, e.Value, parseEndpoint)
+		t.peerE = e
+		return t.peerOK
+	}, write: func(t *tunnelSide) (any, bool) { return t.Peer.String(), t.Peer.IsValid() }}.required("the peer's outer address, e.g. 192.0.2.2"),
+	rule[tunnelSide]{key: "encap", read: func(d *gwDecoder, f string, e *Entry, t *tunnelSide) bool {
+		s, ok := d.oneOf(f, e.Value, "encapsulation", encaps, "udp for RFC 3948 UDP encapsulation, the default; none for IP protocol 50")
+		if ok {
+			t.Encap = Encap(s)
+		}
+		t.encapBad = !ok
+		return ok
+	}, init: func(t *tunnelSide) { t.Encap = EncapUDP }, write: func(t *tunnelSide) (any, bool) { return string(t.Encap), t.Encap != EncapUDP }},
+	// peer_port depends on encap, which may come after it: tunnelAfter
+	// reads it.
+	rule[tunnelSide]{key: "peer_port", read: func(_ *gwDecoder, _ string, e *Entry, t *tunnelSide) bool { t.peerPortE = e; return true },
+		write: func(t *tunnelSide) (any, bool) { return t.PeerPort, t.PeerPort != 0 && t.PeerPort != DefaultUDPPort }},
+	field("remote", prefixes(`remote = ["10.2.0.0/24"]`, "prefix", parseRoute, ""), nil, func(t *tunnelSide) *[]netip.Prefix { return &t.Remote }),
+	rule[tunnelSide]{key: "out", read: func(d *gwDecoder, f string, e *Entry, t *tunnelSide) bool {
+		s, ok := d.checked(f, e.Value, nonEmpty("empty SA name (want the name of the tunnel's outbound [[sa]])"))
+		if ok {
+			t.Out = s
+			d.refs = append(d.refs, saRef{tunnel: len(d.g.Tunnels), field: f, name: s, out: true})
+		}
+		return ok
+	}, write: func(t *tunnelSide) (any, bool) { return t.Out, t.Out != "" }}.required("the name of the outbound [[sa]]"),
+	rule[tunnelSide]{key: "in", read: (*gwDecoder).tunnelIn, write: func(t *tunnelSide) (any, bool) { return t.In, len(t.In) > 0 }}.required(`the names of the inbound [[sa]] tables, e.g. ["b-to-a"]`),
+	field("engine", engineName(`"" uses the [gateway] engine`), "", func(t *tunnelSide) *string { return &t.Engine }),
+	field("mtu", mtu(), 0, func(t *tunnelSide) *int { return &t.MTU }),
+)
+
+// ToFile returns the tunnel as a [[tunnel]] that ParseGateway reads back
+// into t.
+func (t *Tunnel) ToFile() FileTunnel {
+	return tunnelRules.encode(&tunnelSide{Tunnel: *t}).Interface().(FileTunnel)
+}
 
 func (d *gwDecoder) tunnel(te tableElem) {
-	f := te.field
-	ti := len(d.g.Tunnels)
-	tn := Tunnel{Encap: EncapUDP, Pos: te.pos}
-	var peerPortE, peerE *Entry
-	localOK, peerOK, encapOK := false, false, true
-	seen := make(map[string]bool)
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		seen[e.Key] = true
-		switch e.Key {
-		case "name":
-			if s, ok := d.name(kf, v, "empty name (a tunnel needs a name, unique in the file)"); ok {
-				tn.Name = s
-			}
-		case "local", "peer":
-			a, ok := parsed(&d.decoder, kf, v, parseEndpoint)
-			if !ok {
-				break
-			}
-			if e.Key == "local" {
-				tn.Local, localOK = a, true
-			} else {
-				tn.Peer, peerOK, peerE = a, true, e
-			}
-		case "encap":
-			var s string
-			s, encapOK = d.oneOf(kf, v, "encapsulation", encaps, "udp for RFC 3948 UDP encapsulation, the default; none for IP protocol 50")
-			if encapOK {
-				tn.Encap = Encap(s)
-			}
-		case "peer_port":
-			peerPortE = e
-		case "remote":
-			if ps, ok := d.prefixList(kf, v, `remote = ["10.2.0.0/24"]`, "prefix", parseRoute); ok {
-				tn.Remote = ps
-			}
-		case "out":
-			if s, ok := d.checked(kf, v, nonEmpty("empty SA name (want the name of the tunnel's outbound [[sa]])")); ok {
-				tn.Out = s
-				d.refs = append(d.refs, saRef{tunnel: ti, field: kf, name: s, out: true})
-			}
-		case "in":
-			elems, ok := d.strList(kf, v, `in = ["b-to-a"]`)
-			if !ok {
-				break
-			}
-			if len(elems) == 0 {
-				d.errorf(v.Pos, kf, "no inbound SA (want 1 to %d names of [[sa]] tables)", MaxInboundSAs)
-				break
-			}
-			for i, ev := range elems {
-				ef := elemPath(kf, i)
-				s, _ := ev.Str()
-				switch {
-				case i == MaxInboundSAs:
-					d.errorf(ev.Pos, ef, "too many inbound SAs: a tunnel has at most %d (the current one and those of rekeys still draining)", MaxInboundSAs)
-				case i > MaxInboundSAs:
-				case s == "":
-					d.errorf(ev.Pos, ef, "empty SA name (want the name of an inbound [[sa]])")
-				default:
-					tn.In = append(tn.In, s)
-					d.refs = append(d.refs, saRef{tunnel: ti, field: ef, name: s})
-				}
-			}
-		case "engine":
-			if s, ok := d.engine(kf, v, `"" uses the [gateway] engine`); ok {
-				tn.Engine = s
-			}
-		case "mtu":
-			if m, ok := d.mtu(kf, v); ok {
-				tn.MTU = m
-			}
+	tn := decodeElem(d, tunnelRules, te, (*gwDecoder).tunnelAfter)
+	d.g.Tunnels = append(d.g.Tunnels, tn.Tunnel)
+	d.tunnelFields = append(d.tunnelFields, te.field)
+}
+
+// tunnelIn reads a tunnel's in: 1 to MaxInboundSAs names of SAs.
+func (d *gwDecoder) tunnelIn(f string, e *Entry, tn *tunnelSide) bool {
+	v := e.Value
+	elems, ok := d.strList(f, v, `in = ["b-to-a"]`)
+	if !ok {
+		return false
+	}
+	if len(elems) == 0 {
+		d.errorf(v.Pos, f, "no inbound SA (want 1 to %d names of [[sa]] tables)", MaxInboundSAs)
+		return false
+	}
+	for i, ev := range elems {
+		ef := elemPath(f, i)
+		s, _ := ev.Str()
+		switch {
+		case i == MaxInboundSAs:
+			d.errorf(ev.Pos, ef, "too many inbound SAs: a tunnel has at most %d (the current one and those of rekeys still draining)", MaxInboundSAs)
+		case i > MaxInboundSAs:
+		case s == "":
+			d.errorf(ev.Pos, ef, "empty SA name (want the name of an inbound [[sa]])")
 		default:
-			d.errs = append(d.errs, unknownKey(e, kf, tunnelKeys, ""))
+			tn.In = append(tn.In, s)
+			d.refs = append(d.refs, saRef{tunnel: len(d.g.Tunnels), field: ef, name: s})
 		}
 	}
+	return true
+}
 
-	for _, k := range []struct{ key, what string }{
-		{"name", "a name, unique in the file"},
-		{"local", "our outer address, e.g. 192.0.2.1"},
-		{"peer", "the peer's outer address, e.g. 192.0.2.2"},
-		{"out", "the name of the outbound [[sa]]"},
-		{"in", `the names of the inbound [[sa]] tables, e.g. ["b-to-a"]`},
-	} {
-		if !seen[k.key] {
-			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
-		}
-	}
-
-	if localOK && peerOK {
+// tunnelAfter checks a tunnel once its keys are read: its addresses
+// against each other, its peer_port against its encap, its MTU against
+// its IPv6 routes.
+func (d *gwDecoder) tunnelAfter(te tableElem, _ map[string]bool, tn *tunnelSide) {
+	f := te.field
+	if tn.localOK && tn.peerOK {
 		switch {
 		case tn.Local.Is4() != tn.Peer.Is4():
-			d.errorf(peerE.Value.Pos, f+".peer", "address family of %s (%s) differs from local %s (%s)", tn.Peer, family(tn.Peer), tn.Local, family(tn.Local))
+			d.errorf(tn.peerE.Value.Pos, f+".peer", "address family of %s (%s) differs from local %s (%s)", tn.Peer, family(tn.Peer), tn.Local, family(tn.Local))
 		case tn.Local == tn.Peer:
-			d.errorf(peerE.Value.Pos, f+".peer", "peer %s is the local address too (%s)", tn.Peer, d.line(f+".local"))
+			d.errorf(tn.peerE.Value.Pos, f+".peer", "peer %s is the local address too (%s)", tn.Peer, d.line(f+".local"))
 		}
 	}
 
-	if peerPortE != nil {
-		if p, ok := d.udpPort(f+".peer_port", peerPortE.Value, tn.Encap, encapOK, "peer_port", "a port is"); ok {
+	if tn.peerPortE != nil {
+		if p, ok := d.udpPort(f+".peer_port", tn.peerPortE.Value, tn.Encap, !tn.encapBad, "peer_port", "a port is"); ok {
 			tn.PeerPort = p
 		}
 	} else if tn.Encap == EncapUDP {
@@ -1022,9 +949,6 @@ func (d *gwDecoder) tunnel(te tableElem) {
 			break
 		}
 	}
-
-	d.g.Tunnels = append(d.g.Tunnels, tn)
-	d.tunnelFields = append(d.tunnelFields, f)
 }
 
 // parseEndpoint parses a tunnel's local or peer address.
@@ -1039,7 +963,6 @@ func parseEndpoint(s string) (netip.Addr, string) {
 // [[policy]]
 
 var (
-	policyKeys = []string{"name", "src", "dst", "proto", "sport", "dport", "action", "tunnel"}
 	actions    = []string{ActionProtect, ActionBypass, ActionDiscard}
 	protoNames = []struct {
 		name  string
@@ -1047,82 +970,109 @@ var (
 	}{{"any", ProtoAny}, {"tcp", ProtoTCP}, {"udp", ProtoUDP}, {"icmp", ProtoICMP}, {"icmpv6", ProtoICMPv6}, {"sctp", ProtoSCTP}}
 )
 
-func (d *gwDecoder) policy(te tableElem) {
-	f := te.field
-	p := Policy{SPort: anyPorts, DPort: anyPorts, Pos: te.pos}
-	var tunnelE, protoE *Entry
-	srcOK, dstOK, protoOK, actionOK := true, true, true, false
-	actionSeen := false
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		switch e.Key {
-		case "name":
-			if s, ok := d.name(kf, v, "empty name (leave the key out for an unnamed policy)"); ok {
-				p.Name = s
-			}
-		case "src", "dst":
-			pfx, ok := parsed(&d.decoder, kf, v, parseSelector)
-			if e.Key == "src" {
-				p.Src, srcOK = pfx, ok
-			} else {
-				p.Dst, dstOK = pfx, ok
-			}
-		case "proto":
-			protoE = e
-			p.Proto, protoOK = d.proto(kf, v)
-		case "sport", "dport":
-			r, ok := d.ports(kf, v)
-			if !ok {
-				break
-			}
-			if e.Key == "sport" {
-				p.SPort = r
-			} else {
-				p.DPort = r
-			}
-		case "action":
-			actionSeen = true
-			if s, ok := d.oneOf(kf, v, "action", actions, ""); ok {
-				p.Action, actionOK = s, true
-			}
-		case "tunnel":
-			tunnelE = e
-			if s, ok := d.checked(kf, v, nonEmpty("empty tunnel name (want the name of a [[tunnel]])")); ok {
-				p.Tunnel = s
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, policyKeys, ""))
-		}
-	}
+// policySide is a [[policy]] being read: what the checks across its keys
+// need.
+type policySide struct {
+	Policy
+	tunnelE, protoE          *Entry
+	srcBad, dstBad, protoBad bool
+	actionOK                 bool
+}
 
-	if !actionSeen {
-		d.errorf(te.pos, f+".action", "missing required key (protect, bypass or discard)")
+// policyRules are the keys of a [[policy]].
+var policyRules = newSection(reflect.TypeFor[FilePolicy](),
+	field("name", nameOf("empty name (leave the key out for an unnamed policy)"), "", func(p *policySide) *string { return &p.Name }),
+	rule[policySide]{key: "src", read: func(d *gwDecoder, f string, e *Entry, p *policySide) bool {
+		var ok bool
+		p.Src, ok = parsed(&d.decoder, f, e.Value, parseSelector)
+		p.srcBad = !ok
+		return ok
+	}, write: func(p *policySide) (any, bool) { return p.Src.String(), p.Src.IsValid() }},
+	rule[policySide]{key: "dst", read: func(d *gwDecoder, f string, e *Entry, p *policySide) bool {
+		var ok bool
+		p.Dst, ok = parsed(&d.decoder, f, e.Value, parseSelector)
+		p.dstBad = !ok
+		return ok
+	}, write: func(p *policySide) (any, bool) { return p.Dst.String(), p.Dst.IsValid() }},
+	rule[policySide]{key: "proto", read: func(d *gwDecoder, f string, e *Entry, p *policySide) bool {
+		var ok bool
+		p.protoE = e
+		p.Proto, ok = d.proto(f, e.Value)
+		p.protoBad = !ok
+		return ok
+	}, write: func(p *policySide) (any, bool) { return protoName(p.Proto), p.Proto != ProtoAny }},
+	field("sport", portRange(), anyPorts, func(p *policySide) *[2]uint16 { return &p.SPort }),
+	field("dport", portRange(), anyPorts, func(p *policySide) *[2]uint16 { return &p.DPort }),
+	rule[policySide]{key: "action", read: func(d *gwDecoder, f string, e *Entry, p *policySide) bool {
+		p.Action, p.actionOK = d.oneOf(f, e.Value, "action", actions, "")
+		return p.actionOK
+	}, write: func(p *policySide) (any, bool) { return p.Action, p.Action != "" }}.required("protect, bypass or discard"),
+	rule[policySide]{key: "tunnel", read: func(d *gwDecoder, f string, e *Entry, p *policySide) bool {
+		p.tunnelE = e
+		s, ok := d.checked(f, e.Value, nonEmpty("empty tunnel name (want the name of a [[tunnel]])"))
+		if ok {
+			p.Tunnel = s
+		}
+		return ok
+	}, write: func(p *policySide) (any, bool) { return p.Tunnel, p.Tunnel != "" }},
+)
+
+// ToFile returns the policy as a [[policy]] that ParseGateway reads back
+// into p.
+func (p *Policy) ToFile() FilePolicy {
+	return policyRules.encode(&policySide{Policy: *p}).Interface().(FilePolicy)
+}
+
+// portRange reads sport or dport (see decoder.ports).
+func portRange() codec[[2]uint16] {
+	return codec[[2]uint16]{
+		read: func(d *gwDecoder, f string, e *Entry) ([2]uint16, bool) { return d.ports(f, e.Value) },
+		write: func(r [2]uint16) any {
+			if r[0] == r[1] {
+				return strconv.Itoa(int(r[0]))
+			}
+			return fmt.Sprintf("%d-%d", r[0], r[1])
+		},
 	}
-	if actionOK {
+}
+
+func (d *gwDecoder) policy(te tableElem) {
+	p := decodeElem(d, policyRules, te, (*gwDecoder).policyAfter)
+	d.g.Policies = append(d.g.Policies, p.Policy)
+	d.policyFields = append(d.policyFields, te.field)
+}
+
+// policyAfter checks a policy once its keys are read: its tunnel against
+// its action, its addresses and protocol against each other, its ports
+// against its protocol.
+func (d *gwDecoder) policyAfter(te tableElem, _ map[string]bool, p *policySide) {
+	f := te.field
+	if p.actionOK {
 		switch {
-		case p.Action == ActionProtect && tunnelE == nil:
+		case p.Action == ActionProtect && p.tunnelE == nil:
 			d.errorf(te.pos, f+".tunnel", "missing required key for action = \"protect\" (the name of the [[tunnel]] whose outbound SA protects the traffic)")
-		case p.Action != ActionProtect && tunnelE != nil:
-			d.errorf(tunnelE.Value.Pos, f+".tunnel", "action %q takes no tunnel (only protect does)", p.Action)
+		case p.Action != ActionProtect && p.tunnelE != nil:
+			d.errorf(p.tunnelE.Value.Pos, f+".tunnel", "action %q takes no tunnel (only protect does)", p.Action)
 			p.Tunnel = ""
 		}
 	}
 
+	srcOK, dstOK := !p.srcBad, !p.dstBad
 	if srcOK && dstOK && p.Src.IsValid() && p.Dst.IsValid() && p.Src.Addr().Is4() != p.Dst.Addr().Is4() {
 		d.errorf(d.at(f+".dst"), f+".dst", "address family of %s (%s) differs from src %s (%s)", p.Dst, family(p.Dst.Addr()), p.Src, family(p.Src.Addr()))
 		srcOK = false
 	}
-	if protoOK && srcOK && dstOK {
+	if !p.protoBad && srcOK && dstOK {
 		v6 := p.Src.IsValid() && p.Src.Addr().Is6() || p.Dst.IsValid() && p.Dst.Addr().Is6()
 		v4 := p.Src.IsValid() && p.Src.Addr().Is4() || p.Dst.IsValid() && p.Dst.Addr().Is4()
 		switch {
 		case p.Proto == ProtoICMP && v6:
-			d.errorf(protoE.Value.Pos, f+".proto", "proto icmp (1) with IPv6 addresses, whose ICMP is icmpv6 (58)")
+			d.errorf(p.protoE.Value.Pos, f+".proto", "proto icmp (1) with IPv6 addresses, whose ICMP is icmpv6 (58)")
 		case p.Proto == ProtoICMPv6 && v4:
-			d.errorf(protoE.Value.Pos, f+".proto", "proto icmpv6 (58) with IPv4 addresses, whose ICMP is icmp (1)")
+			d.errorf(p.protoE.Value.Pos, f+".proto", "proto icmpv6 (58) with IPv4 addresses, whose ICMP is icmp (1)")
 		}
 	}
-	if protoOK && p.Proto != ProtoAny && !hasPorts(p.Proto) {
+	if !p.protoBad && p.Proto != ProtoAny && !hasPorts(p.Proto) {
 		for _, k := range []string{"sport", "dport"} {
 			r := p.SPort
 			if k == "dport" {
@@ -1133,9 +1083,6 @@ func (d *gwDecoder) policy(te tableElem) {
 			}
 		}
 	}
-
-	d.g.Policies = append(d.g.Policies, p)
-	d.policyFields = append(d.policyFields, f)
 }
 
 func hasPorts(proto uint8) bool {

@@ -106,25 +106,35 @@ func TestGatewayValid(t *testing.T) {
 		{
 			Name: "to-b", Local: addr("192.0.2.1"), Peer: addr("192.0.2.2"), Encap: EncapUDP, PeerPort: 4600,
 			Remote: []netip.Prefix{pfx("10.2.0.0/24"), pfx("10.20.0.0/16")},
-			Out:    "a-to-b", In: []string{"b-to-a", "b-to-a-new"}, Engine: "soft", MTU: 1380, Pos: pos(24),
+			Out:    "a-to-b", In: []string{"b-to-a", "b-to-a-new"}, Engine: "soft", MTU: 1380,
 		},
 		{
 			Name: "to-c", Local: addr("2001:db8::1"), Peer: addr("2001:db8::3"), Encap: EncapNone,
-			Out: "a-to-c", In: []string{"c-to-a"}, Pos: pos(36),
+			Out: "a-to-c", In: []string{"c-to-a"},
 		},
 	}
 	if !reflect.DeepEqual(g.Tunnels, wantTunnels) {
 		t.Errorf("tunnels:\n got %+v\nwant %+v", g.Tunnels, wantTunnels)
 	}
+	for i, line := range []int{24, 36} {
+		if p := g.FieldPos(elemPath("tunnel", i)); p != pos(line) {
+			t.Errorf("tunnel[%d] at %v, want line %d", i+1, p, line)
+		}
+	}
 	wantPolicies := []Policy{
-		{Name: "dns", Dst: pfx("10.2.0.53/32"), Proto: ProtoUDP, SPort: [2]uint16{0, 65535}, DPort: [2]uint16{53, 53}, Action: ActionBypass, Pos: pos(44)},
+		{Name: "dns", Dst: pfx("10.2.0.53/32"), Proto: ProtoUDP, SPort: [2]uint16{0, 65535}, DPort: [2]uint16{53, 53}, Action: ActionBypass},
 		{Name: "web", Src: pfx("10.1.0.0/24"), Dst: pfx("10.2.0.0/24"), Proto: ProtoTCP, SPort: [2]uint16{1024, 65535}, DPort: [2]uint16{443, 443},
-			Action: ActionProtect, Tunnel: "to-b", Pos: pos(51)},
-		{Src: pfx("2001:db8:1::/48"), Proto: ProtoICMPv6, SPort: [2]uint16{0, 65535}, DPort: [2]uint16{0, 65535}, Action: ActionProtect, Tunnel: "to-c", Pos: pos(61)},
-		{Name: "gre", Proto: 47, SPort: [2]uint16{0, 65535}, DPort: [2]uint16{0, 65535}, Action: ActionDiscard, Pos: pos(68)},
+			Action: ActionProtect, Tunnel: "to-b"},
+		{Src: pfx("2001:db8:1::/48"), Proto: ProtoICMPv6, SPort: [2]uint16{0, 65535}, DPort: [2]uint16{0, 65535}, Action: ActionProtect, Tunnel: "to-c"},
+		{Name: "gre", Proto: 47, SPort: [2]uint16{0, 65535}, DPort: [2]uint16{0, 65535}, Action: ActionDiscard},
 	}
 	if !reflect.DeepEqual(g.Policies, wantPolicies) {
 		t.Errorf("policies:\n got %+v\nwant %+v", g.Policies, wantPolicies)
+	}
+	for i, line := range []int{44, 51, 61, 68} {
+		if p := g.FieldPos(elemPath("policy", i)); p != pos(line) {
+			t.Errorf("policy[%d] at %v, want line %d", i+1, p, line)
+		}
 	}
 	if len(g.SAs) != 6 {
 		t.Fatalf("got %d SAs, want 6", len(g.SAs))
@@ -172,7 +182,7 @@ func TestGatewayDefaults(t *testing.T) {
 		t.Errorf("[rawesp] without a tunnel that needs it: %+v", g.RawESP)
 	}
 	tn := g.Tunnels[0]
-	if tn.Encap != EncapUDP || tn.PeerPort != 4500 || tn.Engine != "" || tn.MTU != 0 || tn.Pos != (Pos{File: file, Line: 3, Col: 1}) {
+	if tn.Encap != EncapUDP || tn.PeerPort != 4500 || tn.Engine != "" || tn.MTU != 0 || g.FieldPos("tunnel[1]") != (Pos{File: file, Line: 3, Col: 1}) {
 		t.Errorf("tunnel defaults: %+v", tn)
 	}
 	if g.Policies != nil {

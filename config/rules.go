@@ -217,6 +217,15 @@ func choice(what string, valid []string, help string) codec[string] {
 	return codec[string]{read: func(d *gwDecoder, f string, e *Entry) (string, bool) { return d.oneOf(f, e.Value, what, valid, help) }, write: asIs[string]}
 }
 
+// parsedText is a string parse reads (see parsed); it is written back
+// with its String method.
+func parsedText[F fmt.Stringer](parse func(string) (F, string)) codec[F] {
+	return codec[F]{
+		read:  func(d *gwDecoder, f string, e *Entry) (F, bool) { return parsed(&d.decoder, f, e.Value, parse) },
+		write: func(x F) any { return x.String() },
+	}
+}
+
 // flag is a boolean.
 func flag() codec[bool] {
 	return codec[bool]{read: func(d *gwDecoder, f string, e *Entry) (bool, bool) { return d.boolean(f, e.Value) }, write: asIs[bool]}
