@@ -325,11 +325,11 @@ func TestEncodeCoversSchema(t *testing.T) {
 		"childKeys":       {childRules.keys, reflect.TypeFor[FileChild]()},
 		"secretKeys":      {secretRules.keys, reflect.TypeFor[FileSecret]()},
 		"poolKeys":        {poolRules.keys, reflect.TypeFor[FilePool]()},
-		"tlsKeys":         {tlsKeys, reflect.TypeFor[FileTLS]()},
-		"tlsCertKeys":     {tlsCertKeys, reflect.TypeFor[FileTLSCert]()},
-		"tlsOriginKeys":   {tlsOriginKeys, reflect.TypeFor[FileTLSOrigin]()},
-		"haKeys":          {haKeys, reflect.TypeFor[FileHA]()},
-		"haGroupKeys":     {haGroupKeys, reflect.TypeFor[FileHAGroup]()},
+		"tlsKeys":         {tlsRules.keys, reflect.TypeFor[FileTLS]()},
+		"tlsCertKeys":     {tlsCertRules.keys, reflect.TypeFor[FileTLSCert]()},
+		"tlsOriginKeys":   {tlsOriginRules.keys, reflect.TypeFor[FileTLSOrigin]()},
+		"haKeys":          {haRules.keys, reflect.TypeFor[FileHA]()},
+		"haGroupKeys":     {haGroupRules.keys, reflect.TypeFor[FileHAGroup]()},
 	}
 	// log_levels is a map whose keys are LogSubsystems.
 	notSections := []string{"LogSubsystems"}

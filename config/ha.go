@@ -21,6 +21,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"strings"
 	"time"
 )
@@ -118,119 +119,104 @@ func (g *Gateway) HAGroupOf(local netip.Addr) string {
 	return ""
 }
 
-var (
-	haKeys      = []string{"name", "listen", "peer", "cert", "key", "ca", "peer_name", "interval", "misses", "witness", "hook", "hook_timeout", "preference", "preempt", "group"}
-	haGroupKeys = []string{"name", "addresses", "preference"}
+// haSide is [ha] being read: its groups are read once its preference,
+// their default, is known.
+type haSide struct {
+	HA
+	groups []tableElem
+}
+
+// haRules are the keys of [ha].
+var haRules = newSection(reflect.TypeFor[FileHA](),
+	field("name", checkedText(haName("member")), "", func(h *haSide) *string { return &h.Name }).required(`this member's name, e.g. name = "a"`),
+	field("listen", parsedText(parseHAListen), netip.AddrPort{}, func(h *haSide) *netip.AddrPort { return &h.Listen }).required(`the address this member's sync channel listens on, e.g. listen = "10.9.0.1:4510"`),
+	field("peer", parsedText(func(s string) (netip.AddrPort, string) {
+		return parseHADial(s, "address", "the other member's address, e.g. 10.9.0.2:4510")
+	}), netip.AddrPort{}, func(h *haSide) *netip.AddrPort { return &h.Peer }).required(`the other member's sync address, e.g. peer = "10.9.0.2:4510"`),
+	field("cert", haFile("this member's PEM certificate"), "", func(h *haSide) *string { return &h.Cert }).required("this member's PEM certificate for the sync channel"),
+	field("key", haFile("the PEM private key of cert"), "", func(h *haSide) *string { return &h.Key }).required("the PEM private key of cert"),
+	field("ca", haFile("the PEM CA certificates both members' certificates chain to"), "", func(h *haSide) *string { return &h.CA }).required("the PEM CA certificates both members' certificates chain to"),
+	field("peer_name", checkedText(haName("member")), "", func(h *haSide) *string { return &h.PeerName }).required(`the other member's name, which its certificate carries, e.g. peer_name = "b"`),
+	field("interval", durationIn(MinHAInterval, MaxHAInterval, "default "+shortDuration(DefaultHAInterval)), DefaultHAInterval, func(h *haSide) *time.Duration { return &h.Interval }),
+	field("misses", intIn[int]("", MinHAMisses, MaxHAMisses, fmt.Sprintf("%d..%d; default %d", MinHAMisses, MaxHAMisses, DefaultHAMisses)), DefaultHAMisses, func(h *haSide) *int { return &h.Misses }),
+	field("witness", codec[string]{read: func(d *gwDecoder, f string, e *Entry) (string, bool) {
+		ap, ok := parsed(&d.decoder, f, e.Value, func(s string) (netip.AddrPort, string) {
+			return parseHADial(s, "witness", "an IP address and TCP port such as 10.0.0.254:53, reachable from both members")
+		})
+		return ap.String(), ok
+	}, write: asIs[string]}, "", func(h *haSide) *string { return &h.Witness }),
+	field("hook", codec[string]{read: func(d *gwDecoder, f string, e *Entry) (string, bool) {
+		s, ok := haFile("an executable, or leave the key out for none").read(d, f, e)
+		// A name without a '/' would be looked up in PATH when run: it
+		// is a file of this directory.
+		if ok && !strings.ContainsRune(s, '/') {
+			s = "./" + s
+		}
+		return s, ok
+	}, write: asIs[string]}, "", func(h *haSide) *string { return &h.Hook }),
+	field("hook_timeout", durationIn(MinHAHookTimeout, MaxHAHookTimeout, "default "+shortDuration(DefaultHAHookTimeout)), DefaultHAHookTimeout, func(h *haSide) *time.Duration { return &h.HookTimeout }),
+	field("preference", haPreference(), DefaultHAPreference, func(h *haSide) *int { return &h.Preference }),
+	field("preempt", flag(), false, func(h *haSide) *bool { return &h.Preempt }),
+	rule[haSide]{key: "group", read: func(d *gwDecoder, f string, e *Entry, h *haSide) bool {
+		if _, ok := e.Value.Table(); ok {
+			d.errorf(e.Value.Pos, f, "want an array of tables, got table (write [[ha.group]], not [ha.group])")
+			return false
+		}
+		h.groups, _ = d.arrayOfTables(f, e.Value)
+		return true
+	}, write: func(h *haSide) (any, bool) {
+		return tableList(haGroupRules, nil).write(h.Groups), len(h.Groups) > 0
+	}},
 )
+
+// haGroupRules are the keys of a [[ha.group]]; its preference defaults
+// to [ha]'s.
+var haGroupRules = newSection(reflect.TypeFor[FileHAGroup](),
+	field("name", checkedText(haName("group")), "", func(g *HAGroup) *string { return &g.Name }).required("a name, unique among the groups"),
+	field("addresses", codec[[]HAAddress]{read: (*gwDecoder).haAddresses, write: func(as []HAAddress) any {
+		out := make([]string, len(as))
+		for i, a := range as {
+			out[i] = a.String()
+		}
+		return out
+	}}, nil, func(g *HAGroup) *[]HAAddress { return &g.Addresses }),
+	field("preference", haPreference(), 0, func(g *HAGroup) *int { return &g.Preference }),
+)
+
+// ToFile returns the section as an [ha] that ParseGateway reads back into
+// h (a preference of 0, which File leaves out, excepted).
+func (h *HA) ToFile() *FileHA {
+	f := haRules.encode(&haSide{HA: *h}).Interface().(FileHA)
+	return &f
+}
+
+// haName checks a member's or group's name (what).
+func haName(what string) func(string) string {
+	return func(s string) string { return checkHAName(what, s) }
+}
+
+// haFile reads a file name of [ha] (what it is), resolved against the
+// configuration's directory.
+func haFile(what string) codec[string] {
+	return codec[string]{read: func(d *gwDecoder, f string, e *Entry) (string, bool) {
+		s, ok := d.checked(f, e.Value, nonEmpty("empty file name (want "+what+")"))
+		return d.path(s), ok
+	}, write: asIs[string]}
+}
 
 func (d *gwDecoder) haSection(f string, v *Value) {
 	t, ok := d.table(f, v)
 	if !ok {
 		return
 	}
-	h := &HA{Interval: DefaultHAInterval, Misses: DefaultHAMisses, HookTimeout: DefaultHAHookTimeout, Preference: DefaultHAPreference}
-	seen := map[string]bool{}
-	var groups []tableElem
-	for _, e := range t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		seen[e.Key] = true
-		switch e.Key {
-		case "name", "peer_name":
-			if s, ok := d.checked(kf, v, func(s string) string { return checkHAName("member", s) }); ok {
-				if e.Key == "name" {
-					h.Name = s
-				} else {
-					h.PeerName = s
-				}
-			}
-		case "listen":
-			if ap, ok := parsed(&d.decoder, kf, v, parseHAListen); ok {
-				h.Listen = ap
-			}
-		case "peer":
-			if ap, ok := parsed(&d.decoder, kf, v, func(s string) (netip.AddrPort, string) {
-				return parseHADial(s, "address", "the other member's address, e.g. 10.9.0.2:4510")
-			}); ok {
-				h.Peer = ap
-			}
-		case "cert", "key", "ca", "hook":
-			what := map[string]string{
-				"cert": "this member's PEM certificate",
-				"key":  "the PEM private key of cert",
-				"ca":   "the PEM CA certificates both members' certificates chain to",
-				"hook": "an executable, or leave the key out for none",
-			}[e.Key]
-			s, ok := d.checked(kf, v, nonEmpty("empty file name (want "+what+")"))
-			if !ok {
-				break
-			}
-			switch s = d.path(s); e.Key {
-			case "cert":
-				h.Cert = s
-			case "key":
-				h.Key = s
-			case "ca":
-				h.CA = s
-			case "hook":
-				// A name without a '/' would be looked up in PATH when
-				// run: it is a file of this directory.
-				if !strings.ContainsRune(s, '/') {
-					s = "./" + s
-				}
-				h.Hook = s
-			}
-		case "interval":
-			if t, ok := d.durationIn(kf, v, MinHAInterval, MaxHAInterval, "default "+shortDuration(DefaultHAInterval)); ok {
-				h.Interval = t
-			}
-		case "misses":
-			if i, ok := d.intIn(kf, v, "", MinHAMisses, MaxHAMisses, fmt.Sprintf("%d..%d; default %d", MinHAMisses, MaxHAMisses, DefaultHAMisses)); ok {
-				h.Misses = int(i)
-			}
-		case "witness":
-			if ap, ok := parsed(&d.decoder, kf, v, func(s string) (netip.AddrPort, string) {
-				return parseHADial(s, "witness", "an IP address and TCP port such as 10.0.0.254:53, reachable from both members")
-			}); ok {
-				h.Witness = ap.String()
-			}
-		case "hook_timeout":
-			if t, ok := d.durationIn(kf, v, MinHAHookTimeout, MaxHAHookTimeout, "default "+shortDuration(DefaultHAHookTimeout)); ok {
-				h.HookTimeout = t
-			}
-		case "preference":
-			if i, ok := d.haPreference(kf, v); ok {
-				h.Preference = i
-			}
-		case "preempt":
-			if b, ok := d.boolean(kf, v); ok {
-				h.Preempt = b
-			}
-		case "group":
-			if _, ok := v.Table(); ok {
-				d.errorf(v.Pos, kf, "want an array of tables, got table (write [[ha.group]], not [ha.group])")
-				break
-			}
-			groups, _ = d.arrayOfTables(kf, v)
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, haKeys, ""))
-		}
-	}
-	for _, k := range []struct{ key, what string }{
-		{"name", `this member's name, e.g. name = "a"`},
-		{"listen", `the address this member's sync channel listens on, e.g. listen = "10.9.0.1:4510"`},
-		{"peer", `the other member's sync address, e.g. peer = "10.9.0.2:4510"`},
-		{"cert", "this member's PEM certificate for the sync channel"},
-		{"key", "the PEM private key of cert"},
-		{"ca", "the PEM CA certificates both members' certificates chain to"},
-		{"peer_name", `the other member's name, which its certificate carries, e.g. peer_name = "b"`},
-	} {
-		if !seen[k.key] {
-			d.errorf(d.at(f), fieldPath(f, k.key), "missing required key (%s)", k.what)
-		}
-	}
+	h := haRules.defaults()
+	seen, _ := haRules.decode(d, f, d.at(f), t, &h)
 	gf := fieldPath(f, "group")
-	for _, te := range groups {
-		h.Groups = append(h.Groups, d.haGroup(te, h.Preference))
+	for _, te := range h.groups {
+		grp := haGroupRules.defaults()
+		grp.Preference = h.Preference
+		haGroupRules.decode(d, te.field, te.pos, te.t, &grp)
+		h.Groups = append(h.Groups, grp)
 		d.haGroupFields = append(d.haGroupFields, te.field)
 	}
 	switch {
@@ -239,48 +225,31 @@ func (d *gwDecoder) haSection(f string, v *Value) {
 	case len(h.Groups) == 0 && !d.failed(gf):
 		d.errorf(d.at(gf), gf, `no group (want at least one [[ha.group]] with name and addresses = ["192.0.2.10/24 dev wan0"])`)
 	}
-	d.g.HA = h
+	d.g.HA = &h.HA
 }
 
-// haGroup reads a [[ha.group]]; pref is [ha]'s preference.
-func (d *gwDecoder) haGroup(te tableElem, pref int) HAGroup {
-	f := te.field
-	grp := HAGroup{Preference: pref}
-	seen := map[string]bool{}
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		seen[e.Key] = true
-		switch e.Key {
-		case "name":
-			if s, ok := d.checked(kf, v, func(s string) string { return checkHAName("group", s) }); ok {
-				grp.Name = s
-			}
-		case "addresses":
-			elems, ok := d.strList(kf, v, `addresses = ["192.0.2.10/24 dev wan0"]`)
-			if !ok {
-				break
-			}
-			for i, ev := range elems {
-				s, _ := ev.Str()
-				a, msg := parseHAAddress(s)
-				if msg != "" {
-					d.errorf(ev.Pos, elemPath(kf, i), "%s", msg)
-					continue
-				}
-				grp.Addresses = append(grp.Addresses, a)
-			}
-		case "preference":
-			if i, ok := d.haPreference(kf, v); ok {
-				grp.Preference = i
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, haGroupKeys, ""))
+// haAddresses reads a group's addresses ("192.0.2.10/24 dev wan0").
+func (d *gwDecoder) haAddresses(f string, e *Entry) ([]HAAddress, bool) {
+	elems, ok := d.strList(f, e.Value, `addresses = ["192.0.2.10/24 dev wan0"]`)
+	if !ok {
+		return nil, false
+	}
+	var out []HAAddress
+	for i, ev := range elems {
+		s, _ := ev.Str()
+		a, msg := parseHAAddress(s)
+		if msg != "" {
+			d.errorf(ev.Pos, elemPath(f, i), "%s", msg)
+			continue
 		}
+		out = append(out, a)
 	}
-	if !seen["name"] {
-		d.errorf(te.pos, fieldPath(f, "name"), "missing required key (a name, unique among the groups)")
-	}
-	return grp
+	return out, true
+}
+
+// haPreference reads a preference, 0..MaxHAPreference.
+func haPreference() codec[int] {
+	return codec[int]{read: func(d *gwDecoder, f string, e *Entry) (int, bool) { return d.haPreference(f, e.Value) }, write: asIs[int]}
 }
 
 // haPreference reads a preference, 0..MaxHAPreference.

@@ -23,6 +23,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -101,7 +102,6 @@ type TLSCommon struct {
 	// address, an IPv6 /64); 0 = package tls's default, a tenth of
 	// MaxConns but at least 100 (and at most MaxConns).
 	MaxConnsPerSource int
-	Pos               Pos // where its table starts
 }
 
 // TLSListener is a [[tls]] table: a TLS termination listener.
@@ -310,14 +310,7 @@ func publicKeyOf(c *x509.Certificate) (interface{ Equal(crypto.PublicKey) bool }
 
 // The first pass.
 
-var (
-	tlsKeys = []string{"name", "listen", "ipv6_only", "backend", "proxy_protocol", "engine", "versions", "alpn", "client_auth",
-		"client_ca", "session_tickets", "ticket_rotation", "handshake_timeout", "idle_timeout", "header_timeout", "max_conns", "max_conns_per_source", "serve_dotfiles", "cert"}
-	tlsCertKeys   = []string{"cert", "key"}
-	tlsOriginKeys = []string{"name", "listen", "ipv6_only", "backend", "server_name", "ca", "cert", "key", "engine", "versions",
-		"alpn", "handshake_timeout", "idle_timeout", "max_conns", "max_conns_per_source"}
-	clientAuths = []string{ClientAuthNone, ClientAuthOptional, ClientAuthRequire}
-)
+var clientAuths = []string{ClientAuthNone, ClientAuthOptional, ClientAuthRequire}
 
 // path resolves a file name of the configuration against its directory.
 func (d *gwDecoder) path(s string) string {
@@ -327,288 +320,293 @@ func (d *gwDecoder) path(s string) string {
 	return filepath.Join(filepath.Dir(d.g.File), s)
 }
 
-// newTLSCommon returns the shared keys' defaults.
-func newTLSCommon(pos Pos) TLSCommon {
-	return TLSCommon{MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
-		HandshakeTimeout: DefaultTLSHandshakeTimeout, IdleTimeout: DefaultTLSIdleTimeout, MaxConns: DefaultTLSMaxConns,
-		Pos: pos}
-}
-
 // tlsCommonAfter checks, once a table's keys are all read, what its
 // shared keys say together: ipv6_only = false needs listen on "[::]",
 // max_conns_per_source is at most max_conns.
-func (d *gwDecoder) tlsCommonAfter(c *TLSCommon, f string, seen map[string]*Entry) {
-	if e := seen["max_conns_per_source"]; e != nil && c.MaxConnsPerSource > c.MaxConns && !d.failed(f+".max_conns") {
-		d.errorf(e.Value.Pos, f+".max_conns_per_source", "max_conns_per_source %d above max_conns %d (%s)", c.MaxConnsPerSource, c.MaxConns, d.where(f+".max_conns"))
+func (d *gwDecoder) tlsCommonAfter(c *TLSCommon, f string, seen map[string]bool) {
+	if seen["max_conns_per_source"] && c.MaxConnsPerSource > c.MaxConns && !d.failed(f+".max_conns") {
+		d.errorf(d.at(f+".max_conns_per_source"), f+".max_conns_per_source", "max_conns_per_source %d above max_conns %d (%s)", c.MaxConnsPerSource, c.MaxConns, d.where(f+".max_conns"))
 	}
-	e := seen["ipv6_only"]
-	if e == nil || !c.DualStack || c.Listen == "" || d.failed(f+".listen") {
+	if !seen["ipv6_only"] || !c.DualStack || c.Listen == "" || d.failed(f+".listen") {
 		return
 	}
 	host, port, _ := net.SplitHostPort(c.Listen)
 	if a, err := netip.ParseAddr(host); err != nil || !a.Is6() || !a.IsUnspecified() || a.Zone() != "" {
-		d.errorf(e.Value.Pos, f+".ipv6_only", "ipv6_only = false with listen %s: only \"[::]:PORT\" can bind IPv4 too (to listen on both families, write listen = %q)",
+		d.errorf(d.at(f+".ipv6_only"), f+".ipv6_only", "ipv6_only = false with listen %s: only \"[::]:PORT\" can bind IPv4 too (to listen on both families, write listen = %q)",
 			shortQuote(c.Listen), net.JoinHostPort("::", port))
 	}
 }
 
-// tlsCommon decodes e into c if it is one of the keys [[tls]] and
-// [[tls_origin]] share, and reports whether it was; what names the table's
-// kind in errors.
-func (d *gwDecoder) tlsCommon(c *TLSCommon, kf string, e *Entry, what string) bool {
-	v := e.Value
-	switch e.Key {
-	case "name":
-		if s, ok := d.name(kf, v, "empty name ("+what+" needs a name, unique among [[tls]] and [[tls_origin]])"); ok {
-			c.Name = s
-		}
-	case "listen":
-		if s, ok := d.checked(kf, v, checkTLSListen); ok {
-			c.Listen = s
-		}
-	case "ipv6_only":
-		if b, ok := d.boolean(kf, v); ok {
-			c.DualStack = !b
-		}
-	case "engine":
-		if s, ok := d.engine(kf, v, `"" uses the [gateway] engine`); ok {
-			c.Engine = s
-		}
-	case "versions":
-		if lo, hi, ok := d.tlsVersions(kf, v); ok {
-			c.MinVersion, c.MaxVersion = lo, hi
-		}
-	case "alpn":
-		if p, ok := d.alpn(kf, v); ok {
-			c.ALPN = p
-		}
-	case "handshake_timeout":
-		if t, ok := d.tlsDuration(kf, e.Key, v); ok {
-			c.HandshakeTimeout = t
-		}
-	case "idle_timeout":
-		if t, ok := d.tlsDuration(kf, e.Key, v); ok {
-			c.IdleTimeout = t
-		}
-	case "max_conns":
-		if n, ok := d.maxConns(kf, v); ok {
-			c.MaxConns = n
-		}
-	case "max_conns_per_source":
-		if n, ok := d.intIn(kf, v, "", 1, MaxTLSMaxConns, "1..max_conns; default a tenth of max_conns, at least 100"); ok {
-			c.MaxConnsPerSource = int(n)
-		}
-	default:
-		return false
+// tlsCommonRules are the keys [[tls]] and [[tls_origin]] share, by key,
+// for a model T whose TLSCommon common returns; what names the table's
+// kind in messages ("a TLS listener").
+func tlsCommonRules[T any](common func(*T) *TLSCommon, what string) map[string]rule[T] {
+	rules := []rule[T]{
+		field("name", nameOf("empty name ("+what+" needs a name, unique among [[tls]] and [[tls_origin]])"), "", func(x *T) *string { return &common(x).Name }),
+		field("listen", checkedText(checkTLSListen), "", func(x *T) *string { return &common(x).Listen }),
+		// ipv6_only is the opposite of DualStack.
+		rule[T]{key: "ipv6_only", read: func(d *gwDecoder, f string, e *Entry, x *T) bool {
+			b, ok := d.boolean(f, e.Value)
+			if ok {
+				common(x).DualStack = !b
+			}
+			return ok
+		}, write: func(x *T) (any, bool) { return false, common(x).DualStack }},
+		field("engine", engineName(`"" uses the [gateway] engine`), "", func(x *T) *string { return &common(x).Engine }),
+		rule[T]{key: "versions", read: func(d *gwDecoder, f string, e *Entry, x *T) bool {
+			lo, hi, ok := d.tlsVersions(f, e.Value)
+			if ok {
+				common(x).MinVersion, common(x).MaxVersion = lo, hi
+			}
+			return ok
+		}, init: func(x *T) {
+			common(x).MinVersion, common(x).MaxVersion = cryptotls.VersionTLS12, cryptotls.VersionTLS13
+		},
+			write: func(x *T) (any, bool) {
+				c := common(x)
+				var vs []string
+				for _, v := range []struct {
+					ver  uint16
+					name string
+				}{{cryptotls.VersionTLS12, "1.2"}, {cryptotls.VersionTLS13, "1.3"}} {
+					if c.MinVersion <= v.ver && v.ver <= c.MaxVersion {
+						vs = append(vs, v.name)
+					}
+				}
+				return vs, len(vs) == 1
+			}},
+		field("alpn", codec[[]string]{read: func(d *gwDecoder, f string, e *Entry) ([]string, bool) { return d.alpn(f, e.Value) }, write: asIs[[]string]},
+			nil, func(x *T) *[]string { return &common(x).ALPN }),
+		field("handshake_timeout", tlsDuration("handshake_timeout"), DefaultTLSHandshakeTimeout, func(x *T) *time.Duration { return &common(x).HandshakeTimeout }),
+		field("idle_timeout", tlsDuration("idle_timeout"), DefaultTLSIdleTimeout, func(x *T) *time.Duration { return &common(x).IdleTimeout }),
+		field("max_conns", intIn[int]("", 1, MaxTLSMaxConns, fmt.Sprintf("1..%d; default %d", MaxTLSMaxConns, DefaultTLSMaxConns)), DefaultTLSMaxConns, func(x *T) *int { return &common(x).MaxConns }),
+		field("max_conns_per_source", intIn[int]("", 1, MaxTLSMaxConns, "1..max_conns; default a tenth of max_conns, at least 100"), 0, func(x *T) *int { return &common(x).MaxConnsPerSource }),
 	}
-	return true
+	m := make(map[string]rule[T], len(rules))
+	for _, r := range rules {
+		m[r.key] = r
+	}
+	return m
+}
+
+// tlsDuration reads the duration key of a TLS section (see
+// decoder.tlsDuration).
+func tlsDuration(key string) codec[time.Duration] {
+	return codec[time.Duration]{
+		read:  func(d *gwDecoder, f string, e *Entry) (time.Duration, bool) { return d.tlsDuration(f, key, e.Value) },
+		write: func(t time.Duration) any { return shortDuration(t) },
+	}
+}
+
+// tlsSide is a [[tls]] being read: what the checks across its keys need.
+type tlsSide struct {
+	TLSListener
+	authBad, backendOK bool
+}
+
+// tlsRules are the keys of a [[tls]], the shared ones (tlsCommonRules)
+// among them.
+var tlsRules = func() *section[tlsSide] {
+	c := tlsCommonRules(func(l *tlsSide) *TLSCommon { return &l.TLSCommon }, "a TLS listener")
+	return newSection(reflect.TypeFor[FileTLS](),
+		c["name"].required("a name, unique among [[tls]] and [[tls_origin]]"),
+		c["listen"].required(`the address to listen on, e.g. "0.0.0.0:8443"`),
+		c["ipv6_only"],
+		rule[tlsSide]{key: "backend", read: func(d *gwDecoder, f string, e *Entry, l *tlsSide) bool {
+			kind, s, ok := d.backend(f, e.Value, false)
+			if ok {
+				l.BackendKind, l.Backend, l.backendOK = kind, s, true
+			}
+			return ok
+		}, write: func(l *tlsSide) (any, bool) { return l.Backend, l.Backend != "" }}.required(`"static:DIR" to serve files, or "tcp://HOST:PORT" to forward the plaintext stream`),
+		field("proxy_protocol", flag(), false, func(l *tlsSide) *bool { return &l.ProxyProtocol }),
+		c["engine"],
+		c["versions"],
+		c["alpn"],
+		rule[tlsSide]{key: "client_auth", read: func(d *gwDecoder, f string, e *Entry, l *tlsSide) bool {
+			s, ok := d.oneOf(f, e.Value, "client_auth", clientAuths, "")
+			if ok {
+				l.ClientAuth = s
+			}
+			l.authBad = !ok
+			return ok
+		}, init: func(l *tlsSide) { l.ClientAuth = ClientAuthNone }, write: func(l *tlsSide) (any, bool) { return l.ClientAuth, l.ClientAuth != ClientAuthNone }},
+		field("client_ca", tlsPath("empty path (want a PEM bundle of the CAs that issue client certificates)"), "", func(l *tlsSide) *string { return &l.ClientCA }),
+		field("session_tickets", flag(), true, func(l *tlsSide) *bool { return &l.SessionTickets }),
+		field("ticket_rotation", tlsDuration("ticket_rotation"), DefaultTLSTicketRotation, func(l *tlsSide) *time.Duration { return &l.TicketRotation }),
+		c["handshake_timeout"],
+		c["idle_timeout"],
+		field("header_timeout", tlsDuration("header_timeout"), DefaultTLSHeaderTimeout, func(l *tlsSide) *time.Duration { return &l.HeaderTimeout }),
+		c["max_conns"],
+		c["max_conns_per_source"],
+		field("serve_dotfiles", flag(), false, func(l *tlsSide) *bool { return &l.ServeDotfiles }),
+		field("cert", codec[[]TLSCert]{read: (*gwDecoder).tlsCerts, write: func(cs []TLSCert) any { return tableList(tlsCertRules, nil).write(cs) }},
+			nil, func(l *tlsSide) *[]TLSCert { return &l.Certs }),
+	)
+}()
+
+// tlsCertRules are the keys of a [[tls.cert]].
+var tlsCertRules = newSection(reflect.TypeFor[FileTLSCert](),
+	field("cert", tlsPath("empty path (want a PEM file: the certificate, then its intermediates)"), "", func(c *TLSCert) *string { return &c.Cert }).required("a PEM file: the certificate, then its intermediates"),
+	field("key", tlsPath("empty path (want the PEM private key of the certificate)"), "", func(c *TLSCert) *string { return &c.Key }).required("the PEM private key of the certificate"),
+)
+
+// originSide is a [[tls_origin]] being read: its cert and key, which
+// go together, and whether its backend read.
+type originSide struct {
+	TLSOrigin
+	cert, key string
+	backendOK bool
+}
+
+// tlsOriginRules are the keys of a [[tls_origin]].
+var tlsOriginRules = func() *section[originSide] {
+	c := tlsCommonRules(func(o *originSide) *TLSCommon { return &o.TLSCommon }, "a TLS origin")
+	// A file name of an origin: any string, resolved.
+	file := func(key string, dst func(o *originSide) *string) rule[originSide] {
+		return field(key, codec[string]{read: func(d *gwDecoder, f string, e *Entry) (string, bool) {
+			s, ok := d.str(f, e.Value)
+			return d.path(s), ok
+		}, write: asIs[string]}, "", dst)
+	}
+	return newSection(reflect.TypeFor[FileTLSOrigin](),
+		c["name"].required("a name, unique among [[tls]] and [[tls_origin]]"),
+		c["listen"].required(`the plaintext address to listen on, e.g. "127.0.0.1:9080"`),
+		c["ipv6_only"],
+		rule[originSide]{key: "backend", read: func(d *gwDecoder, f string, e *Entry, o *originSide) bool {
+			_, s, ok := d.backend(f, e.Value, true)
+			if ok {
+				o.Backend, o.backendOK = s, true
+			}
+			return ok
+		}, write: func(o *originSide) (any, bool) { return o.Backend, o.Backend != "" }}.required(`the TLS server to carry connections to, e.g. "tls://api.example.com:443"`),
+		field("server_name", checkedText(checkServerName), "", func(o *originSide) *string { return &o.ServerName }),
+		file("ca", func(o *originSide) *string { return &o.CA }),
+		file("cert", func(o *originSide) *string { return &o.cert }),
+		file("key", func(o *originSide) *string { return &o.key }),
+		c["engine"],
+		c["versions"],
+		c["alpn"],
+		c["handshake_timeout"],
+		c["idle_timeout"],
+		c["max_conns"],
+		c["max_conns_per_source"],
+	)
+}()
+
+// tlsPath reads a file name of a TLS section, resolved against the
+// configuration's directory; empty is the message for "".
+func tlsPath(empty string) codec[string] {
+	return codec[string]{read: func(d *gwDecoder, f string, e *Entry) (string, bool) {
+		s, ok := d.checked(f, e.Value, nonEmpty(empty))
+		return d.path(s), ok
+	}, write: asIs[string]}
+}
+
+// ToFile returns the listener as a [[tls]] that ParseGateway reads back
+// into l.
+func (l *TLSListener) ToFile() FileTLS {
+	return tlsRules.encode(&tlsSide{TLSListener: *l}).Interface().(FileTLS)
+}
+
+// ToFile returns the origin as a [[tls_origin]] that ParseGateway reads
+// back into o.
+func (o *TLSOrigin) ToFile() FileTLSOrigin {
+	x := originSide{TLSOrigin: *o}
+	if o.Cert != nil {
+		x.cert, x.key = o.Cert.Cert, o.Cert.Key
+	}
+	return tlsOriginRules.encode(&x).Interface().(FileTLSOrigin)
 }
 
 func (d *gwDecoder) tlsListener(te tableElem) {
+	l := decodeElem(d, tlsRules, te, (*gwDecoder).tlsListenerAfter)
+	d.g.TLS = append(d.g.TLS, l.TLSListener)
+	d.tlsFields = append(d.tlsFields, te.field)
+}
+
+// tlsListenerAfter checks a listener once its keys are read: what its
+// keys say of each other.
+func (d *gwDecoder) tlsListenerAfter(te tableElem, seen map[string]bool, l *tlsSide) {
 	f := te.field
-	l := TLSListener{TLSCommon: newTLSCommon(te.pos),
-		ClientAuth: ClientAuthNone, SessionTickets: true, TicketRotation: DefaultTLSTicketRotation,
-		HeaderTimeout: DefaultTLSHeaderTimeout}
-	seen := make(map[string]*Entry)
-	authOK, backendOK := true, false
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		seen[e.Key] = e
-		if d.tlsCommon(&l.TLSCommon, kf, e, "a TLS listener") {
-			continue
-		}
-		switch e.Key {
-		case "backend":
-			if kind, s, ok := d.backend(kf, v, false); ok {
-				l.BackendKind, l.Backend, backendOK = kind, s, true
-			}
-		case "proxy_protocol":
-			if b, ok := d.boolean(kf, v); ok {
-				l.ProxyProtocol = b
-			}
-		case "serve_dotfiles":
-			if b, ok := d.boolean(kf, v); ok {
-				l.ServeDotfiles = b
-			}
-		case "client_auth":
-			var s string
-			s, authOK = d.oneOf(kf, v, "client_auth", clientAuths, "")
-			if authOK {
-				l.ClientAuth = s
-			}
-		case "client_ca":
-			if s, ok := d.checked(kf, v, nonEmpty("empty path (want a PEM bundle of the CAs that issue client certificates)")); ok {
-				l.ClientCA = d.path(s)
-			}
-		case "session_tickets":
-			if b, ok := d.boolean(kf, v); ok {
-				l.SessionTickets = b
-			}
-		case "ticket_rotation":
-			if t, ok := d.tlsDuration(kf, e.Key, v); ok {
-				l.TicketRotation = t
-			}
-		case "header_timeout":
-			if t, ok := d.tlsDuration(kf, e.Key, v); ok {
-				l.HeaderTimeout = t
-			}
-		case "cert":
-			l.Certs = d.tlsCerts(kf, v)
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, tlsKeys, ""))
-		}
-	}
-	for _, k := range []struct{ key, what string }{
-		{"name", "a name, unique among [[tls]] and [[tls_origin]]"},
-		{"listen", `the address to listen on, e.g. "0.0.0.0:8443"`},
-		{"backend", `"static:DIR" to serve files, or "tcp://HOST:PORT" to forward the plaintext stream`},
-	} {
-		if seen[k.key] == nil {
-			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
-		}
-	}
+	at := func(key string) Pos { return d.at(f + "." + key) }
 	d.tlsCommonAfter(&l.TLSCommon, f, seen)
-	if seen["cert"] == nil {
+	if !seen["cert"] {
 		d.errorf(te.pos, f+".cert", "missing required [[tls.cert]] (at least one, with cert and key: the first is served to clients without a matching SNI)")
 	}
-	if e := seen["proxy_protocol"]; e != nil && l.ProxyProtocol && backendOK && l.BackendKind != BackendTCP {
-		d.errorf(e.Value.Pos, f+".proxy_protocol", "proxy_protocol with backend %s: the PROXY header goes only to a tcp:// backend", shortQuote(l.Backend))
+	if seen["proxy_protocol"] && l.ProxyProtocol && l.backendOK && l.BackendKind != BackendTCP {
+		d.errorf(at("proxy_protocol"), f+".proxy_protocol", "proxy_protocol with backend %s: the PROXY header goes only to a tcp:// backend", shortQuote(l.Backend))
 	}
-	if e := seen["header_timeout"]; e != nil && backendOK && l.BackendKind != BackendStatic {
-		d.errorf(e.Value.Pos, f+".header_timeout", "header_timeout with backend %s: only a static: backend reads request heads", shortQuote(l.Backend))
+	if seen["header_timeout"] && l.backendOK && l.BackendKind != BackendStatic {
+		d.errorf(at("header_timeout"), f+".header_timeout", "header_timeout with backend %s: only a static: backend reads request heads", shortQuote(l.Backend))
 	}
-	if e := seen["serve_dotfiles"]; e != nil && l.ServeDotfiles && backendOK && l.BackendKind != BackendStatic {
-		d.errorf(e.Value.Pos, f+".serve_dotfiles", "serve_dotfiles with backend %s: only a static: backend serves files", shortQuote(l.Backend))
+	if seen["serve_dotfiles"] && l.ServeDotfiles && l.backendOK && l.BackendKind != BackendStatic {
+		d.errorf(at("serve_dotfiles"), f+".serve_dotfiles", "serve_dotfiles with backend %s: only a static: backend serves files", shortQuote(l.Backend))
 	}
-	if authOK {
-		e := seen["client_ca"]
+	if !l.authBad {
 		switch {
-		case l.ClientAuth != ClientAuthNone && e == nil:
+		case l.ClientAuth != ClientAuthNone && !seen["client_ca"]:
 			d.errorf(d.at(f+".client_auth"), f+".client_ca", "missing required key for client_auth = %q (a PEM bundle of the CAs that issue client certificates)", l.ClientAuth)
-		case l.ClientAuth == ClientAuthNone && e != nil:
-			d.errorf(e.Value.Pos, f+".client_ca", "client_ca with client_auth = \"none\": no client certificate is asked for (set client_auth = \"optional\" or \"require\", or remove client_ca)")
+		case l.ClientAuth == ClientAuthNone && seen["client_ca"]:
+			d.errorf(at("client_ca"), f+".client_ca", "client_ca with client_auth = \"none\": no client certificate is asked for (set client_auth = \"optional\" or \"require\", or remove client_ca)")
 		}
 	}
-	if e := seen["ticket_rotation"]; e != nil && !l.SessionTickets && !d.failed(f+".session_tickets") {
-		d.errorf(e.Value.Pos, f+".ticket_rotation", "ticket_rotation with session_tickets = false: there are no ticket keys to rotate")
+	if seen["ticket_rotation"] && !l.SessionTickets && !d.failed(f+".session_tickets") {
+		d.errorf(at("ticket_rotation"), f+".ticket_rotation", "ticket_rotation with session_tickets = false: there are no ticket keys to rotate")
 	}
-	d.g.TLS = append(d.g.TLS, l)
-	d.tlsFields = append(d.tlsFields, f)
 }
 
 // tlsCerts reads the [[tls.cert]] tables of a listener.
-func (d *gwDecoder) tlsCerts(f string, v *Value) []TLSCert {
+func (d *gwDecoder) tlsCerts(f string, e *Entry) ([]TLSCert, bool) {
+	v := e.Value
 	if v.Kind == KindTable {
 		d.errorf(v.Pos, f, "want an array of tables, got table (write [[tls.cert]], not [tls.cert])")
-		return nil
+		return nil, false
 	}
 	if v.Kind == KindString {
 		d.errorf(v.Pos, f, "want an array of tables, got string (write the certificate in its own table: [[tls.cert]] with cert = \"site.pem\" and key = \"site.key\")")
-		return nil
+		return nil, false
 	}
 	tables, ok := d.arrayOfTables(f, v)
 	if !ok {
-		return nil
+		return nil, false
 	}
 	if len(tables) == 0 {
 		if elems, _ := v.Array(); len(elems) == 0 {
 			d.errorf(v.Pos, f, "no certificate (want at least one [[tls.cert]] with cert and key)")
 		}
-		return nil
+		return nil, false
 	}
 	var out []TLSCert
 	for _, te := range tables {
-		var c TLSCert
-		seen := map[string]bool{}
-		for _, e := range te.t.Entries() {
-			kf, v := fieldPath(te.field, e.Key), e.Value
-			seen[e.Key] = true
-			switch e.Key {
-			case "cert":
-				if s, ok := d.checked(kf, v, nonEmpty("empty path (want a PEM file: the certificate, then its intermediates)")); ok {
-					c.Cert = d.path(s)
-				}
-			case "key":
-				if s, ok := d.checked(kf, v, nonEmpty("empty path (want the PEM private key of the certificate)")); ok {
-					c.Key = d.path(s)
-				}
-			default:
-				d.errs = append(d.errs, unknownKey(e, kf, tlsCertKeys, ""))
-			}
-		}
-		if !seen["cert"] {
-			d.errorf(te.pos, te.field+".cert", "missing required key (a PEM file: the certificate, then its intermediates)")
-		}
-		if !seen["key"] {
-			d.errorf(te.pos, te.field+".key", "missing required key (the PEM private key of the certificate)")
-		}
-		out = append(out, c)
+		out = append(out, decodeElem(d, tlsCertRules, te, nil))
 	}
-	return out
+	return out, true
 }
 
 func (d *gwDecoder) tlsOrigin(te tableElem) {
+	o := decodeElem(d, tlsOriginRules, te, (*gwDecoder).tlsOriginAfter)
+	d.g.TLSOrigins = append(d.g.TLSOrigins, o.TLSOrigin)
+	d.originFields = append(d.originFields, te.field)
+}
+
+// tlsOriginAfter checks an origin once its keys are read.
+func (d *gwDecoder) tlsOriginAfter(te tableElem, seen map[string]bool, o *originSide) {
 	f := te.field
-	o := TLSOrigin{TLSCommon: newTLSCommon(te.pos)}
-	seen := make(map[string]*Entry)
-	var cert, key string
-	backendOK := false
-	for _, e := range te.t.Entries() {
-		kf, v := fieldPath(f, e.Key), e.Value
-		seen[e.Key] = e
-		if d.tlsCommon(&o.TLSCommon, kf, e, "a TLS origin") {
-			continue
-		}
-		switch e.Key {
-		case "backend":
-			if _, s, ok := d.backend(kf, v, true); ok {
-				o.Backend, backendOK = s, true
-			}
-		case "server_name":
-			if s, ok := d.checked(kf, v, checkServerName); ok {
-				o.ServerName = s
-			}
-		case "ca":
-			if s, ok := d.str(kf, v); ok {
-				o.CA = d.path(s)
-			}
-		case "cert":
-			if s, ok := d.str(kf, v); ok {
-				cert = d.path(s)
-			}
-		case "key":
-			if s, ok := d.str(kf, v); ok {
-				key = d.path(s)
-			}
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, tlsOriginKeys, ""))
-		}
-	}
-	for _, k := range []struct{ key, what string }{
-		{"name", "a name, unique among [[tls]] and [[tls_origin]]"},
-		{"listen", `the plaintext address to listen on, e.g. "127.0.0.1:9080"`},
-		{"backend", `the TLS server to carry connections to, e.g. "tls://api.example.com:443"`},
-	} {
-		if seen[k.key] == nil {
-			d.errorf(te.pos, f+"."+k.key, "missing required key (%s)", k.what)
-		}
-	}
 	d.tlsCommonAfter(&o.TLSCommon, f, seen)
 	// cert and key: both or neither. An empty string is "not given".
 	switch {
-	case cert != "" && key == "" && !d.failed(f+".key"):
+	case o.cert != "" && o.key == "" && !d.failed(f+".key"):
 		d.errorf(d.at(f+".cert"), f+".key", "cert without key: a client certificate needs its private key (give both, or neither)")
-	case key != "" && cert == "" && !d.failed(f+".cert"):
+	case o.key != "" && o.cert == "" && !d.failed(f+".cert"):
 		d.errorf(d.at(f+".key"), f+".cert", "key without cert: give the client certificate too (both, or neither)")
-	case cert != "":
-		o.Cert = &TLSCert{Cert: cert, Key: key}
+	case o.cert != "":
+		o.Cert = &TLSCert{Cert: o.cert, Key: o.key}
 	}
-	if o.ServerName == "" && backendOK {
+	if o.ServerName == "" && o.backendOK {
 		host, _, _ := net.SplitHostPort(strings.TrimPrefix(o.Backend, "tls://"))
 		o.ServerName = host
 	}
-	d.g.TLSOrigins = append(d.g.TLSOrigins, o)
-	d.originFields = append(d.originFields, f)
 }
 
 // Readers of TLS values.

@@ -38,7 +38,7 @@ func TestTLSValid(t *testing.T) {
 		{
 			TLSCommon: TLSCommon{Name: "web", Listen: "0.0.0.0:8443", Engine: "sched",
 				MinVersion: cryptotls.VersionTLS13, MaxVersion: cryptotls.VersionTLS13, ALPN: []string{"h2", "http/1.1"},
-				HandshakeTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 500, Pos: pos(6)},
+				HandshakeTimeout: 5 * time.Second, IdleTimeout: time.Minute, MaxConns: 500},
 			Backend: "static:testdata/www", BackendKind: BackendStatic,
 			ClientAuth: ClientAuthRequire, ClientCA: "/etc/sluice/clients.pem", SessionTickets: true,
 			TicketRotation: 30 * time.Minute, HeaderTimeout: 10 * time.Second,
@@ -47,7 +47,7 @@ func TestTLSValid(t *testing.T) {
 		{
 			TLSCommon: TLSCommon{Name: "api", Listen: "[::1]:8444",
 				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
-				HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000, Pos: pos(27)},
+				HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000},
 			Backend: "tcp://127.0.0.1:8080", BackendKind: BackendTCP, ProxyProtocol: true, ClientAuth: ClientAuthNone,
 			SessionTickets: true, TicketRotation: time.Hour, HeaderTimeout: 10 * time.Second, Certs: []TLSCert{{"testdata/api.pem", "testdata/api.key"}},
 		},
@@ -55,18 +55,23 @@ func TestTLSValid(t *testing.T) {
 	if !reflect.DeepEqual(g.TLS, wantTLS) {
 		t.Errorf("tls:\n got %+v\nwant %+v", g.TLS, wantTLS)
 	}
+	for f, line := range map[string]int{"tls[1]": 6, "tls[2]": 27, "tls_origin[1]": 36, "tls_origin[2]": 50} {
+		if p := g.FieldPos(f); p != pos(line) {
+			t.Errorf("%s at %v, want line %d", f, p, line)
+		}
+	}
 	wantOrigins := []TLSOrigin{
 		{
 			TLSCommon: TLSCommon{Name: "upstream", Listen: "127.0.0.1:9080", Engine: "soft",
 				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13, ALPN: []string{"http/1.1"},
-				HandshakeTimeout: 3 * time.Second, IdleTimeout: 2 * time.Minute, MaxConns: 100, Pos: pos(36)},
+				HandshakeTimeout: 3 * time.Second, IdleTimeout: 2 * time.Minute, MaxConns: 100},
 			Backend: "tls://api.example.com:443", ServerName: "api.example.com",
 			CA: "testdata/ca.pem", Cert: &TLSCert{"testdata/client.pem", "testdata/client.key"},
 		},
 		{
 			TLSCommon: TLSCommon{Name: "plain-default", Listen: "localhost:9081",
 				MinVersion: cryptotls.VersionTLS12, MaxVersion: cryptotls.VersionTLS13,
-				HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000, Pos: pos(50)},
+				HandshakeTimeout: 10 * time.Second, IdleTimeout: 5 * time.Minute, MaxConns: 10000},
 			Backend: "tls://[2001:db8::5]:8443", ServerName: "internal.example",
 		},
 	}
