@@ -435,66 +435,86 @@ func (d *gwDecoder) where(field string) string {
 	return "the default"
 }
 
+// sectionRule is the rule of a top-level key: read decodes its section
+// into the gateway (the decoder's), write encodes g's.
+func sectionRule(key string, read func(d *gwDecoder, f string, v *Value), write func(g *Gateway) (any, bool)) rule[Gateway] {
+	return rule[Gateway]{key: key, read: func(d *gwDecoder, f string, e *Entry, _ *Gateway) bool {
+		read(d, f, e.Value)
+		return true
+	}, write: write}
+}
+
+// tables is sectionRule for an array of tables: read decodes one table.
+func tables(key string, read func(d *gwDecoder, te tableElem), write func(g *Gateway) (any, bool)) rule[Gateway] {
+	return sectionRule(key, func(d *gwDecoder, f string, v *Value) {
+		ts, _ := d.arrayOfTables(f, v)
+		for _, te := range ts {
+			read(d, te)
+		}
+	}, write)
+}
+
+// each encodes the elements of xs with toFile.
+func each[T, F any](xs []T, toFile func(*T) F) (any, bool) {
+	out := make([]F, len(xs))
+	for i := range xs {
+		out[i] = toFile(&xs[i])
+	}
+	return out, len(xs) > 0
+}
+
+// gatewayFileRules are the top-level keys, in documentation order: the
+// sections.
+var gatewayFileRules = newSection(reflect.TypeFor[File](),
+	sectionRule("gateway", (*gwDecoder).gatewaySection, func(g *Gateway) (any, bool) { return gatewayRules.encode(g).Interface(), true }),
+	sectionRule("tun", (*gwDecoder).tunSection, func(g *Gateway) (any, bool) {
+		return tunRules.encode(&g.TUN).Interface(), !reflect.DeepEqual(g.TUN, tunRules.defaults())
+	}),
+	sectionRule("udp", (*gwDecoder).udpSection, func(g *Gateway) (any, bool) {
+		if g.UDP == nil {
+			return nil, false
+		}
+		return udpRules.encode(g.UDP).Interface(), true
+	}),
+	sectionRule("rawesp", (*gwDecoder).rawESPSection, func(g *Gateway) (any, bool) {
+		if g.RawESP == nil {
+			return nil, false
+		}
+		return rawESPRules.encode(g.RawESP).Interface(), true
+	}),
+	tables("tunnel", (*gwDecoder).tunnel, func(g *Gateway) (any, bool) { return each(g.Tunnels, (*Tunnel).ToFile) }),
+	tables("policy", (*gwDecoder).policy, func(g *Gateway) (any, bool) { return each(g.Policies, (*Policy).ToFile) }),
+	sectionRule("sa", func(d *gwDecoder, f string, v *Value) { d.g.SAs, d.saTables = d.decodeSAs(f, v) },
+		func(g *Gateway) (any, bool) { return each(g.SAs, (*SA).ToFile) }),
+	sectionRule("ike", (*gwDecoder).ikeSection, func(g *Gateway) (any, bool) { f := g.IKE.ToFile(); return f, f != nil }),
+	tables("connection", (*gwDecoder).connection, func(g *Gateway) (any, bool) { return each(g.Connections, (*Connection).ToFile) }),
+	tables("pool", (*gwDecoder).pool, func(g *Gateway) (any, bool) { return each(g.Pools, (*Pool).ToFile) }),
+	tables("secret", (*gwDecoder).secret, func(g *Gateway) (any, bool) { return each(g.Secrets, (*Secret).ToFile) }),
+	tables("tls", (*gwDecoder).tlsListener, func(g *Gateway) (any, bool) { return each(g.TLS, (*TLSListener).ToFile) }),
+	tables("tls_origin", (*gwDecoder).tlsOrigin, func(g *Gateway) (any, bool) { return each(g.TLSOrigins, (*TLSOrigin).ToFile) }),
+	sectionRule("ha", (*gwDecoder).haSection, func(g *Gateway) (any, bool) {
+		if g.HA == nil {
+			return nil, false
+		}
+		return g.HA.ToFile(), true
+	}),
+)
+
 // gatewaySections are the top-level keys, in documentation order.
-var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "ike", "connection", "pool", "secret", "tls", "tls_origin", "ha"}
+var gatewaySections = gatewayFileRules.keys
+
+// ToFile returns the configuration as a File that File.Encode writes and
+// ParseGateway reads back into g (positions aside): the encoder of the
+// rule tables. Paths are written as resolved against the file's directory,
+// defaults filled in by ParseGateway are written out, and File's
+// limits hold (an [ha] preference of 0 is left out).
+func (g *Gateway) ToFile() *File {
+	f := gatewayFileRules.encode(g).Interface().(File)
+	return &f
+}
 
 func (d *gwDecoder) document(root *Table) {
-	for _, e := range root.Entries() {
-		f := fieldPath("", e.Key)
-		switch e.Key {
-		case "gateway":
-			d.gatewaySection(f, e.Value)
-		case "tun":
-			d.tunSection(f, e.Value)
-		case "udp":
-			d.udpSection(f, e.Value)
-		case "rawesp":
-			d.rawESPSection(f, e.Value)
-		case "tunnel":
-			tables, _ := d.arrayOfTables(f, e.Value)
-			for _, te := range tables {
-				d.tunnel(te)
-			}
-		case "policy":
-			tables, _ := d.arrayOfTables(f, e.Value)
-			for _, te := range tables {
-				d.policy(te)
-			}
-		case "sa":
-			d.g.SAs, d.saTables = d.decodeSAs(f, e.Value)
-		case "ike":
-			d.ikeSection(f, e.Value)
-		case "connection":
-			tables, _ := d.arrayOfTables(f, e.Value)
-			for _, te := range tables {
-				d.connection(te)
-			}
-		case "pool":
-			tables, _ := d.arrayOfTables(f, e.Value)
-			for _, te := range tables {
-				d.pool(te)
-			}
-		case "secret":
-			tables, _ := d.arrayOfTables(f, e.Value)
-			for _, te := range tables {
-				d.secret(te)
-			}
-		case "tls":
-			tables, _ := d.arrayOfTables(f, e.Value)
-			for _, te := range tables {
-				d.tlsListener(te)
-			}
-		case "tls_origin":
-			tables, _ := d.arrayOfTables(f, e.Value)
-			for _, te := range tables {
-				d.tlsOrigin(te)
-			}
-		case "ha":
-			d.haSection(f, e.Value)
-		default:
-			d.errs = append(d.errs, unknownKey(e, f, gatewaySections, ""))
-		}
-	}
+	gatewayFileRules.decode(d, "", Pos{}, root, d.g)
 }
 
 // mtu reads a plaintext MTU (see decoder.mtu).

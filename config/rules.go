@@ -271,7 +271,7 @@ func durationOrNone(lo, hi time.Duration, help string) codec[time.Duration] {
 	return c
 }
 
-// strings is an array of strings; example shows one.
+// stringList is an array of strings; example shows one.
 func stringList(example string) codec[[]string] {
 	return codec[[]string]{
 		read: func(d *gwDecoder, f string, e *Entry) ([]string, bool) {
@@ -334,27 +334,6 @@ func addrList(example, what string, parse func(string) (netip.Prefix, string)) c
 			}
 			return out
 		},
-	}
-}
-
-// subTable is a table read by sec ([connection.local]); after, if not
-// nil, checks it once its keys are read (given whether they all read)
-// and says whether it is valid.
-func subTable[T any](sec *section[T], after func(d *gwDecoder, f string, x *T, ok bool) bool) codec[T] {
-	return codec[T]{
-		read: func(d *gwDecoder, f string, e *Entry) (T, bool) {
-			x := sec.defaults()
-			t, ok := d.table(f, e.Value)
-			if !ok {
-				return x, false
-			}
-			_, ok = sec.decode(d, f, d.at(f), t, &x)
-			if after != nil {
-				ok = after(d, f, &x, ok)
-			}
-			return x, ok
-		},
-		write: func(x T) any { return sec.encode(&x).Interface() },
 	}
 }
 

@@ -29,6 +29,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"reflect"
 	"strconv"
 	"strings"
 	"unicode"
@@ -150,12 +151,6 @@ func ParseSAs(filename string, data []byte) ([]SA, error) {
 	return sas, nil
 }
 
-// saKeys are the keys of an [[sa]] table, in documentation order.
-var saKeys = []string{
-	"name", "spi", "src", "dst", "mode", "encap", "sport", "dport",
-	"esp", "enc_key", "auth_key", "esn", "replay_window", "seq",
-}
-
 // DecodeSAs decodes the value of an "sa" key: an array of tables ([[sa]] or
 // sa = [{...}]). field names it in messages (e.g. "sa"; elements become
 // "sa[1]", "sa[2]", ...). Besides checking each SA it rejects duplicate
@@ -163,7 +158,7 @@ var saKeys = []string{
 // errors in file order; callers should not use the SAs when there are
 // errors.
 func DecodeSAs(field string, v *Value) ([]SA, Errors) {
-	var d decoder
+	d := gwDecoder{g: &Gateway{}}
 	sas, _ := d.decodeSAs(field, v)
 	d.errs.Sort()
 	return sas, d.errs
@@ -172,7 +167,7 @@ func DecodeSAs(field string, v *Value) ([]SA, Errors) {
 // decodeSAs is DecodeSAs adding its errors to d. It also returns the table
 // each SA came from (sas[i] from tables[i]), so that a document embedding
 // the SAs (the gateway configuration) can point at their fields.
-func (d *decoder) decodeSAs(field string, v *Value) ([]SA, []tableElem) {
+func (d *gwDecoder) decodeSAs(field string, v *Value) ([]SA, []tableElem) {
 	tables, ok := d.arrayOfTables(field, v)
 	if !ok {
 		return nil, nil
@@ -216,152 +211,158 @@ type hexKey struct {
 	ok bool // the value is a string of hex
 }
 
-func (d *decoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
-	sa := SA{
-		Mode:         ModeTunnel,
-		Encap:        EncapNone,
-		ReplayWindow: DefaultReplayWindow,
-		Pos:          pos,
-	}
-	m := saMeta{field: f, dstOK: true}
-	var (
-		// entries of the keys whose checks depend on other keys
-		sportE, dportE, seqE, dstE *Entry
-		enc, auth                  hexKey
-		algOK, encapBad            bool
-		seq                        int64
-		seqOK                      bool
-		haveESP                    bool
-		srcOK                      bool
-	)
-	for _, e := range t.Entries() {
-		kf := fieldPath(f, e.Key)
-		v := e.Value
-		switch e.Key {
-		case "name":
-			m.namePos = v.Pos
-			if s, ok := d.name(kf, v, "empty name (leave the key out for an unnamed SA)"); ok {
-				sa.Name, m.nameOK = s, true
-			}
-		case "spi":
-			m.spiSeen, m.spiPos = true, v.Pos
-			if i, ok := d.intIn(kf, v, "SPI", MinSPI, 0xffffffff, spiRange); ok {
-				sa.SPI, m.spiOK = uint32(i), true
-			}
-		case "src", "dst":
-			if e.Key == "dst" {
-				dstE = e
-				m.dstOK = false
-			}
-			a, ok := parsed(d, kf, v, parseAddr)
-			if !ok {
-				break
-			}
-			if e.Key == "src" {
-				sa.Src, srcOK = a, true
-			} else {
-				sa.Dst, m.dstOK = a, true
-			}
-		case "mode":
-			if s, ok := d.oneOf(kf, v, "mode", modes, "tunnel, transport"); ok {
-				sa.Mode = Mode(s)
-			}
-		case "encap":
-			if s, ok := d.oneOf(kf, v, "encapsulation", encaps, "none for IP protocol 50, udp for RFC 3948 UDP encapsulation"); ok {
-				sa.Encap = Encap(s)
-			} else {
-				encapBad = true
-			}
-		case "sport", "dport":
-			if e.Key == "sport" {
-				sportE = e
-			} else {
-				dportE = e
-			}
-		case "esp":
-			haveESP = true
-			sa.Alg, algOK = parsed(d, kf, v, parseAlg)
-		case "enc_key":
-			enc = d.hexKey(kf, e)
-		case "auth_key":
-			auth = d.hexKey(kf, e)
-		case "esn":
-			if b, ok := d.boolean(kf, v); ok {
-				sa.ESN = b
-			}
-		case "replay_window":
-			if i, ok := d.intIn(kf, v, "replay window", 0, MaxReplayWindow, replayRange); ok {
-				sa.ReplayWindow = int(i)
-			}
-		case "seq":
-			seqE = e
-			i, ok := d.integer(kf, v)
-			if !ok {
-				break
-			}
-			if i < 0 {
-				d.errorf(v.Pos, kf, "sequence number %d is negative (want 0..4294967295, or up to 2^63-1 with esn = true)", i)
-				break
-			}
-			seq, seqOK = i, true
-		default:
-			d.errs = append(d.errs, unknownKey(e, kf, saKeys, ""))
+// saSide is an [[sa]] being read: what the checks across its keys need.
+type saSide struct {
+	SA
+	m                          saMeta
+	sportE, dportE, seqE, dstE *Entry
+	enc, auth                  hexKey
+	algOK, encapBad, haveESP   bool
+	srcOK, seqOK               bool
+	seq                        int64
+}
+
+// saRules are the keys of an [[sa]] table, in documentation order.
+var saRules = newSection(reflect.TypeFor[FileSA](),
+	rule[saSide]{key: "name", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool {
+		s.m.namePos = e.Value.Pos
+		s.Name, s.m.nameOK = d.name(f, e.Value, "empty name (leave the key out for an unnamed SA)")
+		return s.m.nameOK
+	}, write: func(s *saSide) (any, bool) { return s.Name, s.Name != "" }},
+	rule[saSide]{key: "spi", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool {
+		s.m.spiSeen, s.m.spiPos = true, e.Value.Pos
+		i, ok := d.intIn(f, e.Value, "SPI", MinSPI, 0xffffffff, spiRange)
+		if ok {
+			s.SPI, s.m.spiOK = uint32(i), true
 		}
-	}
+		return ok
+	}, write: func(s *saSide) (any, bool) { return s.SPI, true }}.required(fmt.Sprintf("an integer %d..0xffffffff", MinSPI)),
+	rule[saSide]{key: "src", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool {
+		a, ok := parsed(&d.decoder, f, e.Value, parseAddr)
+		if ok {
+			s.Src, s.srcOK = a, true
+		}
+		return ok
+	}, write: func(s *saSide) (any, bool) { return s.Src.String(), s.Src.IsValid() }},
+	rule[saSide]{key: "dst", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool {
+		s.dstE, s.m.dstOK = e, false
+		a, ok := parsed(&d.decoder, f, e.Value, parseAddr)
+		if ok {
+			s.Dst, s.m.dstOK = a, true
+		}
+		return ok
+	}, write: func(s *saSide) (any, bool) { return s.Dst.String(), s.Dst.IsValid() }},
+	rule[saSide]{key: "mode", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool {
+		v, ok := d.oneOf(f, e.Value, "mode", modes, "tunnel, transport")
+		if ok {
+			s.Mode = Mode(v)
+		}
+		return ok
+	}, init: func(s *saSide) { s.Mode = ModeTunnel }, write: func(s *saSide) (any, bool) { return string(s.Mode), s.Mode != ModeTunnel }},
+	rule[saSide]{key: "encap", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool {
+		v, ok := d.oneOf(f, e.Value, "encapsulation", encaps, "none for IP protocol 50, udp for RFC 3948 UDP encapsulation")
+		if ok {
+			s.Encap = Encap(v)
+		}
+		s.encapBad = !ok
+		return ok
+	}, init: func(s *saSide) { s.Encap = EncapNone }, write: func(s *saSide) (any, bool) { return string(s.Encap), s.Encap != EncapNone }},
+	// sport and dport depend on encap, which may come after them:
+	// saAfter reads them.
+	rule[saSide]{key: "sport", read: func(_ *gwDecoder, _ string, e *Entry, s *saSide) bool { s.sportE = e; return true },
+		write: func(s *saSide) (any, bool) { return s.SPort, s.SPort != 0 && s.SPort != DefaultUDPPort }},
+	rule[saSide]{key: "dport", read: func(_ *gwDecoder, _ string, e *Entry, s *saSide) bool { s.dportE = e; return true },
+		write: func(s *saSide) (any, bool) { return s.DPort, s.DPort != 0 && s.DPort != DefaultUDPPort }},
+	rule[saSide]{key: "esp", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool {
+		s.haveESP = true
+		s.Alg, s.algOK = parsed(&d.decoder, f, e.Value, parseAlg)
+		return s.algOK
+	}, write: func(s *saSide) (any, bool) { return s.Alg.String(), true }}.required("an ESP algorithm: "+algList()),
+	// The keys' lengths depend on esp: saAfter checks them.
+	rule[saSide]{key: "enc_key", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool { s.enc = d.hexKey(f, e); return s.enc.ok },
+		write: func(s *saSide) (any, bool) { return hex.EncodeToString(s.EncKey), len(s.EncKey) > 0 }},
+	rule[saSide]{key: "auth_key", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool { s.auth = d.hexKey(f, e); return s.auth.ok },
+		write: func(s *saSide) (any, bool) { return hex.EncodeToString(s.AuthKey), len(s.AuthKey) > 0 }},
+	field("esn", flag(), false, func(s *saSide) *bool { return &s.ESN }),
+	field("replay_window", intIn[int]("replay window", 0, MaxReplayWindow, replayRange), DefaultReplayWindow, func(s *saSide) *int { return &s.ReplayWindow }),
+	rule[saSide]{key: "seq", read: func(d *gwDecoder, f string, e *Entry, s *saSide) bool {
+		s.seqE = e
+		i, ok := d.integer(f, e.Value)
+		if !ok {
+			return false
+		}
+		if i < 0 {
+			d.errorf(e.Value.Pos, f, "sequence number %d is negative (want 0..4294967295, or up to 2^63-1 with esn = true)", i)
+			return false
+		}
+		s.seq, s.seqOK = i, true
+		return true
+	}, write: func(s *saSide) (any, bool) { return int64(s.Seq), s.Seq != 0 }},
+)
 
-	// Required keys, reported at the table.
-	if !m.spiSeen {
-		d.errorf(pos, f+".spi", "missing required key (an integer %d..0xffffffff)", MinSPI)
-	}
-	if !haveESP {
-		d.errorf(pos, f+".esp", "missing required key (an ESP algorithm: %s)", algList())
-	}
+// ToFile returns the SA as an [[sa]] that DecodeSAs reads back into sa
+// (its Pos aside).
+func (sa *SA) ToFile() FileSA {
+	return saRules.encode(&saSide{SA: *sa}).Interface().(FileSA)
+}
 
+func (d *gwDecoder) decode(f string, pos Pos, t *Table) (SA, saMeta) {
+	s := saRules.defaults()
+	s.SA.Pos, s.m = pos, saMeta{field: f, dstOK: true}
+	seen, _ := saRules.decode(d, f, pos, t, &s)
+	d.saAfter(f, pos, seen, &s)
+	return s.SA, s.m
+}
+
+// saAfter checks an SA once its keys are read: its addresses against each
+// other, its ports against its encap, its keys against its algorithm, its
+// sequence number against ESN.
+func (d *gwDecoder) saAfter(f string, pos Pos, _ map[string]bool, s *saSide) {
+	sa := &s.SA
 	// Addresses: same family.
-	if srcOK && m.dstOK && sa.Src.IsValid() && sa.Dst.IsValid() && sa.Src.Is4() != sa.Dst.Is4() {
-		d.errorf(dstE.Value.Pos, f+".dst", "address family of %s (%s) differs from src %s (%s)",
+	if s.srcOK && s.m.dstOK && sa.Src.IsValid() && sa.Dst.IsValid() && sa.Src.Is4() != sa.Dst.Is4() {
+		d.errorf(s.dstE.Value.Pos, f+".dst", "address family of %s (%s) differs from src %s (%s)",
 			sa.Dst, family(sa.Dst), sa.Src, family(sa.Src))
 	}
 
 	// UDP ports: only with encap = "udp", defaulting to 4500.
-	for _, pe := range []*Entry{sportE, dportE} {
+	for _, pe := range []*Entry{s.sportE, s.dportE} {
 		if pe == nil {
 			continue
 		}
-		p, ok := d.udpPort(fieldPath(f, pe.Key), pe.Value, sa.Encap, !encapBad, "UDP port", "ports are")
+		p, ok := d.udpPort(fieldPath(f, pe.Key), pe.Value, sa.Encap, !s.encapBad, "UDP port", "ports are")
 		switch {
-		case ok && pe == sportE:
+		case ok && pe == s.sportE:
 			sa.SPort = p
 		case ok:
 			sa.DPort = p
 		}
 	}
 	if sa.Encap == EncapUDP {
-		if sportE == nil {
+		if s.sportE == nil {
 			sa.SPort = DefaultUDPPort
 		}
-		if dportE == nil {
+		if s.dportE == nil {
 			sa.DPort = DefaultUDPPort
 		}
 	}
 
 	// Keys: their lengths depend on the algorithm.
-	if algOK {
-		sa.EncKey = d.keyFor(f+".enc_key", pos, enc, sa.Alg, encKeyShape(sa.Alg))
-		sa.AuthKey = d.keyFor(f+".auth_key", pos, auth, sa.Alg, authKeyShape(sa.Alg))
-	} else if !haveESP && enc.e == nil {
+	if s.algOK {
+		sa.EncKey = d.keyFor(f+".enc_key", pos, s.enc, sa.Alg, encKeyShape(sa.Alg))
+		sa.AuthKey = d.keyFor(f+".auth_key", pos, s.auth, sa.Alg, authKeyShape(sa.Alg))
+	} else if !s.haveESP && s.enc.e == nil {
 		d.errorf(pos, f+".enc_key", "missing required key (hex key material; its length depends on esp)")
 	}
 
 	// Sequence number: 32 bits unless ESN.
-	if seqOK {
-		if !sa.ESN && seq > 0xffffffff {
-			d.errorf(seqE.Value.Pos, f+".seq", "sequence number %d needs esn = true (want 0..4294967295 without ESN)", seq)
+	if s.seqOK {
+		if !sa.ESN && s.seq > 0xffffffff {
+			d.errorf(s.seqE.Value.Pos, f+".seq", "sequence number %d needs esn = true (want 0..4294967295 without ESN)", s.seq)
 		} else {
-			sa.Seq = uint64(seq)
+			sa.Seq = uint64(s.seq)
 		}
 	}
-	return sa, m
 }
 
 // hexKey reads the hex key material of entry e.
