@@ -2,6 +2,7 @@ package config
 
 import (
 	"net/netip"
+	"os"
 	"reflect"
 	"slices"
 	"strings"
@@ -398,5 +399,35 @@ func TestIKEToFileRoundTrip(t *testing.T) {
 				t.Errorf("secrets\n got %+v\nwant %+v", g2.Secrets, g.Secrets)
 			}
 		})
+	}
+}
+
+// TestIKEExampleRoadWarrior parses the commented road-warrior responder
+// of examples/ike-gateway.toml, so that the example stays valid.
+func TestIKEExampleRoadWarrior(t *testing.T) {
+	data, err := os.ReadFile("../examples/ike-gateway.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, block, ok := strings.Cut(string(data), "# BEGIN road warriors\n")
+	block, _, ok2 := strings.Cut(block, "# END road warriors")
+	_, block, ok3 := strings.Cut(block, "#\n# [[pool]]")
+	block = "[[pool]]" + block
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("no road-warrior block in the example")
+	}
+	var doc strings.Builder
+	doc.WriteString(ikeTun)
+	for _, line := range strings.Split(block, "\n") {
+		doc.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "#"), " ") + "\n")
+	}
+	g, err := ParseGateway("examples/ike-gateway.toml", []byte(doc.String()))
+	if err != nil {
+		t.Fatalf("%v\n%s", err, doc.String())
+	}
+	c := g.Connection("rw")
+	if c == nil || !slices.Equal(c.Pools, []string{"rw", "rw6"}) || c.RemoteAuth.Auth != AuthEAPMSCHAPv2 || c.Remote.IsValid() ||
+		len(g.Pools) != 2 || string(g.EAPSecret("carol")) != "carol's password" {
+		t.Errorf("road warriors: %+v\npools %+v", c, g.Pools)
 	}
 }
