@@ -7,6 +7,9 @@ package config
 // a value is always quoted and escaped as TOML wants it and cannot add
 // keys of its own.
 //
+// A parsed configuration becomes a File again by the rule tables that
+// read it (rules.go): Gateway.ToFile, and ToFile of each section's model.
+//
 // The types hold what the file holds, as strings where the file has
 // strings ("10.1.0.1/24", "100ms", "aes128gcm16"): Encode checks nothing
 // of their meaning, which is ParseGateway's business. Every key is

@@ -650,9 +650,11 @@ func TestGatewayCheckEngines(t *testing.T) {
 
 func FuzzParseGateway(f *testing.F) {
 	files, _ := filepath.Glob("testdata/gateway*.toml")
-	files = append(files, "../examples/gateway-a.toml", "../examples/gateway-b.toml")
+	examples, _ := filepath.Glob("../examples/*.toml")
+	files = append(files, examples...)
 	addSeeds(f, files, []string{
 		"",
+		raDoc,
 		tun1 + sas1,
 		tun1 + tun2 + sas1 + sas2,
 		"[[tunnel]]\n[[policy]]\n[[sa]]\n[udp]\n[rawesp]\n[tun]\n[gateway]\n",
@@ -675,7 +677,60 @@ func FuzzParseGateway(f *testing.F) {
 			return
 		}
 		checkGatewayInvariants(t, g)
+		checkRoundTrip(t, g)
 	})
+}
+
+// checkRoundTrip checks that g, written back by the rule tables'
+// encoder, parses to g again.
+func checkRoundTrip(t *testing.T, g *Gateway) {
+	t.Helper()
+	if g.HA != nil && (g.HA.Preference == 0 || slices.ContainsFunc(g.HA.Groups, func(h HAGroup) bool { return h.Preference == 0 })) {
+		return // File leaves a preference of 0 out
+	}
+	text, err := g.ToFile().Encode()
+	if err != nil {
+		t.Fatalf("ToFile().Encode(): %v", err)
+	}
+	g2, err := ParseGateway(g.File, text)
+	if err != nil {
+		t.Fatalf("the written configuration does not parse: %v\n%s", err, text)
+	}
+	if a, b := emptyAsNil(withoutPositions(g)), emptyAsNil(withoutPositions(g2)); !reflect.DeepEqual(a, b) {
+		t.Fatalf("round trip differs:\n got %+v\nwant %+v\n%s", b, a, text)
+	}
+}
+
+// emptyAsNil makes the empty slices and maps of g nil: the file says the
+// same with "addresses = []" as with no addresses.
+func emptyAsNil(g *Gateway) *Gateway {
+	var walk func(v reflect.Value)
+	walk = func(v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer:
+			if !v.IsNil() {
+				walk(v.Elem())
+			}
+		case reflect.Struct:
+			for i := range v.NumField() {
+				if v.Type().Field(i).IsExported() {
+					walk(v.Field(i))
+				}
+			}
+		case reflect.Slice, reflect.Map:
+			if v.Len() == 0 {
+				v.Set(reflect.Zero(v.Type()))
+				return
+			}
+			if v.Kind() == reflect.Slice {
+				for i := range v.Len() {
+					walk(v.Index(i))
+				}
+			}
+		}
+	}
+	walk(reflect.ValueOf(g))
+	return g
 }
 
 // checkGatewayInvariants checks what ParseGateway promises of a Gateway it
@@ -687,7 +742,11 @@ func checkGatewayInvariants(t *testing.T, g *Gateway) {
 		t.Fatalf("invalid [gateway] or [tun] accepted: %+v", g)
 	}
 	if len(g.Tunnels) == 0 {
-		checkTLSOnlyInvariants(t, g)
+		if g.IKEOnly() || g.EmptyIPsec() {
+			checkTLSInvariants(t, g)
+		} else {
+			checkTLSOnlyInvariants(t, g)
+		}
 		return
 	}
 	checkTLSInvariants(t, g)

@@ -5,7 +5,7 @@ package config
 // read, checked and written back), where it goes in the model, and its
 // default:
 //
-//	field("rekey_bytes", count("bytes"), 0, func(c *Child) *uint64 { return &c.RekeyBytes }),
+//	field("rekey_bytes", count("bytes", ""), 0, func(c *Child) *uint64 { return &c.RekeyBytes }),
 //
 // The decoder reads a table by its section's rules, reporting unknown and
 // missing keys from the same list; the encoder (Connection.ToFile and its
@@ -98,6 +98,8 @@ type section[T any] struct {
 	index map[string]int
 }
 
+// newSection makes the section of rules, whose File type is file. The
+// rules' order is the keys' order in messages and in the encoded text.
 func newSection[T any](file reflect.Type, rules ...rule[T]) *section[T] {
 	s := &section[T]{file: file, rules: rules, index: make(map[string]int, len(rules))}
 	for i, r := range rules {
