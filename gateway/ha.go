@@ -648,43 +648,6 @@ func (g *Gateway) HAStandbyUp() bool {
 	return false
 }
 
-// dropGroupChildren takes out the tunnels of the group's IKE children
-// after their IKE SAs were released: the new owner installs them.
-func (g *Gateway) dropGroupChildren(grp *haGroup) {
-	s := &g.ike
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, ch := range s.children {
-		if g.ha.groupOf(ch.conn.Local) != grp {
-			continue
-		}
-		ch.dropHeld()
-		ch.cur = nil
-		ch.draining = nil
-		g.store.RemoveTunnel(name)
-	}
-}
-
-// kickGroup initiates the group's children with start_action = start
-// that have no Child SA (a takeover with nothing to adopt, or a member
-// alone at start).
-func (g *Gateway) kickGroup(grp *haGroup) {
-	s := &g.ike
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g.initiateGroupsLocked(func(ch *ikeChild) bool {
-		return ch.child.StartAction == config.StartStart && ch.cur == nil && g.ha.groupOf(ch.conn.Local) == grp
-	})
-}
-
-// ikeEndpoint returns the IKE endpoint, or nil.
-func (g *Gateway) ikeEndpoint() *ike.Endpoint {
-	s := &g.ike
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ep
-}
-
 // listenUDP binds a UDP socket to a; with freebind, also while a is not
 // (yet) an address of this host.
 func listenUDP(a netip.AddrPort, freebind bool) (*net.UDPConn, error) {
