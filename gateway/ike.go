@@ -180,7 +180,8 @@ func ikePolicies(cfg *config.Gateway) []ike.ChildPolicy {
 		c := &cfg.Connections[i]
 		for j := range c.Children {
 			ch := &c.Children[j]
-			pol := ike.ChildPolicy{Peer: c.Name, Child: ch.Name}
+			pol := ike.ChildPolicy{Peer: c.Name, Child: ch.Name, RekeyBytes: ch.RekeyBytes, LifeBytes: ch.LifeBytes,
+				RekeyPackets: ch.RekeyPackets, LifePackets: ch.LifePackets}
 			switch ch.StartAction {
 			case config.StartStart:
 				pol.Start = ike.StartStart
@@ -512,9 +513,10 @@ func (g *Gateway) reloadIKE(next *config.Gateway, regrouped map[string]bool, not
 	}
 	if ctl != nil {
 		db := g.store.Load()
+		// A child stays if next has it and the connection it was of.
 		keep := func(name string) bool {
-			conn, nc := next.ChildRef(name)
-			return nc != nil && conn != nil && next.Connection(conn.Name) != nil && g.ikeChildConn(name) == conn.Name
+			_, nc := next.ChildRef(name)
+			return nc != nil && next.Connection(g.ikeChildConn(name)) != nil
 		}
 		had := map[string]bool{}
 		for _, st := range ctl.Children() {

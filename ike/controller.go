@@ -63,22 +63,9 @@ type ChildPolicy struct {
 	// RekeyBytes and RekeyPackets rekey a pair whose inbound or outbound
 	// SA carried that much (swanctl's rekey_bytes, rekey_packets);
 	// LifeBytes and LifePackets delete it (life_bytes, life_packets). 0
-	// is no limit, but a life limit of 0 under a rekey limit is the rekey
-	// limit plus 10% (swanctl's default); one below its rekey limit is
-	// raised to it.
+	// is no limit. swanctl's default life, the rekey limit plus 10%, is
+	// the caller's to apply (package config does).
 	RekeyBytes, LifeBytes, RekeyPackets, LifePackets uint64
-}
-
-// lifeLimit is swanctl's life limit for rekey and life: life if set (at
-// least rekey), else rekey plus 10%, else none.
-func lifeLimit(rekey, life uint64) uint64 {
-	if life == 0 && rekey > 0 {
-		return rekey + rekey/10
-	}
-	if life > 0 && life < rekey {
-		return rekey
-	}
-	return life
 }
 
 // Traffic is what the SAs of one pair carried: the inbound SA's opened
@@ -849,9 +836,8 @@ func (c *Controller) checkLimits() {
 	for _, d := range cur {
 		t := c.dp.Traffic(d.name, d.sa)
 		pkts, bytes := max(t.PacketsIn, t.PacketsOut), max(t.BytesIn, t.BytesOut)
-		lifeP, lifeB := lifeLimit(d.pol.RekeyPackets, d.pol.LifePackets), lifeLimit(d.pol.RekeyBytes, d.pol.LifeBytes)
 		switch {
-		case (lifeP > 0 && pkts >= lifeP) || (lifeB > 0 && bytes >= lifeB):
+		case (d.pol.LifePackets > 0 && pkts >= d.pol.LifePackets) || (d.pol.LifeBytes > 0 && bytes >= d.pol.LifeBytes):
 			c.expire(ep, d.name, d.sa, pkts, bytes)
 		case t.SeqLimit || (d.pol.RekeyPackets > 0 && pkts >= d.pol.RekeyPackets) || (d.pol.RekeyBytes > 0 && bytes >= d.pol.RekeyBytes):
 			// A rekey already under way makes it do nothing.
