@@ -129,6 +129,11 @@ type ControllerConfig struct {
 	// InitiateTimeout bounds an initiation of the Controller's own
 	// (default 1 minute).
 	InitiateTimeout time.Duration
+	// RetryDelay is how long after a failed initiation of its own the
+	// Controller tries a child that starts again (default 10s); the delay
+	// doubles with each failure in a row, up to MaxRetryDelay (default
+	// 5 minutes).
+	RetryDelay, MaxRetryDelay time.Duration
 	// Log receives events; nil discards.
 	Log *slog.Logger
 }
@@ -165,6 +170,11 @@ type ctlChild struct {
 	busy     bool
 	lastTry  time.Time
 	lastErr  string
+	// retryAt is when a child that starts, whose last initiation of
+	// ours failed, is tried again (zero: not); backoff the delay that
+	// was.
+	retryAt time.Time
+	backoff time.Duration
 	// terminated: Terminate asked; no initiation of ours until Initiate.
 	terminated bool
 }
@@ -200,6 +210,12 @@ func NewController(cfg ControllerConfig) *Controller {
 	}
 	if cfg.InitiateTimeout <= 0 {
 		cfg.InitiateTimeout = time.Minute
+	}
+	if cfg.RetryDelay <= 0 {
+		cfg.RetryDelay = 10 * time.Second
+	}
+	if cfg.MaxRetryDelay <= 0 {
+		cfg.MaxRetryDelay = 5 * time.Minute
 	}
 	log := cfg.Log
 	if log == nil {
@@ -412,9 +428,13 @@ func (c *Controller) initiateLocked(ch *ctlChild, then ...*ctlChild) {
 			x.busy = false
 			if err != nil {
 				x.lastErr = err.Error()
-				c.log.Warn("IKE initiation failed", "connection", x.pol.Peer, "child", x.pol.Child, "err", err)
+				if x.pol.Start == StartStart && !x.terminated && c.ep == ep {
+					x.backoff = min(max(2*x.backoff, c.cfg.RetryDelay), c.cfg.MaxRetryDelay)
+					x.retryAt = time.Now().Add(x.backoff)
+				}
+				c.log.Warn("IKE initiation failed", "connection", x.pol.Peer, "child", x.pol.Child, "err", err, "retry_in", x.backoff)
 			} else {
-				x.lastErr = ""
+				x.lastErr, x.retryAt, x.backoff = "", time.Time{}, 0
 			}
 			c.mu.Unlock()
 		}
@@ -484,7 +504,7 @@ func (c *Controller) Terminate(ctx context.Context, peer string) error {
 	for _, ch := range c.children {
 		if ch.pol.Peer == peer {
 			found = true
-			ch.terminated = true
+			ch.terminated, ch.retryAt = true, time.Time{}
 			if ch.cur != nil && (cur == nil || ch.index == 0) {
 				cur = ch.cur
 			}
@@ -719,6 +739,7 @@ func (c *Controller) onChildSA(gen uint64, sa *ChildSA) {
 		c.dp.Retire(name, prev)
 	}
 	ch.cur, ch.gen, ch.since, ch.lastErr, ch.expiring = sa, gen, time.Now(), "", nil
+	ch.retryAt, ch.backoff = time.Time{}, 0
 	c.log.Info("IKE child SA installed", "child", name, "in_spi", ESPSPI(sa.InSPI), "out_spi", ESPSPI(sa.OutSPI),
 		"suite", sa.Suite, "esn", sa.ESN, "encap", sa.Encap, "remote", sa.Remote)
 }
@@ -805,7 +826,24 @@ func (c *Controller) loop() {
 			}
 			c.mu.Unlock()
 		case <-tick.C:
+			c.retry()
 			c.checkLimits()
+		}
+	}
+}
+
+// retry initiates again the children whose retry is due.
+func (c *Controller) retry() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for _, ch := range c.children {
+		if ch.retryAt.IsZero() || now.Before(ch.retryAt) {
+			continue
+		}
+		ch.retryAt = time.Time{}
+		if ch.cur == nil && !ch.busy && !ch.terminated {
+			c.initiateLocked(ch)
 		}
 	}
 }

@@ -190,7 +190,7 @@ func ctlPair(t *testing.T, pols ...ChildPolicy) (a, b *ctlSide) {
 		}
 		s := &ctlSide{dp: newFakeDP(), peer: p, tr: tr}
 		s.ctl = NewController(ControllerConfig{DataPlane: s.dp, CheckInterval: 5 * time.Millisecond, TrapHoldDown: 50 * time.Millisecond,
-			InitiateTimeout: 5 * time.Second})
+			InitiateTimeout: 5 * time.Second, RetryDelay: 20 * time.Millisecond})
 		cfg := Config{Peers: []*Peer{p}, Port: port, NATTPort: port + 1, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 3}
 		if s.ep, err = s.ctl.Open(cfg, tr, pols); err != nil {
 			t.Fatal(err)
@@ -242,6 +242,32 @@ func TestControllerStart(t *testing.T) {
 	}
 	if n := len(a.ep.IKESAs()); n != 1 {
 		t.Errorf("%d IKE SAs, want the children on one", n)
+	}
+}
+
+// TestControllerRetry: a child that starts, whose initiation failed (the
+// peer refused its key), is tried again with backoff until it is up; one
+// that does not start is not.
+func TestControllerRetry(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart}, ChildPolicy{Peer: "to-b", Child: "more"})
+	_, wrong := ctlPeers(t)
+	wrong.PSK = []byte("not the secret")
+	bpols := []ChildPolicy{{Peer: "to-a", Child: "net"}, {Peer: "to-a", Child: "more"}}
+	if err := b.ctl.Reload([]*Peer{wrong}, bpols, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	waitFor(t, func() bool { return a.status("net").LastErr != "" })
+	_, right := ctlPeers(t)
+	if err := b.ctl.Reload([]*Peer{right}, bpols, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	a.waitUp(t, "net")
+	if st := a.status("net"); st.LastErr != "" {
+		t.Errorf("the error stays after the retry succeeded: %+v", st)
+	}
+	if a.dp.sending("more") != nil || a.status("more").Busy {
+		t.Error("a child that does not start was initiated")
 	}
 }
 
