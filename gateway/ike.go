@@ -597,12 +597,14 @@ func (g *Gateway) reloadPeers(next *config.Gateway, regrouped map[string]bool, n
 		return err
 	}
 	nextConns := stripConnPos(next.Connections)
+	pols := ikePolicies(next)
 	for i := range next.Connections {
 		name := next.Connections[i].Name
 		p, sg, k, err := g.ikePeer(next, i)
 		if err != nil {
 			return fail(err)
 		}
+		ike.SetDPDActions([]*ike.Peer{p}, pols) // as the running peers have it
 		cr := ikeCred{p, sg, k}
 		old, had := oldCreds[name]
 		oc, ok := oldConns[name]
@@ -625,7 +627,7 @@ func (g *Gateway) reloadPeers(next *config.Gateway, regrouped map[string]bool, n
 		peers = append(peers, cr.peer)
 	}
 	s.dp.setConfig(next.Connections)
-	if err := ctl.Reload(peers, ikePolicies(next), func(peer string) bool { return kept[peer] }); err != nil {
+	if err := ctl.Reload(peers, pols, func(peer string) bool { return kept[peer] }); err != nil {
 		s.mu.Lock()
 		conns := s.conns
 		s.mu.Unlock()

@@ -258,7 +258,7 @@ func (c *Controller) Prepare(cfg *Config, children []ChildPolicy) {
 	for _, p := range cfg.Peers {
 		c.peers[p.Name] = p
 	}
-	setDPDActions(cfg.Peers, children)
+	SetDPDActions(cfg.Peers, children)
 	old := c.children
 	c.children = map[string]*ctlChild{}
 	for _, pol := range children {
@@ -284,9 +284,12 @@ func (c *Controller) Prepare(cfg *Config, children []ChildPolicy) {
 	cfg.ESPSent = c.espSent
 }
 
-// setDPDActions restarts a peer with a Remote address whose IKE_AUTH
-// child starts with the Controller, when it dies.
-func setDPDActions(peers []*Peer, children []ChildPolicy) {
+// SetDPDActions sets the DPDAction of each of peers as a Controller that
+// runs children does (Prepare, Reload): ActionRestart for a peer with a
+// Remote address whose IKE_AUTH child starts. A caller that compares new
+// peers with running ones (Peer.RotatesPSK) calls it on the new ones
+// first.
+func SetDPDActions(peers []*Peer, children []ChildPolicy) {
 	for _, p := range peers {
 		for _, pol := range children {
 			if pol.Peer == p.Name && pol.Child == p.ChildName && pol.Start == StartStart && p.Remote.IsValid() {
@@ -559,7 +562,7 @@ func (c *Controller) Reload(peers []*Peer, children []ChildPolicy, kept func(pee
 	if ep == nil {
 		return errors.New("ike: the controller has no endpoint")
 	}
-	setDPDActions(peers, children)
+	SetDPDActions(peers, children)
 	c.mu.Lock()
 	wasUp := map[string]bool{}
 	for name, ch := range c.children {
