@@ -256,7 +256,7 @@ func (d *ikeDataPlane) Retire(name string, c *ike.ChildSA) {
 
 // Down removes the child's tunnel; with trap, one without SAs takes its
 // place.
-func (d *ikeDataPlane) Down(name string, trap bool) {
+func (d *ikeDataPlane) Down(name string, _ *ike.ChildSA, trap bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if tn := d.tunnels[name]; tn != nil {

@@ -97,9 +97,13 @@ type DataPlane interface {
 	// SA keeps taking the peer's packets in flight for a while, then
 	// goes; its outbound SA, if still held, ends.
 	Retire(child string, c *ChildSA)
-	// Down removes the child's tunnel and all of its SAs. With trap, a
-	// tunnel without SAs stays in its place (Trap).
-	Down(child string, trap bool)
+	// Down removes the child's tunnel and all of its SAs; last, if not
+	// nil, is the pair the tunnel sent with, gone with it. With trap, a
+	// tunnel without SAs stays in its place (Trap). Each pair Install
+	// put in service leaves it once: by Retire, or as Down's last, or
+	// with a Down of its child that names no pair (the child is
+	// removed, or its IKE SAs handed elsewhere: Drop).
+	Down(child string, last *ChildSA, trap bool)
 	// Trap installs the child's tunnel without SAs, unless it has one:
 	// packets routed into it are dropped, and reported with
 	// Controller.Trap.
@@ -315,9 +319,9 @@ func (c *Controller) newChildLocked(pol ChildPolicy) *ctlChild {
 // forgetLocked takes down the tunnels of old's children that are no
 // children any more. c.mu is held.
 func (c *Controller) forgetLocked(old map[string]*ctlChild) {
-	for name := range old {
+	for name, o := range old {
 		if c.children[name] == nil {
-			c.dp.Down(name, false)
+			c.dp.Down(name, o.cur, false)
 		}
 	}
 }
@@ -543,8 +547,9 @@ func (c *Controller) Drop(want func(ChildStatus) bool) {
 		if !want(ch.status()) {
 			continue
 		}
+		last := ch.cur
 		ch.cur, ch.held, ch.expiring = nil, nil, nil
-		c.dp.Down(ch.pol.Child, false)
+		c.dp.Down(ch.pol.Child, last, false)
 	}
 }
 
@@ -630,10 +635,12 @@ func (c *Controller) Remove(keep func(child string) bool, timeout time.Duration)
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, name := range names {
+		var last *ChildSA
 		if ch := c.children[name]; ch != nil {
+			last = ch.cur
 			ch.cur, ch.held, ch.expiring = nil, nil, nil
 		}
-		c.dp.Down(name, false)
+		c.dp.Down(name, last, false)
 	}
 	slices.Sort(names)
 	return names
@@ -791,7 +798,7 @@ func (c *Controller) onDelete(gen uint64, sa *ChildSA) {
 // held.
 func (c *Controller) downLocked(ch *ctlChild, sa *ChildSA) {
 	ch.cur, ch.held, ch.expiring = nil, nil, nil
-	c.dp.Down(ch.pol.Child, ch.pol.Start == StartTrap)
+	c.dp.Down(ch.pol.Child, sa, ch.pol.Start == StartTrap)
 	c.log.Info("IKE child SA deleted; tunnel down", "child", ch.pol.Child, "out_spi", ESPSPI(sa.OutSPI))
 }
 

@@ -65,7 +65,7 @@ func (d *fakeDP) Retire(child string, c *ChildSA) {
 	d.retired = append(d.retired, c)
 }
 
-func (d *fakeDP) Down(child string, trap bool) {
+func (d *fakeDP) Down(child string, _ *ChildSA, trap bool) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if c := d.out[child]; c != nil {
