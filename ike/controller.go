@@ -904,7 +904,9 @@ type childDeleter interface {
 
 // expire deletes sa, past its life limit, in a goroutine of its own: by
 // itself where the Endpoint can delete one Child SA (childDeleter), else
-// with its IKE SA.
+// with its IKE SA; then the peer's other children that had a pair, gone
+// with that IKE SA, are negotiated again (not sa's child, unless it comes
+// with them in IKE_AUTH).
 func (c *Controller) expire(ep *Endpoint, name string, sa *ChildSA, pkts, bytes uint64) {
 	c.mu.Lock()
 	ch := c.children[name]
@@ -913,6 +915,12 @@ func (c *Controller) expire(ep *Endpoint, name string, sa *ChildSA, pkts, bytes 
 		return
 	}
 	ch.expiring = sa
+	var others []string
+	for n, o := range c.children {
+		if n != name && o.pol.Peer == ch.pol.Peer && o.cur != nil {
+			others = append(others, n)
+		}
+	}
 	c.mu.Unlock()
 	c.log.Info("IKE child SA reached its life limit; deleting it", "child", name, "in_spi", ESPSPI(sa.InSPI),
 		"packets", pkts, "bytes", bytes)
@@ -921,14 +929,20 @@ func (c *Controller) expire(ep *Endpoint, name string, sa *ChildSA, pkts, bytes 
 		defer c.wg.Done()
 		ctx, cancel := context.WithTimeout(context.Background(), c.cfg.InitiateTimeout)
 		defer cancel()
+		d, one := any(ep).(childDeleter)
 		var err error
-		if d, ok := any(ep).(childDeleter); ok {
+		if one {
 			err = d.DeleteChild(ctx, sa)
 		} else {
 			err = ep.Delete(ctx, sa)
 		}
 		if err != nil {
 			c.log.Warn("IKE child SA at its life limit not deleted", "child", name, "err", err)
+		}
+		if !one && len(others) > 0 {
+			c.Start(func(st ChildStatus) bool {
+				return slices.Contains(others, st.Child) && st.Pair == nil && !st.Terminated
+			})
 		}
 	}()
 }

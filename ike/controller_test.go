@@ -384,6 +384,27 @@ func TestControllerLifeLimits(t *testing.T) {
 	}
 }
 
+// TestControllerLifeLimitOthers: the Endpoint deletes a Child SA with
+// its IKE SA (it cannot delete one alone), so a child past its life
+// limit takes the peer's other children down with it: those that had a
+// pair are negotiated again.
+func TestControllerLifeLimitOthers(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart}, ChildPolicy{Peer: "to-b", Child: "more", LifePackets: 10})
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	net1 := a.waitUp(t, "net")
+	a.ctl.Start(func(st ChildStatus) bool { return st.Child == "more" })
+	more := a.waitUp(t, "more")
+	if n := len(a.ep.IKESAs()); n != 1 {
+		t.Fatalf("%d IKE SAs, want both children on one", n)
+	}
+	a.dp.count(more, Traffic{PacketsOut: 10})
+	waitFor(t, func() bool { c := a.dp.sending("net"); return c != nil && c != net1 })
+	waitFor(t, func() bool { c := b.dp.sending("net"); return c != nil && c.InSPI == a.dp.sending("net").OutSPI })
+	if c := a.dp.sending("more"); c != nil {
+		t.Errorf("the expired child is up again: %#x", c.InSPI)
+	}
+}
+
 // TestControllerReload: a reload keeps the pair of an unchanged peer,
 // negotiates again the children of a changed one that were up, takes
 // the tunnels of removed children down, and installs the traps of new
