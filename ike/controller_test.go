@@ -414,11 +414,12 @@ func TestControllerReload(t *testing.T) {
 	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
 	first := a.waitUp(t, "net")
 
-	// Unchanged: the same pair.
-	same, _ := ctlPeers(t)
-	if err := a.ctl.Reload([]*Peer{same}, []ChildPolicy{{Peer: "to-b", Child: "net", Start: StartStart}}, func(string) bool { return true }); err != nil {
+	// Unchanged (the same *Peer, as SetPeers tells them apart): the same
+	// pair, also once the endpoint is done with the reload.
+	if err := a.ctl.Reload([]*Peer{a.peer}, []ChildPolicy{{Peer: "to-b", Child: "net", Start: StartStart}}, func(string) bool { return true }); err != nil {
 		t.Fatal(err)
 	}
+	a.dp.settle(t)
 	if a.dp.sending("net") != first || a.status("net").Pair != first {
 		t.Fatal("an unchanged peer lost its pair")
 	}
