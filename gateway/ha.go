@@ -14,8 +14,8 @@ package gateway
 // A takeover (Acquire, not planned) resumes the group's SAs above the
 // replicated bounds under fresh AEAD IV epochs (esp.SA.Resume), adopts the
 // IKE SAs with their SPIs and message IDs (ike.Endpoint.Adopt, whose Child
-// SAs come back through the ike.Controller into ikeDataPlane.Install and start at their bounds), then moves
-// the virtual addresses here and announces them (ha/vip), and runs the
+// SAs come back through the ike.Controller into ikeDataPlane.Install and
+// start at their bounds), then moves the virtual addresses here and announces them (ha/vip), and runs the
 // hook. A planned handover (Release on one member, Acquire planned on the
 // other) does the same with exact sequence state.
 
@@ -330,8 +330,8 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 		}
 		hs.lease.Grant(st.Bounds[hs.key])
 	}
-	// The IKE SAs, with their Child SAs (ikeDataPlane.Install installs them, leased
-	// at their bounds through pending).
+	// The IKE SAs, with their Child SAs (ikeDataPlane.Install installs
+	// them, leased at their bounds through pending).
 	adopted := 0
 	if ep := g.ikeEndpoint(); ep != nil {
 		keys := make([]string, 0, len(snaps))
