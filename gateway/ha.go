@@ -15,8 +15,8 @@ package gateway
 // replicated bounds under fresh AEAD IV epochs (esp.SA.Resume), adopts the
 // IKE SAs with their SPIs and message IDs (ike.Endpoint.Adopt, whose Child
 // SAs come back through the ike.Controller into ikeDataPlane.Install and
-// start at their bounds), then moves the virtual addresses here and announces them (ha/vip), and runs the
-// hook. A planned handover (Release on one member, Acquire planned on the
+// start at their bounds), then moves the virtual addresses here and
+// announces them (ha/vip), and runs the hook. A planned handover (Release on one member, Acquire planned on the
 // other) does the same with exact sequence state.
 
 import (
