@@ -16,8 +16,9 @@ package gateway
 // IKE SAs with their SPIs and message IDs (ike.Endpoint.Adopt, whose Child
 // SAs come back through the ike.Controller into ikeDataPlane.Install and
 // start at their bounds), then moves the virtual addresses here and
-// announces them (ha/vip), and runs the hook. A planned handover (Release on one member, Acquire planned on the
-// other) does the same with exact sequence state.
+// announces them (ha/vip), and runs the hook. A planned handover
+// (Release on one member, Acquire planned on the other) does the same with
+// exact sequence state.
 
 import (
 	"context"
