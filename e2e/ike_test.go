@@ -41,7 +41,10 @@ type connConfig struct {
 	Start             string
 	ChildRekeyTime    string
 	ChildLifeTime     string
-	More              []connChild // further children
+	// ChildRekeyPackets and ChildLifePackets are the child's
+	// rekey_packets and life_packets (0: left out).
+	ChildRekeyPackets, ChildLifePackets int64
+	More                                []connChild // further children
 }
 
 // connChild is a further [[connection.children]] table.
@@ -60,7 +63,8 @@ func (c *connConfig) file() (config.FileConnection, []config.FileSecret) {
 		Local:  config.FileAuth{Auth: auth, ID: c.LocalID, Certs: c.Certs},
 		Remote: config.FileAuth{Auth: auth, ID: c.RemoteID, CACerts: c.CACerts},
 		Children: []config.FileChild{{Name: c.Child, LocalTS: strs(c.LocalTS), RemoteTS: strs(c.RemoteTS),
-			ESPProposals: c.ESP, StartAction: c.Start, RekeyTime: c.ChildRekeyTime, LifeTime: c.ChildLifeTime}},
+			ESPProposals: c.ESP, StartAction: c.Start, RekeyTime: c.ChildRekeyTime, LifeTime: c.ChildLifeTime,
+			RekeyPackets: c.ChildRekeyPackets, LifePackets: c.ChildLifePackets}},
 	}
 	if c.Remote.IsValid() {
 		fc.RemoteAddrs = []string{c.Remote.String()}

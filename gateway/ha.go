@@ -14,10 +14,11 @@ package gateway
 // A takeover (Acquire, not planned) resumes the group's SAs above the
 // replicated bounds under fresh AEAD IV epochs (esp.SA.Resume), adopts the
 // IKE SAs with their SPIs and message IDs (ike.Endpoint.Adopt, whose Child
-// SAs come back through onChildSA and start at their bounds), then moves
-// the virtual addresses here and announces them (ha/vip), and runs the
-// hook. A planned handover (Release on one member, Acquire planned on the
-// other) does the same with exact sequence state.
+// SAs come back through the ike.Controller into ikeDataPlane.Install and
+// start at their bounds), then moves the virtual addresses here and
+// announces them (ha/vip), and runs the hook. A planned handover
+// (Release on one member, Acquire planned on the other) does the same with
+// exact sequence state.
 
 import (
 	"context"
@@ -330,8 +331,8 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 		}
 		hs.lease.Grant(st.Bounds[hs.key])
 	}
-	// The IKE SAs, with their Child SAs (onChildSA installs them, leased
-	// at their bounds through pending).
+	// The IKE SAs, with their Child SAs (ikeDataPlane.Install installs
+	// them, leased at their bounds through pending).
 	adopted := 0
 	if ep := g.ikeEndpoint(); ep != nil {
 		keys := make([]string, 0, len(snaps))
@@ -646,43 +647,6 @@ func (g *Gateway) HAStandbyUp() bool {
 		}
 	}
 	return false
-}
-
-// dropGroupChildren takes out the tunnels of the group's IKE children
-// after their IKE SAs were released: the new owner installs them.
-func (g *Gateway) dropGroupChildren(grp *haGroup) {
-	s := &g.ike
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	for name, ch := range s.children {
-		if g.ha.groupOf(ch.conn.Local) != grp {
-			continue
-		}
-		ch.dropHeld()
-		ch.cur = nil
-		ch.draining = nil
-		g.store.RemoveTunnel(name)
-	}
-}
-
-// kickGroup initiates the group's children with start_action = start
-// that have no Child SA (a takeover with nothing to adopt, or a member
-// alone at start).
-func (g *Gateway) kickGroup(grp *haGroup) {
-	s := &g.ike
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	g.initiateGroupsLocked(func(ch *ikeChild) bool {
-		return ch.child.StartAction == config.StartStart && ch.cur == nil && g.ha.groupOf(ch.conn.Local) == grp
-	})
-}
-
-// ikeEndpoint returns the IKE endpoint, or nil.
-func (g *Gateway) ikeEndpoint() *ike.Endpoint {
-	s := &g.ike
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ep
 }
 
 // listenUDP binds a UDP socket to a; with freebind, also while a is not

@@ -12,13 +12,19 @@ import (
 	"github.com/sluicegw/sluice/sad"
 )
 
-// holdBed is a gateway with one IKE child and no endpoint: the tests call
-// its OnChildSA and OnDelete callbacks as an endpoint would.
+// holdBed is a gateway with one IKE child and a Controller without an
+// endpoint: the tests call the OnChildSA and OnDelete callbacks the
+// Controller gave the endpoint's configuration (up, down), as an
+// endpoint would.
 type holdBed struct {
 	t   *testing.T
 	g   *Gateway
+	ec  ike.Config
 	spi uint32
 }
+
+func (b *holdBed) up(c *ike.ChildSA)   { b.ec.OnChildSA(c) }
+func (b *holdBed) down(c *ike.ChildSA) { b.ec.OnDelete(c) }
 
 func newHoldBed(t *testing.T) *holdBed {
 	old := DrainTime
@@ -29,9 +35,14 @@ func newHoldBed(t *testing.T) *holdBed {
 	t.Cleanup(g.store.Close)
 	conn := &config.Connection{Name: "peer", Local: netip.MustParseAddr("192.0.2.1"), Remote: netip.MustParseAddr("192.0.2.2"),
 		Children: []config.Child{{Name: "net", RemoteTS: []netip.Prefix{netip.MustParsePrefix("10.2.0.0/24")}}}}
-	g.ike.gen = 1
-	g.ike.children = map[string]*ikeChild{"net": {conn: conn, child: &conn.Children[0]}}
-	return &holdBed{t: t, g: g, spi: 0x1000}
+	b := &holdBed{t: t, g: g, spi: 0x1000}
+	ctl := g.controller()
+	t.Cleanup(func() { ctl.Close(time.Second) })
+	g.ike.dp.setConfig([]config.Connection{*conn})
+	b.ec.Peers = []*ike.Peer{{Name: "peer", ChildName: "net", Local: conn.Local, Remote: conn.Remote}}
+	ctl.Prepare(&b.ec, []ike.ChildPolicy{{Peer: "peer", Child: "net"}})
+	ctl.Attach(nil)
+	return b
 }
 
 // pair makes a negotiated pair of new SPIs.
@@ -55,18 +66,25 @@ func (b *holdBed) check(what string, out *ike.ChildSA, in ...*ike.ChildSA) {
 			b.t.Fatalf("%s: inbound SA %#x not in the tunnel", what, c.InSPI)
 		}
 	}
-	b.g.ike.mu.Lock()
-	cur := b.g.ike.children["net"].cur
-	b.g.ike.mu.Unlock()
+	var cur *ike.ChildSA
+	for _, st := range b.g.ike.ctl.Children() {
+		if st.Child == "net" {
+			cur = st.Pair
+		}
+	}
 	if cur != out {
 		b.t.Fatalf("%s: the child's current pair is %+v, want the one sending", what, cur)
 	}
 }
 
 func (b *holdBed) held() *ike.ChildSA {
-	b.g.ike.mu.Lock()
-	defer b.g.ike.mu.Unlock()
-	return b.g.ike.children["net"].held
+	d := b.g.ike.dp
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if tn := d.tunnels["net"]; tn != nil {
+		return tn.held
+	}
+	return nil
 }
 
 // TestIKEHoldOutbound: a pair the peer's rekey made (HoldOutbound) takes
@@ -77,12 +95,12 @@ func TestIKEHoldOutbound(t *testing.T) {
 	t.Run("peer rekeys", func(t *testing.T) {
 		b := newHoldBed(t)
 		old := b.pair(false)
-		b.g.onChildSA(1, old)
+		b.up(old)
 		b.check("first pair", old, old)
 		next := b.pair(true)
-		b.g.onChildSA(1, next)
+		b.up(next)
 		b.check("held", old, old, next)
-		b.g.onChildDelete(1, old)
+		b.down(old)
 		b.check("the peer deleted the old pair", next, next)
 		if b.held() != nil {
 			t.Fatal("a pair still held")
@@ -91,13 +109,13 @@ func TestIKEHoldOutbound(t *testing.T) {
 	t.Run("collision won by us", func(t *testing.T) {
 		b := newHoldBed(t)
 		old := b.pair(false)
-		b.g.onChildSA(1, old)
+		b.up(old)
 		theirs, ours := b.pair(true), b.pair(false)
-		b.g.onChildSA(1, theirs)
-		b.g.onChildSA(1, ours)
+		b.up(theirs)
+		b.up(ours)
 		b.check("both made", ours, old, theirs, ours)
-		b.g.onChildDelete(1, old)    // we delete the old pair
-		b.g.onChildDelete(1, theirs) // the peer deletes its redundant one
+		b.down(old)    // we delete the old pair
+		b.down(theirs) // the peer deletes its redundant one
 		b.check("after the deletes", ours, ours)
 		if b.held() != nil {
 			t.Fatal("the peer's redundant pair still held")
@@ -106,13 +124,13 @@ func TestIKEHoldOutbound(t *testing.T) {
 	t.Run("collision won by the peer", func(t *testing.T) {
 		b := newHoldBed(t)
 		old := b.pair(false)
-		b.g.onChildSA(1, old)
+		b.up(old)
 		ours, theirs := b.pair(false), b.pair(true)
-		b.g.onChildSA(1, ours)
-		b.g.onChildSA(1, theirs)
-		b.g.onChildDelete(1, ours) // we delete our redundant pair
+		b.up(ours)
+		b.up(theirs)
+		b.down(ours) // we delete our redundant pair
 		b.check("ours deleted", theirs, theirs)
-		b.g.onChildDelete(1, old) // the peer deletes the old pair
+		b.down(old) // the peer deletes the old pair
 		b.check("after the deletes", theirs, theirs)
 	})
 }
@@ -131,11 +149,11 @@ func TestIKEPairKeepsNoState(t *testing.T) {
 		t.Fatal("the test gateway has no state directory")
 	}
 	first := b.pair(false)
-	b.g.onChildSA(1, first)
+	b.up(first)
 	b.check("first pair", first, first)
 	next := b.pair(true)
-	b.g.onChildSA(1, next)
-	b.g.onChildDelete(1, first)
+	b.up(next)
+	b.down(first)
 	b.check("rekeyed", next, next)
 	db := b.g.store.Load()
 	for _, s := range []*sad.SA{db.Tunnel("net").Out(), db.Inbound(next.InSPI), db.Inbound(first.InSPI)} {

@@ -63,7 +63,7 @@ func TestTunnelStatsAcrossRekey(t *testing.T) {
 	}
 
 	first := b.pair(false)
-	b.g.onChildSA(1, first)
+	b.up(first)
 	read("installed", 0, 0)
 	traffic(5)
 	read("first pair", 5, 5)
@@ -71,25 +71,25 @@ func TestTunnelStatsAcrossRekey(t *testing.T) {
 	// A rekey: the old outbound SA retires (and ends) at the switch.
 	traffic(2)
 	second := b.pair(false)
-	b.g.onChildSA(1, second)
+	b.up(second)
 	read("rekeyed", 7, 7)
 	traffic(4)
 	read("on the second pair", 11, 11)
-	b.g.onChildDelete(1, first)
+	b.down(first)
 	read("the first pair deleted", 11, 11)
 
 	// An SA no read has seen, ended: its counts are not lost.
 	third := b.pair(false)
-	b.g.onChildSA(1, third)
+	b.up(third)
 	traffic(3)
 	fourth := b.pair(false)
-	b.g.onChildSA(1, fourth)
-	b.g.onChildDelete(1, second)
-	b.g.onChildDelete(1, third)
+	b.up(fourth)
+	b.down(second)
+	b.down(third)
 	read("two rekeys between reads", 14, 14)
 
 	// The child goes down: its tunnel keeps its series and counts.
-	b.g.onChildDelete(1, fourth)
+	b.down(fourth)
 	read("down", 14, 14)
 	if last[0].Drops["replay"] != 4 {
 		t.Errorf("replay drops %d, want 4 (one per traffic)", last[0].Drops["replay"])

@@ -1,0 +1,493 @@
+package ike
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeDP is a data plane that keeps what a Controller installs: per
+// child the pair it sends with and a held one, the inbound SPIs in
+// service, the retired pairs and the trap tunnels; Traffic returns the
+// counters the test set (by inbound SPI).
+type fakeDP struct {
+	mu      sync.Mutex
+	out     map[string]*ChildSA
+	held    map[string]*ChildSA
+	in      map[uint32]bool
+	traps   map[string]bool
+	retired []*ChildSA
+	downs   int
+	traffic map[uint32]Traffic
+	reads   int // Traffic calls
+}
+
+func newFakeDP() *fakeDP {
+	return &fakeDP{out: map[string]*ChildSA{}, held: map[string]*ChildSA{}, in: map[uint32]bool{},
+		traps: map[string]bool{}, traffic: map[uint32]Traffic{}}
+}
+
+func (d *fakeDP) Install(child string, c *ChildSA, hold bool) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.in[c.InSPI] = true
+	delete(d.traps, child)
+	if hold {
+		d.held[child] = c
+	} else {
+		d.out[child] = c
+	}
+	return nil
+}
+
+func (d *fakeDP) Promote(child string, c *ChildSA) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.held[child] != c {
+		return errors.New("fake: not held")
+	}
+	delete(d.held, child)
+	d.out[child] = c
+	return nil
+}
+
+func (d *fakeDP) Retire(child string, c *ChildSA) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	delete(d.in, c.InSPI)
+	if d.held[child] == c {
+		delete(d.held, child)
+	}
+	d.retired = append(d.retired, c)
+}
+
+func (d *fakeDP) Down(child string, _ *ChildSA, trap bool) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if c := d.out[child]; c != nil {
+		delete(d.in, c.InSPI)
+	}
+	delete(d.out, child)
+	delete(d.held, child)
+	d.downs++
+	if trap {
+		d.traps[child] = true
+	} else {
+		delete(d.traps, child)
+	}
+}
+
+func (d *fakeDP) Trap(child string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.out[child] == nil {
+		d.traps[child] = true
+	}
+}
+
+func (d *fakeDP) Traffic(child string, c *ChildSA) Traffic {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.reads++
+	return d.traffic[c.InSPI]
+}
+
+// settle waits until the Controller read the counters a few more times:
+// what it would do about them it has done.
+func (d *fakeDP) settle(t *testing.T) {
+	t.Helper()
+	d.mu.Lock()
+	n := d.reads
+	d.mu.Unlock()
+	waitFor(t, func() bool {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		return d.reads >= n+3
+	})
+}
+
+// sending returns the pair the child's tunnel sends with.
+func (d *fakeDP) sending(child string) *ChildSA {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.out[child]
+}
+
+func (d *fakeDP) trapped(child string) bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.traps[child]
+}
+
+// count sets the counters of c's SAs.
+func (d *fakeDP) count(c *ChildSA, t Traffic) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.traffic[c.InSPI] = t
+}
+
+// ctlSide is one Endpoint on loopback UDP with its Controller.
+type ctlSide struct {
+	ctl  *Controller
+	dp   *fakeDP
+	ep   *Endpoint
+	tr   *UDPTransport
+	peer *Peer
+}
+
+var (
+	loA = netip.MustParseAddr("127.0.0.1")
+	loB = netip.MustParseAddr("127.0.0.2")
+)
+
+// ctlPeers makes the peers of A (initiator, 127.0.0.1) and B (responder,
+// 127.0.0.2), each with the child "net" in IKE_AUTH and "more" beyond it.
+func ctlPeers(t *testing.T) (*Peer, *Peer) {
+	t.Helper()
+	pfx := netip.MustParsePrefix
+	a := &Peer{Name: "to-b", Local: loA, Remote: loB, LocalID: ParseIdentity("a@example.net"), RemoteID: ParseIdentity("b.example.net"),
+		PSK: []byte("secret"), IKE: mustProps(t, ProtoIKE, "aes128gcm16-prfsha256-x25519"), ESP: mustProps(t, ProtoESP, "aes128gcm16"),
+		LocalTS: []netip.Prefix{pfx("10.1.0.0/16")}, RemoteTS: []netip.Prefix{pfx("10.2.0.0/16")}, ChildName: "net",
+		Children: []Child{{Name: "more", LocalTS: []netip.Prefix{pfx("10.11.0.0/16")}, RemoteTS: []netip.Prefix{pfx("10.12.0.0/16")}}}}
+	b := &Peer{Name: "to-a", Local: loB, LocalID: ParseIdentity("b.example.net"), RemoteID: ParseIdentity("a@example.net"),
+		PSK: []byte("secret"), IKE: a.IKE, ESP: a.ESP,
+		LocalTS: []netip.Prefix{pfx("10.2.0.0/16")}, RemoteTS: []netip.Prefix{pfx("10.1.0.0/16")}, ChildName: "net",
+		Children: []Child{{Name: "more", LocalTS: []netip.Prefix{pfx("10.12.0.0/16")}, RemoteTS: []netip.Prefix{pfx("10.11.0.0/16")}}}}
+	return a, b
+}
+
+// ctlPair runs A and B on one UDP port of 127.0.0.1 and 127.0.0.2, with
+// a Controller each: A's children have the policies pols, B's start
+// nothing.
+func ctlPair(t *testing.T, pols ...ChildPolicy) (a, b *ctlSide) {
+	t.Helper()
+	pa, pb := ctlPeers(t)
+	var ca, cb *net.UDPConn
+	var port uint16
+	for try := 0; ca == nil; try++ {
+		c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(loA, 0)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		port = uint16(c.LocalAddr().(*net.UDPAddr).Port)
+		if cb, err = net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(loB, port))); err != nil {
+			c.Close()
+			if try == 10 {
+				t.Fatal(err)
+			}
+			continue
+		}
+		ca = c
+	}
+	side := func(c *net.UDPConn, p *Peer, pols []ChildPolicy) *ctlSide {
+		tr, err := NewUDPTransport(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := &ctlSide{dp: newFakeDP(), peer: p, tr: tr}
+		s.ctl = NewController(ControllerConfig{DataPlane: s.dp, CheckInterval: 5 * time.Millisecond, TrapHoldDown: 50 * time.Millisecond,
+			InitiateTimeout: 5 * time.Second, RetryDelay: 20 * time.Millisecond})
+		cfg := Config{Peers: []*Peer{p}, Port: port, NATTPort: port + 1, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 3}
+		if s.ep, err = s.ctl.Open(cfg, tr, pols); err != nil {
+			t.Fatal(err)
+		}
+		tr.Serve(s.ep)
+		t.Cleanup(func() { s.ctl.Close(time.Second); tr.Close() })
+		return s
+	}
+	b = side(cb, pb, []ChildPolicy{{Peer: "to-a", Child: "net"}, {Peer: "to-a", Child: "more"}})
+	a = side(ca, pa, pols)
+	return a, b
+}
+
+// waitUp waits for s's child to send with a pair and returns it.
+func (s *ctlSide) waitUp(t *testing.T, child string) *ChildSA {
+	t.Helper()
+	var c *ChildSA
+	waitFor(t, func() bool { c = s.dp.sending(child); return c != nil })
+	return c
+}
+
+// status is s's Controller's status of child.
+func (s *ctlSide) status(child string) ChildStatus {
+	for _, st := range s.ctl.Children() {
+		if st.Child == child {
+			return st
+		}
+	}
+	return ChildStatus{}
+}
+
+// TestControllerStart: Start initiates the children that start, a
+// peer's IKE_AUTH child first and the next on its IKE SA; both sides
+// install mirrored pairs; DPD restarts the peer whose first child starts.
+func TestControllerStart(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart}, ChildPolicy{Peer: "to-b", Child: "more", Start: StartStart})
+	if a.peer.DPDAction != ActionRestart || b.peer.DPDAction != ActionNone {
+		t.Errorf("DPD actions %v and %v, want restart for the initiator only", a.peer.DPDAction, b.peer.DPDAction)
+	}
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	for _, child := range []string{"net", "more"} {
+		ca, cb := a.waitUp(t, child), b.waitUp(t, child)
+		if ca.InSPI != cb.OutSPI || ca.OutSPI != cb.InSPI {
+			t.Fatalf("%s: A's pair %#x/%#x, B's %#x/%#x: not mirrored", child, ca.InSPI, ca.OutSPI, cb.InSPI, cb.OutSPI)
+		}
+		if st := a.status(child); st.Pair != ca || st.Busy || st.LastErr != "" {
+			t.Errorf("%s: status %+v", child, st)
+		}
+	}
+	if n := len(a.ep.IKESAs()); n != 1 {
+		t.Errorf("%d IKE SAs, want the children on one", n)
+	}
+}
+
+// TestControllerRetry: a child that starts, whose initiation failed (the
+// peer refused its key), is tried again with backoff until it is up; one
+// that does not start is not.
+func TestControllerRetry(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart}, ChildPolicy{Peer: "to-b", Child: "more"})
+	_, wrong := ctlPeers(t)
+	wrong.PSK = []byte("not the secret")
+	bpols := []ChildPolicy{{Peer: "to-a", Child: "net"}, {Peer: "to-a", Child: "more"}}
+	if err := b.ctl.Reload([]*Peer{wrong}, bpols, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	waitFor(t, func() bool { return a.status("net").LastErr != "" })
+	_, right := ctlPeers(t)
+	if err := b.ctl.Reload([]*Peer{right}, bpols, func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	a.waitUp(t, "net")
+	if st := a.status("net"); st.LastErr != "" {
+		t.Errorf("the error stays after the retry succeeded: %+v", st)
+	}
+	if a.dp.sending("more") != nil || a.status("more").Busy {
+		t.Error("a child that does not start was initiated")
+	}
+}
+
+// TestControllerTrap: a trap child has a tunnel without SAs; a packet
+// for it (Trap) negotiates it, and it is trapped again once its pair is
+// deleted.
+func TestControllerTrap(t *testing.T) {
+	a, _ := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartTrap})
+	if !a.dp.trapped("net") {
+		t.Fatal("no trap tunnel for the trap child")
+	}
+	a.ctl.Trap("net")
+	c := a.waitUp(t, "net")
+	if err := a.ctl.Terminate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.dp.trapped("net") && a.dp.sending("net") == nil })
+	if st := a.status("net"); st.Pair != nil || !st.Terminated {
+		t.Fatalf("after Terminate: %+v (pair %v)", st, c)
+	}
+	// Terminated: its packets negotiate nothing until Initiate.
+	a.ctl.Trap("net")
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	if next := a.waitUp(t, "net"); next == c {
+		t.Fatal("the old pair again")
+	}
+	if err := a.ctl.Initiate(ctx(t), "nobody"); !errors.Is(err, ErrUnknownPeer) {
+		t.Errorf("Initiate of an unknown peer: %v", err)
+	}
+}
+
+// TestControllerRekeyLimits: a pair whose SAs reach their child's
+// rekey_packets or rekey_bytes, or near the sequence-number limit, is
+// rekeyed (make-before-break: the new pair sends, the old one retires);
+// one below every limit is not.
+func TestControllerRekeyLimits(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pol  ChildPolicy
+		over Traffic // what makes the pair due
+	}{
+		{"rekey_packets", ChildPolicy{RekeyPackets: 100}, Traffic{PacketsOut: 100}},
+		{"rekey_packets inbound", ChildPolicy{RekeyPackets: 100}, Traffic{PacketsIn: 105}},
+		{"rekey_bytes", ChildPolicy{RekeyBytes: 1 << 20}, Traffic{BytesOut: 1 << 20}},
+		{"sequence limit", ChildPolicy{}, Traffic{SeqLimit: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pol := c.pol
+			pol.Peer, pol.Child, pol.Start = "to-b", "net", StartStart
+			a, b := ctlPair(t, pol)
+			a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+			first := a.waitUp(t, "net")
+			// Below the limits: no rekey.
+			a.dp.count(first, Traffic{PacketsIn: 99, PacketsOut: 99, BytesIn: 1<<20 - 1, BytesOut: 1<<20 - 1})
+			a.dp.settle(t)
+			if got := a.dp.sending("net"); got != first {
+				t.Fatalf("rekeyed below the limits (pair %#x after %#x)", got.InSPI, first.InSPI)
+			}
+			a.dp.count(first, c.over)
+			var next *ChildSA
+			waitFor(t, func() bool { next = a.dp.sending("net"); return next != first })
+			waitFor(t, func() bool { return b.dp.sending("net") != nil && b.dp.sending("net").InSPI == next.OutSPI })
+			a.dp.mu.Lock()
+			retired := len(a.dp.retired) == 1 && a.dp.retired[0] == first && !a.dp.in[first.InSPI]
+			a.dp.mu.Unlock()
+			if !retired {
+				waitFor(t, func() bool {
+					a.dp.mu.Lock()
+					defer a.dp.mu.Unlock()
+					return len(a.dp.retired) >= 1 && a.dp.retired[0] == first
+				})
+			}
+		})
+	}
+}
+
+// TestControllerLifeLimits: a pair whose SAs reach their child's
+// life_packets or life_bytes is deleted, on both sides, and its child
+// goes down (a trap child back to its trap); without life_packets,
+// rekey_packets plus 10% is the limit (swanctl's default).
+func TestControllerLifeLimits(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		pol  ChildPolicy
+		over Traffic
+	}{
+		{"life_packets", ChildPolicy{LifePackets: 50}, Traffic{PacketsOut: 50}},
+		{"life_bytes", ChildPolicy{LifeBytes: 5000}, Traffic{BytesIn: 6000}},
+		// A pair that was not rekeyed in time (the peer does not answer
+		// rekeys, say): the life limit beats the rekey one.
+		{"life past rekey", ChildPolicy{RekeyPackets: 1000, LifePackets: 1100}, Traffic{PacketsIn: 1100}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			pol := c.pol
+			pol.Peer, pol.Child, pol.Start = "to-b", "net", StartTrap
+			a, b := ctlPair(t, pol)
+			a.ctl.Trap("net")
+			first := a.waitUp(t, "net")
+			b.waitUp(t, "net")
+			a.dp.count(first, Traffic{PacketsOut: 49, BytesIn: 4999})
+			a.dp.settle(t)
+			if a.dp.sending("net") != first {
+				t.Fatal("the pair went below its limits")
+			}
+			a.dp.count(first, c.over)
+			waitFor(t, func() bool { return a.dp.sending("net") == nil && a.dp.trapped("net") })
+			waitFor(t, func() bool { return b.dp.sending("net") == nil })
+			if st := a.status("net"); st.Pair != nil {
+				t.Fatalf("the child still has a pair: %+v", st)
+			}
+		})
+	}
+}
+
+// TestControllerLifeLimitOthers: the Endpoint deletes a Child SA with
+// its IKE SA (it cannot delete one alone), so a child past its life
+// limit takes the peer's other children down with it: those that had a
+// pair are negotiated again.
+func TestControllerLifeLimitOthers(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart}, ChildPolicy{Peer: "to-b", Child: "more", LifePackets: 10})
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	net1 := a.waitUp(t, "net")
+	a.ctl.Start(func(st ChildStatus) bool { return st.Child == "more" })
+	more := a.waitUp(t, "more")
+	if n := len(a.ep.IKESAs()); n != 1 {
+		t.Fatalf("%d IKE SAs, want both children on one", n)
+	}
+	a.dp.count(more, Traffic{PacketsOut: 10})
+	waitFor(t, func() bool { c := a.dp.sending("net"); return c != nil && c != net1 })
+	waitFor(t, func() bool { c := b.dp.sending("net"); return c != nil && c.InSPI == a.dp.sending("net").OutSPI })
+	if c := a.dp.sending("more"); c != nil {
+		t.Errorf("the expired child is up again: %#x", c.InSPI)
+	}
+}
+
+// TestControllerReload: a reload keeps the pair of an unchanged peer,
+// negotiates again the children of a changed one that were up, takes
+// the tunnels of removed children down, and installs the traps of new
+// ones.
+func TestControllerReload(t *testing.T) {
+	a, _ := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart})
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	first := a.waitUp(t, "net")
+
+	// Unchanged (the same *Peer, as SetPeers tells them apart): the same
+	// pair, also once the endpoint is done with the reload.
+	if err := a.ctl.Reload([]*Peer{a.peer}, []ChildPolicy{{Peer: "to-b", Child: "net", Start: StartStart}}, func(string) bool { return true }); err != nil {
+		t.Fatal(err)
+	}
+	a.dp.settle(t)
+	if a.dp.sending("net") != first || a.status("net").Pair != first {
+		t.Fatal("an unchanged peer lost its pair")
+	}
+
+	// Changed (the child is now none, but it was up): SetPeers deletes
+	// its SAs, and it is negotiated again.
+	changed, _ := ctlPeers(t)
+	if err := a.ctl.Reload([]*Peer{changed}, []ChildPolicy{{Peer: "to-b", Child: "net"}, {Peer: "to-b", Child: "more", Start: StartTrap}},
+		func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { c := a.dp.sending("net"); return c != nil && c != first })
+	if !a.dp.trapped("more") {
+		t.Error("the added trap child has no trap tunnel")
+	}
+
+	// Removed: its SAs are deleted and its tunnel goes.
+	gone := a.ctl.Remove(func(child string) bool { return child != "net" }, time.Second)
+	if fmt.Sprint(gone) != "[net]" {
+		t.Errorf("removed %v, want [net]", gone)
+	}
+	waitFor(t, func() bool { return a.dp.sending("net") == nil })
+}
+
+// TestControllerRebuild: a new Endpoint in place of the old (Detach,
+// Open) carries the children's pairs until the new Endpoint's replace
+// them; the old pair then retires.
+func TestControllerRebuild(t *testing.T) {
+	a, _ := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart})
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	first := a.waitUp(t, "net")
+	port := a.ep.cfg.Port
+	a.ctl.Detach()
+	a.tr.Close()
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(loA, port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewUDPTransport(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tr.Close() })
+	pa, _ := ctlPeers(t)
+	ep, err := a.ctl.Open(Config{Peers: []*Peer{pa}, Port: port, NATTPort: port + 1, RetransmitTimeout: 250 * time.Millisecond},
+		tr, []ChildPolicy{{Peer: "to-b", Child: "net", Start: StartStart}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr.Serve(ep)
+	if a.status("net").Pair != first {
+		t.Fatal("the pair was not carried over")
+	}
+	a.ctl.Start(func(st ChildStatus) bool { return st.Pair != nil })
+	waitFor(t, func() bool { c := a.dp.sending("net"); return c != nil && c != first })
+	waitFor(t, func() bool {
+		a.dp.mu.Lock()
+		defer a.dp.mu.Unlock()
+		return len(a.dp.retired) == 1 && a.dp.retired[0] == first
+	})
+}
+
+// TestControllerClose: Close deletes the IKE SAs, telling the peer.
+func TestControllerClose(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart})
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	a.waitUp(t, "net")
+	b.waitUp(t, "net")
+	a.ctl.Close(2 * time.Second)
+	waitFor(t, func() bool { return b.dp.sending("net") == nil })
+}
