@@ -16,6 +16,7 @@ package ike
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"slices"
 )
 
@@ -155,4 +156,112 @@ func (a *IntAuth) Value(authMID uint32) []byte {
 	out := make([]byte, 0, len(a.i)+len(a.r)+4)
 	out = append(append(out, a.i...), a.r...)
 	return binary.BigEndian.AppendUint32(out, authMID)
+}
+
+// addKE runs an IKE SA's additional key exchanges, one per
+// IKE_INTERMEDIATE exchange, for either role, and keeps their IntAuth.
+// The caller owns the keys: after each exchange it derives the next ones
+// (deriveAddKEKeys) and chains both messages into auth with the SK_p of
+// the keys that protected them. It is not safe for concurrent use.
+type addKE struct {
+	methods []uint16 // the suite's, in the order they run
+	done    int      // exchanges finished
+	dh      DH       // initiator: the key of the exchange in flight
+	auth    IntAuth
+}
+
+// newAddKE returns the additional key exchanges of suite s (nil if it
+// has none).
+func newAddKE(s Suite) *addKE {
+	ms := s.addKEMethods()
+	if len(ms) == 0 {
+		return nil
+	}
+	return &addKE{methods: ms}
+}
+
+// pending reports whether an exchange is still to run.
+func (a *addKE) pending() bool { return a != nil && a.done < len(a.methods) }
+
+// request returns the initiator's KE payload for the next exchange,
+// making its key (ML-KEM key generation: run it off the IKE SA's lock).
+func (a *addKE) request() (*KE, error) {
+	if !a.pending() {
+		return nil, errors.New("ike: no additional key exchange is pending")
+	}
+	dh, err := NewDH(a.methods[a.done])
+	if err != nil {
+		return nil, err
+	}
+	a.dh = dh
+	return &KE{Group: dh.Group(), Data: dh.Public()}, nil
+}
+
+// respond is the responder's side of the next exchange: from the
+// request's inner payloads it returns the KE payload to answer with and
+// the shared secret, and marks the exchange done. On a missing KE
+// payload, one of another method or malformed key exchange data it
+// returns the error and INVALID_SYNTAX, the notification to refuse with
+// (RFC 9370 section 2.2.2 for the method; the ML-KEM draft's section 2.2
+// for the data).
+func (a *addKE) respond(inner []Payload) (*KE, []byte, NotifyType, error) {
+	if !a.pending() {
+		return nil, nil, InvalidSyntax, errors.New("ike: IKE_INTERMEDIATE without a pending additional key exchange")
+	}
+	ke, err := theKE(inner, a.methods[a.done])
+	if err != nil {
+		return nil, nil, InvalidSyntax, err
+	}
+	pub, shared, err := RespondKE(ke.Group, ke.Data)
+	if err != nil {
+		return nil, nil, InvalidSyntax, err
+	}
+	a.done++
+	return &KE{Group: ke.Group, Data: pub}, shared, 0, nil
+}
+
+// finish is the initiator's end of the exchange in flight: the shared
+// secret from the response's inner payloads. A response without the KE
+// payload of the method, or with malformed data, is an error (the
+// ML-KEM draft's section 2.2: the initiator fails the IKE SA).
+func (a *addKE) finish(inner []Payload) ([]byte, error) {
+	if a.dh == nil {
+		return nil, errors.New("ike: IKE_INTERMEDIATE response without a request")
+	}
+	for _, p := range inner {
+		if n, ok := p.(*Notify); ok && n.NType.IsError() {
+			return nil, fmt.Errorf("ike: the peer refused additional key exchange %d: notify %d", a.done+1, n.NType)
+		}
+	}
+	ke, err := theKE(inner, a.dh.Group())
+	if err != nil {
+		return nil, err
+	}
+	shared, err := a.dh.Shared(ke.Data)
+	if err != nil {
+		return nil, err
+	}
+	a.dh = nil
+	a.done++
+	return shared, nil
+}
+
+// theKE returns the one KE payload of inner, which must be of method.
+func theKE(inner []Payload, method uint16) (*KE, error) {
+	var ke *KE
+	for _, p := range inner {
+		if k, ok := p.(*KE); ok {
+			if ke != nil {
+				return nil, errors.New("ike: IKE_INTERMEDIATE with two KE payloads")
+			}
+			ke = k
+		}
+	}
+	if ke == nil {
+		return nil, errors.New("ike: IKE_INTERMEDIATE without a KE payload")
+	}
+	if ke.Group != method {
+		return nil, fmt.Errorf("ike: IKE_INTERMEDIATE KE payload of method %d, negotiated %d", ke.Group, method)
+	}
+	return ke, nil
 }

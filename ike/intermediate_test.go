@@ -178,3 +178,157 @@ func TestIntAuthChain(t *testing.T) {
 		t.Fatalf("IntAuth\n got %x\nwant %x", got, want)
 	}
 }
+
+// TestAddKEExchanges runs two additional key exchanges (ML-KEM-768, then
+// ML-KEM-1024) between an initiator and a responder as IKE_INTERMEDIATE
+// messages sealed and opened with each round's keys, as RFC 9242 section
+// 3.4's example: both sides must end with the same keys and IntAuth, and
+// so with the same PSK AUTH value.
+func TestAddKEExchanges(t *testing.T) {
+	props, _ := ParseProposals(ProtoIKE, "aes256gcm16-prfsha384-x25519-ke1_mlkem768-ke2_mlkem1024")
+	s, _, _ := selectProposal(props, props, false)
+	prf, _ := NewPRF(s.PRF)
+	ni, nr := bytes.Repeat([]byte{0xa1}, 32), bytes.Repeat([]byte{0xb2}, 32)
+	spii, spir := uint64(1), uint64(2)
+	k0, _ := DeriveIKEKeys(s, ni, nr, []byte("g^ir"), spii, spir)
+	ik, rk := k0, k0
+	ia, ra := newAddKE(s), newAddKE(s)
+	if newAddKE(Suite{}) != nil || !ia.pending() {
+		t.Fatal("pending")
+	}
+	for mid := uint32(1); ia.pending(); mid++ {
+		// Initiator: KEi under SK_ei(n-1).
+		ke, err := ia.request()
+		if err != nil {
+			t.Fatal(err)
+		}
+		h := Header{SPIi: spii, SPIr: spir, Exchange: IKE_INTERMEDIATE, Flags: FlagInitiator, MessageID: mid}
+		out, _ := newSKCrypto(s, ik.Ei, ik.Ai)
+		raw, err := out.seal(h, nil, []Payload{ke})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sent, _ := intAuthOf(h, []Payload{ke})
+		ia.auth.Add(prf, ik.Pi, true, sent)
+		// Responder.
+		m, _ := ParseMessage(raw)
+		in, _ := newSKCrypto(s, rk.Ei, rk.Ai)
+		inner, err := in.open(raw, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, _ := intAuthOf(m.Header, inner)
+		ra.auth.Add(prf, rk.Pi, true, got)
+		ker, shared, _, err := ra.respond(inner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rh := Header{SPIi: spii, SPIr: spir, Exchange: IKE_INTERMEDIATE, Flags: FlagResponse, MessageID: mid}
+		rout, _ := newSKCrypto(s, rk.Er, rk.Ar)
+		rraw, err := rout.seal(rh, nil, []Payload{ker})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rsent, _ := intAuthOf(rh, []Payload{ker})
+		ra.auth.Add(prf, rk.Pr, false, rsent)
+		if rk, err = deriveAddKEKeys(s, rk, shared, ni, nr, spii, spir); err != nil {
+			t.Fatal(err)
+		}
+		// Initiator.
+		rm, _ := ParseMessage(rraw)
+		iin, _ := newSKCrypto(s, ik.Er, ik.Ar)
+		rinner, err := iin.open(rraw, rm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rgot, _ := intAuthOf(rm.Header, rinner)
+		ia.auth.Add(prf, ik.Pr, false, rgot)
+		ishared, err := ia.finish(rinner)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ik, err = deriveAddKEKeys(s, ik, ishared, ni, nr, spii, spir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if ra.pending() || ia.done != 2 {
+		t.Fatal("exchanges left")
+	}
+	for i, pair := range [][2][]byte{{ik.D, rk.D}, {ik.Ei, rk.Ei}, {ik.Er, rk.Er}, {ik.Pi, rk.Pi}, {ik.Pr, rk.Pr}} {
+		if !bytes.Equal(pair[0], pair[1]) {
+			t.Fatalf("key %d differs", i)
+		}
+	}
+	if bytes.Equal(ik.D, k0.D) {
+		t.Fatal("keys unchanged")
+	}
+	iv, rv := ia.auth.Value(3), ra.auth.Value(3)
+	if !bytes.Equal(iv, rv) || len(iv) != 48+48+4 {
+		t.Fatalf("IntAuth differs or of %d bytes", len(iv))
+	}
+	id := []byte{byte(IDFQDN), 0, 0, 0, 'i'}
+	a1 := pskAuthIntAuth(prf, []byte("psk"), []byte("IKE_SA_INIT request"), nr, ik.Pi, id, iv)
+	a2 := pskAuthIntAuth(prf, []byte("psk"), []byte("IKE_SA_INIT request"), nr, rk.Pi, id, rv)
+	if !bytes.Equal(a1, a2) || bytes.Equal(a1, PSKAuth(prf, []byte("psk"), []byte("IKE_SA_INIT request"), nr, ik.Pi, id)) {
+		t.Fatal("AUTH does not cover IntAuth")
+	}
+	if !bytes.Equal(pskAuthIntAuth(prf, []byte("psk"), []byte("m"), nr, ik.Pi, id, nil), PSKAuth(prf, []byte("psk"), []byte("m"), nr, ik.Pi, id)) {
+		t.Fatal("without IKE_INTERMEDIATE AUTH is not RFC 7296's")
+	}
+}
+
+// TestAddKERefused: a responder answers a KE payload of another method,
+// a second one, none or malformed data with INVALID_SYNTAX; an initiator
+// fails on a malformed or missing KEr and on an error notification;
+// nothing panics.
+func TestAddKERefused(t *testing.T) {
+	props, _ := ParseProposals(ProtoIKE, "aes256gcm16-prfsha384-x25519-ke1_mlkem768")
+	s, _, _ := selectProposal(props, props, false)
+	good, _ := NewDH(KEMLKEM768)
+	for name, inner := range map[string][]Payload{
+		"none":      nil,
+		"method":    {&KE{Group: KEMLKEM1024, Data: make([]byte, 1568)}},
+		"x25519":    {&KE{Group: DHCurve25519, Data: make([]byte, 32)}},
+		"short":     {&KE{Group: KEMLKEM768, Data: good.Public()[:100]}},
+		"modulus":   {&KE{Group: KEMLKEM768, Data: append([]byte{0xff, 0xff}, good.Public()[2:]...)}},
+		"two":       {&KE{Group: KEMLKEM768, Data: good.Public()}, &KE{Group: KEMLKEM768, Data: good.Public()}},
+		"notify":    {&Notify{NType: InvalidSyntax}},
+		"empty-ke":  {&KE{Group: KEMLKEM768}},
+		"unrelated": {&Nonce{Data: make([]byte, 32)}},
+	} {
+		a := newAddKE(s)
+		_, _, nt, err := a.respond(inner)
+		if err == nil || nt != InvalidSyntax || !a.pending() {
+			t.Errorf("responder, %s: %v %d", name, err, nt)
+		}
+	}
+	a := newAddKE(s)
+	if _, err := a.finish(nil); err == nil {
+		t.Error("initiator: response without a request accepted")
+	}
+	if _, err := a.request(); err != nil {
+		t.Fatal(err)
+	}
+	for name, inner := range map[string][]Payload{
+		"none":   nil,
+		"short":  {&KE{Group: KEMLKEM768, Data: make([]byte, 1087)}},
+		"method": {&KE{Group: KEMLKEM1024, Data: make([]byte, 1568)}},
+		"notify": {&Notify{NType: InvalidSyntax}},
+	} {
+		if _, err := a.finish(inner); err == nil || !a.pending() {
+			t.Errorf("initiator, %s: %v", name, err)
+		}
+	}
+	// After the one exchange, no more.
+	r := newAddKE(s)
+	ke, _ := a.request()
+	if _, _, _, err := r.respond([]Payload{ke}); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, nt, err := r.respond([]Payload{ke}); err == nil || nt != InvalidSyntax {
+		t.Error("a second IKE_INTERMEDIATE accepted")
+	}
+	if _, err := r.request(); err == nil {
+		t.Error("request with none pending")
+	}
+}
