@@ -139,6 +139,16 @@ func (sa *ikeSA) ourSPI() uint64 {
 	return sa.spir
 }
 
+// setAddrsLocked moves sa to new addresses (the NAT-T port, MOBIKE's
+// UPDATE_SA_ADDRESSES): its requests and responses go there from now on.
+func (sa *ikeSA) setAddrsLocked(local, remote netip.AddrPort) {
+	if sa.local == local && sa.remote == remote {
+		return
+	}
+	sa.local, sa.remote = local, remote
+	sa.changedLocked()
+}
+
 func (sa *ikeSA) header(exch ExchangeType, id uint32, response bool) Header {
 	h := Header{SPIi: sa.spii, SPIr: sa.spir, Exchange: exch, MessageID: id, Version: Version}
 	if sa.initiator {

@@ -213,6 +213,7 @@ type exchange struct {
 	notify *Notify
 	err    error
 	after  []func() // callbacks once the lock is released
+	sent   []func() // run (locked) once our message of the round is sealed
 
 	step stepKind
 	i    int    // the next task of the step
@@ -225,6 +226,20 @@ func (x *exchange) add(ps ...Payload) { x.out = append(x.out, ps...) }
 
 // later adds callbacks to run once the lock is released.
 func (x *exchange) later(fs ...func()) { x.after = append(x.after, fs...) }
+
+// onSent runs f with the lock held once our message of the round is
+// sealed and sent: a responder's keys change after its response
+// (IKE_INTERMEDIATE's additional key exchanges).
+func (x *exchange) onSent(f func()) { x.sent = append(x.sent, f) }
+
+// sentLocked runs the onSent functions of the round.
+func (x *exchange) sentLocked() {
+	fs := x.sent
+	x.sent = nil
+	for _, f := range fs {
+		f()
+	}
+}
 
 // fail records why the exchange fails: a responder answers with the
 // Notify error n (0: not at all), an initiator gives the IKE SA up with
@@ -487,12 +502,15 @@ func (x *exchange) sendRequestLocked() {
 		sa.pending = &request{id: 0, exch: IKE_SA_INIT, pkts: [][]byte{raw}}
 		sa.ep.sendLocked(sa.local, sa.remote, raw)
 		sa.armLocked()
+		x.sentLocked()
 		return
 	}
 	sa.state = stateAuthSent
 	if err := sa.sendRequestLocked(&request{exch: x.typ}, x.out); err != nil {
 		x.after = append(x.after, sa.failLocked(err)...)
+		return
 	}
+	x.sentLocked()
 }
 
 // sendResponseLocked sends the responder's response of the round.
@@ -509,11 +527,13 @@ func (x *exchange) sendResponseLocked() {
 		sa.initResp = b
 		e.stats.countExchange(IKE_SA_INIT, false)
 		e.sendLocked(x.local, x.remote, b)
+		x.sentLocked()
 		return
 	}
 	sa.nextPeer++
 	after := x.takeAfter()
 	x.after = sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, x.out, after, false)
+	x.sentLocked()
 }
 
 // startSetupLocked begins the initiator's setup: IKE_SA_INIT's request.
@@ -570,7 +590,7 @@ func (sa *ikeSA) setupRequestLocked(local, remote netip.AddrPort, raw []byte, m 
 	if !x.acquireLocked() {
 		return nil, true // counted; the peer retransmits
 	}
-	sa.local, sa.remote = local, remote // the initiator may have moved to the NAT-T port (2.23)
+	sa.setAddrsLocked(local, remote) // the initiator may have moved to the NAT-T port (2.23)
 	x.local, x.remote = local, remote
 	x.in, x.inRaw, x.hdr = inner, raw, &m.Header
 	x.beginLocked(stepProcess)

@@ -46,8 +46,7 @@ func (natdTask) process(x *exchange) taskStatus {
 	if sa.encap {
 		// Section 2.23: once a NAT is detected, the initiator moves to
 		// port 4500 for IKE_AUTH and everything after.
-		sa.local = netip.AddrPortFrom(sa.local.Addr(), e.cfg.NATTPort)
-		sa.remote = netip.AddrPortFrom(sa.remote.Addr(), e.cfg.NATTPort)
+		sa.setAddrsLocked(netip.AddrPortFrom(sa.local.Addr(), e.cfg.NATTPort), netip.AddrPortFrom(sa.remote.Addr(), e.cfg.NATTPort))
 	}
 	return taskDone
 }
