@@ -266,13 +266,16 @@ func TestAddKEExchanges(t *testing.T) {
 	if !bytes.Equal(iv, rv) || len(iv) != 48+48+4 {
 		t.Fatalf("IntAuth differs or of %d bytes", len(iv))
 	}
-	id := []byte{byte(IDFQDN), 0, 0, 0, 'i'}
-	a1 := pskAuthIntAuth(prf, []byte("psk"), []byte("IKE_SA_INIT request"), nr, ik.Pi, id, iv)
-	a2 := pskAuthIntAuth(prf, []byte("psk"), []byte("IKE_SA_INIT request"), nr, rk.Pi, id, rv)
-	if !bytes.Equal(a1, a2) || bytes.Equal(a1, PSKAuth(prf, []byte("psk"), []byte("IKE_SA_INIT request"), nr, ik.Pi, id)) {
+	// AUTH (task_auth.go's authOctets) covers IntAuth, and without
+	// IKE_INTERMEDIATE is RFC 7296's.
+	id := &ID{IDType: IDFQDN, Data: []byte("i")}
+	mac := func(oct []byte) []byte { return prf.Sum(prf.Sum([]byte("psk"), []byte(keyPad)), oct) }
+	a1 := mac(authOctets(prf, []byte("IKE_SA_INIT request"), nr, ik.Pi, id, iv))
+	a2 := mac(authOctets(prf, []byte("IKE_SA_INIT request"), nr, rk.Pi, id, rv))
+	if !bytes.Equal(a1, a2) || bytes.Equal(a1, PSKAuth(prf, []byte("psk"), []byte("IKE_SA_INIT request"), nr, ik.Pi, idBody(id))) {
 		t.Fatal("AUTH does not cover IntAuth")
 	}
-	if !bytes.Equal(pskAuthIntAuth(prf, []byte("psk"), []byte("m"), nr, ik.Pi, id, nil), PSKAuth(prf, []byte("psk"), []byte("m"), nr, ik.Pi, id)) {
+	if !bytes.Equal(mac(authOctets(prf, []byte("m"), nr, ik.Pi, id, nil)), PSKAuth(prf, []byte("psk"), []byte("m"), nr, ik.Pi, idBody(id))) {
 		t.Fatal("without IKE_INTERMEDIATE AUTH is not RFC 7296's")
 	}
 }

@@ -219,17 +219,3 @@ func idBody(id *ID) []byte {
 	b := []byte{byte(id.IDType), 0, 0, 0}
 	return append(b, id.Data...)
 }
-
-// signedOctetsIntAuth is signedOctets followed by intAuth, the IntAuth of
-// the IKE SA's IKE_INTERMEDIATE exchanges (RFC 9242 section 3.3.2:
-// InitiatorSignedOctets = RealMessage1 | NonceRData | MACedIDForI |
-// IntAuth, and the same for the responder); with no such exchange
-// intAuth is empty and this is signedOctets.
-func signedOctetsIntAuth(prf PRF, msg, peerNonce, skp, idBody, intAuth []byte) []byte {
-	return append(signedOctets(prf, msg, peerNonce, skp, idBody), intAuth...)
-}
-
-// pskAuthIntAuth is PSKAuth over signedOctetsIntAuth.
-func pskAuthIntAuth(prf PRF, psk, msg, peerNonce, skp, idBody, intAuth []byte) []byte {
-	return prf.Sum(prf.Sum(psk, []byte(keyPad)), signedOctetsIntAuth(prf, msg, peerNonce, skp, idBody, intAuth))
-}
