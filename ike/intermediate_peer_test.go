@@ -258,3 +258,38 @@ func TestAddKEInitiatorRefuses(t *testing.T) {
 		})
 	}
 }
+
+// TestAddKERetransmit loses the first IKE_INTERMEDIATE request fragment
+// and the first response: the initiator retransmits under the keys of
+// the round, the responder (whose keys for the next message have already
+// changed) answers the repeated request from its cache, and the IKE SA
+// comes up with mirrored keys.
+func TestAddKERetransmit(t *testing.T) {
+	pa, pb := peers(t, pqProps, "aes128gcm16", pqProps, "aes128gcm16")
+	p := newPair(t, pa, pb, func(a, b *Config) { a.RetransmitTimeout = 50 * time.Millisecond })
+	var reqDropped, respDropped bool
+	p.net.drop = func(n int, from, to netip.AddrPort, pkt []byte) bool {
+		h, err := ParseHeader(pkt)
+		if err != nil || h.Exchange != IKE_INTERMEDIATE {
+			return false
+		}
+		if !h.IsResponse() && !reqDropped {
+			reqDropped = true
+			return true
+		}
+		if h.IsResponse() && !respDropped {
+			respDropped = true
+			return true
+		}
+		return false
+	}
+	ca, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMirror(t, ca, p.respChild(t), "aes128gcm16", false)
+	sa, sb := p.a.Stats(), p.b.Stats()
+	if !reqDropped || !respDropped || sa.TxRetransmits < 2 || sb.RxRetransmits < 1 || sa.IKEIntermediateInitiated != 1 || sb.IKEIntermediateAnswered != 1 {
+		t.Fatalf("stats %+v / %+v", sa, sb)
+	}
+}
