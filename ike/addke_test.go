@@ -121,7 +121,7 @@ func TestCheckChosenAddKE(t *testing.T) {
 	}
 	must, _ := ParseProposals(ProtoIKE, "aes256gcm16-prfsha384-x25519-ke1_mlkem768")
 	opt, _ := ParseProposals(ProtoIKE, "aes256gcm16-prfsha384-x25519-ke1_mlkem768-ke1_none")
-	if s, err := checkChosen(must, chosen(tr(6, KEMLKEM768)), false); err != nil || s.AddKE[0] != KEMLKEM768 {
+	if s, err := checkChosen(must, chosen(tr(6, MLKEM768)), false); err != nil || s.AddKE[0] != MLKEM768 {
 		t.Fatalf("%+v %v", s, err)
 	}
 	if _, err := checkChosen(must, chosen(), false); err == nil {
@@ -133,13 +133,13 @@ func TestCheckChosenAddKE(t *testing.T) {
 	if s, err := checkChosen(opt, chosen(tr(6, DHNone)), false); err != nil || s.AddKE != [7]uint16{} {
 		t.Fatalf("choice of ADDKE1 none: %+v %v", s, err)
 	}
-	if _, err := checkChosen(must, chosen(tr(6, KEMLKEM1024)), false); err == nil {
+	if _, err := checkChosen(must, chosen(tr(6, MLKEM1024)), false); err == nil {
 		t.Fatal("a method we did not offer accepted")
 	}
-	if _, err := checkChosen(must, chosen(tr(6, KEMLKEM768), tr(6, DHNone)), false); err == nil {
+	if _, err := checkChosen(must, chosen(tr(6, MLKEM768), tr(6, DHNone)), false); err == nil {
 		t.Fatal("two ADDKE1 transforms accepted")
 	}
-	if _, err := checkChosen(must, chosen(tr(6, KEMLKEM768), tr(7, KEMLKEM768)), false); err == nil {
+	if _, err := checkChosen(must, chosen(tr(6, MLKEM768), tr(7, MLKEM768)), false); err == nil {
 		t.Fatal("an ADDKE2 we did not offer accepted")
 	}
 }
@@ -163,7 +163,7 @@ func TestSelectUnknownTransformType(t *testing.T) {
 func TestSelectAddKEChild(t *testing.T) {
 	ours, _ := ParseProposals(ProtoESP, "aes128gcm16")
 	theirs, _ := ParseProposals(ProtoESP, "aes128gcm16-x25519")
-	theirs[0].Transforms = append(theirs[0].Transforms, Transform{Type: TransformADDKE1, ID: KEMLKEM768})
+	theirs[0].Transforms = append(theirs[0].Transforms, Transform{Type: TransformADDKE1, ID: MLKEM768})
 	if s, _, ok := selectProposal(ours, theirs, true); !ok || s.ESPName() != "aes128gcm16" {
 		t.Fatalf("%+v %v", s, ok)
 	}

@@ -31,7 +31,7 @@ type DH interface {
 // RespondKE.
 func NewDH(group uint16) (DH, error) {
 	switch group {
-	case KEMLKEM768, KEMLKEM1024:
+	case MLKEM768, MLKEM1024:
 		return newKEM(group)
 	case DHModp2048:
 		return newModp(modp2048, group)

@@ -94,16 +94,16 @@ func (h *handPeer) open(t *testing.T, raw []byte) []Payload {
 // TestAddKEResponderRefuses: a sluice responder given a bad KE payload in
 // IKE_INTERMEDIATE answers INVALID_SYNTAX and forgets the IKE SA.
 func TestAddKEResponderRefuses(t *testing.T) {
-	good, _ := NewDH(KEMLKEM768)
+	good, _ := NewDH(MLKEM768)
 	ek := good.Public()
 	for name, inner := range map[string][]Payload{
 		"IKE_AUTH":      nil, // IKE_AUTH at once, without IKE_INTERMEDIATE
 		"no KE":         {&Nonce{Data: make([]byte, 32)}},
-		"ML-KEM-1024":   {&KE{Group: KEMLKEM1024, Data: make([]byte, 1568)}},
+		"ML-KEM-1024":   {&KE{Group: MLKEM1024, Data: make([]byte, 1568)}},
 		"x25519":        {&KE{Group: DHCurve25519, Data: make([]byte, 32)}},
-		"short key":     {&KE{Group: KEMLKEM768, Data: ek[:1183]}},
-		"modulus check": {&KE{Group: KEMLKEM768, Data: append([]byte{0xff, 0xff}, ek[2:]...)}},
-		"two KE":        {&KE{Group: KEMLKEM768, Data: ek}, &KE{Group: KEMLKEM768, Data: ek}},
+		"short key":     {&KE{Group: MLKEM768, Data: ek[:1183]}},
+		"modulus check": {&KE{Group: MLKEM768, Data: append([]byte{0xff, 0xff}, ek[2:]...)}},
+		"two KE":        {&KE{Group: MLKEM768, Data: ek}, &KE{Group: MLKEM768, Data: ek}},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, pb := peers(t, pqProps, "aes128gcm16", pqProps, "aes128gcm16")
@@ -127,7 +127,7 @@ func TestAddKEResponderRefuses(t *testing.T) {
 				t.Fatalf("IKE_SA_INIT response %+v", resp.Payloads)
 			}
 			h.suite, err = checkChosen(pb.IKE, sap.Proposals[0], false)
-			if err != nil || h.suite.AddKE[0] != KEMLKEM768 {
+			if err != nil || h.suite.AddKE[0] != MLKEM768 {
 				t.Fatalf("chose %+v: %v", h.suite, err)
 			}
 			gir, _ := dh.Shared(ke.Data)
@@ -231,8 +231,8 @@ func TestAddKEInitiatorRefuses(t *testing.T) {
 				}
 				h.open(t, b)
 				bad := map[string][]Payload{
-					"short ciphertext": {&KE{Group: KEMLKEM768, Data: make([]byte, 100)}},
-					"ML-KEM-1024":      {&KE{Group: KEMLKEM1024, Data: make([]byte, 1568)}},
+					"short ciphertext": {&KE{Group: MLKEM768, Data: make([]byte, 100)}},
+					"ML-KEM-1024":      {&KE{Group: MLKEM1024, Data: make([]byte, 1568)}},
 					"no KE":            nil,
 					"INVALID_SYNTAX":   {&Notify{NType: InvalidSyntax}},
 				}[name]

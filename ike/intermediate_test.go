@@ -42,7 +42,7 @@ func TestAddKEKeySchedule(t *testing.T) {
 	if !ok {
 		t.Fatal("no suite")
 	}
-	if got := s.addKEMethods(); len(got) != 2 || got[0] != KEMLKEM768 || got[1] != KEMLKEM1024 {
+	if got := s.addKEMethods(); len(got) != 2 || got[0] != MLKEM768 || got[1] != MLKEM1024 {
 		t.Fatalf("order %v", got)
 	}
 	ni, nr := bytes.Repeat([]byte{0xa1}, 32), bytes.Repeat([]byte{0xb2}, 32)
@@ -86,7 +86,7 @@ func TestAddKEKeySchedule(t *testing.T) {
 // finds the sender's octets.
 func TestIntAuthOctets(t *testing.T) {
 	h := Header{SPIi: 0x0102030405060708, SPIr: 0x1112131415161718, Exchange: IKE_INTERMEDIATE, Flags: FlagInitiator, MessageID: 1}
-	inner := []Payload{&KE{Group: KEMLKEM768, Data: bytes.Repeat([]byte{7}, 1184)}}
+	inner := []Payload{&KE{Group: MLKEM768, Data: bytes.Repeat([]byte{7}, 1184)}}
 	plain, _ := appendPayloads(nil, inner)
 	want := []byte{
 		1, 2, 3, 4, 5, 6, 7, 8, 0x11, 0x12, 0x13, 0x14, 0x15, 0x16, 0x17, 0x18,
@@ -287,16 +287,16 @@ func TestAddKEExchanges(t *testing.T) {
 func TestAddKERefused(t *testing.T) {
 	props, _ := ParseProposals(ProtoIKE, "aes256gcm16-prfsha384-x25519-ke1_mlkem768")
 	s, _, _ := selectProposal(props, props, false)
-	good, _ := NewDH(KEMLKEM768)
+	good, _ := NewDH(MLKEM768)
 	for name, inner := range map[string][]Payload{
 		"none":      nil,
-		"method":    {&KE{Group: KEMLKEM1024, Data: make([]byte, 1568)}},
+		"method":    {&KE{Group: MLKEM1024, Data: make([]byte, 1568)}},
 		"x25519":    {&KE{Group: DHCurve25519, Data: make([]byte, 32)}},
-		"short":     {&KE{Group: KEMLKEM768, Data: good.Public()[:100]}},
-		"modulus":   {&KE{Group: KEMLKEM768, Data: append([]byte{0xff, 0xff}, good.Public()[2:]...)}},
-		"two":       {&KE{Group: KEMLKEM768, Data: good.Public()}, &KE{Group: KEMLKEM768, Data: good.Public()}},
+		"short":     {&KE{Group: MLKEM768, Data: good.Public()[:100]}},
+		"modulus":   {&KE{Group: MLKEM768, Data: append([]byte{0xff, 0xff}, good.Public()[2:]...)}},
+		"two":       {&KE{Group: MLKEM768, Data: good.Public()}, &KE{Group: MLKEM768, Data: good.Public()}},
 		"notify":    {&Notify{NType: InvalidSyntax}},
-		"empty-ke":  {&KE{Group: KEMLKEM768}},
+		"empty-ke":  {&KE{Group: MLKEM768}},
 		"unrelated": {&Nonce{Data: make([]byte, 32)}},
 	} {
 		a := newAddKE(s)
@@ -314,8 +314,8 @@ func TestAddKERefused(t *testing.T) {
 	}
 	for name, inner := range map[string][]Payload{
 		"none":   nil,
-		"short":  {&KE{Group: KEMLKEM768, Data: make([]byte, 1087)}},
-		"method": {&KE{Group: KEMLKEM1024, Data: make([]byte, 1568)}},
+		"short":  {&KE{Group: MLKEM768, Data: make([]byte, 1087)}},
+		"method": {&KE{Group: MLKEM1024, Data: make([]byte, 1568)}},
 		"notify": {&Notify{NType: InvalidSyntax}},
 	} {
 		if _, err := a.finish(inner); err == nil || !a.pending() {

@@ -19,19 +19,19 @@ import (
 // 5). Go's crypto/mlkem has no ML-KEM-512, so this package does not
 // support 35.
 const (
-	KEMLKEM512  uint16 = 35
-	KEMLKEM768  uint16 = 36
-	KEMLKEM1024 uint16 = 37
+	MLKEM512  uint16 = 35
+	MLKEM768  uint16 = 36
+	MLKEM1024 uint16 = 37
 )
 
 // isKEM reports whether method is a KEM this package implements.
-func isKEM(method uint16) bool { return method == KEMLKEM768 || method == KEMLKEM1024 }
+func isKEM(method uint16) bool { return method == MLKEM768 || method == MLKEM1024 }
 
 // kemSizes returns the encapsulation key and ciphertext lengths of an
 // ML-KEM method (FIPS 203 section 8, table 3; the draft's section 2.1
 // table).
 func kemSizes(method uint16) (ek, ct int) {
-	if method == KEMLKEM1024 {
+	if method == MLKEM1024 {
 		return mlkem.EncapsulationKeySize1024, mlkem.CiphertextSize1024
 	}
 	return mlkem.EncapsulationKeySize768, mlkem.CiphertextSize768
@@ -50,7 +50,7 @@ type kemKey struct {
 func newKEM(method uint16) (*kemKey, error) {
 	k := &kemKey{method: method}
 	var err error
-	if method == KEMLKEM1024 {
+	if method == MLKEM1024 {
 		k.dk1024, err = mlkem.GenerateKey1024()
 	} else {
 		k.dk768, err = mlkem.GenerateKey768()
@@ -115,7 +115,7 @@ func RespondKE(method uint16, peer []byte) (public, shared []byte, err error) {
 	if n, _ := kemSizes(method); len(peer) != n {
 		return nil, nil, fmt.Errorf("ike: key exchange method %d encapsulation key of %d bytes, want %d", method, len(peer), n)
 	}
-	if method == KEMLKEM1024 {
+	if method == MLKEM1024 {
 		ek, err := mlkem.NewEncapsulationKey1024(peer)
 		if err != nil {
 			return nil, nil, fmt.Errorf("ike: key exchange method %d: %w", method, err)

@@ -13,7 +13,7 @@ func TestKEMExchange(t *testing.T) {
 	for _, c := range []struct {
 		method uint16
 		ek, ct int
-	}{{KEMLKEM768, 1184, 1088}, {KEMLKEM1024, 1568, 1568}} {
+	}{{MLKEM768, 1184, 1088}, {MLKEM1024, 1568, 1568}} {
 		i, err := NewDH(c.method)
 		if err != nil {
 			t.Fatal(err)
@@ -55,7 +55,7 @@ func TestKEMExchange(t *testing.T) {
 // encapsulation key's length and FIPS 203 section 7.2's modulus check; an
 // initiator the ciphertext's length (section 7.3).
 func TestKEMMalformed(t *testing.T) {
-	i, _ := NewDH(KEMLKEM768)
+	i, _ := NewDH(MLKEM768)
 	ek := i.Public()
 	for name, peer := range map[string][]byte{
 		"empty":     nil,
@@ -65,11 +65,11 @@ func TestKEMMalformed(t *testing.T) {
 		// The first 12-bit coefficient 0xfff is not below q = 3329.
 		"modulus": append([]byte{0xff, 0x0f}, ek[2:]...),
 	} {
-		if _, _, err := RespondKE(KEMLKEM768, peer); err == nil {
+		if _, _, err := RespondKE(MLKEM768, peer); err == nil {
 			t.Errorf("encapsulation key %s accepted", name)
 		}
 	}
-	ct, _, err := RespondKE(KEMLKEM768, ek)
+	ct, _, err := RespondKE(MLKEM768, ek)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,14 +80,14 @@ func TestKEMMalformed(t *testing.T) {
 	}
 	// ML-KEM-1024's key and ciphertext have one size; a 768 key is not
 	// one.
-	k, _ := NewDH(KEMLKEM1024)
+	k, _ := NewDH(MLKEM1024)
 	if _, err := k.Shared(ct); err == nil {
 		t.Error("768 ciphertext accepted by a 1024 key")
 	}
-	if _, _, err := RespondKE(KEMLKEM1024, ek); err == nil {
+	if _, _, err := RespondKE(MLKEM1024, ek); err == nil {
 		t.Error("768 key accepted for 1024")
 	}
-	if _, _, err := RespondKE(KEMLKEM512, make([]byte, 800)); err == nil {
+	if _, _, err := RespondKE(MLKEM512, make([]byte, 800)); err == nil {
 		t.Error("ML-KEM-512 accepted")
 	}
 }

@@ -95,9 +95,9 @@ func dhName(g uint16) string {
 		return "ecp384"
 	case DHCurve25519:
 		return "x25519"
-	case KEMLKEM768:
+	case MLKEM768:
 		return "mlkem768"
-	case KEMLKEM1024:
+	case MLKEM1024:
 		return "mlkem1024"
 	case DHNone:
 		return "none"

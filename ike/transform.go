@@ -272,9 +272,9 @@ func parseKeyword(tok string) (Transform, error) {
 	case "x25519", "curve25519":
 		return Transform{Type: TransformDH, ID: DHCurve25519}, nil
 	case "mlkem768":
-		return Transform{Type: TransformDH, ID: KEMLKEM768}, nil
+		return Transform{Type: TransformDH, ID: MLKEM768}, nil
 	case "mlkem1024":
-		return Transform{Type: TransformDH, ID: KEMLKEM1024}, nil
+		return Transform{Type: TransformDH, ID: MLKEM1024}, nil
 	case "mlkem512":
 		return Transform{}, errors.New("ike: mlkem512 is not supported (Go's crypto/mlkem has ML-KEM-768 and ML-KEM-1024)")
 	case "esn":
