@@ -225,14 +225,16 @@ var ikeSeries = map[string]struct {
 	"rx_retransmits": {ikeRetransmits, []string{"rx"}},
 	"tx_retransmits": {ikeRetransmits, []string{"tx"}},
 
-	"ike_sa_init_initiated":      {ikeExchanges, []string{"IKE_SA_INIT", "initiator"}},
-	"ike_sa_init_answered":       {ikeExchanges, []string{"IKE_SA_INIT", "responder"}},
-	"ike_auth_initiated":         {ikeExchanges, []string{"IKE_AUTH", "initiator"}},
-	"ike_auth_answered":          {ikeExchanges, []string{"IKE_AUTH", "responder"}},
-	"create_child_sa_initiated":  {ikeExchanges, []string{"CREATE_CHILD_SA", "initiator"}},
-	"create_child_sa_answered":   {ikeExchanges, []string{"CREATE_CHILD_SA", "responder"}},
-	"informational_initiated":    {ikeExchanges, []string{"INFORMATIONAL", "initiator"}},
-	"informational_answered":     {ikeExchanges, []string{"INFORMATIONAL", "responder"}},
+	"ike_sa_init_initiated":     {ikeExchanges, []string{"IKE_SA_INIT", "initiator"}},
+	"ike_sa_init_answered":      {ikeExchanges, []string{"IKE_SA_INIT", "responder"}},
+	"ike_auth_initiated":        {ikeExchanges, []string{"IKE_AUTH", "initiator"}},
+	"ike_auth_answered":         {ikeExchanges, []string{"IKE_AUTH", "responder"}},
+	"create_child_sa_initiated": {ikeExchanges, []string{"CREATE_CHILD_SA", "initiator"}},
+	"create_child_sa_answered":  {ikeExchanges, []string{"CREATE_CHILD_SA", "responder"}},
+	"informational_initiated":   {ikeExchanges, []string{"INFORMATIONAL", "initiator"}},
+	"informational_answered":    {ikeExchanges, []string{"INFORMATIONAL", "responder"}},
+
+	// RFC 9242, one per additional key exchange (RFC 9370).
 	"ike_intermediate_initiated": {ikeExchanges, []string{"IKE_INTERMEDIATE", "initiator"}},
 	"ike_intermediate_answered":  {ikeExchanges, []string{"IKE_INTERMEDIATE", "responder"}},
 

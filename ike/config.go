@@ -619,8 +619,9 @@ type Stats struct {
 	// exchange (RFC 9370).
 	IKEIntermediateInitiated uint64
 	IKEIntermediateAnswered  uint64
-	// AddKEFailed counts additional key exchanges that failed: a KE
-	// payload of the wrong method or with malformed data, either side.
+	// AddKEFailed counts additional key exchanges that failed (either
+	// side): a KE payload missing, of the wrong method or with malformed
+	// data, an error in its place, or IKE_AUTH before them.
 	AddKEFailed uint64
 }
 
