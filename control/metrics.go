@@ -234,6 +234,10 @@ var ikeSeries = map[string]struct {
 	"informational_initiated":   {ikeExchanges, []string{"INFORMATIONAL", "initiator"}},
 	"informational_answered":    {ikeExchanges, []string{"INFORMATIONAL", "responder"}},
 
+	// RFC 9242, one per additional key exchange (RFC 9370).
+	"ike_intermediate_initiated": {ikeExchanges, []string{"IKE_INTERMEDIATE", "initiator"}},
+	"ike_intermediate_answered":  {ikeExchanges, []string{"IKE_INTERMEDIATE", "responder"}},
+
 	"rx_queue_full":       {ikeDrops, []string{"queue_full"}},
 	"rx_malformed":        {ikeDrops, []string{"malformed"}},
 	"rx_no_marker":        {ikeDrops, []string{"no_marker"}},
@@ -268,6 +272,7 @@ var ikeSeries = map[string]struct {
 	"peers_dead":           {ikeFailures, []string{"peer_dead"}},
 	"child_sa_limit":       {ikeFailures, []string{"child_sa_limit"}},
 	"restart_child_failed": {ikeFailures, []string{"restart_child_failed"}},
+	"add_ke_failed":        {ikeFailures, []string{"add_ke_failed"}},
 
 	"ike_sa_established":   {ikeSAEvents, []string{"ike", "established"}},
 	"adopted":              {ikeSAEvents, []string{"ike", "adopted"}},

@@ -615,6 +615,14 @@ type Stats struct {
 	CreateChildSAAnswered  uint64
 	InformationalInitiated uint64
 	InformationalAnswered  uint64
+	// IKE_INTERMEDIATE exchanges (RFC 9242), one per additional key
+	// exchange (RFC 9370).
+	IKEIntermediateInitiated uint64
+	IKEIntermediateAnswered  uint64
+	// AddKEFailed counts additional key exchanges that failed (either
+	// side): a KE payload missing, of the wrong method or with malformed
+	// data, an error in its place, or IKE_AUTH before them.
+	AddKEFailed uint64
 }
 
 // countExchange counts a completed exchange of type exch, initiated by us
@@ -630,6 +638,8 @@ func (s *Stats) countExchange(exch ExchangeType, initiated bool) {
 		c = [2]*uint64{&s.CreateChildSAAnswered, &s.CreateChildSAInitiated}
 	case INFORMATIONAL:
 		c = [2]*uint64{&s.InformationalAnswered, &s.InformationalInitiated}
+	case IKE_INTERMEDIATE:
+		c = [2]*uint64{&s.IKEIntermediateAnswered, &s.IKEIntermediateInitiated}
 	default:
 		return
 	}

@@ -25,9 +25,14 @@ type DH interface {
 	Shared(peer []byte) ([]byte, error)
 }
 
-// NewDH generates an ephemeral key for group.
+// NewDH generates an ephemeral key for group. For an ML-KEM method
+// (kem.go) it is the initiator's side: Public is the encapsulation key and
+// Shared decapsulates the responder's ciphertext; the responder uses
+// RespondKE.
 func NewDH(group uint16) (DH, error) {
 	switch group {
+	case MLKEM768, MLKEM1024:
+		return newKEM(group)
 	case DHModp2048:
 		return newModp(modp2048, group)
 	case DHECP256, DHECP384, DHCurve25519:

@@ -89,8 +89,10 @@ func (e *Endpoint) rekeyIKELocked(sa *ikeSA, w chan result) []func() {
 }
 
 func (sa *ikeSA) sendIKERekeyLocked(r *ikeRekeyState) error {
-	props := make([]Proposal, len(sa.peer.IKE))
-	for i, p := range sa.peer.IKE {
+	// Without additional key exchanges: a rekey's would need
+	// IKE_FOLLOWUP_KE (RFC 9370 section 2.2.4; intermediate.go).
+	props := withoutAddKE(sa.peer.IKE)
+	for i, p := range props {
 		p.SPI = binary.BigEndian.AppendUint64(nil, r.spi)
 		props[i] = p
 	}
@@ -191,7 +193,7 @@ func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []fun
 	if !ok1 || !ok2 || !ok3 || len(sap.Proposals) != 1 || sap.Proposals[0].Protocol != ProtoIKE || len(sap.Proposals[0].SPI) != 8 {
 		return fail(errors.New("ike: IKE SA rekey response lacks SA, Nonce or KE"))
 	}
-	suite, err := checkChosen(sa.peer.IKE, sap.Proposals[0], false)
+	suite, err := checkChosen(withoutAddKE(sa.peer.IKE), sap.Proposals[0], false)
 	if err != nil {
 		return fail(err)
 	}
@@ -283,7 +285,7 @@ func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]P
 		e.stats.TempFailures++
 		return fail(TemporaryFailure, nil)
 	}
-	suite, chosen, ok := selectProposal(sa.peer.IKE, sap.Proposals, false)
+	suite, chosen, ok := selectProposal(withoutAddKE(sa.peer.IKE), sap.Proposals, false) // no IKE_FOLLOWUP_KE (intermediate.go)
 	if !ok || len(chosen.SPI) != 8 || binary.BigEndian.Uint64(chosen.SPI) == 0 {
 		e.stats.NoProposalChosen++
 		return fail(NoProposalChosen, nil)

@@ -95,6 +95,12 @@ func dhName(g uint16) string {
 		return "ecp384"
 	case DHCurve25519:
 		return "x25519"
+	case MLKEM768:
+		return "mlkem768"
+	case MLKEM1024:
+		return "mlkem1024"
+	case DHNone:
+		return "none"
 	}
 	return fmt.Sprintf("dh%d", g)
 }
@@ -106,7 +112,7 @@ type proposalsAttr []Proposal
 // LogValue implements slog.LogValuer.
 func (ps proposalsAttr) LogValue() slog.Value {
 	out := make([]string, len(ps))
-	order := []TransformType{TransformEncr, TransformInteg, TransformPRF, TransformDH, TransformESN}
+	order := []TransformType{TransformEncr, TransformInteg, TransformPRF, TransformDH, 6, 7, 8, 9, 10, 11, 12, TransformESN}
 	for i, p := range ps {
 		var ts []string
 		sorted := slices.Clone(p.Transforms)
@@ -135,6 +141,9 @@ func (ps proposalsAttr) LogValue() slog.Value {
 				}
 				continue
 			default:
+				if isAddKE(t.Type) {
+					ts = append(ts, fmt.Sprintf("ke%d_%s", t.Type-TransformADDKE1+1, dhName(t.ID)))
+				}
 				continue
 			}
 			ts = append(ts, s.Name())

@@ -7,6 +7,7 @@ package ike
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -21,7 +22,17 @@ const (
 	TransformInteg TransformType = 3
 	TransformDH    TransformType = 4
 	TransformESN   TransformType = 5
+
+	// TransformADDKE1 to TransformADDKE7 are the Additional Key Exchange
+	// types of RFC 9370 section 2.2.1 (types 6 to 12): each carries key
+	// exchange method IDs (those of type 4, and 0 for "none") for one
+	// further exchange after the first, run in IKE_INTERMEDIATE.
+	TransformADDKE1 TransformType = 6
+	TransformADDKE7 TransformType = 12
 )
+
+// isAddKE reports whether t is one of the additional key exchange types.
+func isAddKE(t TransformType) bool { return t >= TransformADDKE1 && t <= TransformADDKE7 }
 
 // Encryption algorithm IDs (transform type 1).
 const (
@@ -75,9 +86,19 @@ func isAEAD(id uint16) bool { return id == EncrAESGCM16 || id == EncrChaCha20Pol
 // also propose the PRF of the same hash; an AEAD IKE proposal needs a prf
 // keyword. For ESP, no esn/noesn keyword means noesn, and a DH group asks
 // for PFS (used only in CREATE_CHILD_SA; IKE_AUTH leaves it out).
+//
+// Additional key exchanges (RFC 9370) take strongSwan 6's keywords: "ke1_"
+// to "ke7_" before a key exchange method, as in
+// "aes256gcm16-prfsha384-x25519-ke1_mlkem768", and "ke1_none" to make
+// that exchange optional. ML-KEM is taken only as an additional key
+// exchange of an IKE proposal (it does not fit an unfragmentable
+// IKE_SA_INIT; the draft's section 2.1), and additional key exchanges
+// only in IKE proposals (a Child SA's would need IKE_FOLLOWUP_KE, RFC 9370
+// section 2.2.4, which this package does not implement).
 func ParseProposal(proto uint8, s string) (Proposal, error) {
 	p := Proposal{Num: 1, Protocol: proto}
 	var encr, prf, integ, dh, esn []Transform
+	var addke [7][]Transform
 	add := func(list *[]Transform, t Transform) {
 		for _, x := range *list {
 			if x == t {
@@ -105,12 +126,20 @@ func ParseProposal(proto uint8, s string) (Proposal, error) {
 		case TransformInteg:
 			add(&integ, t)
 		case TransformDH:
+			if isKEM(t.ID) {
+				return p, fmt.Errorf("ike: %q: %s is supported as an additional key exchange only (ke1_%s)", s, tok, tok)
+			}
 			add(&dh, t)
 		case TransformESN:
 			if proto != ProtoESP {
 				return p, fmt.Errorf("ike: %q: %s is for ESP proposals only", s, tok)
 			}
 			add(&esn, t)
+		default: // ke1_ to ke7_
+			if proto != ProtoIKE {
+				return p, fmt.Errorf("ike: %q: %s: additional key exchanges for Child SAs (IKE_FOLLOWUP_KE) are not supported", s, tok)
+			}
+			add(&addke[t.Type-TransformADDKE1], t)
 		}
 	}
 	if len(encr) == 0 {
@@ -148,9 +177,13 @@ func ParseProposal(proto uint8, s string) (Proposal, error) {
 	default:
 		return p, fmt.Errorf("ike: protocol %d proposals are not supported", proto)
 	}
-	for _, l := range [][]Transform{encr, prf, integ, dh, esn} {
+	for _, l := range [][]Transform{encr, prf, integ, dh} {
 		p.Transforms = append(p.Transforms, l...)
 	}
+	for _, l := range addke {
+		p.Transforms = append(p.Transforms, l...)
+	}
+	p.Transforms = append(p.Transforms, esn...)
 	return p, nil
 }
 
@@ -184,6 +217,22 @@ func prfOfInteg(id uint16) uint16 {
 
 // parseKeyword parses one strongSwan algorithm keyword.
 func parseKeyword(tok string) (Transform, error) {
+	// strongSwan 6: ke<n>_<method> for additional key exchange n.
+	if len(tok) > 4 && tok[:2] == "ke" && tok[2] >= '1' && tok[2] <= '7' && tok[3] == '_' {
+		typ := TransformADDKE1 + TransformType(tok[2]-'1')
+		if tok[4:] == "none" {
+			return Transform{Type: typ, ID: DHNone}, nil
+		}
+		t, err := parseKeyword(tok[4:])
+		if err != nil {
+			return Transform{}, err
+		}
+		if t.Type != TransformDH {
+			return Transform{}, fmt.Errorf("ike: %q: %q is not a key exchange method", tok, tok[4:])
+		}
+		t.Type = typ
+		return t, nil
+	}
 	enc := func(id, bits uint16) (Transform, error) {
 		return Transform{Type: TransformEncr, ID: id, KeyLen: bits}, nil
 	}
@@ -222,6 +271,12 @@ func parseKeyword(tok string) (Transform, error) {
 		return Transform{Type: TransformDH, ID: DHECP384}, nil
 	case "x25519", "curve25519":
 		return Transform{Type: TransformDH, ID: DHCurve25519}, nil
+	case "mlkem768":
+		return Transform{Type: TransformDH, ID: MLKEM768}, nil
+	case "mlkem1024":
+		return Transform{Type: TransformDH, ID: MLKEM1024}, nil
+	case "mlkem512":
+		return Transform{}, errors.New("ike: mlkem512 is not supported (Go's crypto/mlkem has ML-KEM-768 and ML-KEM-1024)")
 	case "esn":
 		return Transform{Type: TransformESN, ID: ESNYes}, nil
 	case "noesn":
@@ -241,6 +296,10 @@ type Suite struct {
 	Integ    uint16
 	DH       uint16
 	ESN      bool
+	// AddKE are the methods of the additional key exchanges (RFC 9370):
+	// AddKE[i] of type ADDKE(i+1), 0 where none was chosen. They run in
+	// this order, one IKE_INTERMEDIATE exchange each, skipping zeros.
+	AddKE [7]uint16
 }
 
 // transforms returns the suite as the transforms of a one-of-each
@@ -255,6 +314,11 @@ func (s Suite) transforms() []Transform {
 	}
 	if s.DH != 0 {
 		ts = append(ts, Transform{Type: TransformDH, ID: s.DH})
+	}
+	for i, m := range s.AddKE {
+		if m != 0 {
+			ts = append(ts, Transform{Type: TransformADDKE1 + TransformType(i), ID: m})
+		}
 	}
 	if s.Protocol == ProtoESP {
 		esn := ESNNo
@@ -282,7 +346,7 @@ func (s Suite) ESPName() string {
 
 // Name is the suite in strongSwan's proposal keywords, which
 // ParseProposal takes back, in strongSwan's order: encryption, integrity
-// (none for an AEAD), PRF, DH group, ESN: "aes256gcm16-prfsha384-ecp384"
+// (none for an AEAD), PRF, DH group, additional key exchanges, ESN: "aes256gcm16-prfsha384-ecp384"
 // and "aes128-sha256-prfsha256-modp2048" for IKE SAs, "aes128gcm16-esn"
 // for a Child SA. An ID it has no keyword for is written as a number.
 func (s Suite) Name() string {
@@ -312,6 +376,11 @@ func (s Suite) Name() string {
 	if s.DH != 0 {
 		parts = append(parts, dhName(s.DH))
 	}
+	for i, m := range s.AddKE {
+		if m != 0 {
+			parts = append(parts, fmt.Sprintf("ke%d_%s", i+1, dhName(m)))
+		}
+	}
 	if s.ESN {
 		parts = append(parts, "esn")
 	}
@@ -337,11 +406,21 @@ func supported(proto uint8, t Transform) bool {
 	case TransformInteg:
 		return t.KeyLen == 0 && (t.ID == IntegHMACSHA256_128 || t.ID == IntegHMACSHA384_192 || t.ID == IntegHMACSHA512_256)
 	case TransformDH:
-		return t.KeyLen == 0 && (t.ID == DHModp2048 || t.ID == DHECP256 || t.ID == DHECP384 || t.ID == DHCurve25519)
+		return t.KeyLen == 0 && isDHGroup(t.ID)
 	case TransformESN:
 		return proto == ProtoESP && t.KeyLen == 0 && (t.ID == ESNNo || t.ID == ESNYes)
 	}
+	if isAddKE(t.Type) {
+		// "none" (0) included: RFC 9370 section 2.2.1 lets an initiator
+		// make an additional key exchange optional.
+		return proto == ProtoIKE && t.KeyLen == 0 && (t.ID == DHNone || isDHGroup(t.ID) || isKEM(t.ID))
+	}
 	return false
+}
+
+// isDHGroup reports whether id is a Diffie-Hellman group NewDH supports.
+func isDHGroup(id uint16) bool {
+	return id == DHModp2048 || id == DHECP256 || id == DHECP384 || id == DHCurve25519
 }
 
 // selectProposal picks, for our proposals (in our order of preference)
@@ -366,52 +445,77 @@ func selectProposal(ours, theirs []Proposal, ignoreDH bool) (Suite, *Proposal, b
 
 func matchProposal(o, t Proposal, ignoreDH bool) (Suite, bool) {
 	s := Suite{Protocol: o.Protocol}
-	for _, typ := range []TransformType{TransformEncr, TransformPRF, TransformInteg, TransformDH, TransformESN} {
-		if typ == TransformDH && ignoreDH {
+	// Section 3.3.6: a proposal with a transform type we do not know is
+	// unacceptable.
+	for _, tt := range t.Transforms {
+		if tt.Type < TransformEncr || tt.Type > TransformADDKE7 {
+			return s, false
+		}
+	}
+	var used []uint16 // key exchange methods chosen so far
+	for typ := TransformEncr; typ <= TransformADDKE7; typ++ {
+		ke := typ == TransformDH || isAddKE(typ)
+		if ke && ignoreDH {
 			continue
 		}
-		var found, oursHas, theirsHas bool
-		var pick Transform
+		var oursHas, theirsHas, oursNone, theirsNone bool
 		for _, ot := range o.Transforms {
-			if ot.Type != typ {
-				continue
-			}
-			oursHas = true
-			if found || !supported(o.Protocol, ot) {
-				continue
-			}
-			for _, tt := range t.Transforms {
-				if tt == ot {
-					pick, found = ot, true
-					break
-				}
+			if ot.Type == typ {
+				oursHas, oursNone = true, oursNone || ot.ID == DHNone
 			}
 		}
 		for _, tt := range t.Transforms {
 			if tt.Type == typ {
-				theirsHas = true
+				theirsHas, theirsNone = true, theirsNone || tt.ID == DHNone
 			}
 		}
+		if !oursHas && !theirsHas {
+			continue
+		}
 		if oursHas != theirsHas {
+			// RFC 9370 section 2.2.1: an additional key exchange one
+			// side leaves out is acceptable if the other's includes
+			// NONE; then it does not take place.
+			if isAddKE(typ) && (oursNone || theirsNone) {
+				continue
+			}
 			return s, false
 		}
-		if !oursHas {
-			continue
+		var found bool
+		var pick Transform
+		for _, ot := range o.Transforms {
+			if ot.Type != typ || !supported(o.Protocol, ot) {
+				continue
+			}
+			// As strongSwan: one method is not chosen for two key
+			// exchanges.
+			if ke && ot.ID != DHNone && slices.Contains(used, ot.ID) {
+				continue
+			}
+			if slices.Contains(t.Transforms, ot) {
+				pick, found = ot, true
+				break
+			}
 		}
 		if !found {
 			return s, false
 		}
-		switch typ {
-		case TransformEncr:
+		switch {
+		case typ == TransformEncr:
 			s.Encr, s.KeyLen = pick.ID, pick.KeyLen
-		case TransformPRF:
+		case typ == TransformPRF:
 			s.PRF = pick.ID
-		case TransformInteg:
+		case typ == TransformInteg:
 			s.Integ = pick.ID
-		case TransformDH:
+		case typ == TransformDH:
 			s.DH = pick.ID
-		case TransformESN:
+		case typ == TransformESN:
 			s.ESN = pick.ID == ESNYes
+		default:
+			s.AddKE[typ-TransformADDKE1] = pick.ID
+		}
+		if ke && pick.ID != DHNone {
+			used = append(used, pick.ID)
 		}
 	}
 	if s.Encr == 0 || (!isAEAD(s.Encr) && s.Integ == 0) || (isAEAD(s.Encr) && s.Integ != 0) {

@@ -50,6 +50,8 @@ func (e ExchangeType) String() string {
 		return "CREATE_CHILD_SA"
 	case INFORMATIONAL:
 		return "INFORMATIONAL"
+	case IKE_INTERMEDIATE:
+		return "IKE_INTERMEDIATE"
 	}
 	return fmt.Sprintf("exchange(%d)", uint8(e))
 }
