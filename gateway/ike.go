@@ -356,6 +356,9 @@ func closeSigner(s crypto.Signer) {
 // gateway's engine and signed through it (cryptodev.NewSigner).
 func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer, *cryptodev.Key, error) {
 	p, priv, field, err := ikeCredentials(cfg, i, g.log)
+	if err == nil {
+		err = eapPeer(cfg, i, p) // eap: [connection.remote] auth = "eap*"
+	}
 	if err != nil || priv == nil {
 		return p, nil, nil, err
 	}

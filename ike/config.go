@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/ike/eap"
 )
 
 // Identity is an IKE identification (RFC 7296 section 3.5).
@@ -167,6 +169,16 @@ type Peer struct {
 	// dpd_action = restart, or start_action = start), then makes again
 	// the additional Child SAs (Children) the dead IKE SA carried.
 	DPDAction Action
+
+	// EAP (issue 20, eap helper): sluice as the EAP server of RFC 7296
+	// section 2.16. When EAP is set, an initiator whose first IKE_AUTH
+	// request carries IDi without AUTH authenticates with EAP: we answer
+	// with IDr, our certificate and AUTH (Signer; or PSK) and the first
+	// EAP Request, rounds follow, and after EAP Success both AUTH
+	// payloads are computed with the method's MSK as the shared secret
+	// (SK_pi/SK_pr when a method has none). The configuration is shared
+	// by the peer's sessions and not changed.
+	EAP *eap.Config
 }
 
 // Child is one Child SA of a connection beyond the one IKE_AUTH makes
