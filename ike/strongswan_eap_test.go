@@ -29,22 +29,25 @@ import (
 
 func TestStrongSwanEAP(t *testing.T) {
 	const ikeProps, espProps = "aes256gcm16-prfsha384-ecp384", "aes128gcm16"
-	cert := &certAuth{sluiceKey: "p256", charonKey: "p256"}
 	for _, c := range []struct {
 		name, auth string
 		password   string // charon's; sluice knows "carol's pw"
 		wantChild  bool
 		wantInLog  string
+		pad        int // certificate padding: EAP-TLS fragments both ways
 	}{
 		{name: "eap-mschapv2", auth: "eap-mschapv2", password: "carol's pw", wantChild: true,
 			wantInLog: "EAP method EAP_MSCHAPV2 succeeded, MSK established"},
 		{name: "eap-mschapv2-wrong-password", auth: "eap-mschapv2", password: "not carol's",
-			wantInLog: "received EAP_FAILURE"},
+			wantInLog: "received AUTHENTICATION_FAILED notify error"},
 		{name: "eap-tls", auth: "eap-tls", wantChild: true,
+			wantInLog: "EAP method EAP_TLS succeeded, MSK established"},
+		{name: "eap-tls-fragmented", auth: "eap-tls", wantChild: true, pad: 1500,
 			wantInLog: "EAP method EAP_TLS succeeded, MSK established"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			lab.RequireCharon(t)
+			cert := &certAuth{sluiceKey: "p256", charonKey: "p256", pad: c.pad}
 			vars := map[string]string{
 				"Template":     "testdata/strongswan/swanctl-eap.conf.tmpl",
 				"ConfTemplate": "testdata/strongswan/strongswan-eap.conf.tmpl",
@@ -104,6 +107,18 @@ func TestStrongSwanEAP(t *testing.T) {
 			data, _ := os.ReadFile(c2.Log())
 			if !strings.Contains(string(data), c.wantInLog) {
 				t.Errorf("charon's log lacks %q", c.wantInLog)
+			}
+			var frags int
+			for _, l := range strings.Split(string(data), "\n") {
+				if strings.Contains(l, "negotiated TLS") || strings.Contains(l, "authentication of") {
+					t.Logf("charon: %s", strings.TrimSpace(l[strings.Index(l, "]")+1:]))
+				}
+				if strings.Contains(l, "EAP_TLS first fragment") || strings.Contains(l, "EAP_TLS further fragment") {
+					frags++
+				}
+			}
+			if c.pad > 0 && frags == 0 {
+				t.Errorf("charon sent no EAP-TLS fragments with padded certificates")
 			}
 			checkKeys(t, child, charonChild(t, ctx, c2.Log(), child), false, espProps)
 

@@ -280,6 +280,9 @@ func (m *mschapv2) response(data []byte) ([]byte, status, error) {
 	if len(name) > 256 {
 		return nil, failed, fmt.Errorf("eap: EAP-MSCHAPv2 user name of %d octets, longer than 256", len(name))
 	}
+	if m.cfg.Identity != "" && name != m.cfg.Identity {
+		return nil, failed, fmt.Errorf("%w: EAP-MSCHAPv2 user %q, the configured identity is %q", ErrAuth, name, m.cfg.Identity)
+	}
 	password, ok := m.cfg.Password(name)
 	if !ok {
 		return nil, failed, fmt.Errorf("%w: EAP-MSCHAPv2 user %q unknown", ErrAuth, name)

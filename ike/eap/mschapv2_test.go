@@ -205,6 +205,18 @@ func TestConfiguredIdentity(t *testing.T) {
 	if q, _ := Parse(first); q.Type != TypeMSCHAPv2 || q.Data[0] != msOpChallenge {
 		t.Fatalf("first request %s opcode %d, want an EAP-MSCHAPv2 Challenge", q.Type, q.Data[0])
 	}
+
+	// The peer must authenticate as that identity, even with another
+	// user's right password.
+	cfg := &Config{Methods: []Type{TypeMSCHAPv2}, Identity: "carol", Password: passwords(map[string]string{"carol": "pw", "dave": "dpw"})}
+	for user, want := range map[string]State{"carol": Succeeded, "dave": Failed} {
+		s, _ := NewServer(cfg)
+		pw := map[string]string{"carol": "pw", "dave": "dpw"}[user]
+		p := &msPeer{t: t, identity: user, name: user, password: pw}
+		if _, err := run(t, s, p.respond); s.State() != want {
+			t.Errorf("configured carol, user %s: %s (%v), want %s", user, s.State(), err, want)
+		}
+	}
 }
 
 // A peer that Naks the first method gets the next one it names; one that

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"runtime"
 	"slices"
 )
 
@@ -213,6 +214,11 @@ func (s *Server) startMethod(t Type) ([]byte, error) {
 		return s.fail(err)
 	}
 	s.m = m
+	if t, ok := m.(*tlsServer); ok {
+		// A session dropped mid-handshake without Close (its IKE SA
+		// timed out) still ends the handshake's goroutine.
+		runtime.AddCleanup(s, func(e *tlsEngine) { e.abort() }, t.eng)
+	}
 	data, err := m.start()
 	if err != nil {
 		return s.fail(err)

@@ -342,15 +342,20 @@ func (e *tlsEngine) run() {
 // close ends the goroutine: a Read waiting for data returns io.EOF, the
 // handshake fails and the goroutine exits; close waits for that.
 func (e *tlsEngine) close() {
-	p := e.pipe
-	p.mu.Lock()
-	p.closed = true
-	p.cond.Broadcast()
-	started := e.started
-	p.mu.Unlock()
-	if started {
+	if e.abort() {
 		<-e.exited
 	}
+}
+
+// abort is close without the wait; it reports whether the goroutine was
+// started.
+func (e *tlsEngine) abort() bool {
+	p := e.pipe
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.closed = true
+	p.cond.Broadcast()
+	return e.started
 }
 
 // memConn is the engine's side of the in-memory connection.

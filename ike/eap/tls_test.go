@@ -329,3 +329,35 @@ func TestTLSBadMessages(t *testing.T) {
 }
 
 var sha256New = sha256.New
+
+// A session dropped in the middle of the handshake without Close (its
+// IKE SA went away) does not keep the handshake's goroutine.
+func TestTLSAbandoned(t *testing.T) {
+	ca := newTestCA(t, "strongSwan CA")
+	scfg := testTLSConfig(t, ca)
+	before := runtime.NumGoroutine()
+	func() {
+		s, err := NewServer(&Config{Methods: []Type{TypeTLS}, TLS: scfg, Identity: "carol"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := newTLSPeer(t, &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "carol", 0)}, RootCAs: ca.pool(), ServerName: "moon.strongswan.org"}, 4096)
+		out, _ := s.Start()
+		out, err = s.Process(p.respond(out)) // ClientHello in, ServerHello out
+		if err != nil || s.State() != Running {
+			t.Fatalf("%v %s", err, s.State())
+		}
+		if len(out) < 100 {
+			t.Fatalf("server sent %d octets, want its first flight", len(out))
+		}
+		p.eng.close()
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for runtime.NumGoroutine() > before && time.Now().Before(deadline) {
+		runtime.GC()
+		time.Sleep(10 * time.Millisecond)
+	}
+	if g := runtime.NumGoroutine(); g > before {
+		t.Fatalf("%d goroutines, %d before: the abandoned handshake's goroutine is left", g, before)
+	}
+}
