@@ -459,8 +459,16 @@ func (c *Config) defaults() error {
 		if p == nil || len(p.IKE) == 0 || len(p.ESP) == 0 || !p.Local.IsValid() {
 			return fmt.Errorf("ike: peer %q needs Local, IKE and ESP proposals", peerName(p))
 		}
-		if (p.Signer == nil || len(p.RemoteCAs) == 0) && len(p.PSK) == 0 {
+		// Each direction needs a credential: ours a Signer or the PSK,
+		// the peer's RemoteCAs, the PSK or EAP.
+		ours, theirs := p.Signer != nil || len(p.PSK) > 0, len(p.RemoteCAs) > 0 || len(p.PSK) > 0 || p.EAP != nil
+		if !ours || !theirs {
 			return fmt.Errorf("ike: peer %q needs a PSK for the direction without certificates", p.Name)
+		}
+		if p.EAP != nil {
+			if err := p.EAP.Check(); err != nil {
+				return fmt.Errorf("ike: peer %q: %w", p.Name, err)
+			}
 		}
 		if p.Signer != nil {
 			if len(p.Certificates) == 0 {

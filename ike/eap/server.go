@@ -133,25 +133,33 @@ type Server struct {
 	err      error
 }
 
-// NewServer returns a session for cfg. It fails if cfg offers no method,
-// a method this package does not implement, or lacks what a method needs.
-func NewServer(cfg *Config) (*Server, error) {
-	if len(cfg.Methods) == 0 {
-		return nil, errors.New("eap: no method configured")
+// Check reports whether c can run sessions: it offers a method, only
+// methods this package implements, and has what each needs.
+func (c *Config) Check() error {
+	if len(c.Methods) == 0 {
+		return errors.New("eap: no method configured")
 	}
-	for _, t := range cfg.Methods {
+	for _, t := range c.Methods {
 		switch t {
 		case TypeMSCHAPv2:
-			if cfg.Password == nil {
-				return nil, errors.New("eap: EAP-MSCHAPv2 needs Config.Password")
+			if c.Password == nil {
+				return errors.New("eap: EAP-MSCHAPv2 needs Config.Password")
 			}
 		case TypeTLS:
-			if cfg.TLS == nil || len(cfg.TLS.Certificates) == 0 && cfg.TLS.GetCertificate == nil {
-				return nil, errors.New("eap: EAP-TLS needs Config.TLS with a certificate")
+			if c.TLS == nil || len(c.TLS.Certificates) == 0 && c.TLS.GetCertificate == nil {
+				return errors.New("eap: EAP-TLS needs Config.TLS with a certificate")
 			}
 		default:
-			return nil, fmt.Errorf("eap: method %s not supported", t)
+			return fmt.Errorf("eap: method %s not supported", t)
 		}
+	}
+	return nil
+}
+
+// NewServer returns a session for cfg. It fails if cfg does not Check.
+func NewServer(cfg *Config) (*Server, error) {
+	if err := cfg.Check(); err != nil {
+		return nil, err
 	}
 	s := &Server{cfg: cfg}
 	var idb [1]byte
