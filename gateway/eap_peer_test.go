@@ -96,6 +96,16 @@ file = "gw.key"
 				t.Errorf("%s: mallory has a password", c.auth)
 			}
 		}
+		// A reload keeps the peer only with the same passwords and CAs.
+		again, _, _, _ := ikeCredentials(g, 0, nil)
+		if err := eapPeer(g, 0, again); err != nil || !sameCredentials(p, again) {
+			t.Errorf("%s: the same configuration: err %v, same %v", c.auth, err, sameCredentials(p, again))
+		}
+		g.Secrets[0].Data = []byte("new pw")
+		changed, _, _, _ := ikeCredentials(g, 0, nil)
+		if err := eapPeer(g, 0, changed); err != nil || sameCredentials(p, changed) == slices.Contains(c.methods, eap.TypeMSCHAPv2) {
+			t.Errorf("%s: a changed password: err %v, same %v", c.auth, err, sameCredentials(p, changed))
+		}
 		if slices.Contains(c.methods, eap.TypeTLS) {
 			tc := e.TLS
 			if tc == nil || len(tc.Certificates) != 1 || tc.Certificates[0].Leaf.DNSNames[0] != "gw.example" || tc.ClientCAs == nil {

@@ -1150,7 +1150,9 @@ func sameCredentials(a, b *ike.Peer) bool {
 	eq := func(x, y []*x509.Certificate) bool {
 		return slices.EqualFunc(x, y, func(c, d *x509.Certificate) bool { return c.Equal(d) })
 	}
-	return bytes.Equal(a.PSK, b.PSK) && eq(a.Certificates, b.Certificates) && eq(a.RemoteCAs, b.RemoteCAs)
+	return bytes.Equal(a.PSK, b.PSK) && eq(a.Certificates, b.Certificates) && eq(a.RemoteCAs, b.RemoteCAs) &&
+		sameEAP(a, b) // eap: passwords and EAP-TLS CAs
+
 }
 
 // initiateGroupsLocked initiates the children want picks, a connection's

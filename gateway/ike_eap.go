@@ -7,11 +7,15 @@ package gateway
 
 import (
 	"crypto"
+	"crypto/sha256"
 	"crypto/tls"
 	"crypto/x509"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 
 	"github.com/sluicegw/sluice/config"
@@ -94,12 +98,49 @@ func eapPeer(cfg *config.Gateway, i int, p *ike.Peer) error {
 			ClientCAs: pool,
 		}
 	}
+	e.Fingerprint = eapFingerprint(e, passwords, cas)
 	if len(e.Methods) == 0 {
 		field := cf + ".remote.auth"
 		return fmt.Errorf("%s: %s: auth = \"eap\" offers no method: no type = \"eap\" secret (EAP-MSCHAPv2) and no cacerts (EAP-TLS)", cfg.FieldPos(field), field)
 	}
 	p.EAP = e
 	return nil
+}
+
+// eapFingerprint digests what authenticates EAP peers: the methods, the
+// identity, the passwords (EAP-MSCHAPv2) and the CAs (EAP-TLS; our
+// certificates are the peer's, which sameCredentials compares already).
+func eapFingerprint(e *eap.Config, passwords map[string][]byte, cas []*x509.Certificate) string {
+	h := sha256.New()
+	put := func(b []byte) {
+		h.Write(binary.BigEndian.AppendUint32(nil, uint32(len(b))))
+		h.Write(b)
+	}
+	for _, m := range e.Methods {
+		put([]byte{byte(m)})
+	}
+	put([]byte(e.Identity))
+	if e.Password != nil {
+		for _, id := range slices.Sorted(maps.Keys(passwords)) {
+			put([]byte(id))
+			put(passwords[id])
+		}
+	}
+	if e.TLS != nil {
+		for _, ca := range cas {
+			put(ca.Raw)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// sameEAP reports whether two peers' EAP configurations authenticate
+// alike (reload keeps a peer only then).
+func sameEAP(a, b *ike.Peer) bool {
+	if a.EAP == nil || b.EAP == nil {
+		return a.EAP == b.EAP
+	}
+	return a.EAP.Fingerprint == b.EAP.Fingerprint
 }
 
 // peerSigner signs for the EAP-TLS server with the peer's Signer, which

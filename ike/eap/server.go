@@ -37,6 +37,10 @@ type Config struct {
 	Name string
 	// Rand is the source of challenges (default crypto/rand).
 	Rand io.Reader
+	// Fingerprint is for the owner: text that changes when the
+	// credentials behind the configuration do (the gateway's reload
+	// compares it; Password cannot be compared). The package ignores it.
+	Fingerprint string
 }
 
 const (
