@@ -28,7 +28,8 @@ import (
 	"strings"
 	"unicode/utf16"
 
-	"golang.org/x/crypto/md4" //lint:ignore SA1019 MS-CHAPv2 fixes MD4 (see the package doc)
+	//lint:ignore SA1019 MS-CHAPv2 fixes MD4 (see the package doc)
+	"golang.org/x/crypto/md4"
 )
 
 // MS-CHAPv2 opcodes (draft-kamath-pppext-eap-mschapv2 section 2).
