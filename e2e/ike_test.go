@@ -7,7 +7,9 @@ import (
 	"cmp"
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -34,6 +36,11 @@ type connConfig struct {
 	Certs         []string
 	CACerts       []string
 	KeyFile       string
+	// EAP, if set, is [connection.remote] auth (eap-mschapv2, eap-tls:
+	// sluice the EAP server; Auth is then our side's), EAPPasswords the
+	// type = "eap" secrets by identity.
+	EAP          string
+	EAPPasswords map[string]string
 
 	Child             string
 	LocalTS, RemoteTS []netip.Prefix
@@ -79,6 +86,12 @@ func (c *connConfig) file() (config.FileConnection, []config.FileSecret) {
 	}
 	if c.KeyFile != "" {
 		secrets = append(secrets, config.FileSecret{Type: config.SecretPrivate, File: c.KeyFile})
+	}
+	if c.EAP != "" {
+		fc.Remote.Auth = c.EAP
+		for _, id := range slices.Sorted(maps.Keys(c.EAPPasswords)) {
+			secrets = append(secrets, config.FileSecret{Type: config.SecretEAP, ID: id, Secret: c.EAPPasswords[id]})
+		}
 	}
 	return fc, secrets
 }

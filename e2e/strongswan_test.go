@@ -383,6 +383,11 @@ type ssOptions struct {
 	ssChildRekey          string // charon's child rekey_time (rand_time 0); "" never
 	natUDPTimeout         int    // with nat: the NAT forgets an idle UDP mapping after this many seconds; 0 is the kernel's
 	gwKeepAlive           string // sluice's [ike] keep_alive; "" leaves the default
+	// eap: charon authenticates with this EAP method (its local auth,
+	// sluice's remote auth), sluice with its certificate (auth "pubkey");
+	// with eapID, charon's eap_id and password, and sluice's type = "eap"
+	// secret for it (gwPassword).
+	eap, eapID, eapPassword, gwPassword string
 }
 
 // ssDNs are the identities of a test with ssOptions.dn: charon's, sluice's.
@@ -490,7 +495,7 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	if o.nat {
 		remote = "%any"
 	}
-	renderTemplate(t, "strongswan/strongswan.conf.tmpl", b.ch.Conf(), map[string]string{"Vici": b.ch.Vici(), "Log": b.ch.Log()})
+	renderTemplate(t, "strongswan/strongswan.conf.tmpl", b.ch.Conf(), map[string]string{"Vici": b.ch.Vici(), "Log": b.ch.Log(), "EAP": o.eap})
 	b.swconf = filepath.Join(dir, "swanctl.conf")
 	ssRekey, ssLife := "0s", "0s"
 	if o.ssChildRekey != "" {
@@ -506,6 +511,7 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 		"LocalTS": ssLocalTS, "RemoteTS": ssRemoteTS,
 		"LocalID": o.ids()[0], "RemoteID": o.ids()[1], "ESP": o.esp, "PSK": psk,
 		"ChildRekey": ssRekey, "ChildLife": ssLife,
+		"EAP": o.eap, "EAPID": o.eapID, "EAPPassword": o.eapPassword,
 	})
 	cc := connConfig{
 		Name: "strongswan", Local: b.gwAddr, Remote: b.ssAddr, Proposals: ssIKE,
@@ -535,6 +541,12 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 		cc.PSK = fmt.Sprintf("%x", psk)
 	} else {
 		b.certs(&cc)
+	}
+	if o.eap != "" {
+		cc.EAP = o.eap
+		if o.eapID != "" {
+			cc.EAPPasswords = map[string]string{o.eapID: o.gwPassword}
+		}
 	}
 	b.startCharon()
 

@@ -75,6 +75,9 @@ func closeSigner(s crypto.Signer) {
 // gateway's engine and signed through it (cryptodev.NewSigner).
 func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer, *cryptodev.Key, error) {
 	p, priv, field, err := ikeCredentials(cfg, i, g.log)
+	if err == nil {
+		err = eapPeer(cfg, i, p) // eap: [connection.remote] auth = "eap*"
+	}
 	if err != nil || priv == nil {
 		return p, nil, nil, err
 	}
@@ -224,7 +227,8 @@ func sameCredentials(a, b *ike.Peer) bool {
 	eq := func(x, y []*x509.Certificate) bool {
 		return slices.EqualFunc(x, y, func(c, d *x509.Certificate) bool { return c.Equal(d) })
 	}
-	return bytes.Equal(a.PSK, b.PSK) && eq(a.Certificates, b.Certificates) && eq(a.RemoteCAs, b.RemoteCAs)
+	return bytes.Equal(a.PSK, b.PSK) && eq(a.Certificates, b.Certificates) && eq(a.RemoteCAs, b.RemoteCAs) &&
+		sameEAP(a, b) // eap: passwords and EAP-TLS CAs
 }
 
 // setPeerLifetimes gives the endpoint the connection's times: it rekeys

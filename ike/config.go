@@ -10,6 +10,8 @@ import (
 	"net/netip"
 	"strings"
 	"time"
+
+	"github.com/sluicegw/sluice/ike/eap"
 )
 
 // Identity is an IKE identification (RFC 7296 section 3.5).
@@ -167,6 +169,16 @@ type Peer struct {
 	// dpd_action = restart, or start_action = start), then makes again
 	// the additional Child SAs (Children) the dead IKE SA carried.
 	DPDAction Action
+
+	// EAP (issue 20, eap helper): sluice as the EAP server of RFC 7296
+	// section 2.16. When EAP is set, an initiator whose first IKE_AUTH
+	// request carries IDi without AUTH authenticates with EAP: we answer
+	// with IDr, our certificate and AUTH (Signer; or PSK) and the first
+	// EAP Request, rounds follow, and after EAP Success both AUTH
+	// payloads are computed with the method's MSK as the shared secret
+	// (SK_pi/SK_pr when a method has none). The configuration is shared
+	// by the peer's sessions and not changed.
+	EAP *eap.Config
 }
 
 // Child is one Child SA of a connection beyond the one IKE_AUTH makes
@@ -447,8 +459,16 @@ func (c *Config) defaults() error {
 		if p == nil || len(p.IKE) == 0 || len(p.ESP) == 0 || !p.Local.IsValid() {
 			return fmt.Errorf("ike: peer %q needs Local, IKE and ESP proposals", peerName(p))
 		}
-		if (p.Signer == nil || len(p.RemoteCAs) == 0) && len(p.PSK) == 0 {
+		// Each direction needs a credential: ours a Signer or the PSK,
+		// the peer's RemoteCAs, the PSK or EAP.
+		ours, theirs := p.Signer != nil || len(p.PSK) > 0, len(p.RemoteCAs) > 0 || len(p.PSK) > 0 || p.EAP != nil
+		if !ours || !theirs {
 			return fmt.Errorf("ike: peer %q needs a PSK for the direction without certificates", p.Name)
+		}
+		if p.EAP != nil {
+			if err := p.EAP.Check(); err != nil {
+				return fmt.Errorf("ike: peer %q: %w", p.Name, err)
+			}
 		}
 		if p.Signer != nil {
 			if len(p.Certificates) == 0 {

@@ -102,6 +102,12 @@ func decodePayload(typ PayloadType, critical bool, body []byte) (Payload, error)
 		return decodeTS(typ == PayloadTSr, body)
 	case PayloadCP:
 		return decodeCP(body)
+	case PayloadEAP:
+		// Section 3.16: one EAP message, its header at least (RFC 3748).
+		if len(body) < 4 {
+			return nil, errors.New("ike: EAP payload shorter than 4 bytes")
+		}
+		return &EAP{Data: body}, nil
 	}
 	if critical {
 		return nil, fmt.Errorf("%w: type %d", ErrUnsupportedCritical, uint8(typ))
@@ -109,8 +115,8 @@ func decodePayload(typ PayloadType, critical bool, body []byte) (Payload, error)
 	return &Unknown{T: typ, Data: body}, nil
 }
 
-// Unknown is a payload of a type this package does not decode (EAP among
-// them). Its body is kept as it is.
+// Unknown is a payload of a type this package does not decode. Its body
+// is kept as it is.
 type Unknown struct {
 	T        PayloadType
 	Critical bool
@@ -119,6 +125,15 @@ type Unknown struct {
 
 func (p *Unknown) Type() PayloadType                   { return p.T }
 func (p *Unknown) appendBody(b []byte) ([]byte, error) { return append(b, p.Data...), nil }
+
+// EAP is the Extensible Authentication payload (section 3.16): one EAP
+// message, which package eap parses.
+type EAP struct {
+	Data []byte
+}
+
+func (p *EAP) Type() PayloadType                   { return PayloadEAP }
+func (p *EAP) appendBody(b []byte) ([]byte, error) { return append(b, p.Data...), nil }
 
 // Protocol IDs of proposals, notifications and deletes (section 3.3.1).
 const (

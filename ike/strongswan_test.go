@@ -342,7 +342,8 @@ func newBed(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(
 
 // newBedVars is newBed with more variables for charon's swanctl.conf and
 // strongswan.conf templates (LocalTS2 and RemoteTS2: a second child;
-// FragSize: charon's fragment_size).
+// FragSize: charon's fragment_size; Template and ConfTemplate: other
+// swanctl.conf and strongswan.conf templates).
 func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak func(*ike.Peer, *ike.Config), extra map[string]string) *bed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -385,7 +386,11 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 	for k, v := range extra {
 		confVars[k] = v
 	}
-	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.Conf(), confVars)
+	confTmpl := "testdata/strongswan/strongswan.conf.tmpl"
+	if extra["ConfTemplate"] != "" { // eap: strongswan_eap_test.go's plugins
+		confTmpl = extra["ConfTemplate"]
+	}
+	render(t, confTmpl, c.Conf(), confVars)
 	swconf := filepath.Join(dir, "swanctl.conf")
 	ssID, slID := ids(cert)
 	vars := map[string]string{
@@ -402,6 +407,9 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 		creds = newTestCreds(t, c, cert)
 		tmpl = "testdata/strongswan/swanctl-cert.conf.tmpl"
 		vars["Cert"], vars["CA"] = creds.charonCert, creds.caFile
+	}
+	if extra["Template"] != "" { // eap: strongswan_eap_test.go's swanctl.conf
+		tmpl = extra["Template"]
 	}
 	render(t, tmpl, swconf, vars)
 	startCharon(t, ctx, c, swconf)
