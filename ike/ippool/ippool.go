@@ -76,8 +76,6 @@ type lease struct {
 
 // New returns the pool c describes.
 func New(c Config) (*Pool, error) {
-	p := &Pool{name: c.Name, dns: append([]netip.Addr(nil), c.DNS...),
-		byAddr: make(map[uint32]lease), byID: make(map[string]uint32)}
 	s := strings.TrimSpace(c.Addrs)
 	if from, to, ok := strings.Cut(s, "-"); ok {
 		a, err := netip.ParseAddr(strings.TrimSpace(from))
@@ -88,39 +86,45 @@ func New(c Config) (*Pool, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ippool: pool %q: range %q: %v", c.Name, s, err)
 		}
-		a, b = a.Unmap(), b.Unmap()
-		if a.Is4() != b.Is4() || a.Zone() != "" || b.Zone() != "" {
-			return nil, fmt.Errorf("ippool: pool %q: range %q mixes families", c.Name, s)
-		}
-		if b.Less(a) {
-			return nil, fmt.Errorf("ippool: pool %q: range %q ends before it starts", c.Name, s)
-		}
-		d := diff(b, a)
-		if d >= maxSize {
-			return nil, fmt.Errorf("ippool: pool %q: range %q holds more than 2^31 addresses", c.Name, s)
-		}
-		p.base, p.size = a, uint32(d)+1
-	} else {
-		pre, err := netip.ParsePrefix(s)
-		if err != nil {
-			return nil, fmt.Errorf("ippool: pool %q: addrs %q is neither a prefix nor a range (from-to): %v", c.Name, s, err)
-		}
-		pre = pre.Masked()
-		host := pre.Addr().BitLen() - pre.Bits()
-		size := uint64(1) << min(host, 31)
-		p.base = pre.Addr()
-		if size > 2 {
-			// Neither the network's first address nor its last.
-			p.base, size = p.base.Next(), size-2
-		}
-		p.size = uint32(size)
+		return NewRange(c.Name, a, b, c.DNS)
 	}
-	for _, d := range p.dns {
-		if !d.IsValid() {
-			return nil, fmt.Errorf("ippool: pool %q: an invalid DNS address", c.Name)
+	pre, err := netip.ParsePrefix(s)
+	if err != nil {
+		return nil, fmt.Errorf("ippool: pool %q: addrs %q is neither a prefix nor a range (from-to): %v", c.Name, s, err)
+	}
+	pre = pre.Masked()
+	host := pre.Addr().BitLen() - pre.Bits()
+	size := uint64(1) << min(host, 31)
+	first := pre.Addr()
+	if size > 2 {
+		// Neither the network's first address nor its last.
+		first, size = first.Next(), size-2
+	}
+	p := &Pool{name: c.Name, base: first, size: uint32(size)}
+	return NewRange(c.Name, first, p.addr(uint32(size-1)), c.DNS)
+}
+
+// NewRange returns the pool of the addresses first to last, both
+// included, announcing the name servers dns.
+func NewRange(name string, first, last netip.Addr, dns []netip.Addr) (*Pool, error) {
+	first, last = first.Unmap(), last.Unmap()
+	if !first.IsValid() || !last.IsValid() || first.Is4() != last.Is4() || first.Zone() != "" || last.Zone() != "" {
+		return nil, fmt.Errorf("ippool: pool %q: range %v-%v mixes families", name, first, last)
+	}
+	if last.Less(first) {
+		return nil, fmt.Errorf("ippool: pool %q: range %v-%v ends before it starts", name, first, last)
+	}
+	d := diff(last, first)
+	if d >= maxSize {
+		return nil, fmt.Errorf("ippool: pool %q: range %v-%v holds more than 2^31 addresses", name, first, last)
+	}
+	for _, a := range dns {
+		if !a.IsValid() {
+			return nil, fmt.Errorf("ippool: pool %q: an invalid DNS address", name)
 		}
 	}
-	return p, nil
+	return &Pool{name: name, base: first, size: uint32(d) + 1, dns: append([]netip.Addr(nil), dns...),
+		byAddr: make(map[uint32]lease), byID: make(map[string]uint32)}, nil
 }
 
 // Name is the pool's name.
