@@ -348,3 +348,18 @@ func (p *CP) assigned() (vips, dns []netip.Addr) {
 	}
 	return vips, dns
 }
+
+// checkRemoteAccess checks the peer's Pools and VIPs.
+func (p *Peer) checkRemoteAccess() error {
+	for i, pool := range p.Pools {
+		if pool == nil {
+			return fmt.Errorf("ike: peer %q: pool %d is nil", p.Name, i+1)
+		}
+	}
+	for _, v := range p.VIPs {
+		if !v.IsValid() || v.Zone() != "" || v.Is4In6() {
+			return fmt.Errorf("ike: peer %q: virtual IP %v: want an IPv4 or IPv6 address (0.0.0.0 or :: for any)", p.Name, v)
+		}
+	}
+	return nil
+}
