@@ -356,6 +356,9 @@ func closeSigner(s crypto.Signer) {
 // gateway's engine and signed through it (cryptodev.NewSigner).
 func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer, *cryptodev.Key, error) {
 	p, priv, field, err := ikeCredentials(cfg, i, g.log)
+	if err == nil {
+		err = g.vipPeer(cfg, i, p) // pools and vips (vip.go)
+	}
 	if err != nil || priv == nil {
 		return p, nil, nil, err
 	}
@@ -558,6 +561,7 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 		g.Logger("ike").Error("IKE child SA not installed", "child", ch.child.Name, "err", err)
 		return
 	}
+	g.vipChildUp(ch.conn, c) // vip.go
 	if ch.held == c {
 		ch.pairs++
 		g.Logger("ike").Info("IKE child SA installed inbound; outbound waits for the peer's Delete of the old one", "child", ch.child.Name,
@@ -764,6 +768,7 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 		return
 	}
 	ch.pairs--
+	g.vipChildDown(ch.conn, c) // vip.go
 	name := ch.child.Name
 	t := g.store.Load().Tunnel(name)
 	if t == nil {
