@@ -136,6 +136,7 @@ func (from *ikeSA) moveChildrenLocked(to *ikeSA) {
 	from.children = nil
 	to.queue = append(to.queue, from.queue...)
 	from.queue = nil
+	to.leases, from.leases = append(to.leases, from.leases...), nil // task_config.go
 }
 
 // ikeRekeyResponseLocked handles the answer to our IKE SA rekey.
