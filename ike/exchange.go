@@ -128,7 +128,8 @@ type ikeSA struct {
 	rekeyed           bool    // replaced by a new IKE SA; waits for its Delete
 	peerRekey         *collision
 
-	leases []vipLease // virtual IPs leased to the peer (task_config.go)
+	leases []vipLease   // virtual IPs leased to the peer (task_config.go)
+	vips   []netip.Addr // virtual IPs, ours or the peer's (ChildSA.VIPs)
 
 	snapDirty bool // its replicated state changed since OnSnapshot last saw it (snapshot.go)
 	snapShown bool // OnSnapshot has seen it: its end is reported

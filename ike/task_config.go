@@ -25,7 +25,8 @@ package ike
 //
 // The leases belong to the IKE SA (ikeSA.leases): they go offline when it
 // is removed (releaseLeasesLocked) and move to its successor when it is
-// rekeyed (moveChildrenLocked).
+// rekeyed (moveChildrenLocked), with the addresses (ikeSA.vips) that
+// every Child SA it makes carries (ChildSA.VIPs, rekey.go).
 
 import (
 	"errors"
@@ -56,6 +57,10 @@ type vipSetup struct {
 	noChild NotifyType
 	// vips are the virtual IPs assigned (ChildSA.VIPs).
 	vips []netip.Addr
+	// identity, responder: whom the leases are for, when another task
+	// knows better than the IKE identity (an EAP task: the EAP identity,
+	// as strongSwan leases by it); "" is the peer's IKE identity.
+	identity string
 }
 
 // local returns the TSi an initiator proposes: its peer's LocalTS, or
@@ -148,7 +153,7 @@ func (t *configTask) processReply(x *exchange) taskStatus {
 		return taskDone
 	}
 	vips, dns := cp.assigned()
-	x.setup.vip.vips = vips
+	x.setup.vip.vips, sa.vips = vips, vips
 	sa.ep.cfg.Log.Info("ike: virtual IP assigned", sa.logAttrs("vips", vips, "dns", dns)...)
 	return taskDone
 }
@@ -169,7 +174,10 @@ func (t *configTask) processRequest(x *exchange) taskStatus {
 		return taskMore // nothing asked, or nothing to give: no CP in the answer
 	}
 	ask := t.req.requested()
-	id := sa.remoteID.String()
+	id := x.setup.vip.identity
+	if id == "" {
+		id = sa.remoteID.String()
+	}
 	var vips, dns []netip.Addr
 	var ts []netip.Prefix
 	for _, want := range ask.Addrs {
@@ -199,7 +207,7 @@ func (t *configTask) processRequest(x *exchange) taskStatus {
 	}
 	if len(vips) > 0 {
 		e.stats.VIPAssigned += uint64(len(vips))
-		x.setup.vip.remoteTS, x.setup.vip.vips = ts, vips
+		x.setup.vip.remoteTS, x.setup.vip.vips, sa.vips = ts, vips, vips
 		e.cfg.Log.Info("ike: virtual IP assigned", sa.logAttrs("vips", vips)...)
 	}
 	t.reply = vipReply(vips, dns, ask.Netmask)

@@ -177,3 +177,34 @@ func TestVIPSurvivesIKERekey(t *testing.T) {
 	waitFor(t, func() bool { return pool.Stats().Offline == 1 })
 	poolStats(t, pool, 0, 1)
 }
+
+// TestVIPKeptByChildRekey: a Child SA made by a rekey carries the IKE
+// SA's virtual IPs, on both sides, also after a rekey of the IKE SA (the
+// gateway keeps the address on its TUN device by them).
+func TestVIPKeptByChildRekey(t *testing.T) {
+	pool := mustPool(t, "rw", "10.3.0.0/24")
+	a, b := raPeers(t, []netip.Addr{netip.IPv4Unspecified()}, pool)
+	p := newPair(t, a, b, nil)
+	ca, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []netip.Addr{netip.MustParseAddr("10.3.0.1")}
+	for i, ikeRekey := range []bool{false, true} {
+		if ikeRekey {
+			if err := p.a.RekeyIKE(ctx(t), ca); err != nil {
+				t.Fatal(err)
+			}
+		}
+		fresh, err := p.a.Rekey(ctx(t), ca)
+		if err != nil {
+			t.Fatal(err)
+		}
+		waitFor(t, func() bool { p.bChildMu.Lock(); defer p.bChildMu.Unlock(); return len(p.bChild) == i+2 })
+		cb := p.respChild(t)
+		if !reflect.DeepEqual(fresh.VIPs, want) || !reflect.DeepEqual(cb.VIPs, want) {
+			t.Fatalf("rekey %d (IKE SA rekeyed: %v): VIPs %v and %v, want %v", i+1, ikeRekey, fresh.VIPs, cb.VIPs, want)
+		}
+		ca = fresh
+	}
+}
