@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -190,4 +191,26 @@ func TestSluiceVIPTraffic(t *testing.T) {
 	waitPing(t, b.gw.tb.ctx, b.gw.ns, ssInner[0].Addr())
 	mustPing(t, b.gw.tb.ctx, "sluice's virtual IP -> strongSwan's site", b.gw.ns, ssInner[0].Addr(), 20, 10*time.Millisecond)
 	mustPing(t, b.gw.tb.ctx, "strongSwan's site -> sluice's virtual IP", b.ss, vip, 20, 10*time.Millisecond, "-I", ssInner[0].Addr().String())
+
+	// A rekey of the Child SA keeps the address (the new pair carries it
+	// before the old one goes); the end of the IKE SA takes it off.
+	first := b.gw.waitChild(b.gw.tb.ctx, "rw", time.Second, nil)
+	if out, err := b.ch.Swanctl(b.gw.tb.ctx, "--rekey", "--child", "net"); err != nil {
+		t.Fatalf("strongSwan rekeying: %v\n%s", err, out)
+	}
+	b.gw.waitChild(b.gw.tb.ctx, "rw", 20*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != first.InSPI })
+	mustPing(t, b.gw.tb.ctx, "sluice's virtual IP -> strongSwan's site, after a rekey", b.gw.ns, ssInner[0].Addr(), 20, 10*time.Millisecond)
+	if out, err := b.gw.cli("ike", "terminate", "rw"); err != nil {
+		t.Fatalf("sluice ike terminate: %v\n%s", err, out)
+	}
+	err = lab.WaitFor(b.gw.tb.ctx, "the virtual IP to leave sluice's TUN device", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+		out, err := b.gw.ns.Exec(b.gw.tb.ctx, "ip", "-o", "addr", "show", "dev", tunName)
+		return !strings.Contains(string(out), vip.String()+"/32"), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out, _ := b.gw.ns.Exec(b.gw.tb.ctx, "ip", "route", "get", ssInner[0].Addr().String()); strings.Contains(string(out), "src "+vip.String()) {
+		t.Errorf("the route to strongSwan's site still takes the virtual IP as its source: %s", out)
+	}
 }

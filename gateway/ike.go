@@ -561,7 +561,7 @@ func (g *Gateway) onChildSA(gen uint64, c *ike.ChildSA) {
 		g.Logger("ike").Error("IKE child SA not installed", "child", ch.child.Name, "err", err)
 		return
 	}
-	g.vipChildUp(ch.conn, c) // vip.go
+	g.vipChildUp(c) // vip.go
 	if ch.held == c {
 		ch.pairs++
 		g.Logger("ike").Info("IKE child SA installed inbound; outbound waits for the peer's Delete of the old one", "child", ch.child.Name,
@@ -768,7 +768,7 @@ func (g *Gateway) onChildDelete(gen uint64, c *ike.ChildSA) {
 		return
 	}
 	ch.pairs--
-	g.vipChildDown(ch.conn, c) // vip.go
+	g.vipChildDown(c) // vip.go
 	name := ch.child.Name
 	t := g.store.Load().Tunnel(name)
 	if t == nil {

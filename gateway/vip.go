@@ -9,13 +9,14 @@ package gateway
 //  2. As responder, nothing more: the Child SA's remote selector is the
 //     address leased, and its tunnel routes it (the TUN device routes
 //     the connection's remote_ts, the pool's addresses among them).
-//  3. As initiator (vipChildUp, vipChildDown, from the Child SA's
-//     install and delete): the addresses the responder assigned go on
-//     the TUN device, and the routes of the connection's remote_ts take
-//     them as their source, so that what the host sends into the tunnel
-//     leaves from the virtual IP the peer's selectors expect. They are
-//     counted by the Child SAs that carry them (a rekey's new pair comes
-//     before the old one goes) and taken off with the last.
+//  3. As initiator (vipChildUp when a Child SA is installed,
+//     vipChildDown when it leaves service; both need only the
+//     ike.ChildSA): the addresses the responder assigned go on the TUN
+//     device, and the routes of the connection's remote_ts take them as
+//     their source, so that what the host sends into the tunnel leaves
+//     from the virtual IP the peer's selectors expect. They are counted
+//     by the Child SAs that carry them (a rekey's new pair comes before
+//     the old one goes) and taken off with the last.
 
 import (
 	"fmt"
@@ -38,6 +39,9 @@ type vipState struct {
 	mu    sync.Mutex
 	tun   string              // the TUN device's name
 	pools map[string]*vipPool // by name
+	// conns are the remote_ts of each connection with vips, by name
+	// (ike.ChildSA.Name), as vipPeer last saw them.
+	conns map[string][]netip.Prefix
 	// held counts, per virtual IP of ours on the TUN device, the Child
 	// SAs that carry it; routes are the remote_ts whose routes it is the
 	// source of.
@@ -59,6 +63,21 @@ func (g *Gateway) vipPeer(cfg *config.Gateway, i int, p *ike.Peer) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.tun = cfg.TUN.Name
+	if s.conns == nil {
+		s.conns = map[string][]netip.Prefix{}
+	}
+	delete(s.conns, c.Name)
+	if len(c.VIPs) > 0 {
+		var ts []netip.Prefix
+		for _, ch := range c.Children {
+			for _, r := range ch.RemoteTS {
+				if !slices.Contains(ts, r) {
+					ts = append(ts, r)
+				}
+			}
+		}
+		s.conns[c.Name] = ts
+	}
 	for _, name := range c.Pools {
 		k := slices.IndexFunc(cfg.Pools, func(p config.Pool) bool { return p.Name == name })
 		if k < 0 {
@@ -99,16 +118,20 @@ func samePool(a, b config.Pool) bool {
 }
 
 // vipChildUp puts the virtual IPs the responder assigned us with c, a
-// Child SA of conn, on the TUN device, and makes them the source of the
-// routes of conn's remote_ts of their family. A connection without vips
-// has none.
-func (g *Gateway) vipChildUp(conn *config.Connection, c *ike.ChildSA) {
-	if len(conn.VIPs) == 0 || len(c.VIPs) == 0 {
+// Child SA of a connection with vips, on the TUN device, and makes them
+// the source of the routes of the connection's remote_ts of their
+// family. A Child SA of another connection changes nothing.
+func (g *Gateway) vipChildUp(c *ike.ChildSA) {
+	if len(c.VIPs) == 0 {
 		return
 	}
 	s := &g.vip
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	remoteTS, ok := s.conns[c.Name]
+	if !ok {
+		return // the peer's virtual IPs, not ours
+	}
 	if s.held == nil {
 		s.held, s.routes = map[netip.Addr]int{}, map[netip.Addr][]netip.Prefix{}
 	}
@@ -119,34 +142,32 @@ func (g *Gateway) vipChildUp(conn *config.Connection, c *ike.ChildSA) {
 			continue
 		}
 		if err := netutil.AddAddr(s.tun, netip.PrefixFrom(v, v.BitLen())); err != nil {
-			log.Error("virtual IP not put on the TUN device", "connection", conn.Name, "vip", v, "err", err)
+			log.Error("virtual IP not put on the TUN device", "connection", c.Name, "vip", v, "err", err)
 			continue
 		}
 		if err := netutil.WaitLocal(v, vipLocalWait); err != nil {
-			log.Error("virtual IP not usable", "connection", conn.Name, "vip", v, "err", err)
+			log.Error("virtual IP not usable", "connection", c.Name, "vip", v, "err", err)
 		}
 		var routes []netip.Prefix
-		for _, ch := range conn.Children {
-			for _, r := range ch.RemoteTS {
-				if r.Addr().Is4() != v.Is4() || slices.Contains(routes, r) {
-					continue
-				}
-				if err := netutil.ReplaceRouteFrom(s.tun, r, v); err != nil {
-					log.Error("route not sourced from the virtual IP", "connection", conn.Name, "vip", v, "route", r, "err", err)
-					continue
-				}
-				routes = append(routes, r)
+		for _, r := range remoteTS {
+			if r.Addr().Is4() != v.Is4() {
+				continue
 			}
+			if err := netutil.ReplaceRouteFrom(s.tun, r, v); err != nil {
+				log.Error("route not sourced from the virtual IP", "connection", c.Name, "vip", v, "route", r, "err", err)
+				continue
+			}
+			routes = append(routes, r)
 		}
 		s.routes[v] = routes
-		log.Info("virtual IP on the TUN device", "connection", conn.Name, "vip", v, "routes", routes)
+		log.Info("virtual IP on the TUN device", "connection", c.Name, "vip", v, "routes", routes)
 	}
 }
 
 // vipChildDown lets go of c's virtual IPs: those no other Child SA
 // carries leave the TUN device, and their routes lose their source.
-func (g *Gateway) vipChildDown(conn *config.Connection, c *ike.ChildSA) {
-	if len(conn.VIPs) == 0 || len(c.VIPs) == 0 {
+func (g *Gateway) vipChildDown(c *ike.ChildSA) {
+	if len(c.VIPs) == 0 {
 		return
 	}
 	s := &g.vip
@@ -155,7 +176,7 @@ func (g *Gateway) vipChildDown(conn *config.Connection, c *ike.ChildSA) {
 	log := g.Logger("ike")
 	for _, v := range c.VIPs {
 		if s.held[v] == 0 {
-			continue
+			continue // not ours, or never installed
 		}
 		s.held[v]--
 		if s.held[v] > 0 {
@@ -171,6 +192,6 @@ func (g *Gateway) vipChildDown(conn *config.Connection, c *ike.ChildSA) {
 		if err := netutil.DelAddr(s.tun, netip.PrefixFrom(v, v.BitLen())); err != nil {
 			log.Error("virtual IP not taken off the TUN device", "vip", v, "err", err)
 		}
-		log.Info("virtual IP off the TUN device", "connection", conn.Name, "vip", v)
+		log.Info("virtual IP off the TUN device", "connection", c.Name, "vip", v)
 	}
 }
