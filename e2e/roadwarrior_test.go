@@ -40,8 +40,10 @@ type raBed struct {
 // terms, sluice's as its configuration file.
 type raSetup struct {
 	// charon: vips (road warrior) or its own pool (gateway), and its
-	// child's selectors.
+	// child's selectors; as the gateway, site is its site's address (on
+	// lo).
 	vips, poolAddrs, localTS, remoteTS string
+	site                               netip.Addr
 	// sluice: its connection, TUN addresses and pools.
 	conn  config.FileConnection
 	tun   []string
@@ -73,10 +75,10 @@ func newRABed(t *testing.T, o raSetup) *raBed {
 			t.Fatal(err)
 		}
 	}
-	if o.localTS != "" {
+	if o.site.IsValid() {
 		// charon as the gateway: its site's address, the source of its
 		// route into the tunnel.
-		if err := b.ss.AddAddr("lo", netip.PrefixFrom(ssInner[0].Addr(), 32)); err != nil {
+		if err := b.ss.AddAddr("lo", netip.PrefixFrom(o.site, o.site.BitLen())); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -166,51 +168,69 @@ func TestStrongSwanRoadWarriorTraffic(t *testing.T) {
 }
 
 // TestSluiceVIPTraffic: sluice asks strongSwan, the gateway with a pool,
-// for a virtual IP (vips = 0.0.0.0): the address goes on sluice's TUN
-// device and is the source of what sluice's host sends to strongSwan's
-// site, which answers it.
+// for a virtual IP (vips = 0.0.0.0, or ::): the address goes on sluice's
+// TUN device and is the source of what sluice's host sends to
+// strongSwan's site, which answers it; it stays through a rekey of the
+// Child SA and leaves with the IKE SA.
 func TestSluiceVIPTraffic(t *testing.T) {
-	b := newRABed(t, raSetup{poolAddrs: "10.4.0.0/24", localTS: ssInner[0].Masked().String(), remoteTS: "dynamic",
-		conn: config.FileConnection{VIPs: []string{"0.0.0.0"}, RemoteAddrs: []string{ssWAN[0].Addr().String()},
-			Children: []config.FileChild{{LocalTS: []string{"10.4.0.0/24"}, RemoteTS: []string{ssInner[0].Masked().String()}, StartAction: "start"}}},
-		tun: []string{"192.168.77.1/32"},
-	})
-	b.gw.waitChild(b.gw.tb.ctx, "rw", 20*time.Second, nil)
-	vip := netip.MustParseAddr("10.4.0.1")
-	err := lab.WaitFor(b.gw.tb.ctx, "the virtual IP on sluice's TUN device", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
-		out, err := b.gw.ns.Exec(b.gw.tb.ctx, "ip", "-o", "addr", "show", "dev", tunName)
-		return strings.Contains(string(out), vip.String()+"/32"), err
+	for _, c := range []struct {
+		name, vips, pool, site, vip string
+	}{
+		{"ipv4", "0.0.0.0", "10.4.0.0/24", "10.1.0.1/24", "10.4.0.1"},
+		{"ipv6", "::", "fd00:4::/112", "fd00:1::1/64", "fd00:4::1"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			site := netip.MustParsePrefix(c.site)
+			b := newRABed(t, raSetup{poolAddrs: c.pool, localTS: site.Masked().String(), remoteTS: "dynamic", site: site.Addr(),
+				conn: config.FileConnection{VIPs: []string{c.vips}, RemoteAddrs: []string{ssWAN[0].Addr().String()},
+					Children: []config.FileChild{{LocalTS: []string{c.pool}, RemoteTS: []string{site.Masked().String()}, StartAction: "start"}}},
+				tun: []string{"192.168.77.1/32"},
+			})
+			sluiceVIP(t, b, site.Addr(), netip.MustParseAddr(c.vip))
+		})
+	}
+}
+
+// sluiceVIP checks sluice's virtual IP vip and the traffic between it
+// and strongSwan's site address dst.
+func sluiceVIP(t *testing.T, b *raBed, dst, vip netip.Addr) {
+	ctx := b.gw.tb.ctx
+	b.gw.waitChild(ctx, "rw", 20*time.Second, nil)
+	host := vip.String() + "/" + fmt.Sprint(vip.BitLen())
+	err := lab.WaitFor(ctx, "the virtual IP on sluice's TUN device", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+		out, err := b.gw.ns.Exec(ctx, "ip", "-o", "addr", "show", "dev", tunName)
+		return strings.Contains(string(out), host), err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	out, _ := b.gw.ns.Exec(b.gw.tb.ctx, "ip", "route", "get", ssInner[0].Addr().String())
+	out, _ := b.gw.ns.Exec(ctx, "ip", "route", "get", dst.String())
 	if !strings.Contains(string(out), "src "+vip.String()) {
 		t.Errorf("the route to strongSwan's site does not take the virtual IP as its source: %s", out)
 	}
-	waitPing(t, b.gw.tb.ctx, b.gw.ns, ssInner[0].Addr())
-	mustPing(t, b.gw.tb.ctx, "sluice's virtual IP -> strongSwan's site", b.gw.ns, ssInner[0].Addr(), 20, 10*time.Millisecond)
-	mustPing(t, b.gw.tb.ctx, "strongSwan's site -> sluice's virtual IP", b.ss, vip, 20, 10*time.Millisecond, "-I", ssInner[0].Addr().String())
+	waitPing(t, ctx, b.gw.ns, dst)
+	mustPing(t, ctx, "sluice's virtual IP -> strongSwan's site", b.gw.ns, dst, 20, 10*time.Millisecond)
+	mustPing(t, ctx, "strongSwan's site -> sluice's virtual IP", b.ss, vip, 20, 10*time.Millisecond, "-I", dst.String())
 
 	// A rekey of the Child SA keeps the address (the new pair carries it
 	// before the old one goes); the end of the IKE SA takes it off.
-	first := b.gw.waitChild(b.gw.tb.ctx, "rw", time.Second, nil)
-	if out, err := b.ch.Swanctl(b.gw.tb.ctx, "--rekey", "--child", "net"); err != nil {
+	first := b.gw.waitChild(ctx, "rw", time.Second, nil)
+	if out, err := b.ch.Swanctl(ctx, "--rekey", "--child", "net"); err != nil {
 		t.Fatalf("strongSwan rekeying: %v\n%s", err, out)
 	}
-	b.gw.waitChild(b.gw.tb.ctx, "rw", 20*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != first.InSPI })
-	mustPing(t, b.gw.tb.ctx, "sluice's virtual IP -> strongSwan's site, after a rekey", b.gw.ns, ssInner[0].Addr(), 20, 10*time.Millisecond)
+	b.gw.waitChild(ctx, "rw", 20*time.Second, func(c gateway.IKEChildInfo) bool { return c.InSPI != first.InSPI })
+	mustPing(t, ctx, "sluice's virtual IP -> strongSwan's site, after a rekey", b.gw.ns, dst, 20, 10*time.Millisecond)
 	if out, err := b.gw.cli("ike", "terminate", "rw"); err != nil {
 		t.Fatalf("sluice ike terminate: %v\n%s", err, out)
 	}
-	err = lab.WaitFor(b.gw.tb.ctx, "the virtual IP to leave sluice's TUN device", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
-		out, err := b.gw.ns.Exec(b.gw.tb.ctx, "ip", "-o", "addr", "show", "dev", tunName)
-		return !strings.Contains(string(out), vip.String()+"/32"), err
+	err = lab.WaitFor(ctx, "the virtual IP to leave sluice's TUN device", 10*time.Second, 50*time.Millisecond, func() (bool, error) {
+		out, err := b.gw.ns.Exec(ctx, "ip", "-o", "addr", "show", "dev", tunName)
+		return !strings.Contains(string(out), host), err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if out, _ := b.gw.ns.Exec(b.gw.tb.ctx, "ip", "route", "get", ssInner[0].Addr().String()); strings.Contains(string(out), "src "+vip.String()) {
+	if out, _ := b.gw.ns.Exec(ctx, "ip", "route", "get", dst.String()); strings.Contains(string(out), "src "+vip.String()) {
 		t.Errorf("the route to strongSwan's site still takes the virtual IP as its source: %s", out)
 	}
 }
