@@ -44,6 +44,10 @@ type raSetup struct {
 	// lo).
 	vips, poolAddrs, localTS, remoteTS string
 	site                               netip.Addr
+	// rws, when more than 1: that many road warriors (charon's
+	// connections rw1..rwN, identities rwN@e2e.sluice), which sluice's
+	// connection takes whatever their identity.
+	rws int
 	// sluice: its connection, TUN addresses and pools.
 	conn  config.FileConnection
 	tun   []string
@@ -92,15 +96,22 @@ func newRABed(t *testing.T, o raSetup) *raBed {
 	if o.poolAddrs != "" {
 		pools = "rw4"
 	}
+	conns := []map[string]string{{"Name": "rw", "ID": ssIDs[0]}}
+	if o.rws > 1 {
+		conns = nil
+		for i := 1; i <= o.rws; i++ {
+			conns = append(conns, map[string]string{"Name": fmt.Sprintf("rw%d", i), "ID": fmt.Sprintf("rw%d@e2e.sluice", i)})
+		}
+	}
 	renderTemplate(t, "strongswan/swanctl-rw.conf.tmpl", b.conf, map[string]any{
-		"Conns": []map[string]string{{"Name": "rw", "ID": ssIDs[0]}}, "Local": ssWAN[0].Addr().String(), "Remote": ssWAN[1].Addr().String(),
+		"Conns": conns, "Local": ssWAN[0].Addr().String(), "Remote": ssWAN[1].Addr().String(),
 		"RemoteID": ssIDs[1], "IKE": ssIKE, "ESP": "aes128gcm16", "PSK": psk, "VIPs": o.vips, "Pools": pools,
 		"LocalTS": o.localTS, "RemoteTS": o.remoteTS, "Start": "none", "PoolAddrs": o.poolAddrs, "PoolDNS": "",
 	})
 	if err := b.ch.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := b.ch.Load(ctx, b.conf, 1); err != nil {
+	if err := b.ch.Load(ctx, b.conf, len(conns)); err != nil {
 		t.Fatal(err)
 	}
 
@@ -119,6 +130,10 @@ func newRABed(t *testing.T, o raSetup) *raBed {
 		Connections: []config.FileConnection{c},
 		Secrets:     []config.FileSecret{{Type: config.SecretIKE, IDs: []string{ssIDs[0], ssIDs[1]}, Secret: "0x" + fmt.Sprintf("%x", psk)}},
 		Pools:       o.pools,
+	}
+	if o.rws > 1 {
+		f.Connections[0].Remote.ID = ""
+		f.Secrets[0].IDs = []string{ssIDs[1]}
 	}
 	text, err := f.Encode()
 	if err != nil {
@@ -164,6 +179,43 @@ func TestStrongSwanRoadWarriorTraffic(t *testing.T) {
 			mustPing(t, b.gw.tb.ctx, "road warrior -> sluice's site", b.ss, dst, 20, 10*time.Millisecond)
 			mustPing(t, b.gw.tb.ctx, "sluice's site -> road warrior's virtual IP", b.gw.ns, vip, 20, 10*time.Millisecond)
 		})
+	}
+}
+
+// TestStrongSwanRoadWarriorsTraffic: several road warriors (one charon,
+// a connection and identity each) at once through one sluice gateway:
+// each gets its own address and pings sluice's site from it.
+func TestStrongSwanRoadWarriorsTraffic(t *testing.T) {
+	const n = 3
+	b := newRABed(t, raSetup{vips: "0.0.0.0", remoteTS: "10.2.0.0/24", rws: n,
+		conn: config.FileConnection{Pools: []string{"rw"},
+			Children: []config.FileChild{{LocalTS: []string{"10.2.0.0/24"}, RemoteTS: []string{"10.3.0.0/24"}}}},
+		tun:   []string{"10.2.0.1/24"},
+		pools: []config.FilePool{{Name: "rw", Addrs: "10.3.0.0/24"}},
+	})
+	ctx := b.gw.tb.ctx
+	for i := 1; i <= n; i++ {
+		if out, err := b.ch.Swanctl(ctx, "--initiate", "--child", "net", "--ike", fmt.Sprintf("rw%d", i), "--timeout", "20"); err != nil {
+			t.Fatalf("road warrior %d initiating: %v\n%s", i, err, out)
+		}
+	}
+	dst := netip.MustParseAddr("10.2.0.1")
+	var lost []string
+	for i := 1; i <= n; i++ {
+		vip := netip.AddrFrom4([4]byte{10, 3, 0, byte(i)})
+		r, err := ping(ctx, b.ss, dst, 5, 20*time.Millisecond, "-I", vip.String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		measuref(t, "road warrior %v -> sluice's site: %v", vip, r)
+		if r.Received == 0 {
+			lost = append(lost, vip.String())
+		}
+	}
+	if len(lost) > 0 {
+		knownBug(t, "%d road warriors on one connection: %v get no answer through the gateway: it keeps one tunnel per "+
+			"configured child, so each road warrior's Child SA replaced the one before in the data plane "+
+			"(the IKE SAs, the leases and the narrowed selectors are right: ike TestStrongSwanRoadWarriors)", n, lost)
 	}
 }
 
