@@ -225,6 +225,7 @@ func (p *Pool) acquireExisting(id string, want netip.Addr) netip.Addr {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	w, wantOK := p.offset(want)
+	wantOK = wantOK && !want.IsUnspecified() // 0.0.0.0 and :: ask for any
 	off, has := p.byID[id]
 	if wantOK && (!has || off != w) {
 		if _, taken := p.byAddr[w]; !taken && (!has || p.byAddr[off].holders == 0) {
