@@ -190,6 +190,10 @@ func (t *configTask) processRequest(x *exchange) taskStatus {
 			e.cfg.Log.Warn("ike: virtual IP pools exhausted", sa.logAttrs("asked", want)...)
 			continue
 		}
+		if containsAddr(vips, a) {
+			pool.Release(id, a) // asked twice for the one it holds
+			continue
+		}
 		sa.leases = append(sa.leases, vipLease{pool: pool, addr: a, id: id})
 		vips = append(vips, a)
 		ts = append(ts, netip.PrefixFrom(a, a.BitLen()))
