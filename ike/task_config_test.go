@@ -208,3 +208,25 @@ func TestVIPKeptByChildRekey(t *testing.T) {
 		ca = fresh
 	}
 }
+
+// TestVIPAskedTwice: two requests for an IPv4 address get one, held
+// once, and let go with the IKE SA.
+func TestVIPAskedTwice(t *testing.T) {
+	pool := mustPool(t, "rw", "10.3.0.0/24")
+	a, b := raPeers(t, []netip.Addr{netip.IPv4Unspecified(), netip.IPv4Unspecified()}, pool)
+	p := newPair(t, a, b, nil)
+	ca, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ca.VIPs, []netip.Addr{netip.MustParseAddr("10.3.0.1")}) {
+		t.Fatalf("VIPs %v", ca.VIPs)
+	}
+	if err := p.a.Delete(ctx(t), ca); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return pool.Stats().Offline == 1 })
+	if _, online, _ := pool.Lease(netip.MustParseAddr("10.3.0.1")); online {
+		t.Fatal("the lease is still held")
+	}
+}
