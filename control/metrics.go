@@ -182,7 +182,7 @@ var (
 	ikeFailures = prometheus.NewDesc("sluice_ike_failures_total",
 		"IKE negotiations that failed, by reason.", []string{"reason"}, nil)
 	ikeSAEvents = prometheus.NewDesc("sluice_ike_sa_events_total",
-		"IKE SAs (sa ike) and Child SAs (sa child) established, rekeyed, added, expired and deleted.", []string{"sa", "event"}, nil)
+		"IKE SAs (sa ike) and Child SAs (sa child) established, rekeyed, added, expired and deleted; virtual IPs assigned from pools (sa vip).", []string{"sa", "event"}, nil)
 	ikeEvents = prometheus.NewDesc("sluice_ike_events_total",
 		"Other IKE events: liveness checks, restarts, rekey collisions, INITIAL_CONTACTs, NAT-keepalives.", []string{"event"}, nil)
 	ikeSAUp = prometheus.NewDesc("sluice_ike_sa_up",
@@ -273,6 +273,7 @@ var ikeSeries = map[string]struct {
 	"child_sa_limit":       {ikeFailures, []string{"child_sa_limit"}},
 	"restart_child_failed": {ikeFailures, []string{"restart_child_failed"}},
 	"add_ke_failed":        {ikeFailures, []string{"add_ke_failed"}},
+	"vip_exhausted":        {ikeFailures, []string{"vip_exhausted"}},
 
 	"ike_sa_established":   {ikeSAEvents, []string{"ike", "established"}},
 	"adopted":              {ikeSAEvents, []string{"ike", "adopted"}},
@@ -283,6 +284,7 @@ var ikeSeries = map[string]struct {
 	"child_sa_rekeyed":     {ikeSAEvents, []string{"child", "rekeyed"}},
 	"child_sa_added":       {ikeSAEvents, []string{"child", "added"}},
 	"child_sa_expired":     {ikeSAEvents, []string{"child", "expired"}},
+	"vip_assigned":         {ikeSAEvents, []string{"vip", "assigned"}},
 }
 
 // Collector is a prometheus.Collector over a gateway's counters. Stats is

@@ -65,6 +65,7 @@ type Gateway struct {
 	totals tunnelTotals
 	ike    ikeState // the IKE connections (ike.go)
 	ha     haState  // the hot-standby pair, with [ha] (ha.go)
+	vip    vipState // virtual IPs: pools, and ours on the TUN device (vip.go)
 
 	// Fixed for the process (a change needs a restart), so read without
 	// mu: data-plane workers, the default engine, the state directory.

@@ -125,6 +125,14 @@ func childSAConfig(name string, c *ike.ChildSA, dir esp.Direction) (*config.SA, 
 // or, with hold, the outbound one aside (Promote puts it in); a tunnel
 // whose outer endpoints differ (a first pair, a NAT found) is replaced.
 func (d *ikeDataPlane) Install(name string, c *ike.ChildSA, hold bool) error {
+	if err := d.install(name, c, hold); err != nil {
+		return err
+	}
+	d.g.vipChildUp(c) // vip.go: a virtual IP we were given goes on the TUN device
+	return nil
+}
+
+func (d *ikeDataPlane) install(name string, c *ike.ChildSA, hold bool) error {
 	g := d.g
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -230,6 +238,7 @@ func (d *ikeDataPlane) Promote(name string, c *ike.ChildSA) error {
 // inbound SA after DrainTime, so that packets the peer sent with it
 // before its rekey still arrive.
 func (d *ikeDataPlane) Retire(name string, c *ike.ChildSA) {
+	d.g.vipChildDown(c) // vip.go
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	tn := d.tunnelLocked(name)
@@ -256,7 +265,10 @@ func (d *ikeDataPlane) Retire(name string, c *ike.ChildSA) {
 
 // Down removes the child's tunnel; with trap, one without SAs takes its
 // place.
-func (d *ikeDataPlane) Down(name string, _ *ike.ChildSA, trap bool) {
+func (d *ikeDataPlane) Down(name string, last *ike.ChildSA, trap bool) {
+	if last != nil {
+		d.g.vipChildDown(last) // vip.go
+	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if tn := d.tunnels[name]; tn != nil {

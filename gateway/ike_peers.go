@@ -78,6 +78,9 @@ func (g *Gateway) ikePeer(cfg *config.Gateway, i int) (*ike.Peer, crypto.Signer,
 	if err == nil {
 		err = eapPeer(cfg, i, p) // eap: [connection.remote] auth = "eap*"
 	}
+	if err == nil {
+		err = g.vipPeer(cfg, i, p) // pools and vips (vip.go)
+	}
 	if err != nil || priv == nil {
 		return p, nil, nil, err
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/ike/eap"
+	"github.com/sluicegw/sluice/ike/ippool"
 )
 
 // Identity is an IKE identification (RFC 7296 section 3.5).
@@ -179,6 +180,27 @@ type Peer struct {
 	// (SK_pi/SK_pr when a method has none). The configuration is shared
 	// by the peer's sessions and not changed.
 	EAP *eap.Config
+
+	// Remote access: configuration payloads (RFC 7296 section 3.15,
+	// cp.go and task_config.go), swanctl's pools and vips.
+	//
+	// Pools, as responder: an initiator's CFG_REQUEST gets an address of
+	// each family it asks for from these pools (ippool.Acquire, in
+	// order), leased to its authenticated identity while the IKE SA
+	// lives (a rekey of the IKE SA keeps it), with the pools' DNS
+	// servers; the Child SA's initiator selector (TSi) is narrowed to
+	// the address. With every address online the answer is
+	// INTERNAL_ADDRESS_FAILURE and the IKE SA stays up without a Child
+	// SA (3.15.4). An initiator that sends no CFG_REQUEST gets none.
+	// The pools may be shared by peers and Endpoints.
+	Pools []*ippool.Pool
+	// VIPs, as initiator: the virtual IPs to ask for with a CFG_REQUEST
+	// (0.0.0.0 or :: for any address of that family, another for that
+	// one). The Child SA of IKE_AUTH proposes as TSi the whole family of
+	// each (or the address asked for) instead of LocalTS, which may be
+	// empty, and the responder narrows it to the address it assigns
+	// (ChildSA.VIPs).
+	VIPs []netip.Addr
 }
 
 // Child is one Child SA of a connection beyond the one IKE_AUTH makes
@@ -478,8 +500,11 @@ func (c *Config) defaults() error {
 				return fmt.Errorf("ike: peer %q: the Signer's key is not the certificate's", p.Name)
 			}
 		}
-		if len(p.LocalTS) == 0 || len(p.RemoteTS) == 0 {
+		if (len(p.LocalTS) == 0 && len(p.VIPs) == 0) || len(p.RemoteTS) == 0 {
 			return fmt.Errorf("ike: peer %q needs traffic selectors", p.Name)
+		}
+		if err := p.checkRemoteAccess(); err != nil {
+			return err
 		}
 		names := map[string]bool{p.ChildName: true}
 		for _, c := range p.Children {
@@ -552,6 +577,10 @@ type ChildSA struct {
 	// them: the Endpoint finds a Child SA by InSPI (IKESAs lists where
 	// each is now).
 	IKESPIi, IKESPIr uint64
+	// VIPs are the IKE SA's virtual IPs (RFC 7296 section 3.15):
+	// initiator, those the responder assigned us (Peer.VIPs); responder,
+	// those we assigned the peer from Peer.Pools. A rekey keeps them.
+	VIPs []netip.Addr
 	// HoldOutbound is set on a Child SA that the peer made by rekeying
 	// one (we answered its CREATE_CHILD_SA, RFC 7296 section 2.8): the
 	// peer can open ESP on it only once it has read our answer, which
@@ -643,6 +672,12 @@ type Stats struct {
 	// side): a KE payload missing, of the wrong method or with malformed
 	// data, an error in its place, or IKE_AUTH before them.
 	AddKEFailed uint64
+
+	// Remote access (task_config.go): virtual IPs we assigned from
+	// Peer.Pools, and addresses asked for that no pool had left
+	// (INTERNAL_ADDRESS_FAILURE when none was assigned).
+	VIPAssigned  uint64
+	VIPExhausted uint64
 }
 
 // countExchange counts a completed exchange of type exch, initiated by us

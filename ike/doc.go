@@ -158,6 +158,7 @@
 // (PFS and IKE SA rekeys) outside Endpoint's lock, reauthentication
 // (reauth_time), lifetimes in bytes or packets (the data plane calls
 // RequestRekey), start_action = trap (the gateway does it: it initiates
-// when its data plane drops a packet for want of an SA), EAP, MOBIKE,
-// configuration payloads and CRL/OCSP checks.
+// when its data plane drops a packet for want of an SA), EAP, MOBIKE
+// and CRL/OCSP checks. Configuration payloads and virtual IPs: cp.go,
+// task_config.go, package ippool.
 package ike

@@ -307,6 +307,7 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		sa.keys = nil
 	}
 	sa.stopLifeTimersLocked()
+	sa.releaseLeasesLocked() // task_config.go
 	if why == nil {
 		why = errors.New("ike: IKE SA deleted")
 	}

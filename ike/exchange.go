@@ -128,6 +128,9 @@ type ikeSA struct {
 	rekeyed           bool    // replaced by a new IKE SA; waits for its Delete
 	peerRekey         *collision
 
+	leases []vipLease   // virtual IPs leased to the peer (task_config.go)
+	vips   []netip.Addr // virtual IPs, ours or the peer's (ChildSA.VIPs)
+
 	snapDirty bool // its replicated state changed since OnSnapshot last saw it (snapshot.go)
 	snapShown bool // OnSnapshot has seen it: its end is reported
 }
@@ -221,6 +224,10 @@ func notifyName(t NotifyType) string {
 		return "TEMPORARY_FAILURE"
 	case ChildSANotFound:
 		return "CHILD_SA_NOT_FOUND"
+	case InternalAddressFailure:
+		return "INTERNAL_ADDRESS_FAILURE"
+	case FailedCPRequired:
+		return "FAILED_CP_REQUIRED"
 	case InvalidIKESPI:
 		return "INVALID_IKE_SPI"
 	case InvalidSPI:

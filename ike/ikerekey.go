@@ -138,6 +138,8 @@ func (from *ikeSA) moveChildrenLocked(to *ikeSA) {
 	from.children = nil
 	to.queue = append(to.queue, from.queue...)
 	from.queue = nil
+	to.leases, from.leases = append(to.leases, from.leases...), nil // task_config.go
+	to.vips = from.vips
 }
 
 // ikeRekeyResponseLocked handles the answer to our IKE SA rekey.

@@ -190,7 +190,7 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncR, InAuthKey: ck.IntegR, OutKey: ck.EncI, OutAuthKey: ck.IntegI,
 		LocalTS: tsi.Selectors, RemoteTS: tsr.Selectors, Encap: sa.encap,
-		IKESPIi: sa.spii, IKESPIr: sa.spir}
+		IKESPIi: sa.spii, IKESPIr: sa.spir, VIPs: sa.vips}
 	if r.old == nil {
 		e.stats.ChildSAAdded++
 		return append(sa.addChildLocked(c), reply(r.waiter, c, nil)...)
@@ -448,7 +448,7 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,
 		LocalTS: nTSr, RemoteTS: nTSi, Encap: sa.encap,
-		IKESPIi: sa.spii, IKESPIr: sa.spir}
+		IKESPIi: sa.spii, IKESPIr: sa.spir, VIPs: sa.vips}
 	if old == nil {
 		e.stats.ChildSAAdded++
 		e.cfg.Log.Info("ike: additional Child SA made by the peer", "peer", sa.peer.Name, "child", conf.name)

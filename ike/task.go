@@ -178,6 +178,9 @@ type setup struct {
 	// answers the first IKE_AUTH request without the initiator's AUTH
 	// and verifies it in the round where msk is known.
 	eap bool
+	// vip is what the configuration payload task (task_config.go) tells
+	// the Child SA task: selectors, the virtual IPs, a refusal.
+	vip vipSetup
 }
 
 type stepKind uint8

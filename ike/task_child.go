@@ -49,7 +49,7 @@ func (t *childTask) build(x *exchange) taskStatus {
 		p.Transforms = withoutDH(p.Transforms)
 		esp[i] = p
 	}
-	t.tsi, t.tsr = selectors(sa.peer.LocalTS), selectors(sa.peer.RemoteTS)
+	t.tsi, t.tsr = selectors(x.setup.vip.local(sa.peer.LocalTS)), selectors(sa.peer.RemoteTS)
 	sa.tsi, sa.tsr = t.tsi, t.tsr
 	x.add(&SA{Proposals: esp}, &TS{Selectors: t.tsi}, &TS{Responder: true, Selectors: t.tsr})
 	method := "none"
@@ -105,7 +105,7 @@ func (t *childTask) processResponse(x *exchange) taskStatus {
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncR, InAuthKey: ck.IntegR, OutKey: ck.EncI, OutAuthKey: ck.IntegI,
 		LocalTS: tsi.Selectors, RemoteTS: tsr.Selectors, Encap: sa.encap,
-		IKESPIi: sa.spii, IKESPIr: sa.spir}
+		IKESPIi: sa.spii, IKESPIr: sa.spir, VIPs: x.setup.vip.vips}
 	return taskDone
 }
 
@@ -134,7 +134,10 @@ func (t *childTask) processRequest(x *exchange) taskStatus {
 	// (rekey.go): the initiator's first child need not be ours. The DH
 	// of ESP proposals does not apply here (section 1.2).
 	peer := sa.peer
-	conf, esp, chosen, nTSi, nTSr, propOK, found := chooseChild(peer.childConfs(), t.sap, t.tsI, t.tsR, true)
+	if n := x.setup.vip.noChild; n != 0 {
+		return childFail(n) // no virtual IP (task_config.go)
+	}
+	conf, esp, chosen, nTSi, nTSr, propOK, found := chooseChild(x.setup.vip.confs(peer.childConfs()), t.sap, t.tsI, t.tsR, true)
 	if !propOK {
 		e.stats.NoProposalChosen++
 		e.cfg.Log.Warn("ike: no ESP proposal chosen; the IKE SA stays up without a Child SA", sa.logAttrs("offered", proposalsAttr(t.sap.Proposals))...)
@@ -161,7 +164,7 @@ func (t *childTask) processRequest(x *exchange) taskStatus {
 		Suite: esp.ESPName(), ESN: esp.ESN,
 		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,
 		LocalTS: nTSr, RemoteTS: nTSi, Encap: sa.encap,
-		IKESPIi: sa.spii, IKESPIr: sa.spir}
+		IKESPIi: sa.spii, IKESPIr: sa.spir, VIPs: x.setup.vip.vips}
 	return taskMore
 }
 

@@ -41,7 +41,7 @@ func sampleMessages(t testing.TB) [][]byte {
 			&Cert{Encoding: CertX509Signature, Data: []byte{0x30, 0x00}},
 			&ID{Responder: true, IDType: IDIPv4Addr, Data: []byte{192, 0, 2, 2}},
 			&Auth{Method: AuthPSK, Data: bytes.Repeat([]byte{9}, 48)},
-			&CP{CfgType: CfgRequest, Attrs: []ConfigAttr{{Type: 1}, {Type: 3, Value: []byte{1, 2}}}},
+			&CP{CfgType: CfgRequest, Attrs: []ConfigAttr{{Type: AttrInternalIP4Address}, {Type: AttrInternalIP4DNS}, {Type: AttrInternalIP6Address}, {Type: AttrInternalIP6DNS}, {Type: 0x5000, Value: []byte{1, 2}}}},
 			&SA{Proposals: esp},
 			&TS{Selectors: []Selector{{StartPort: 0, EndPort: 65535, Start: netip.MustParseAddr("10.1.0.0"), End: netip.MustParseAddr("10.1.0.255")}}},
 			&TS{Responder: true, Selectors: []Selector{
@@ -49,6 +49,20 @@ func sampleMessages(t testing.TB) [][]byte {
 				{EndPort: 65535, Start: netip.MustParseAddr("2001:db8::"), End: netip.MustParseAddr("2001:db8::ffff")},
 			}},
 			&Notify{Protocol: ProtoESP, SPI: []byte{1, 2, 3, 4}, NType: UseTransportMode},
+		}},
+		{Header: Header{SPIi: 1, SPIr: 2, Exchange: IKE_AUTH, Flags: FlagResponse, MessageID: 1}, Payloads: []Payload{
+			&ID{Responder: true, IDType: IDFQDN, Data: []byte("gw.example")},
+			&Auth{Method: AuthPSK, Data: bytes.Repeat([]byte{9}, 32)},
+			&CP{CfgType: CfgReply, Attrs: []ConfigAttr{
+				{Type: AttrInternalIP4Address, Value: []byte{10, 3, 0, 1}},
+				{Type: AttrInternalIP4Netmask, Value: []byte{255, 255, 255, 255}},
+				{Type: AttrInternalIP4DNS, Value: []byte{10, 3, 0, 53}},
+				{Type: AttrInternalIP6Address, Value: append(netip.MustParseAddr("fd00:3::1").AsSlice(), 128)},
+				{Type: AttrInternalIP6DNS, Value: netip.MustParseAddr("fd00:3::53").AsSlice()},
+				{Type: AttrInternalIP4Subnet, Value: []byte{10, 2, 0, 0, 255, 255, 0, 0}},
+				{Type: AttrApplicationVersion, Value: []byte("sluice")},
+			}},
+			&Notify{NType: InternalAddressFailure},
 		}},
 		{Header: Header{SPIi: 1, SPIr: 2, Exchange: INFORMATIONAL, Flags: FlagResponse, MessageID: 7}, Payloads: []Payload{
 			&Delete{Protocol: ProtoESP, SPIs: []uint32{0xc0ffee, 7}},

@@ -56,6 +56,19 @@ func AddAddr(name string, prefix netip.Prefix) error {
 	return nil
 }
 
+// DelAddr removes the address prefix from the interface; an address that
+// is not there is not an error.
+func DelAddr(name string, prefix netip.Prefix) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("netutil: %s: %w", name, err)
+	}
+	if err := netlink.AddrDel(l, &netlink.Addr{IPNet: ipNet(prefix)}); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+		return fmt.Errorf("netutil: %s delete %s: %w", name, prefix, err)
+	}
+	return nil
+}
+
 // AddRoute routes dst through the interface (a device route: no gateway).
 func AddRoute(name string, dst netip.Prefix) error {
 	l, err := netlink.LinkByName(name)
@@ -80,6 +93,25 @@ func ReplaceRoute(name string, dst netip.Prefix) error {
 	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst.Masked()), Scope: netlink.SCOPE_LINK}
 	if err := netlink.RouteReplace(r); err != nil {
 		return fmt.Errorf("netutil: route %s dev %s: %w", dst, name, err)
+	}
+	return nil
+}
+
+// ReplaceRouteFrom is ReplaceRoute with a preferred source address: what
+// the host sends to dst leaves from src (a local address) unless the
+// sender chose another. The zero src replaces the route with one
+// without a source.
+func ReplaceRouteFrom(name string, dst netip.Prefix, src netip.Addr) error {
+	l, err := netlink.LinkByName(name)
+	if err != nil {
+		return fmt.Errorf("netutil: %s: %w", name, err)
+	}
+	r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: ipNet(dst.Masked()), Scope: netlink.SCOPE_LINK}
+	if src.IsValid() {
+		r.Src = src.AsSlice()
+	}
+	if err := netlink.RouteReplace(r); err != nil {
+		return fmt.Errorf("netutil: route %s dev %s src %v: %w", dst, name, src, err)
 	}
 	return nil
 }

@@ -1,0 +1,109 @@
+package gateway
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/ike"
+)
+
+const vipDoc = `[tun]
+addresses = ["10.2.0.1/24"]
+
+[[pool]]
+name = "rw"
+addrs = "10.3.0.0/24"
+dns = ["10.3.0.53"]
+
+[[pool]]
+name = "big6"
+addrs = "fd00:3::/64"
+
+[[connection]]
+name = "rw"
+local_addrs = ["192.0.2.2"]
+remote_addrs = ["%any"]
+pools = ["rw", "big6"]
+  [connection.local]
+  auth = "psk"
+  id = "gw.example"
+  [connection.remote]
+  auth = "psk"
+  [[connection.children]]
+  name = "rw"
+  local_ts = ["10.2.0.0/24"]
+  remote_ts = ["10.3.0.0/24"]
+
+[[connection]]
+name = "home"
+local_addrs = ["192.0.2.2"]
+remote_addrs = ["192.0.2.7"]
+vips = ["0.0.0.0", "::"]
+  [connection.local]
+  auth = "psk"
+  id = "client.example"
+  [connection.remote]
+  auth = "psk"
+  id = "home.example"
+  [[connection.children]]
+  name = "home"
+  local_ts = ["10.9.0.0/24"]
+  remote_ts = ["10.7.0.0/24"]
+
+[[secret]]
+type = "ike"
+secret = "0x00112233445566778899aabbccddeeff"
+`
+
+// TestVIPPeer: a connection's pools become its peer's, made once per
+// [[pool]] and kept by a reload that leaves the pool as it was (its
+// leases with it); its vips become the peer's VIPs. An IPv6 prefix of
+// more than 2^31 addresses is cut to its first 2^31, as strongSwan does.
+func TestVIPPeer(t *testing.T) {
+	parse := func(doc string) *config.Gateway {
+		t.Helper()
+		cfg, err := config.ParseGateway("vip.toml", []byte(doc))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	g := &Gateway{}
+	cfg := parse(vipDoc)
+	peer := func(cfg *config.Gateway, i int) *ike.Peer {
+		t.Helper()
+		p := &ike.Peer{}
+		if err := g.vipPeer(cfg, i, p); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	rw := peer(cfg, 0)
+	if len(rw.Pools) != 2 || rw.Pools[0].Name() != "rw" || rw.Pools[0].First() != netip.MustParseAddr("10.3.0.1") ||
+		!slices.Equal(rw.Pools[0].DNS(), []netip.Addr{netip.MustParseAddr("10.3.0.53")}) || rw.Pools[1].Size() != 1<<31-2 {
+		t.Fatalf("pools %v", rw.Pools)
+	}
+	if home := peer(cfg, 1); !slices.Equal(home.VIPs, []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()}) || len(home.Pools) != 0 {
+		t.Fatalf("home: VIPs %v, pools %v", home.VIPs, home.Pools)
+	}
+	a, err := rw.Pools[0].Acquire("carol", netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A reload with the same pool keeps it, and carol's lease.
+	again := peer(parse(vipDoc), 0)
+	if again.Pools[0] != rw.Pools[0] {
+		t.Fatal("a reload made the unchanged pool again")
+	}
+	if id, _, ok := again.Pools[0].Lease(a); !ok || id != "carol" {
+		t.Fatal("carol's lease is gone")
+	}
+	// A changed pool is a new one.
+	changed := peer(parse(strings.Replace(vipDoc, `addrs = "10.3.0.0/24"`, `addrs = "10.3.0.10-10.3.0.20"`, 1)), 0)
+	if changed.Pools[0] == rw.Pools[0] || changed.Pools[0].First() != netip.MustParseAddr("10.3.0.10") || changed.Pools[0].Size() != 11 {
+		t.Fatalf("changed pool: %v-%v", changed.Pools[0].First(), changed.Pools[0].Last())
+	}
+}
