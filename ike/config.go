@@ -167,6 +167,16 @@ type Peer struct {
 	// dpd_action = restart, or start_action = start), then makes again
 	// the additional Child SAs (Children) the dead IKE SA carried.
 	DPDAction Action
+
+	// CRL checks (crl.go). CRLs are the certificate revocation lists
+	// that the peer's certificate chain (RemoteCAs) is checked against:
+	// each certificate of the chain but the trust anchor, by the valid
+	// CRL of its issuer (signed by it, current). Revocation is the
+	// policy for a certificate without one (swanctl's revocation):
+	// RevocationRelaxed, the default, fails only a revoked certificate;
+	// RevocationStrict also fails one whose status is unknown.
+	CRLs       []*x509.RevocationList
+	Revocation Revocation
 }
 
 // Child is one Child SA of a connection beyond the one IKE_AUTH makes
@@ -482,6 +492,9 @@ func (c *Config) defaults() error {
 		}
 		if p.DPDAction == ActionRestart && !p.Remote.IsValid() {
 			return fmt.Errorf("ike: peer %q: DPDAction restart needs a Remote address", p.Name)
+		}
+		if p.Revocation > RevocationStrict {
+			return fmt.Errorf("ike: peer %q: unknown %v", p.Name, p.Revocation)
 		}
 	}
 	return nil

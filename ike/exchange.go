@@ -1227,7 +1227,7 @@ func checkAuth(prf PRF, peer *Peer, inner []Payload, auth *Auth, firstMsg, ourNo
 		if auth.Method == AuthPSK {
 			return errors.New("ike: PSK AUTH where a certificate is required")
 		}
-		pub, err := verifyPeerCert(inner, peer.RemoteCAs, id)
+		pub, err := verifyPeerCert(inner, peer, id)
 		if err != nil {
 			return err
 		}
