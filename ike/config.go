@@ -177,6 +177,11 @@ type Peer struct {
 	// RevocationStrict also fails one whose status is unknown.
 	CRLs       []*x509.RevocationList
 	Revocation Revocation
+
+	// MOBIKE (RFC 4555; mobike.go). NoMOBIKE keeps MOBIKE_SUPPORTED out
+	// of IKE_AUTH (swanctl's mobike = no; the default announces it): the
+	// peer then cannot move the IKE SA to other addresses.
+	NoMOBIKE bool
 }
 
 // Child is one Child SA of a connection beyond the one IKE_AUTH makes
@@ -381,6 +386,16 @@ type Config struct {
 	// and must not call into the Endpoint. Without it a keepalive goes
 	// every KeepAlive whatever the traffic.
 	ESPSent func(*ChildSA) uint64
+	// OnChildAddress, if set, is called (without locks held) for each
+	// Child SA that MOBIKE (RFC 4555) moved to new outer addresses,
+	// once the peer proved it receives there (the return routability
+	// check, section 3.5): c is the Child SA as OnChildSA reported it
+	// (its fields keep the old addresses: the caller may hold it),
+	// local and remote its new outer addresses and ports. From then on
+	// the data plane sends c's ESP from local to remote; what arrives
+	// with c's inbound SPI is c's wherever it comes from. Child SAs made
+	// later on the IKE SA (rekeys) carry the new addresses themselves.
+	OnChildAddress func(c *ChildSA, local, remote netip.AddrPort)
 
 	// clock is the time source; nil is the real one (tests set a fake).
 	clock clock
@@ -601,6 +616,12 @@ type Stats struct {
 	Adopted            uint64 // IKE SAs continued from another Endpoint's snapshot (Adopt)
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
+
+	// MOBIKE (RFC 4555, mobike.go).
+	MOBIKEUpdates      uint64 // UPDATE_SA_ADDRESSES accepted: the IKE SA moved
+	MOBIKERefused      uint64 // UPDATE_SA_ADDRESSES refused (MOBIKE not agreed, a NAT under NO_NATS_ALLOWED)
+	RoutabilityChecked uint64 // return routability checks passed: the Child SAs moved
+	RoutabilityFailed  uint64 // return routability checks answered without our COOKIE2
 	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)
 
 	TxFragments     uint64 // SKF fragments sent (RFC 7383), retransmissions aside
