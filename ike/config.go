@@ -622,7 +622,7 @@ type Stats struct {
 	MOBIKERefused      uint64 // UPDATE_SA_ADDRESSES refused (MOBIKE not agreed, a NAT under NO_NATS_ALLOWED)
 	RoutabilityChecked uint64 // return routability checks passed: the Child SAs moved
 	RoutabilityFailed  uint64 // return routability checks answered without our COOKIE2
-	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)
+	ChildSAAdded       uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)
 
 	TxFragments     uint64 // SKF fragments sent (RFC 7383), retransmissions aside
 	RxFragments     uint64 // SKF fragments received, checked and kept
