@@ -36,6 +36,7 @@ type File struct {
 	SAs         []FileSA         `toml:"sa,omitempty"`
 	IKE         *FileIKE         `toml:"ike,omitempty"`
 	Connections []FileConnection `toml:"connection,omitempty"`
+	Pools       []FilePool       `toml:"pool,omitempty"`
 	Secrets     []FileSecret     `toml:"secret,omitempty"`
 	TLS         []FileTLS        `toml:"tls,omitempty"`
 	TLSOrigins  []FileTLSOrigin  `toml:"tls_origin,omitempty"`
@@ -145,6 +146,10 @@ type FileConnection struct {
 	Encap       bool        `toml:"encap,omitempty"`
 	RekeyTime   string      `toml:"rekey_time,omitempty"`
 	OverTime    string      `toml:"over_time,omitempty"`
+	ReauthTime  string      `toml:"reauth_time,omitempty"` // "0s": none (the default)
+	MOBIKE      *bool       `toml:"mobike,omitempty"`      // nil: the default, true
+	Pools       []string    `toml:"pools,omitempty"`
+	VIPs        []string    `toml:"vips,omitempty"` // "0.0.0.0", "::" or an address
 	Local       FileAuth    `toml:"local,omitempty"`
 	Remote      FileAuth    `toml:"remote,omitempty"`
 	Children    []FileChild `toml:"children,omitempty"`
@@ -152,10 +157,13 @@ type FileConnection struct {
 
 // FileAuth is [connection.local] or [connection.remote].
 type FileAuth struct {
-	Auth    string   `toml:"auth,omitempty"` // "psk" or "pubkey"
-	ID      string   `toml:"id,omitempty"`
-	Certs   []string `toml:"certs,omitempty"`
-	CACerts []string `toml:"cacerts,omitempty"`
+	Auth       string   `toml:"auth,omitempty"` // "psk", "pubkey"; remotely also "eap-mschapv2", "eap-tls", "eap"
+	ID         string   `toml:"id,omitempty"`
+	EAPID      string   `toml:"eap_id,omitempty"`
+	Certs      []string `toml:"certs,omitempty"`
+	CACerts    []string `toml:"cacerts,omitempty"`
+	CRLs       []string `toml:"crls,omitempty"`
+	Revocation string   `toml:"revocation,omitempty"` // "relaxed" (the default) or "strict"
 }
 
 // FileChild is a [[connection.children]].
@@ -167,6 +175,18 @@ type FileChild struct {
 	StartAction  string   `toml:"start_action,omitempty"`
 	RekeyTime    string   `toml:"rekey_time,omitempty"`
 	LifeTime     string   `toml:"life_time,omitempty"`
+	RekeyBytes   int64    `toml:"rekey_bytes,omitempty"`
+	LifeBytes    int64    `toml:"life_bytes,omitempty"`
+	RekeyPackets int64    `toml:"rekey_packets,omitempty"`
+	LifePackets  int64    `toml:"life_packets,omitempty"`
+}
+
+// FilePool is a [[pool]]; Addrs is a prefix ("10.3.0.0/24") or a range
+// ("10.3.0.10-10.3.0.200").
+type FilePool struct {
+	Name  string   `toml:"name,omitempty"`
+	Addrs string   `toml:"addrs,omitempty"`
+	DNS   []string `toml:"dns,omitempty"`
 }
 
 // FileSecret is a [[secret]]. Secret is the pre-shared key as the file
@@ -174,7 +194,8 @@ type FileChild struct {
 // bytes must be written in hex or base64 (SecretHex), since TOML strings
 // are UTF-8.
 type FileSecret struct {
-	Type   string   `toml:"type,omitempty"` // "ike" or "private"
+	Type   string   `toml:"type,omitempty"` // "ike", "private" or "eap"
+	ID     string   `toml:"id,omitempty"`
 	IDs    []string `toml:"ids,omitempty"`
 	Secret string   `toml:"secret,omitempty"`
 	File   string   `toml:"file,omitempty"`

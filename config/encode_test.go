@@ -324,6 +324,7 @@ func TestEncodeCoversSchema(t *testing.T) {
 		"authKeys":        {authKeys, reflect.TypeFor[FileAuth]()},
 		"childKeys":       {childKeys, reflect.TypeFor[FileChild]()},
 		"secretKeys":      {secretKeys, reflect.TypeFor[FileSecret]()},
+		"poolKeys":        {poolKeys, reflect.TypeFor[FilePool]()},
 		"tlsKeys":         {tlsKeys, reflect.TypeFor[FileTLS]()},
 		"tlsCertKeys":     {tlsCertKeys, reflect.TypeFor[FileTLSCert]()},
 		"tlsOriginKeys":   {tlsOriginKeys, reflect.TypeFor[FileTLSOrigin]()},

@@ -138,6 +138,9 @@ type Gateway struct {
 	// (ike.go). Secrets are the [[secret]] tables.
 	Connections []Connection
 	Secrets     []Secret
+	// Pools are the [[pool]] tables: virtual IPs for the connections
+	// that name them (pool.go).
+	Pools []Pool
 	// IKE is the [ike] section; its Port is DefaultIKEPort when left out.
 	IKE IKEOptions
 
@@ -380,6 +383,7 @@ type gwDecoder struct {
 	originFields  []string    // "tls_origin[1]" of g.TLSOrigins[i]
 	connFields    []string    // "connection[1]" of g.Connections[i]
 	secretFields  []string    // "secret[1]" of g.Secrets[i]
+	poolFields    []string    // "pool[1]" of g.Pools[i]
 	haGroupFields []string    // "ha.group[1]" of g.HA.Groups[i]
 	refs          []saRef     // every SA name a tunnel gives
 
@@ -443,7 +447,7 @@ func (d *gwDecoder) where(field string) string {
 }
 
 // gatewaySections are the top-level keys, in documentation order.
-var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "ike", "connection", "secret", "tls", "tls_origin", "ha"}
+var gatewaySections = []string{"gateway", "tun", "udp", "rawesp", "tunnel", "policy", "sa", "ike", "connection", "pool", "secret", "tls", "tls_origin", "ha"}
 
 func (d *gwDecoder) document(root *Table) {
 	for _, e := range root.Entries() {
@@ -475,6 +479,11 @@ func (d *gwDecoder) document(root *Table) {
 			tables, _ := d.arrayOfTables(f, e.Value)
 			for _, te := range tables {
 				d.connection(te)
+			}
+		case "pool":
+			tables, _ := d.arrayOfTables(f, e.Value)
+			for _, te := range tables {
+				d.pool(te)
 			}
 		case "secret":
 			tables, _ := d.arrayOfTables(f, e.Value)

@@ -274,7 +274,7 @@ func TestGatewayErrors(t *testing.T) {
 		{"empty file", "", []wantErr{{1, "tunnel", "no [[tunnel]] or [[connection]]: the gateway needs at least one"}}},
 		{"no tunnel", sas1, []wantErr{{1, "tunnel", "no [[tunnel]]"}}},
 		{"empty tunnel array", "tunnel = []\n" + sas1, []wantErr{{1, "tunnel", "no [[tunnel]]"}}},
-		{"unknown top-level key", "foo = 1\n" + tun1 + sas1, []wantErr{{1, "foo", "unknown key (valid: gateway, tun, udp, rawesp, tunnel, policy, sa, ike, connection, secret, tls, tls_origin, ha)"}}},
+		{"unknown top-level key", "foo = 1\n" + tun1 + sas1, []wantErr{{1, "foo", "unknown key (valid: gateway, tun, udp, rawesp, tunnel, policy, sa, ike, connection, pool, secret, tls, tls_origin, ha)"}}},
 		{"unknown section", "[gatway]\nworkers = 1\n" + tun1 + sas1, []wantErr{{1, "gatway", "unknown key"}}},
 		{"section case", "[Gateway]\n" + tun1 + sas1, []wantErr{{1, "Gateway", "did you mean gateway?"}}},
 		{"gateway array", "[[gateway]]\n" + tun1 + sas1, []wantErr{{1, "gateway", "want a table, got array (write [gateway], not [[gateway]])"}}},

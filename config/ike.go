@@ -5,14 +5,22 @@ package config
 // sight:
 //
 //	[[connection]]            an IKE peer: addresses, IKE proposals, DPD,
-//	                          encapsulation, the IKE SA's rekey time
+//	                          encapsulation, the IKE SA's rekey and
+//	                          reauthentication times, MOBIKE, virtual IPs
+//	                          (pools as responder, vips as initiator)
 //	  [connection.local]      how we authenticate: auth = psk|pubkey, id,
 //	                          certs
-//	  [connection.remote]     how the peer must: auth, id, certs, cacerts
+//	  [connection.remote]     how the peer must: auth (also EAP: sluice is
+//	                          an EAP server), id, eap_id, certs, cacerts,
+//	                          crls, revocation
 //	  [[connection.children]] a Child SA: traffic selectors, ESP proposals,
-//	                          start action, rekey and life times
+//	                          start action, rekey and life times, in time,
+//	                          bytes and packets
+//	[[pool]]                  virtual IPs to hand out (RFC 7296 section
+//	                          3.15): a prefix or a range, and DNS servers
 //	[[secret]]                type = "ike": a pre-shared key for ids;
-//	                          type = "private": a private key file
+//	                          type = "private": a private key file;
+//	                          type = "eap": an EAP password for id
 //
 // A child, once negotiated, is a route-based tunnel named after it, as a
 // [[tunnel]] with its [[sa]] tables is: its remote_ts are the tunnel's
@@ -26,10 +34,12 @@ import (
 	"encoding/base64"
 	"encoding/hex"
 	"fmt"
+	"math"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/sluicegw/sluice/ike"
 )
@@ -45,10 +55,38 @@ const (
 )
 
 // Authentication methods of [connection.local] and [connection.remote].
+// The EAP methods (AuthEAP*) are the remote side's only: sluice is an EAP
+// server (RFC 7296 section 2.16) and authenticates itself with psk or
+// pubkey.
 const (
 	AuthPSK    = "psk"
 	AuthPubkey = "pubkey"
+	// AuthEAP is any EAP method the gateway offers: EAP-TLS when
+	// [connection.remote] has cacerts or certs, EAP-MSCHAPv2 when a
+	// [[secret]] with type = "eap" exists.
+	AuthEAP         = "eap"
+	AuthEAPMSCHAPv2 = "eap-mschapv2"
+	AuthEAPTLS      = "eap-tls"
 )
+
+// IsEAP reports whether auth is one of the EAP methods.
+func IsEAP(auth string) bool {
+	return auth == AuthEAP || auth == AuthEAPMSCHAPv2 || auth == AuthEAPTLS
+}
+
+// Revocation policies of [connection.remote] (swanctl.conf's revocation).
+const (
+	// RevocationRelaxed fails a certificate only when a CRL lists it as
+	// revoked (the default).
+	RevocationRelaxed = "relaxed"
+	// RevocationStrict also fails one whose status is unknown: no CRL of
+	// its issuer is configured.
+	RevocationStrict = "strict"
+)
+
+// EAPIdentityAny is the eap_id that asks the peer for its EAP identity
+// (EAP-Identity, RFC 3748 section 5.1); "" does the same.
+const EAPIdentityAny = "%any"
 
 // Start actions of a child (swanctl.conf's start_action).
 const (
@@ -61,6 +99,7 @@ const (
 const (
 	SecretIKE     = "ike"
 	SecretPrivate = "private"
+	SecretEAP     = "eap" // an EAP-MSCHAPv2 password for an identity
 )
 
 // IKEOptions is the [ike] section: what all connections share, named as
@@ -203,7 +242,22 @@ type Connection struct {
 	// [connection.remote].
 	LocalAuth, RemoteAuth AuthConfig
 	Children              []Child
-	Pos                   Pos
+	// Pools name the [[pool]]s this connection hands virtual IPs out of
+	// as responder (swanctl's pools), in order; each names a pool of
+	// Gateway.Pools.
+	Pools []string
+	// VIPs are the virtual IPs asked for as initiator (swanctl's vips):
+	// 0.0.0.0 or :: asks for any address of that family, another address
+	// for that one.
+	VIPs []netip.Addr
+	// MOBIKE allows RFC 4555 (swanctl's mobike); true unless the file
+	// says mobike = false.
+	MOBIKE bool
+	// ReauthTime is when the IKE SA is reauthenticated (swanctl's
+	// reauth_time): a new IKE SA with a full IKE_AUTH replaces it. 0, the
+	// default, never.
+	ReauthTime time.Duration
+	Pos        Pos
 }
 
 // AuthConfig is [connection.local] or [connection.remote].
@@ -219,6 +273,17 @@ type AuthConfig struct {
 	// [connection.local]; certificates the peer's must chain to in
 	// [connection.remote], together with CACerts.
 	Certs, CACerts []string
+	// EAPID is the EAP identity asked of the peer (swanctl's eap_id):
+	// "" or EAPIdentityAny asks with EAP-Identity; another identity is
+	// the one the peer must authenticate as. Remote side, EAP only.
+	EAPID string
+	// CRLs are certificate revocation list files (PEM or DER), resolved
+	// against the configuration's directory, that the peer's certificate
+	// is checked against. Remote side only; the gateway reads them.
+	CRLs []string
+	// Revocation is RevocationRelaxed (the default on the remote side)
+	// or RevocationStrict; "" on the local side.
+	Revocation string
 }
 
 // Child is a [[connection.children]] table: one Child SA, which becomes
@@ -233,16 +298,46 @@ type Child struct {
 	StartAction       string        // StartNone (default), StartTrap or StartStart
 	RekeyTime         time.Duration // default DefaultChildRekeyTime
 	LifeTime          time.Duration // default RekeyTime + 10%
-	Pos               Pos
+	// RekeyBytes and RekeyPackets rekey the Child SA once either
+	// direction has carried that many bytes or packets; LifeBytes and
+	// LifePackets delete it then. 0 is no limit. A life left out is its
+	// rekey + 10% when the rekey is set (swanctl's defaults).
+	RekeyBytes, LifeBytes     uint64
+	RekeyPackets, LifePackets uint64
+	Pos                       Pos
+}
+
+// Pool is a [[pool]]: virtual IPs that connections naming it hand out to
+// their peers in configuration payloads (RFC 7296 section 3.15).
+type Pool struct {
+	Name string // unique among pools
+	// Prefix is addrs when written as a prefix ("10.3.0.0/24"), the zero
+	// Prefix when written as a range.
+	Prefix netip.Prefix
+	// First and Last are the addresses handed out, both included: a
+	// range as written ("10.3.0.10-10.3.0.200"), or a prefix less its
+	// first and last addresses when it holds more than two, as
+	// strongSwan hands them out.
+	First, Last netip.Addr
+	// DNS are the DNS servers sent with an address (INTERNAL_IP4_DNS,
+	// INTERNAL_IP6_DNS).
+	DNS []netip.Addr
+}
+
+// Contains reports whether a is one of the pool's addresses.
+func (p *Pool) Contains(a netip.Addr) bool {
+	return a.BitLen() == p.First.BitLen() && p.First.Compare(a) <= 0 && a.Compare(p.Last) <= 0
 }
 
 // Secret is a [[secret]].
 type Secret struct {
-	Type string // SecretIKE or SecretPrivate
-	// IDs are the identities a pre-shared key is for (empty: any).
+	Type string // SecretIKE, SecretPrivate or SecretEAP
+	// IDs are the identities a pre-shared key is for (empty: any), or
+	// the EAP identities a password is for (id or ids; at least one).
 	IDs []string
-	// Data is the pre-shared key: the string as given, or its bytes when
-	// written 0x... (hex) or 0s... (base64), as swanctl.conf reads it.
+	// Data is the pre-shared key or EAP password: the string as given,
+	// or its bytes when written 0x... (hex) or 0s... (base64), as
+	// swanctl.conf reads it.
 	Data []byte
 	// File is a private key file (PEM, PKCS#8, PKCS#1 or SEC 1),
 	// resolved against the configuration's directory; it goes with the
@@ -305,6 +400,30 @@ func (g *Gateway) PSK(local, remote string) []byte {
 	return best
 }
 
+// EAPSecret returns the password of the [[secret]] with type "eap" that
+// names id, or nil.
+func (g *Gateway) EAPSecret(id string) []byte {
+	for i := range g.Secrets {
+		if s := &g.Secrets[i]; s.Type == SecretEAP && slices.Contains(s.IDs, id) {
+			return s.Data
+		}
+	}
+	return nil
+}
+
+// Pool returns the pool with the given name, or nil.
+func (g *Gateway) Pool(name string) *Pool {
+	for i := range g.Pools {
+		if g.Pools[i].Name == name {
+			return &g.Pools[i]
+		}
+	}
+	return nil
+}
+
+// PoolField returns the field path of g.Pools[i].
+func PoolField(i int) string { return elemPath("pool", i) }
+
 // ConnectionField returns the field path of g.Connections[i] ("connection[2]"),
 // for positions of errors found after parsing.
 func ConnectionField(i int) string { return elemPath("connection", i) }
@@ -316,18 +435,21 @@ func ChildField(i, j int) string { return elemPath(ConnectionField(i)+".children
 func SecretField(i int) string { return elemPath("secret", i) }
 
 var (
-	connectionKeys = []string{"name", "version", "local_addrs", "remote_addrs", "proposals", "dpd_delay", "encap", "rekey_time", "over_time", "local", "remote", "children"}
-	authKeys       = []string{"auth", "id", "certs", "cacerts"}
-	childKeys      = []string{"name", "local_ts", "remote_ts", "esp_proposals", "start_action", "rekey_time", "life_time"}
-	secretKeys     = []string{"type", "ids", "secret", "file"}
+	connectionKeys = []string{"name", "version", "local_addrs", "remote_addrs", "proposals", "dpd_delay", "encap", "rekey_time", "over_time", "reauth_time", "mobike", "pools", "vips", "local", "remote", "children"}
+	authKeys       = []string{"auth", "id", "eap_id", "certs", "cacerts", "crls", "revocation"}
+	childKeys      = []string{"name", "local_ts", "remote_ts", "esp_proposals", "start_action", "rekey_time", "life_time", "rekey_bytes", "life_bytes", "rekey_packets", "life_packets"}
+	secretKeys     = []string{"type", "id", "ids", "secret", "file"}
+	poolKeys       = []string{"name", "addrs", "dns"}
 	startActions   = []string{StartNone, StartTrap, StartStart}
 	authMethods    = []string{AuthPSK, AuthPubkey}
-	secretTypes    = []string{SecretIKE, SecretPrivate}
+	remoteMethods  = []string{AuthPSK, AuthPubkey, AuthEAPMSCHAPv2, AuthEAPTLS, AuthEAP}
+	revocations    = []string{RevocationRelaxed, RevocationStrict}
+	secretTypes    = []string{SecretIKE, SecretPrivate, SecretEAP}
 )
 
 func (d *gwDecoder) connection(te tableElem) {
 	f := te.field
-	c := Connection{Pos: te.pos, RekeyTime: DefaultIKERekeyTime, Proposals: DefaultIKEProposals}
+	c := Connection{Pos: te.pos, RekeyTime: DefaultIKERekeyTime, Proposals: DefaultIKEProposals, MOBIKE: true}
 	seen := map[string]bool{}
 	for _, e := range te.t.Entries() {
 		kf, v := fieldPath(f, e.Key), e.Value
@@ -370,6 +492,35 @@ func (d *gwDecoder) connection(te tableElem) {
 		case "over_time":
 			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default 10% of rekey_time"); ok {
 				c.OverTime = t
+			}
+		case "reauth_time":
+			if t, ok := d.durationOrNone(kf, v, MinIKELifetime, MaxIKELifetime, "default \"0s\": none"); ok {
+				c.ReauthTime = t
+			}
+		case "mobike":
+			if b, ok := d.boolean(kf, v); ok {
+				c.MOBIKE = b
+			}
+		case "pools":
+			elems, ok := d.strList(kf, v, `["rw"]`)
+			if !ok {
+				break
+			}
+			for i, ev := range elems {
+				s, _ := ev.Str()
+				if j := slices.Index(c.Pools, s); j >= 0 {
+					d.errorf(ev.Pos, elemPath(kf, i), "duplicate pool %s (also %s)", shortQuote(s), elemPath(kf, j))
+					continue
+				}
+				c.Pools = append(c.Pools, s)
+			}
+		case "vips":
+			ps, ok := d.prefixList(kf, v, `["0.0.0.0"]`, "virtual IP", parseVIP)
+			if !ok {
+				break
+			}
+			for _, p := range ps {
+				c.VIPs = append(c.VIPs, p.Addr())
 			}
 		case "local", "remote":
 			a, ok := d.authSection(kf, v, e.Key == "remote")
@@ -457,8 +608,20 @@ func (d *gwDecoder) ikeAddrs(f string, v *Value, remote bool) (netip.Addr, bool)
 	return a, true
 }
 
+// remoteOnly says why a key of [connection.remote] is not one of
+// [connection.local].
+var remoteOnly = map[string]string{
+	"cacerts":    "the CAs the peer's certificate must chain to",
+	"crls":       "the revocation lists the peer's certificate is checked against",
+	"revocation": "how the peer's certificate's revocation is checked",
+	"eap_id":     "the EAP identity asked of the peer (sluice is an EAP server)",
+}
+
 func (d *gwDecoder) authSection(f string, v *Value, remote bool) (AuthConfig, bool) {
 	var a AuthConfig
+	if remote {
+		a.Revocation = RevocationRelaxed
+	}
 	t, ok := d.table(f, v)
 	if !ok {
 		return a, false
@@ -466,39 +629,51 @@ func (d *gwDecoder) authSection(f string, v *Value, remote bool) (AuthConfig, bo
 	ok = true
 	for _, e := range t.Entries() {
 		kf, v := fieldPath(f, e.Key), e.Value
+		if why, only := remoteOnly[e.Key]; only && !remote {
+			d.errorf(e.KeyPos, kf, "%s belongs in [connection.remote]: %s", e.Key, why)
+			ok = false
+			continue
+		}
 		switch e.Key {
 		case "auth":
-			s, good := d.oneOf(kf, v, "authentication", authMethods, "psk, a pre-shared key from a [[secret]] with type = \"ike\"; pubkey, certificates")
+			if s, isStr := v.Str(); isStr && !remote && IsEAP(s) {
+				d.errorf(v.Pos, kf, "auth = %q belongs in [connection.remote]: sluice is an EAP server and authenticates itself with psk or pubkey", s)
+				ok = false
+				break
+			}
+			valid, help := authMethods, "psk, a pre-shared key from a [[secret]] with type = \"ike\"; pubkey, certificates"
+			if remote {
+				valid, help = remoteMethods, help+"; eap-mschapv2, a password from a [[secret]] with type = \"eap\"; eap-tls, a client certificate; eap, either"
+			}
+			s, good := d.oneOf(kf, v, "authentication", valid, help)
 			a.Auth, ok = s, ok && good
 		case "id":
 			if s, good := d.checked(kf, v, checkID); good {
 				a.ID = s
 			}
-		case "certs", "cacerts":
-			if e.Key == "cacerts" && !remote {
-				d.errorf(e.KeyPos, kf, "cacerts belongs in [connection.remote]: the CAs the peer's certificate must chain to")
-				ok = false
-				break
+		case "eap_id":
+			if s, good := d.checked(kf, v, checkEAPID); good {
+				a.EAPID = s
 			}
-			elems, good := d.strList(kf, v, `["gw.pem"]`)
+		case "revocation":
+			s, good := d.oneOf(kf, v, "revocation policy", revocations, "relaxed, fail a revoked certificate only (the default); strict, also fail one no CRL of its issuer speaks for")
+			if good {
+				a.Revocation = s
+			}
+			ok = ok && good
+		case "certs", "cacerts", "crls":
+			paths, good := d.files(kf, v, e.Key == "crls")
 			if !good {
 				ok = false
 				break
 			}
-			var paths []string
-			for i, ev := range elems {
-				s, _ := ev.Str()
-				if s == "" {
-					d.errorf(ev.Pos, elemPath(kf, i), "empty file name (want a PEM certificate file)")
-					ok = false
-					continue
-				}
-				paths = append(paths, d.path(s))
-			}
-			if e.Key == "certs" {
+			switch e.Key {
+			case "certs":
 				a.Certs = paths
-			} else {
+			case "cacerts":
 				a.CACerts = paths
+			default:
+				a.CRLs = paths
 			}
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, authKeys, ""))
@@ -508,17 +683,85 @@ func (d *gwDecoder) authSection(f string, v *Value, remote bool) (AuthConfig, bo
 		d.errorf(d.at(f), f+".auth", `missing required key (auth = "psk" or "pubkey")`)
 		return a, false
 	}
-	if ok && a.Auth == AuthPubkey {
+	if ok && (a.Auth == AuthPubkey || a.Auth == AuthEAPTLS) {
 		switch {
 		case !remote && len(a.Certs) == 0:
 			d.errorf(d.at(f), f+".certs", `auth = "pubkey" needs our certificate: certs = ["gw.pem"] (its key in a [[secret]] with type = "private")`)
 			ok = false
 		case remote && len(a.Certs)+len(a.CACerts) == 0:
-			d.errorf(d.at(f), f+".cacerts", `auth = "pubkey" needs what the peer's certificate must chain to: cacerts = ["ca.pem"] (or certs, to trust the peer's own)`)
+			d.errorf(d.at(f), f+".cacerts", `auth = %q needs what the peer's certificate must chain to: cacerts = ["ca.pem"] (or certs, to trust the peer's own)`, a.Auth)
 			ok = false
 		}
 	}
+	if !ok || !remote {
+		return a, ok
+	}
+	// What only some methods use.
+	certs := a.Auth == AuthPubkey || a.Auth == AuthEAPTLS || a.Auth == AuthEAP
+	switch {
+	case a.EAPID != "" && !IsEAP(a.Auth):
+		d.errorf(d.at(f+".eap_id"), f+".eap_id", "eap_id with auth = %q: only EAP asks for an EAP identity (auth = \"eap-mschapv2\", \"eap-tls\" or \"eap\")", a.Auth)
+		ok = false
+	case len(a.CRLs) > 0 && !certs:
+		d.errorf(d.at(f+".crls"), f+".crls", "crls with auth = %q: the peer shows no certificate to check (auth = \"pubkey\", \"eap-tls\" or \"eap\" do)", a.Auth)
+		ok = false
+	case a.Revocation == RevocationStrict && !certs:
+		d.errorf(d.at(f+".revocation"), f+".revocation", "revocation with auth = %q: the peer shows no certificate to check (auth = \"pubkey\", \"eap-tls\" or \"eap\" do)", a.Auth)
+		ok = false
+	case a.Revocation == RevocationStrict && len(a.CRLs) == 0:
+		d.errorf(d.at(f+".revocation"), f+".revocation", `revocation = "strict" without crls: no certificate's status would be known, and every one would fail (add crls = ["ca.crl"], or use "relaxed")`)
+		ok = false
+	}
 	return a, ok
+}
+
+// files reads a list of file names (certs, cacerts, crls), resolved
+// against the configuration's directory; the gateway reads them.
+func (d *gwDecoder) files(f string, v *Value, crl bool) ([]string, bool) {
+	example, what := `["gw.pem"]`, "a PEM certificate file"
+	if crl {
+		example, what = `["ca.crl"]`, "a CRL file, PEM or DER"
+	}
+	elems, ok := d.strList(f, v, example)
+	if !ok {
+		return nil, false
+	}
+	var paths []string
+	for i, ev := range elems {
+		s, _ := ev.Str()
+		if s == "" {
+			d.errorf(ev.Pos, elemPath(f, i), "empty file name (want %s)", what)
+			ok = false
+			continue
+		}
+		paths = append(paths, d.path(s))
+	}
+	return paths, ok
+}
+
+// checkEAPID checks an eap_id: "%any" or an identity.
+func checkEAPID(s string) string {
+	if s == EAPIdentityAny {
+		return ""
+	}
+	if s == "" {
+		return `empty EAP identity (want "%any" to ask the peer for it, or the identity it must use)`
+	}
+	return checkID(s)
+}
+
+// parseVIP parses an element of vips: an address, 0.0.0.0 or :: for any
+// of that family. It is returned as a single-address prefix for
+// prefixList.
+func parseVIP(s string) (netip.Prefix, string) {
+	a, msg := parseAddr(s)
+	if msg != "" {
+		return netip.Prefix{}, msg + ` (0.0.0.0 or :: asks for any virtual IP of that family)`
+	}
+	if a.IsMulticast() || a.IsLoopback() {
+		return netip.Prefix{}, fmt.Sprintf("%s cannot be a virtual IP (want a unicast address, or 0.0.0.0 or :: for any)", a)
+	}
+	return netip.PrefixFrom(a, a.BitLen()), ""
 }
 
 func (d *gwDecoder) child(te tableElem) Child {
@@ -563,6 +806,14 @@ func (d *gwDecoder) child(te tableElem) Child {
 			if t, ok := d.durationIn(kf, v, MinIKELifetime, MaxIKELifetime, "default rekey_time + 10%"); ok {
 				c.LifeTime = t
 			}
+		case "rekey_bytes", "life_bytes", "rekey_packets", "life_packets":
+			help := "0 for none, or a count of " + e.Key[strings.IndexByte(e.Key, '_')+1:]
+			if strings.HasPrefix(e.Key, "life") {
+				help += "; default rekey" + e.Key[4:] + " + 10%"
+			}
+			if i, ok := d.intIn(kf, v, "", 0, math.MaxInt64, help); ok {
+				*c.volume(e.Key) = uint64(i)
+			}
 		default:
 			d.errs = append(d.errs, unknownKey(e, kf, childKeys, ""))
 		}
@@ -587,7 +838,41 @@ func (d *gwDecoder) child(te tableElem) Child {
 	} else if c.LifeTime <= c.RekeyTime && !d.failed(f+".rekey_time") {
 		d.errorf(d.at(f+".life_time"), f+".life_time", "life_time %v is not after rekey_time %v (%s): the child would expire before it is rekeyed", c.LifeTime, c.RekeyTime, d.where(f+".rekey_time"))
 	}
+	for _, unit := range []string{"bytes", "packets"} {
+		rk, lk := "rekey_"+unit, "life_"+unit
+		rekey, life := *c.volume(rk), c.volume(lk)
+		switch {
+		case rekey == 0 || d.failed(f+"."+rk) || d.failed(f+"."+lk):
+		case !seen[lk]:
+			*life = rekey + rekey/10
+		case *life != 0 && *life <= rekey:
+			d.errorf(d.at(f+"."+lk), f+"."+lk, "%s %d is not above %s %d (%s): the child would expire before it is rekeyed", lk, *life, rk, rekey, d.line(f+"."+rk))
+		}
+	}
 	return c
+}
+
+// volume returns the field of a byte or packet limit by its key.
+func (c *Child) volume(key string) *uint64 {
+	switch key {
+	case "rekey_bytes":
+		return &c.RekeyBytes
+	case "life_bytes":
+		return &c.LifeBytes
+	case "rekey_packets":
+		return &c.RekeyPackets
+	}
+	return &c.LifePackets
+}
+
+// durationOrNone is durationIn that also takes "0s" for none (0).
+func (d *decoder) durationOrNone(f string, v *Value, lo, hi time.Duration, help string) (time.Duration, bool) {
+	if s, ok := v.Str(); ok {
+		if t, err := time.ParseDuration(s); err == nil && t == 0 {
+			return 0, true
+		}
+	}
+	return d.durationIn(f, v, lo, hi, help)
 }
 
 // checkID checks an identity as ike.ParseIdentity reads it: a
@@ -629,13 +914,18 @@ func parseTS(s string) (netip.Prefix, string) {
 func (d *gwDecoder) secret(te tableElem) {
 	f := te.field
 	s := Secret{Pos: te.pos}
-	var secretV, fileV *Value
+	var secretV, fileV, idV, idsV *Value
 	for _, e := range te.t.Entries() {
 		kf, v := fieldPath(f, e.Key), e.Value
 		switch e.Key {
 		case "type":
-			if t, ok := d.oneOf(kf, v, "secret type", secretTypes, `ike, a pre-shared key (ids, secret); private, a private key (file)`); ok {
+			if t, ok := d.oneOf(kf, v, "secret type", secretTypes, `ike, a pre-shared key (ids, secret); private, a private key (file); eap, an EAP password (id, secret)`); ok {
 				s.Type = t
+			}
+		case "id":
+			if x, ok := d.checked(kf, v, nonEmpty("empty identity (want the identity the secret is for, e.g. \"carol\")")); ok {
+				s.IDs = append(s.IDs, x)
+				idV = v
 			}
 		case "ids":
 			elems, ok := d.strList(kf, v, `["gw-a.example", "gw-b.example"]`)
@@ -646,11 +936,11 @@ func (d *gwDecoder) secret(te tableElem) {
 				x, _ := ev.Str()
 				s.IDs = append(s.IDs, x)
 			}
+			idsV = v
 		case "secret":
-			if x, ok := parsed(&d.decoder, kf, v, parseSecret); ok {
-				s.Data = x
-				secretV = v
-			}
+			// Which check applies depends on the type, which may come
+			// after: keep the value and read it below.
+			secretV = v
 		case "file":
 			if x, ok := d.checked(kf, v, nonEmpty("empty file name (want a PEM private key file)")); ok {
 				s.File = d.path(x)
@@ -660,10 +950,34 @@ func (d *gwDecoder) secret(te tableElem) {
 			d.errs = append(d.errs, unknownKey(e, kf, secretKeys, ""))
 		}
 	}
+	if secretV != nil {
+		parse := parseSecret
+		if s.Type == SecretEAP {
+			parse = parsePassword
+		}
+		if x, ok := parsed(&d.decoder, f+".secret", secretV, parse); ok {
+			s.Data = x
+		} else {
+			secretV = nil
+		}
+	}
+	if idV != nil && idsV != nil {
+		d.errorf(idV.Pos, f+".id", "id and ids both given (%s): write one", d.line(f+".ids"))
+	}
 	switch s.Type {
 	case "":
 		if !d.failed(f + ".type") {
-			d.errorf(te.pos, f+".type", `missing required key (type = "ike" for a pre-shared key, "private" for a private key file)`)
+			d.errorf(te.pos, f+".type", `missing required key (type = "ike" for a pre-shared key, "private" for a private key file, "eap" for an EAP password)`)
+		}
+	case SecretEAP:
+		if secretV == nil && !d.failed(f+".secret") {
+			d.errorf(te.pos, f+".secret", "missing required key (the EAP password: a string, 0x followed by hex, or 0s followed by base64)")
+		}
+		if len(s.IDs) == 0 && !d.failed(f+".id") && !d.failed(f+".ids") {
+			d.errorf(te.pos, f+".id", `missing required key (the EAP identity the password is for, e.g. id = "carol"; an EAP password is never for anyone)`)
+		}
+		if fileV != nil {
+			d.errorf(fileV.Pos, f+".file", `file belongs to a secret with type = "private"`)
 		}
 	case SecretIKE:
 		if secretV == nil && !d.failed(f+".secret") {
@@ -677,7 +991,7 @@ func (d *gwDecoder) secret(te tableElem) {
 			d.errorf(te.pos, f+".file", "missing required key (the PEM private key file of a [connection.local] certificate)")
 		}
 		if secretV != nil {
-			d.errorf(secretV.Pos, f+".secret", `secret belongs to a secret with type = "ike"`)
+			d.errorf(secretV.Pos, f+".secret", `secret belongs to a secret with type = "ike" or "eap"`)
 		}
 	}
 	d.g.Secrets = append(d.g.Secrets, s)
@@ -687,29 +1001,57 @@ func (d *gwDecoder) secret(te tableElem) {
 // parseSecret reads a pre-shared key as swanctl.conf does: 0x... is hex,
 // 0s... base64, anything else the string's bytes.
 func parseSecret(s string) ([]byte, string) {
-	var b []byte
-	var err error
+	b, msg := decodeSecret(s)
 	switch {
-	case strings.HasPrefix(s, "0x"):
-		b, err = hex.DecodeString(s[2:])
-	case strings.HasPrefix(s, "0s"):
-		b, err = base64.StdEncoding.DecodeString(s[2:])
-	default:
-		b = []byte(s)
-	}
-	switch {
-	case err != nil && strings.HasPrefix(s, "0x"):
-		// The decoder's error quotes the bad character: a secret's text
-		// is never shown.
-		return nil, "invalid hex secret (want 0x followed by an even number of hex digits; its characters are not shown)"
-	case err != nil:
-		return nil, "invalid base64 secret (want 0s followed by standard base64 with padding; its characters are not shown)"
+	case msg != "":
+		return nil, msg
 	case len(b) == 0:
 		return nil, "empty secret (want the pre-shared key: a string, 0x followed by hex, or 0s followed by base64)"
 	case len(b) < 16:
 		return nil, fmt.Sprintf("secret of %d bytes is too short to be safe (want at least 16; strongSwan's pki --gen or openssl rand -base64 32 make one)", len(b))
 	}
 	return b, ""
+}
+
+// MaxEAPPassword is the longest EAP password in characters: MS-CHAPv2
+// takes up to 256 (RFC 2759 section 8.2).
+const MaxEAPPassword = 256
+
+// parsePassword reads an EAP password as parseSecret reads a pre-shared
+// key, without its minimum length: a user's password is what it is.
+func parsePassword(s string) ([]byte, string) {
+	b, msg := decodeSecret(s)
+	switch {
+	case msg != "":
+		return nil, msg
+	case len(b) == 0:
+		return nil, "empty password (want the EAP password: a string, 0x followed by hex, or 0s followed by base64)"
+	case utf8.RuneCount(b) > MaxEAPPassword:
+		return nil, fmt.Sprintf("password of %d characters is too long (want at most %d, MS-CHAPv2's limit)", utf8.RuneCount(b), MaxEAPPassword)
+	}
+	return b, ""
+}
+
+// decodeSecret decodes a secret as swanctl.conf writes it: 0x... is hex,
+// 0s... base64, anything else the string's bytes.
+func decodeSecret(s string) ([]byte, string) {
+	switch {
+	case strings.HasPrefix(s, "0x"):
+		b, err := hex.DecodeString(s[2:])
+		if err != nil {
+			// The decoder's error quotes the bad character: a secret's
+			// text is never shown.
+			return nil, "invalid hex secret (want 0x followed by an even number of hex digits; its characters are not shown)"
+		}
+		return b, ""
+	case strings.HasPrefix(s, "0s"):
+		b, err := base64.StdEncoding.DecodeString(s[2:])
+		if err != nil {
+			return nil, "invalid base64 secret (want 0s followed by standard base64 with padding; its characters are not shown)"
+		}
+		return b, ""
+	}
+	return []byte(s), ""
 }
 
 // crossCheckIKE checks what the IKE sections say about each other and
@@ -768,6 +1110,7 @@ func (d *gwDecoder) crossCheckIKE() {
 			d.errorf(d.at(cf+".local.auth"), cf+".local.auth", `auth = "pubkey", but no [[secret]] with type = "private" holds a key (add one with file = "gw.key")`)
 		}
 	}
+	d.crossCheckPools()
 }
 
 // maxChildSAs is [ike] max_child_sas, or its default.

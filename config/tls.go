@@ -973,12 +973,12 @@ func bindSpanOf(host string, dual bool) (bindSpan, bool) {
 // [[tunnel]] but with TLS sections: such a gateway is TLS-only, and has no
 // TUN device, sockets, policies or SAs for them to configure.
 func (d *gwDecoder) tlsOnlySections() {
-	for _, s := range []string{"tun", "udp", "rawesp", "policy", "sa", "ike", "secret"} {
+	for _, s := range []string{"tun", "udp", "rawesp", "policy", "sa", "ike", "pool", "secret"} {
 		if !d.has(s) {
 			continue
 		}
 		head := "[" + s + "]"
-		if s == "policy" || s == "sa" {
+		if s == "policy" || s == "sa" || s == "pool" {
 			head = "[" + head + "]"
 		}
 		d.errorf(d.at(s), s, "%s without any [[tunnel]]: a gateway with only [[tls]] and [[tls_origin]] sections is TLS-only and has no ESP data plane (add a [[tunnel]], or remove %s)", head, head)
