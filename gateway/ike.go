@@ -422,6 +422,9 @@ func ikeCredentials(cfg *config.Gateway, i int, log *slog.Logger) (*ike.Peer, cr
 				p.RemoteCAs = append(p.RemoteCAs, certs...)
 			}
 		}
+		if err := setPeerCRLs(cfg, i, p); err != nil {
+			return nil, nil, "", err
+		}
 	}
 	if c.LocalAuth.Auth != config.AuthPubkey {
 		return p, nil, "", nil
