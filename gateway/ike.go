@@ -292,6 +292,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		Log:       g.Logger("ike"),
 	}
 	setIKELifetimes(&ecfg, g)
+	ecfg.OnChildAddress = g.onChildAddress // MOBIKE (ike_mobike.go)
 	if g.ha.cfg != nil {
 		ecfg.OnSnapshot = g.onIKESnapshot // a group's IKE SAs go to the standby (ha.go)
 	}
@@ -400,6 +401,7 @@ func ikeCredentials(cfg *config.Gateway, i int, log *slog.Logger) (*ike.Peer, cr
 		p.PSK = cfg.PSK(c.LocalID(), c.RemoteAuth.ID)
 	}
 	setPeerLifetimes(p, c, ch)
+	p.NoMOBIKE = !c.MOBIKE // swanctl's mobike (ike_mobike.go)
 	// The first child comes with IKE_AUTH; the others with
 	// CREATE_CHILD_SA on the same IKE SA (ike.Peer.Children).
 	p.ChildName = ch.Name
