@@ -327,6 +327,9 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		}
 	}
 	sa.children = nil
+	for _, f := range saGoneHooks {
+		f(sa)
+	}
 	if sa.waiter != nil {
 		w := sa.waiter
 		sa.waiter = nil

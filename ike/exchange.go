@@ -128,6 +128,11 @@ type ikeSA struct {
 	rekeyed           bool    // replaced by a new IKE SA; waits for its Delete
 	peerRekey         *collision
 
+	// Feature state that outlives the setup; an IKE SA rekey carries it
+	// to the new IKE SA (moveChildrenLocked). One block per feature.
+	vips   []netip.Addr // configuration payloads: the virtual IPs handed out (responder) or received (initiator)
+	mobike bool         // MOBIKE: both announced MOBIKE_SUPPORTED
+
 	snapDirty bool // its replicated state changed since OnSnapshot last saw it (snapshot.go)
 	snapShown bool // OnSnapshot has seen it: its end is reported
 }

@@ -125,6 +125,16 @@ func newTasks(sa *ikeSA, exch ExchangeType) []task {
 	return ts
 }
 
+// saGoneHooks run (locked) when an IKE SA is forgotten (removeLocked),
+// after its Child SAs are: a feature releases what it holds for it (a
+// virtual IP). An IKE SA rekey's predecessor has handed its feature
+// state on (moveChildrenLocked) before it goes.
+var saGoneHooks []func(sa *ikeSA)
+
+// onIKESAGone registers a saGoneHooks function; call it from an init
+// function.
+func onIKESAGone(f func(sa *ikeSA)) { saGoneHooks = append(saGoneHooks, f) }
+
 // setupExchanges returns the exchanges that set an IKE SA up, in order:
 // IKE_SA_INIT, the registered ones between, IKE_AUTH.
 func setupExchanges() []ExchangeType {
