@@ -78,17 +78,31 @@
 // Diffie-Hellman groups (14, 19, 20, 31) and the SK payload's protection
 // (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with HMAC-SHA-2); auth.go the
 // signatures and certificates; frag.go IKE fragmentation (RFC 7383).
-// endpoint.go, exchange.go, rekey.go (which also makes additional Child
-// SAs) and ikerekey.go are the state machine, job.go the computations
-// that run off its lock, life.go what an IKE SA does on its
-// own (lifetimes, liveness checks, dead peers, the request queue) on
-// clock.go's time: an Endpoint owns every IKE SA of a set of peers, behind
-// one mutex; it learns datagrams through Receive and
-// sends through a Transport, so it runs over plain UDP sockets
+//
+// An IKE SA is set up by exchanges made of tasks, one file per concern
+// (task.go): each task has a build and a process step per role and
+// answers done, more (another round of the exchange, as EAP needs),
+// failed (with the Notify error the responder answers) or async (its
+// work runs off the lock). IKE_SA_INIT is task_ikeinit.go (SA, KE,
+// Nonce, COOKIE and INVALID_KE_PAYLOAD), task_natd.go (NAT detection),
+// task_certpre.go (signature hash algorithms, CERTREQ) and task_frag.go
+// (fragmentation's announcement); IKE_AUTH is task_auth.go (ID, CERT,
+// AUTH, INITIAL_CONTACT, the responder's choice of peer) and
+// task_child.go (its Child SA). An exchange type registered besides
+// these runs between IKE_SA_INIT and IKE_AUTH (IKE_INTERMEDIATE).
+// endpoint.go receives and sends; exchange.go holds the IKE SA, the
+// request and response windows, INFORMATIONAL and the responder's
+// defences before an IKE SA exists (cookies, half-open limits); rekey.go
+// (which also makes additional Child SAs) and ikerekey.go are
+// CREATE_CHILD_SA; job.go the computations that run off the lock; life.go
+// what an IKE SA does on its own (lifetimes, liveness checks, dead peers,
+// the request queue) on clock.go's time: an Endpoint owns every IKE SA of
+// a set of peers, behind one mutex; it learns datagrams through Receive
+// and sends through a Transport, so it runs over plain UDP sockets
 // (UDPTransport) or behind the gateway's ESP-in-UDP link.
 //
-// Signing AUTH (a crypto.Signer may be an engine's queue) and the
-// Diffie-Hellman of IKE_SA_INIT run off that mutex (job.go): the exchange
+// Signing and verifying AUTH (a crypto.Signer may be an engine's queue)
+// and the Diffie-Hellman of IKE_SA_INIT run off that mutex (job.go): the exchange
 // snapshots what the work needs, the work runs on its own goroutine, and
 // the result is used only if the IKE SA is still where it was left
 // (Stats.CryptoStale otherwise), so one slow key does not stall the other

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/subtle"
 	"encoding/binary"
@@ -328,6 +327,9 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		}
 	}
 	sa.children = nil
+	for _, f := range saGoneHooks {
+		f(sa)
+	}
 	if sa.waiter != nil {
 		w := sa.waiter
 		sa.waiter = nil
@@ -357,56 +359,6 @@ func (e *Endpoint) forgetChildLocked(c *ChildSA, why error) []func() {
 		return reply(h.waiter, nil, why)
 	}
 	return reply(h.waiter, h.next, nil)
-}
-
-// natHash is the NAT detection hash of section 2.23:
-// SHA-1(SPIi | SPIr | IP | port).
-func natHash(spii, spir uint64, a netip.AddrPort) []byte {
-	h := sha1.New()
-	var b [16]byte
-	binary.BigEndian.PutUint64(b[0:8], spii)
-	binary.BigEndian.PutUint64(b[8:16], spir)
-	h.Write(b[:])
-	h.Write(a.Addr().Unmap().AsSlice())
-	h.Write([]byte{byte(a.Port() >> 8), byte(a.Port())})
-	return h.Sum(nil)
-}
-
-// natNotifies returns our NAT detection notifies for the addresses
-// local and remote; fake makes the source hash random (ForceEncap).
-func natNotifies(spii, spir uint64, local, remote netip.AddrPort, fake bool) []Payload {
-	src := natHash(spii, spir, local)
-	if fake {
-		rand.Read(src)
-	}
-	return []Payload{
-		&Notify{NType: NATDetectionSourceIP, Data: src},
-		&Notify{NType: NATDetectionDestinationIP, Data: natHash(spii, spir, remote)},
-	}
-}
-
-// natCheck evaluates the peer's NAT detection notifies (section 2.23):
-// peerNAT when no source hash matches the address the message came from,
-// ourNAT when the destination hash does not match the address it came to.
-// Without notifies there is no NAT detection (both false).
-func natCheck(ps []Payload, spii, spir uint64, local, remote netip.AddrPort) (ourNAT, peerNAT bool) {
-	var srcSeen, srcMatch, dstSeen, dstMatch bool
-	want, wantDst := natHash(spii, spir, remote), natHash(spii, spir, local)
-	for _, p := range ps {
-		n, ok := p.(*Notify)
-		if !ok {
-			continue
-		}
-		switch n.NType {
-		case NATDetectionSourceIP:
-			srcSeen = true
-			srcMatch = srcMatch || bytes.Equal(n.Data, want)
-		case NATDetectionDestinationIP:
-			dstSeen = true
-			dstMatch = dstMatch || bytes.Equal(n.Data, wantDst)
-		}
-	}
-	return dstSeen && !dstMatch, srcSeen && !srcMatch
 }
 
 // cookieSecrets are the secrets cookies are made with (section 2.6): the
@@ -537,12 +489,9 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 		e.unlock()
 		return nil, errors.New("ike: too many IKE SAs")
 	}
-	sa, err := e.newInitiatorLocked(peer, dh, w)
-	if err != nil {
-		e.unlock()
-		return nil, err
-	}
+	sa, after := e.newInitiatorLocked(peer, dh, w)
 	e.unlock()
+	run(after)
 	select {
 	case r := <-w:
 		return r.child, r.err

@@ -1,16 +1,15 @@
 package ike
 
-// The exchanges of one IKE SA: IKE_SA_INIT and IKE_AUTH for both roles,
-// and INFORMATIONAL (Delete, liveness). Every function with a Locked
+// One IKE SA: its state, its request and response windows, the
+// responder's defences before it exists (cookies, half-open limits; the
+// setup exchanges themselves are tasks, task.go), and INFORMATIONAL
+// (Delete, liveness). Every function with a Locked
 // suffix runs with Endpoint.mu held and returns the callbacks to run after
 // it is released.
 
 import (
-	"bytes"
 	"context"
 	"crypto/rand"
-	"crypto/subtle"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -77,6 +76,7 @@ type ikeSA struct {
 	released  bool   // removed by Release: another member goes on with it, so no OnDelete
 	job       uint64 // a computation off the lock is in flight (job.go)
 	frag      bool   // both sides announced IKE fragmentation (frag.go)
+	setup     *setup // the setup exchanges' state until it is established (task.go)
 
 	fragReq, fragResp *reassembly // the peer's request, the response to ours, arriving in fragments
 
@@ -128,6 +128,11 @@ type ikeSA struct {
 	rekeyed           bool    // replaced by a new IKE SA; waits for its Delete
 	peerRekey         *collision
 
+	// Feature state that outlives the setup; an IKE SA rekey carries it
+	// to the new IKE SA (moveChildrenLocked). One block per feature.
+	vips   []netip.Addr // configuration payloads: the virtual IPs handed out (responder) or received (initiator)
+	mobike bool         // MOBIKE: both announced MOBIKE_SUPPORTED
+
 	snapDirty bool // its replicated state changed since OnSnapshot last saw it (snapshot.go)
 	snapShown bool // OnSnapshot has seen it: its end is reported
 }
@@ -137,6 +142,16 @@ func (sa *ikeSA) ourSPI() uint64 {
 		return sa.spii
 	}
 	return sa.spir
+}
+
+// setAddrsLocked moves sa to new addresses (the NAT-T port, MOBIKE's
+// UPDATE_SA_ADDRESSES): its requests and responses go there from now on.
+func (sa *ikeSA) setAddrsLocked(local, remote netip.AddrPort) {
+	if sa.local == local && sa.remote == remote {
+		return
+	}
+	sa.local, sa.remote = local, remote
+	sa.changedLocked()
 }
 
 func (sa *ikeSA) header(exch ExchangeType, id uint32, response bool) Header {
@@ -254,256 +269,22 @@ func notifyName(t NotifyType) string {
 // ---------------------------------------------------------------------
 // Initiator
 
-func (e *Endpoint) newInitiatorLocked(peer *Peer, dh DH, w chan result) (*ikeSA, error) {
+// newInitiatorLocked makes an IKE SA with peer and sends its IKE_SA_INIT
+// request; w learns the outcome.
+func (e *Endpoint) newInitiatorLocked(peer *Peer, dh DH, w chan result) (*ikeSA, []func()) {
 	sa := &ikeSA{ep: e, peer: peer, initiator: true, waiter: w,
 		local:  netip.AddrPortFrom(peer.Local, e.cfg.Port),
 		remote: netip.AddrPortFrom(peer.Remote, e.cfg.Port),
 		ni:     randomNonce(), dh: dh}
 	sa.spii = e.newSPILocked()
 	e.sas[sa.spii] = sa
-	if err := sa.sendInitLocked(); err != nil {
-		delete(e.sas, sa.spii)
-		return nil, err
-	}
-	return sa, nil
-}
-
-func firstDH(ps []Proposal) uint16 {
-	for _, p := range ps {
-		for _, t := range p.Transforms {
-			if t.Type == TransformDH {
-				return t.ID
-			}
-		}
-	}
-	return 0
-}
-
-// sendInitLocked sends (or sends again, after a cookie or INVALID_KE) the
-// IKE_SA_INIT request: [N(COOKIE)], SA, KE, Ni, N(NAT_DETECTION_*).
-func (sa *ikeSA) sendInitLocked() error {
-	var ps []Payload
-	if sa.cookie != nil {
-		ps = append(ps, &Notify{NType: Cookie, Data: sa.cookie})
-	}
-	ps = append(ps, &SA{Proposals: sa.peer.IKE}, &KE{Group: sa.dh.Group(), Data: sa.dh.Public()}, &Nonce{Data: sa.ni})
-	ps = append(ps, natNotifies(sa.spii, 0, sa.local, sa.remote, sa.peer.ForceEncap)...)
-	ps = append(ps, signatureHashesNotify())
-	ps = append(ps, sa.ep.fragmentSupported()...)
-	m := &Message{Header: sa.header(IKE_SA_INIT, 0, false), Payloads: ps}
-	sa.ep.cfg.Log.Debug("ike: initiating", sa.logAttrs("local", sa.local, "proposals", proposalsAttr(sa.peer.IKE), "dh", dhName(sa.dh.Group()))...)
-	sa.debugMessage("sending", &m.Header, ps)
-	raw, err := m.Encode()
-	if err != nil {
-		return err
-	}
-	sa.state = stateInitSent
-	sa.initReq = raw
-	sa.nextReq = 1
-	sa.pending = &request{id: 0, exch: IKE_SA_INIT, pkts: [][]byte{raw}}
-	sa.ep.sendLocked(sa.local, sa.remote, raw)
-	sa.armLocked()
-	return nil
+	return sa, sa.startSetupLocked()
 }
 
 // failLocked ends a negotiation we initiated with err.
 func (sa *ikeSA) failLocked(err error) []func() {
 	sa.ep.cfg.Log.Warn("ike: negotiation failed", sa.logAttrs("err", err)...)
 	return sa.ep.removeLocked(sa, err)
-}
-
-func (sa *ikeSA) initResponseLocked(m *Message, raw []byte) []func() {
-	e := sa.ep
-	ps := m.Payloads
-	sa.debugMessage("received", &m.Header, ps)
-	if n := findNotify(ps, Cookie); n != nil {
-		if sa.retries >= 3 || len(n.Data) < 1 || len(n.Data) > 64 {
-			return sa.failLocked(errors.New("ike: responder keeps asking for cookies"))
-		}
-		sa.retries++
-		sa.cookie = append([]byte(nil), n.Data...)
-		sa.stopTimerLocked()
-		if err := sa.sendInitLocked(); err != nil {
-			return sa.failLocked(err)
-		}
-		return nil
-	}
-	if n := findNotify(ps, InvalidKEPayload); n != nil {
-		e.stats.InvalidKE++
-		if sa.retries >= 3 || len(n.Data) != 2 {
-			return sa.failLocked(errors.New("ike: responder refused our KE payload"))
-		}
-		g := binary.BigEndian.Uint16(n.Data)
-		offered := false
-		for _, p := range sa.peer.IKE {
-			for _, t := range p.Transforms {
-				offered = offered || (t.Type == TransformDH && t.ID == g)
-			}
-		}
-		if !offered || g == sa.dh.Group() {
-			return sa.failLocked(fmt.Errorf("ike: responder wants DH group %d, which we did not offer", g))
-		}
-		dh, err := NewDH(g)
-		if err != nil {
-			return sa.failLocked(err)
-		}
-		sa.retries++
-		sa.dh = dh
-		sa.stopTimerLocked()
-		if err := sa.sendInitLocked(); err != nil {
-			return sa.failLocked(err)
-		}
-		return nil
-	}
-	if n := firstError(ps); n != nil {
-		if n.NType == NoProposalChosen {
-			e.stats.NoProposalChosen++
-		}
-		return sa.failLocked(fmt.Errorf("ike: responder answered IKE_SA_INIT with %s", notifyName(n.NType)))
-	}
-	e.stats.countExchange(IKE_SA_INIT, true)
-	sap, ok1 := find[*SA](ps, nil)
-	ke, ok2 := find[*KE](ps, nil)
-	nr, ok3 := find[*Nonce](ps, nil)
-	if !ok1 || !ok2 || !ok3 || len(sap.Proposals) != 1 || m.Header.SPIr == 0 {
-		return sa.failLocked(errors.New("ike: IKE_SA_INIT response lacks SA, KE or Nonce"))
-	}
-	suite, err := checkChosen(sa.peer.IKE, sap.Proposals[0], false)
-	if err != nil {
-		return sa.failLocked(err)
-	}
-	e.cfg.Log.Debug("ike: IKE proposal chosen", sa.logAttrs("suite", suite.Name())...)
-	if ke.Group != suite.DH || suite.DH != sa.dh.Group() {
-		return sa.failLocked(fmt.Errorf("ike: responder chose DH group %d with a KE of group %d (ours %d)", suite.DH, ke.Group, sa.dh.Group()))
-	}
-	// g^ir, the keys and our AUTH (a signature perhaps by a slow engine)
-	// are computed off the lock (job.go), then IKE_AUTH goes out.
-	dh, peer, ni, initReq, spii, spir := sa.dh, sa.peer, sa.ni, sa.initReq, sa.spii, m.Header.SPIr
-	nrData, hashes := append([]byte(nil), nr.Data...), peerHashes(ps)
-	idi := &ID{IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
-	started := e.goLocked(sa, stateInitSent, func() func() []func() {
-		keys, prf, auth, err := initKeysAndAuth(dh, ke.Data, suite, ni, nrData, spii, spir, initReq, hashes, peer, idi)
-		return func() []func() {
-			if err != nil {
-				return sa.failLocked(err)
-			}
-			return sa.authRequestOutLocked(m, raw, suite, prf, keys, nrData, hashes, idi, auth)
-		}
-	})
-	if started {
-		sa.stopTimerLocked() // until the job is done: a retransmission would be dropped as busy
-	}
-	return nil
-}
-
-// initKeysAndAuth is the initiator's work between IKE_SA_INIT's response
-// and IKE_AUTH's request, without the lock: g^ir, the IKE SA's keys
-// (section 2.14) and our AUTH payload.
-func initKeysAndAuth(dh DH, peerKE []byte, suite Suite, ni, nr []byte, spii, spir uint64, initReq []byte, hashes []uint16, peer *Peer, idi *ID) (*Keys, PRF, *Auth, error) {
-	prf, err := NewPRF(suite.PRF)
-	if err != nil {
-		return nil, prf, nil, err
-	}
-	shared, err := dh.Shared(peerKE)
-	if err != nil {
-		return nil, prf, nil, err
-	}
-	keys, err := DeriveIKEKeys(suite, ni, nr, shared, spii, spir)
-	clear(shared)
-	if err != nil {
-		return nil, prf, nil, err
-	}
-	auth, err := makeAuth(prf, hashes, peer, initReq, nr, keys.Pi, idi)
-	if err != nil {
-		return nil, prf, nil, err
-	}
-	return keys, prf, auth, nil
-}
-
-// authRequestOutLocked installs the keys the initiator computed off the
-// lock and sends the IKE_AUTH request.
-func (sa *ikeSA) authRequestOutLocked(m *Message, raw []byte, suite Suite, prf PRF, keys *Keys, nr []byte, hashes []uint16, idi *ID, auth *Auth) []func() {
-	e := sa.ep
-	ps := m.Payloads
-	sa.spir = m.Header.SPIr
-	sa.nr = nr
-	if err := sa.installKeysLocked(suite, prf, keys); err != nil {
-		return sa.failLocked(err)
-	}
-	sa.initResp = raw
-	sa.hashes = hashes
-	sa.frag = e.cfg.FragmentSize > 0 && findNotify(ps, FragmentationSupported) != nil
-	ourNAT, peerNAT := natCheck(ps, sa.spii, sa.spir, sa.local, sa.remote)
-	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
-	sa.natHere = ourNAT
-	e.cfg.Log.Debug("ike: NAT detection", sa.logAttrs("local_behind_nat", ourNAT, "remote_behind_nat", peerNAT, "forced", sa.peer.ForceEncap, "encap", sa.encap)...)
-	if sa.encap {
-		// Section 2.23: once a NAT is detected, the initiator moves to
-		// port 4500 for IKE_AUTH and everything after.
-		sa.local = netip.AddrPortFrom(sa.local.Addr(), e.cfg.NATTPort)
-		sa.remote = netip.AddrPortFrom(sa.remote.Addr(), e.cfg.NATTPort)
-	}
-	sa.stopTimerLocked()
-	sa.pending = nil
-
-	// IKE_AUTH request: SK {IDi, [IDr], AUTH, N(INITIAL_CONTACT), SAi2, TSi, TSr}.
-	sa.childSPI = e.newChildSPILocked()
-	esp := make([]Proposal, len(sa.peer.ESP))
-	for i, p := range sa.peer.ESP {
-		p.SPI = binary.BigEndian.AppendUint32(nil, sa.childSPI)
-		// A DH group in an ESP proposal is for PFS in CREATE_CHILD_SA;
-		// IKE_AUTH's Child SA takes its keys from the IKE SA (1.2).
-		p.Transforms = withoutDH(p.Transforms)
-		esp[i] = p
-	}
-	sa.tsi, sa.tsr = selectors(sa.peer.LocalTS), selectors(sa.peer.RemoteTS)
-	inner := append([]Payload{idi}, certPayloads(sa.peer)...)
-	if len(sa.peer.RemoteCAs) > 0 {
-		inner = append(inner, certRequest(sa.peer.RemoteCAs))
-	}
-	if !sa.peer.RemoteID.IsZero() {
-		inner = append(inner, &ID{Responder: true, IDType: sa.peer.RemoteID.Type, Data: sa.peer.RemoteID.Data})
-	}
-	inner = append(inner, auth, &Notify{NType: InitialContact},
-		&SA{Proposals: esp}, &TS{Selectors: sa.tsi}, &TS{Responder: true, Selectors: sa.tsr})
-	e.cfg.Log.Debug("ike: authenticating", sa.logAttrs("local_id", Identity{idi.IDType, idi.Data}, "remote_id", sa.peer.RemoteID,
-		"auth", authName(auth.Method), "child", sa.peer.ChildName, "esp_proposals", proposalsAttr(esp),
-		"ts_local", selectorList(sa.tsi), "ts_remote", selectorList(sa.tsr), "child_spi", ESPSPI(sa.childSPI))...)
-	sa.state = stateAuthSent
-	if err := sa.requestOutLocked(IKE_AUTH, inner); err != nil {
-		return sa.failLocked(err)
-	}
-	return nil
-}
-
-func withoutDH(ts []Transform) []Transform {
-	out := make([]Transform, 0, len(ts))
-	for _, t := range ts {
-		if t.Type != TransformDH {
-			out = append(out, t)
-		}
-	}
-	return out
-}
-
-// installKeysLocked makes keys the IKE SA's, with the SK payload's
-// ciphers for each direction.
-func (sa *ikeSA) installKeysLocked(suite Suite, prf PRF, keys *Keys) error {
-	ei, ai, er, ar := keys.Ei, keys.Ai, keys.Er, keys.Ar
-	if !sa.initiator {
-		ei, ai, er, ar = er, ar, ei, ai
-	}
-	out, err := newSKCrypto(suite, ei, ai)
-	if err != nil {
-		return err
-	}
-	in, err := newSKCrypto(suite, er, ar)
-	if err != nil {
-		return err
-	}
-	sa.suite, sa.prf, sa.keys, sa.out, sa.in = suite, prf, keys, out, in
-	sa.dh = nil
-	return nil
 }
 
 // requestOutLocked sends a new encrypted request and arms its
@@ -533,76 +314,21 @@ func (sa *ikeSA) sendRequestLocked(r *request, inner []Payload) error {
 	return nil
 }
 
-func (sa *ikeSA) authResponseLocked(inner []Payload) []func() {
-	e := sa.ep
-	if n := firstError(inner); n != nil {
-		switch n.NType {
-		case AuthenticationFailed:
-			e.stats.AuthFailed++
-		case NoProposalChosen:
-			e.stats.NoProposalChosen++
-		case TSUnacceptable:
-			e.stats.TSUnacceptable++
-		}
-		if n.NType != AuthenticationFailed {
-			sa.deleteBestEffortLocked()
-		}
-		return sa.failLocked(fmt.Errorf("ike: responder answered IKE_AUTH with %s", notifyName(n.NType)))
-	}
-	idr, ok1 := find[*ID](inner, isResponderID)
-	auth, ok2 := find[*Auth](inner, nil)
-	if !ok1 || !ok2 {
-		return sa.failLocked(errors.New("ike: IKE_AUTH response lacks IDr or AUTH"))
-	}
-	sa.remoteID = Identity{idr.IDType, append([]byte(nil), idr.Data...)}
-	if !sa.peer.RemoteID.IsZero() && !sa.peer.RemoteID.equal(idr) {
-		e.stats.AuthFailed++
-		sa.deleteBestEffortLocked()
-		return sa.failLocked(fmt.Errorf("ike: responder identified as %v, not %v", Identity{idr.IDType, idr.Data}, sa.peer.RemoteID))
-	}
-	if err := checkAuth(sa.prf, sa.peer, inner, auth, sa.initResp, sa.ni, sa.keys.Pr, idr); err != nil {
-		e.stats.AuthFailed++
-		sa.deleteBestEffortLocked()
-		return sa.failLocked(fmt.Errorf("ike: the responder's AUTH: %w", err))
-	}
-	e.cfg.Log.Debug("ike: peer authenticated", sa.logAttrs("remote_id", sa.remoteID, "auth", authName(auth.Method))...)
-	sap, ok1 := find[*SA](inner, nil)
-	tsi, ok2 := find[*TS](inner, isInitiatorTS)
-	tsr, ok3 := find[*TS](inner, isResponderTS)
-	if !ok1 || !ok2 || !ok3 || len(sap.Proposals) != 1 || len(sap.Proposals[0].SPI) != 4 {
-		sa.deleteBestEffortLocked()
-		return sa.failLocked(errors.New("ike: IKE_AUTH response lacks the Child SA"))
-	}
-	esp, err := checkChosen(sa.peer.ESP, sap.Proposals[0], true)
-	if err != nil {
-		sa.deleteBestEffortLocked()
-		return sa.failLocked(err)
-	}
-	e.cfg.Log.Debug("ike: ESP proposal chosen", sa.logAttrs("suite", esp.Name(), "ts_local", selectorList(tsi.Selectors), "ts_remote", selectorList(tsr.Selectors))...)
-	if !within(tsi.Selectors, sa.tsi) || !within(tsr.Selectors, sa.tsr) {
-		e.stats.TSUnacceptable++
-		sa.deleteBestEffortLocked()
-		return sa.failLocked(errors.New("ike: responder's traffic selectors are not within ours"))
-	}
-	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, nil, sa.ni, sa.nr)
-	if err != nil {
-		return sa.failLocked(err)
-	}
-	c := &ChildSA{Name: sa.peer.Name, Child: sa.peer.ChildName, Initiator: true, Local: sa.local, Remote: sa.remote,
-		InSPI: sa.childSPI, OutSPI: binary.BigEndian.Uint32(sap.Proposals[0].SPI),
-		Suite: esp.ESPName(), ESN: esp.ESN,
-		InKey: ck.EncR, InAuthKey: ck.IntegR, OutKey: ck.EncI, OutAuthKey: ck.IntegI,
-		LocalTS: tsi.Selectors, RemoteTS: tsr.Selectors, Encap: sa.encap,
-		IKESPIi: sa.spii, IKESPIr: sa.spir}
-	return sa.establishLocked(c)
-}
-
-// establishLocked records the IKE SA's first Child SA and reports it.
+// establishLocked ends sa's setup: the IKE SA is up, with c, the Child
+// SA IKE_AUTH made, if any (a responder's IKE SA stays up without it).
 func (sa *ikeSA) establishLocked(c *ChildSA) []func() {
+	if sa.halfOpenTimer != nil {
+		sa.halfOpenTimer.Stop()
+	}
+	sa.ep.dropHalfOpenLocked(sa)
 	sa.state = stateEstablished
+	sa.setup = nil
 	sa.ep.stats.IKESAEstablished++
 	sa.startTimersLocked()
-	after := sa.addChildLocked(c)
+	var after []func()
+	if c != nil {
+		after = sa.addChildLocked(c)
+	}
 	if w := sa.waiter; w != nil {
 		sa.waiter = nil
 		after = append(after, func() { w <- result{child: c} })
@@ -683,8 +409,8 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		e.cfg.Log.Debug("ike: received", "remote", remote, "spi_i", IKESPI(h.SPIi), "exchange", h.Exchange.String(), "msgid", h.MessageID,
 			"response", false, "payloads", payloadList(ps))
 	}
-	sap, ok1 := find[*SA](ps, nil)
-	ke, ok2 := find[*KE](ps, nil)
+	_, ok1 := find[*SA](ps, nil)
+	_, ok2 := find[*KE](ps, nil)
 	ni, ok3 := find[*Nonce](ps, nil)
 	if !ok1 || !ok2 || !ok3 {
 		e.stats.RxMalformed++
@@ -724,65 +450,25 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		e.stats.RxHalfOpenLimit++
 		return nil
 	}
-	var peer *Peer
-	for _, p := range e.cfg.Peers {
-		if p.Local == local.Addr().Unmap() && (!p.Remote.IsValid() || p.Remote == remote.Addr().Unmap()) {
-			peer = p
-			break
-		}
-	}
-	var suite Suite
-	ok := false
-	if peer != nil {
-		suite, _, ok = selectProposal(peer.IKE, sap.Proposals, false)
-	}
-	if !ok {
-		e.stats.NoProposalChosen++
-		if peer == nil {
-			e.cfg.Log.Debug("ike: IKE_SA_INIT from an address no connection names", "remote", remote, "local", local)
-		} else {
-			e.cfg.Log.Warn("ike: no IKE proposal chosen", "peer", peer.Name, "remote", remote, "offered", proposalsAttr(sap.Proposals), "ours", proposalsAttr(peer.IKE))
-		}
-		reply(&Notify{NType: NoProposalChosen})
-		return nil
-	}
-	e.cfg.Log.Debug("ike: IKE proposal chosen", "peer", peer.Name, "remote", remote, "suite", suite.Name())
-	if ke.Group != suite.DH {
-		e.stats.InvalidKE++
-		reply(&Notify{NType: InvalidKEPayload, Data: []byte{byte(suite.DH >> 8), byte(suite.DH)}})
-		return nil
-	}
-	var chosenNum uint8
-	for _, p := range sap.Proposals {
-		if _, ok := matchProposal(Proposal{Protocol: ProtoIKE, Transforms: suite.transforms()}, p, false); ok {
-			chosenNum = p.Num
-			break
-		}
-	}
-	// The SA is half open from here (it counts against MaxHalfOpen and
-	// catches retransmissions); its key pair, g^ir and keys are computed
-	// off the lock (job.go) before the response goes out.
-	sa := &ikeSA{ep: e, peer: peer, local: local, remote: remote, hoKey: key, state: stateHalfOpen,
-		spii: h.SPIi, ni: append([]byte(nil), ni.Data...), nr: randomNonce(), initReq: raw, nextPeer: 1}
-	sa.spir = e.newSPILocked()
-	spii, spir, nonceI, nonceR, kei := sa.spii, sa.spir, sa.ni, sa.nr, ke.Data
-	started := e.goLocked(sa, stateHalfOpen, func() func() []func() {
-		dh, keys, prf, err := e.respKeys(suite, kei, nonceI, nonceR, spii, spir)
-		return func() []func() {
-			if err != nil {
-				e.cfg.Log.Debug("ike: IKE_SA_INIT refused", "from", remote, "err", err)
-				if dh != nil {
-					e.stats.RxMalformed++ // the peer's KE data
-					reply(&Notify{NType: InvalidSyntax})
-				}
-				return e.removeLocked(sa, err)
-			}
-			return sa.initResponseOutLocked(m, suite, chosenNum, dh, prf, keys)
-		}
-	})
-	if !started {
+	// The SA is half open once its tasks (task_ikeinit.go) chose a
+	// peer, a proposal and a group (addResponderLocked).
+	sa := &ikeSA{ep: e, local: local, remote: remote, hoKey: key, state: stateHalfOpen,
+		spii: h.SPIi, initReq: raw, nextPeer: 1}
+	x := sa.newExchangeLocked(IKE_SA_INIT)
+	x.setup.pressure = pressure
+	if !x.acquireLocked() {
 		return nil // counted; the initiator retransmits
 	}
+	x.local, x.remote = local, remote
+	x.in, x.inRaw, x.hdr = ps, raw, h
+	x.beginLocked(stepProcess)
+	return x.runLocked()
+}
+
+// addResponderLocked registers sa, a responder's IKE SA whose IKE_SA_INIT
+// is being answered, as half open: under its SPI, against MaxHalfOpen and
+// BlockThreshold, for HalfOpenTimeout (shorter under pressure).
+func (e *Endpoint) addResponderLocked(sa *ikeSA, pressure bool) {
 	e.sas[sa.spir] = sa
 	e.addHalfOpenLocked(sa)
 	sa.halfOpenTimer = e.cfg.clock.AfterFunc(halfOpenLife(e.cfg.HalfOpenTimeout, pressure), func() {
@@ -795,7 +481,6 @@ func (e *Endpoint) initRequestLocked(local, remote netip.AddrPort, raw []byte, m
 		e.unlock()
 		run(after)
 	})
-	return nil
 }
 
 // halfOpenLife is how long a new half-open SA may live: HalfOpenTimeout
@@ -808,71 +493,6 @@ func halfOpenLife(d time.Duration, pressure bool) time.Duration {
 		return d
 	}
 	return max(d/5, min(d, time.Second))
-}
-
-// respKeys is the responder's work for IKE_SA_INIT, without the lock: its
-// key pair, g^ir with the initiator's KE data kei, and the IKE SA's keys
-// (section 2.14). A nil dh with an error means no key pair could be made;
-// a dh with one, that the peer's KE data is bad.
-func (e *Endpoint) respKeys(suite Suite, kei, ni, nr []byte, spii, spir uint64) (DH, *Keys, PRF, error) {
-	prf, err := NewPRF(suite.PRF)
-	if err != nil {
-		return nil, nil, prf, err
-	}
-	dh, err := e.newDH(suite.DH)
-	if err != nil {
-		return nil, nil, prf, err
-	}
-	shared, err := dh.Shared(kei)
-	if err != nil {
-		return dh, nil, prf, err
-	}
-	keys, err := DeriveIKEKeys(suite, ni, nr, shared, spii, spir)
-	clear(shared)
-	if err != nil {
-		return nil, nil, prf, err
-	}
-	return dh, keys, prf, nil
-}
-
-// initResponseOutLocked sends the responder's IKE_SA_INIT response once
-// its keys are computed.
-func (sa *ikeSA) initResponseOutLocked(m *Message, suite Suite, chosenNum uint8, dh DH, prf PRF, keys *Keys) []func() {
-	e := sa.ep
-	ps := m.Payloads
-	peer, local, remote := sa.peer, sa.local, sa.remote
-	if err := sa.installKeysLocked(suite, prf, keys); err != nil {
-		return e.removeLocked(sa, err)
-	}
-	ourNAT, peerNAT := natCheck(ps, sa.spii, 0, local, remote)
-	sa.encap = ourNAT || peerNAT || peer.ForceEncap
-	sa.natHere = ourNAT
-	e.cfg.Log.Debug("ike: NAT detection", sa.logAttrs("local_behind_nat", ourNAT, "remote_behind_nat", peerNAT, "forced", peer.ForceEncap, "encap", sa.encap)...)
-	resp := []Payload{
-		&SA{Proposals: []Proposal{{Num: chosenNum, Protocol: ProtoIKE, Transforms: sa.suite.transforms()}}},
-		&KE{Group: dh.Group(), Data: dh.Public()},
-		&Nonce{Data: sa.nr},
-	}
-	resp = append(resp, natNotifies(sa.spii, sa.spir, local, remote, peer.ForceEncap)...)
-	resp = append(resp, signatureHashesNotify())
-	if len(peer.RemoteCAs) > 0 {
-		resp = append(resp, certRequest(peer.RemoteCAs))
-	}
-	if f := e.fragmentSupported(); f != nil && findNotify(ps, FragmentationSupported) != nil {
-		sa.frag = true // RFC 7383 section 2.3: only in answer to the initiator's
-		resp = append(resp, f...)
-	}
-	sa.hashes = peerHashes(ps)
-	r := &Message{Header: sa.header(IKE_SA_INIT, 0, true), Payloads: resp}
-	sa.debugMessage("sending", &r.Header, resp)
-	b, err := r.Encode()
-	if err != nil {
-		return e.removeLocked(sa, err)
-	}
-	sa.initResp = b
-	e.stats.countExchange(IKE_SA_INIT, false)
-	e.sendLocked(local, remote, b)
-	return nil
 }
 
 // requestLocked handles a request from the peer on an existing SA:
@@ -918,8 +538,10 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 	if _, ok := find[*Unknown](inner, func(u *Unknown) bool { return u.Critical }); ok {
 		e.stats.RxUnsupportedCrit++
 	}
-	if m.Header.Exchange == IKE_AUTH && !sa.initiator && sa.state == stateHalfOpen {
-		return sa.authRequestLocked(local, remote, raw, id, inner)
+	if sa.setup != nil && !sa.initiator {
+		if after, ok := sa.setupRequestLocked(local, remote, raw, m, inner); ok {
+			return after
+		}
 	}
 	sa.nextPeer++
 	sa.lastHeard = e.cfg.clock.Now()
@@ -975,157 +597,6 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 	return after
 }
 
-// authRequestLocked handles the IKE_AUTH request of section 1.2 (message
-// ID id, already decrypted to inner): it finds the peer's configuration,
-// then verifies the peer's AUTH and makes ours off the lock (job.go), and
-// answers once both are done.
-func (sa *ikeSA) authRequestLocked(local, remote netip.AddrPort, raw []byte, id uint32, inner []Payload) []func() {
-	e := sa.ep
-	authFailed := []Payload{&Notify{NType: AuthenticationFailed}}
-	refuse := func() []func() {
-		e.stats.AuthFailed++
-		sa.nextPeer++
-		sa.local, sa.remote = local, remote
-		return sa.respondLocked(local, remote, raw, IKE_AUTH, id, authFailed, nil, true)
-	}
-	idi, ok1 := find[*ID](inner, isInitiatorID)
-	auth, ok2 := find[*Auth](inner, nil)
-	if !ok1 || !ok2 {
-		return refuse()
-	}
-	idr, hasIDr := find[*ID](inner, isResponderID)
-	var peer *Peer
-	for _, p := range e.cfg.Peers {
-		if p.Local != local.Addr().Unmap() || (p.Remote.IsValid() && p.Remote != remote.Addr().Unmap()) {
-			continue
-		}
-		if !p.RemoteID.IsZero() && !p.RemoteID.equal(idi) {
-			continue
-		}
-		if hasIDr && !p.LocalID.equal(idr) {
-			continue
-		}
-		if (len(p.RemoteCAs) > 0) == (auth.Method == AuthPSK) {
-			continue
-		}
-		if _, err := checkChosen(p.IKE, Proposal{Protocol: ProtoIKE, Transforms: sa.suite.transforms()}, false); err != nil {
-			continue
-		}
-		peer = p
-		break
-	}
-	if peer == nil {
-		e.cfg.Log.Warn("ike: no connection for the initiator's identity; AUTHENTICATION_FAILED", "remote_id", Identity{idi.IDType, idi.Data}, "remote", remote, "auth", authName(auth.Method))
-		return refuse()
-	}
-	// The job works on copies: removeLocked clears the keys.
-	prf, hashes, initReq, initResp, ni, nr := sa.prf, sa.hashes, sa.initReq, sa.initResp, sa.ni, sa.nr
-	pi, pr := bytes.Clone(sa.keys.Pi), bytes.Clone(sa.keys.Pr)
-	ourID := &ID{Responder: true, IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
-	started := e.goLocked(sa, stateHalfOpen, func() func() []func() {
-		verr := checkAuth(prf, peer, inner, auth, initReq, nr, pi, idi)
-		var ourAuth *Auth
-		var serr error
-		if verr == nil {
-			ourAuth, serr = makeAuth(prf, hashes, peer, initResp, ni, pr, ourID)
-		}
-		return func() []func() {
-			switch {
-			case verr != nil:
-				e.cfg.Log.Warn("ike: initiator's AUTH does not verify; AUTHENTICATION_FAILED", "peer", peer.Name, "remote_id", Identity{idi.IDType, idi.Data}, "remote", remote, "auth", authName(auth.Method), "err", verr)
-				return refuse()
-			case serr != nil:
-				e.cfg.Log.Error("ike: cannot make our AUTH", "peer", peer.Name, "remote", remote, "err", serr)
-				return refuse()
-			}
-			e.cfg.Log.Debug("ike: peer authenticated", "peer", peer.Name, "remote", remote, "remote_id", Identity{idi.IDType, idi.Data},
-				"auth", authName(auth.Method), "local_id", peer.LocalID)
-			sa.nextPeer++
-			sa.lastHeard = e.cfg.clock.Now()
-			// The initiator may have moved to the NAT-T port (section 2.23).
-			sa.local, sa.remote = local, remote
-			resp, after := sa.authDoneLocked(peer, inner, idi, ourID, ourAuth)
-			return sa.respondLocked(local, remote, raw, IKE_AUTH, id, resp, after, false)
-		}
-	})
-	_ = started // not started: counted (CryptoBusy); the initiator retransmits
-	return nil
-}
-
-// authDoneLocked completes the responder's IKE_AUTH once the initiator's
-// AUTH verified and ours is made: the IKE SA is established and the
-// Child SA of the request negotiated. It returns the response's inner
-// payloads.
-func (sa *ikeSA) authDoneLocked(peer *Peer, inner []Payload, idi, ourID *ID, ourAuth *Auth) (resp []Payload, after []func()) {
-	e := sa.ep
-	sa.peer = peer
-	sa.remoteID = Identity{idi.IDType, append([]byte(nil), idi.Data...)}
-	var dropped []func()
-	if findNotify(inner, InitialContact) != nil {
-		// Section 2.4: the peer has no other IKE SA with us (it
-		// restarted); whatever we still hold for it is stale.
-		for _, o := range e.sas {
-			if o != sa && o.peer == peer && o.state >= stateEstablished && o.remoteID.Equal(sa.remoteID) {
-				e.stats.InitialContacts++
-				e.stats.Deleted++
-				e.cfg.Log.Info("ike: INITIAL_CONTACT: dropping the peer's old IKE SA", o.logAttrs()...)
-				dropped = append(dropped, e.removeLocked(o, errors.New("ike: the peer restarted (INITIAL_CONTACT)"))...)
-			}
-		}
-	}
-	resp = append(append([]Payload{ourID}, certPayloads(peer)...), ourAuth)
-
-	// The IKE SA is up from here; the Child SA may still fail.
-	if sa.halfOpenTimer != nil {
-		sa.halfOpenTimer.Stop()
-	}
-	e.dropHalfOpenLocked(sa)
-	sa.state = stateEstablished
-	childFail := func(n NotifyType) ([]Payload, []func()) {
-		e.stats.IKESAEstablished++
-		sa.startTimersLocked()
-		return append(resp, &Notify{NType: n}), dropped
-	}
-	sap, ok1 := find[*SA](inner, nil)
-	tsi, ok2 := find[*TS](inner, isInitiatorTS)
-	tsr, ok3 := find[*TS](inner, isResponderTS)
-	if !ok1 || !ok2 || !ok3 {
-		return childFail(InvalidSyntax)
-	}
-	// The first of the connection's children whose proposals fit and
-	// whose selectors intersect the proposed ones, as for CREATE_CHILD_SA
-	// (rekey.go): the initiator's first child need not be ours. The DH
-	// of ESP proposals does not apply here (section 1.2).
-	conf, esp, chosen, nTSi, nTSr, propOK, found := chooseChild(peer.childConfs(), sap, tsi, tsr, true)
-	if !propOK {
-		e.stats.NoProposalChosen++
-		e.cfg.Log.Warn("ike: no ESP proposal chosen; the IKE SA stays up without a Child SA", sa.logAttrs("offered", proposalsAttr(sap.Proposals))...)
-		return childFail(NoProposalChosen)
-	}
-	if !found {
-		e.stats.TSUnacceptable++
-		e.cfg.Log.Warn("ike: traffic selectors unacceptable; the IKE SA stays up without a Child SA", sa.logAttrs("ts_i", selectorList(tsi.Selectors), "ts_r", selectorList(tsr.Selectors))...)
-		return childFail(TSUnacceptable)
-	}
-	e.cfg.Log.Debug("ike: ESP proposal chosen", sa.logAttrs("child", conf.name, "suite", esp.Name(),
-		"ts_i_proposed", selectorList(tsi.Selectors), "ts_r_proposed", selectorList(tsr.Selectors), "ts_i", selectorList(nTSi), "ts_r", selectorList(nTSr))...)
-	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, nil, sa.ni, sa.nr)
-	if err != nil {
-		return childFail(NoProposalChosen)
-	}
-	inSPI := e.newChildSPILocked()
-	resp = append(resp,
-		&SA{Proposals: []Proposal{{Num: chosen.Num, Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, inSPI), Transforms: esp.transforms()}}},
-		&TS{Selectors: nTSi}, &TS{Responder: true, Selectors: nTSr})
-	c := &ChildSA{Name: peer.Name, Child: conf.name, Local: sa.local, Remote: sa.remote,
-		InSPI: inSPI, OutSPI: binary.BigEndian.Uint32(chosen.SPI),
-		Suite: esp.ESPName(), ESN: esp.ESN,
-		InKey: ck.EncI, InAuthKey: ck.IntegI, OutKey: ck.EncR, OutAuthKey: ck.IntegR,
-		LocalTS: nTSr, RemoteTS: nTSi, Encap: sa.encap,
-		IKESPIi: sa.spii, IKESPIr: sa.spir}
-	return resp, append(dropped, sa.establishLocked(c)...)
-}
-
 // infoRequestLocked handles an INFORMATIONAL request (section 1.4):
 // Delete payloads for the IKE SA or our Child SA; anything else is
 // answered empty (a liveness check).
@@ -1174,8 +645,8 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 		e.stats.RxUnexpected++
 		return nil
 	}
-	if sa.state == stateInitSent {
-		return sa.initResponseLocked(m, raw)
+	if sa.setup != nil {
+		return sa.setupResponseLocked(m, raw)
 	}
 	inner, _, done := sa.openLocked(&sa.fragResp, raw, m)
 	if !done {
@@ -1188,8 +659,6 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	sa.changedLocked()
 	var after []func()
 	switch {
-	case sa.state == stateAuthSent:
-		after = sa.authResponseLocked(inner)
 	case sa.state == stateDeleting || p.kind == reqDeleteIKE:
 		e.stats.Deleted++
 		return e.removeLocked(sa, errDeleted)
@@ -1204,50 +673,4 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 		after = append(after, sa.idleLocked()...)
 	}
 	return after
-}
-
-// makeAuth returns our AUTH payload: a signature when the peer
-// configuration has a Signer, else the PSK MAC (section 2.15). firstMsg is
-// our first message, peerNonce the other side's nonce, skp our SK_p,
-// hashes the peer's N(SIGNATURE_HASH_ALGORITHMS). It uses no IKE SA state,
-// so it runs off the lock (job.go).
-func makeAuth(prf PRF, hashes []uint16, peer *Peer, firstMsg, peerNonce, skp []byte, id *ID) (*Auth, error) {
-	if peer.Signer != nil {
-		return signAuth(peer.AuthMethod, peer.Signer, signedOctets(prf, firstMsg, peerNonce, skp, idBody(id)), hashes)
-	}
-	return &Auth{Method: AuthPSK, Data: PSKAuth(prf, peer.PSK, firstMsg, peerNonce, skp, idBody(id))}, nil
-}
-
-// checkAuth verifies the peer's AUTH: a signature by a certificate that
-// chains to RemoteCAs and names id when those are configured, else the
-// PSK MAC. firstMsg is the peer's first message, ourNonce ours, skp the
-// peer's SK_p. It uses no IKE SA state, so it runs off the lock.
-func checkAuth(prf PRF, peer *Peer, inner []Payload, auth *Auth, firstMsg, ourNonce, skp []byte, id *ID) error {
-	if len(peer.RemoteCAs) > 0 {
-		if auth.Method == AuthPSK {
-			return errors.New("ike: PSK AUTH where a certificate is required")
-		}
-		pub, err := verifyPeerCert(inner, peer, id)
-		if err != nil {
-			return err
-		}
-		return verifyAuth(auth, pub, signedOctets(prf, firstMsg, ourNonce, skp, idBody(id)))
-	}
-	want := PSKAuth(prf, peer.PSK, firstMsg, ourNonce, skp, idBody(id))
-	if auth.Method != AuthPSK || subtle.ConstantTimeCompare(want, auth.Data) != 1 {
-		return errors.New("ike: PSK AUTH does not verify")
-	}
-	return nil
-}
-
-// certPayloads returns our CERT payloads (none without a Signer).
-func certPayloads(peer *Peer) []Payload {
-	if peer.Signer == nil {
-		return nil
-	}
-	var ps []Payload
-	for _, c := range peer.Certificates {
-		ps = append(ps, &Cert{Encoding: CertX509Signature, Data: c.Raw})
-	}
-	return ps
 }

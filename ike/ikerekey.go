@@ -136,6 +136,8 @@ func (from *ikeSA) moveChildrenLocked(to *ikeSA) {
 	from.children = nil
 	to.queue = append(to.queue, from.queue...)
 	from.queue = nil
+	to.vips, from.vips = from.vips, nil
+	to.mobike = from.mobike
 }
 
 // ikeRekeyResponseLocked handles the answer to our IKE SA rekey.
