@@ -16,8 +16,10 @@ package lab
 // address for the gateway becomes the one of path 1, as a laptop's does
 // when it leaves a Wi-Fi network for a mobile one; a MOBIKE client
 // (charon's kernel-netlink sees the change) then moves its IKE SA with
-// UPDATE_SA_ADDRESSES. Up restores a path. The gateway answers each path
-// on its connected route. IPv4 only.
+// UPDATE_SA_ADDRESSES. Up restores a path as a backup (metric 300): the
+// host keeps the path it uses until that one goes down too, so that a
+// client moves when a test takes a path away, not when one comes back.
+// The gateway answers each path on its connected route. IPv4 only.
 
 import (
 	"context"
@@ -61,7 +63,7 @@ func (l *Lab) NewTwoPath(ctx context.Context) (*TwoPath, error) {
 		if err := gw.AddAddr(TwoPathIf(i), twoPathRouter[i]); err != nil {
 			return nil, err
 		}
-		if err := tp.Up(i); err != nil {
+		if err := tp.up(i, 100*(i+1)); err != nil {
 			return nil, err
 		}
 	}
@@ -77,10 +79,13 @@ func (tp *TwoPath) GatewayAddr() netip.Addr { return twoPathGW.Addr() }
 // HostAddr is the host's address on path i.
 func (tp *TwoPath) HostAddr(i int) netip.Addr { return twoPathHost[i].Addr() }
 
-// Up brings path i of the host up: its link, its address and its route to
-// the gateway (path 0 preferred). It is what NewTwoPath did for each
-// path, after a Down.
-func (tp *TwoPath) Up(i int) error {
+// Up brings path i of the host back after a Down: its link, its address
+// and its route to the gateway, behind the routes of the paths that are
+// up (metric 300).
+func (tp *TwoPath) Up(i int) error { return tp.up(i, 300) }
+
+// up brings path i up with a route of metric prio.
+func (tp *TwoPath) up(i, prio int) error {
 	ifname := TwoPathIf(i)
 	if err := tp.Host.LinkUp(ifname); err != nil {
 		return err
@@ -93,7 +98,7 @@ func (tp *TwoPath) Up(i int) error {
 		return err
 	}
 	r := &netlink.Route{LinkIndex: lk.Attrs().Index, Dst: ipNet(twoPathGW), Gw: twoPathRouter[i].Addr().AsSlice(),
-		Priority: 100 * (i + 1)}
+		Priority: prio}
 	if err := tp.Host.nl.RouteAdd(r); err != nil {
 		return fmt.Errorf("lab: route %s via %s in %s: %w", twoPathGW, twoPathRouter[i].Addr(), tp.Host, err)
 	}

@@ -10,9 +10,10 @@ import (
 )
 
 // TestTwoPath: the host reaches the gateway's address from its path 0
-// address; with path 0 down, from its path 1 address; with path 0 up
-// again, from path 0's once more. Each time a datagram to the gateway
-// arrives from the address the host's routes pick.
+// address; with path 0 down, from its path 1 address; with path 0 back
+// (a backup), still from path 1's; with path 1 down, from path 0's. Each
+// time a datagram to the gateway arrives from the address the host's
+// routes pick.
 func TestTwoPath(t *testing.T) {
 	lab.Require(t)
 	ctx := testContext(t)
@@ -59,5 +60,9 @@ func TestTwoPath(t *testing.T) {
 	if err := tp.Up(0); err != nil {
 		t.Fatal(err)
 	}
-	check("path 0 up again", 0)
+	check("path 0 back", 1)
+	if err := tp.Down(1); err != nil {
+		t.Fatal(err)
+	}
+	check("path 1 down", 0)
 }
