@@ -543,21 +543,15 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 			return after
 		}
 	}
+	if (m.Header.Exchange == INFORMATIONAL && sa.state >= stateEstablished) ||
+		(m.Header.Exchange == CREATE_CHILD_SA && sa.state == stateEstablished) {
+		if after, ok := sa.answerLocked(local, remote, raw, m, inner); ok {
+			return after
+		}
+	}
 	sa.nextPeer++
 	sa.lastHeard = e.cfg.clock.Now()
-	var resp []Payload
-	var after []func()
-	remove := false
-	switch {
-	case m.Header.Exchange == INFORMATIONAL && sa.state >= stateEstablished:
-		resp, after, remove = sa.infoRequestLocked(inner)
-	case m.Header.Exchange == CREATE_CHILD_SA && sa.state == stateEstablished:
-		resp, after = sa.createChildRequestLocked(inner)
-	default:
-		resp = []Payload{&Notify{NType: InvalidSyntax}}
-		remove = sa.state == stateHalfOpen
-	}
-	return sa.respondLocked(local, remote, raw, m.Header.Exchange, id, resp, after, remove)
+	return sa.respondLocked(local, remote, raw, m.Header.Exchange, id, []Payload{&Notify{NType: InvalidSyntax}}, nil, sa.state == stateHalfOpen)
 }
 
 // respondLocked sends (and caches, for retransmissions) the response
@@ -595,42 +589,6 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 		after = append(after, e.removeLocked(sa, errDeleted)...)
 	}
 	return after
-}
-
-// infoRequestLocked handles an INFORMATIONAL request (section 1.4):
-// Delete payloads for the IKE SA or our Child SA; anything else is
-// answered empty (a liveness check).
-func (sa *ikeSA) infoRequestLocked(inner []Payload) (resp []Payload, after []func(), remove bool) {
-	e := sa.ep
-	for _, p := range inner {
-		d, ok := p.(*Delete)
-		if !ok {
-			continue
-		}
-		switch d.Protocol {
-		case ProtoIKE:
-			e.cfg.Log.Info("ike: peer deleted the IKE SA", sa.logAttrs()...)
-			return nil, nil, true
-		case ProtoESP:
-			// The SPIs are the peer's inbound ones, our outbound; the
-			// answer names ours (section 1.4.1).
-			var ours []uint32
-			for _, spi := range d.SPIs {
-				for _, c := range sa.children {
-					if spi == c.OutSPI {
-						e.cfg.Log.Debug("ike: peer deleted a Child SA", sa.logAttrs("child", c.Child, "in_spi", ESPSPI(c.InSPI), "out_spi", ESPSPI(c.OutSPI))...)
-						ours = append(ours, c.InSPI)
-						after = append(after, sa.dropChildLocked(c)...)
-						break
-					}
-				}
-			}
-			if len(ours) > 0 {
-				resp = append(resp, &Delete{Protocol: ProtoESP, SPIs: ours})
-			}
-		}
-	}
-	return resp, after, false
 }
 
 // responseLocked handles a response to our outstanding request.

@@ -271,6 +271,31 @@ func (sa *ikeSA) retireLocked() {
 	})
 }
 
+func init() { registerTask(CREATE_CHILD_SA, orderIKERekey, newIKERekeyTask) }
+
+// ikeRekeyTask answers the peer's CREATE_CHILD_SA that rekeys the IKE SA
+// (ikeRekeyRequestLocked).
+type ikeRekeyTask struct{ resp []Payload }
+
+func newIKERekeyTask(*ikeSA) task { return &ikeRekeyTask{} }
+
+func (t *ikeRekeyTask) process(x *exchange) taskStatus {
+	sap, ok1 := find[*SA](x.in, nil)
+	ni, ok2 := find[*Nonce](x.in, nil)
+	if !ok1 || !ok2 || !isIKEProposal(sap) {
+		return taskDone // rekey.go's
+	}
+	var after []func()
+	t.resp, after = x.sa.ikeRekeyRequestLocked(sap, ni, x.in)
+	x.later(after...)
+	return taskMore
+}
+
+func (t *ikeRekeyTask) build(x *exchange) taskStatus {
+	x.add(t.resp...)
+	return taskDone
+}
+
 // ikeRekeyRequestLocked answers the peer's CREATE_CHILD_SA that rekeys
 // the IKE SA (section 2.18).
 func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]Payload, []func()) {

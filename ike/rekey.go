@@ -329,10 +329,43 @@ func (e *Endpoint) retryDelay() time.Duration {
 	return base + randDuration(2*base)
 }
 
-// createChildRequestLocked answers the peer's CREATE_CHILD_SA: a rekey of
-// one of our Child SAs (N(REKEY_SA)), an additional Child SA (section
-// 1.3.1; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs) or a rekey of the
-// IKE SA (ikerekey.go).
+func init() { registerTask(CREATE_CHILD_SA, orderChildSA, newChildSATask) }
+
+// childSATask answers the peer's CREATE_CHILD_SA for a Child SA: a new
+// one or a rekey (createChildRequestLocked).
+type childSATask struct{ resp []Payload }
+
+func newChildSATask(*ikeSA) task { return &childSATask{} }
+
+func (t *childSATask) process(x *exchange) taskStatus {
+	if sap, ok := find[*SA](x.in, nil); ok && isIKEProposal(sap) {
+		return taskDone // ikerekey.go's
+	}
+	var after []func()
+	t.resp, after = x.sa.createChildRequestLocked(x.in)
+	x.later(after...)
+	return taskMore
+}
+
+func (t *childSATask) build(x *exchange) taskStatus {
+	x.add(t.resp...)
+	return taskDone
+}
+
+// isIKEProposal reports whether sap proposes an IKE SA (a rekey of it,
+// section 1.3.2) rather than a Child SA.
+func isIKEProposal(sap *SA) bool {
+	for _, p := range sap.Proposals {
+		if p.Protocol == ProtoIKE {
+			return true
+		}
+	}
+	return false
+}
+
+// createChildRequestLocked answers the peer's CREATE_CHILD_SA for a Child
+// SA: a rekey of one of ours (N(REKEY_SA)) or an additional one (section
+// 1.3.1; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs).
 func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func()) {
 	e := sa.ep
 	fail := func(n NotifyType, data []byte) ([]Payload, []func()) {
@@ -342,11 +375,6 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 	ni, ok2 := find[*Nonce](inner, nil)
 	if !ok1 || !ok2 {
 		return fail(InvalidSyntax, nil)
-	}
-	for _, p := range sap.Proposals {
-		if p.Protocol == ProtoIKE {
-			return sa.ikeRekeyRequestLocked(sap, ni, inner)
-		}
 	}
 	if sa.rekeyed {
 		e.stats.TempFailures++
