@@ -137,6 +137,28 @@ type ikeSA struct {
 	snapShown bool // OnSnapshot has seen it: its end is reported
 }
 
+// The IKE SA's states, as predicates: sa.state says where its setup
+// stands (stateInitSent, stateAuthSent as initiator, stateHalfOpen as
+// responder) and whether it is up (stateEstablished) or our Delete of it
+// is out (stateDeleting); rekeyed and removed say it is being replaced or
+// is gone.
+
+// up reports whether sa is established and carries on: not being
+// deleted, replaced by a rekey or gone. New requests go on such an IKE SA
+// only.
+func (sa *ikeSA) up() bool {
+	return sa.state == stateEstablished && !sa.rekeyed && !sa.removed
+}
+
+// settingUp reports whether sa's setup exchanges are under way.
+func (sa *ikeSA) settingUp() bool { return sa.setup != nil && !sa.removed }
+
+// windowFree reports whether a request of ours can go on sa now: it is
+// up, none is outstanding and none waits before it.
+func (sa *ikeSA) windowFree() bool {
+	return sa.up() && sa.pending == nil && len(sa.queue) == 0
+}
+
 func (sa *ikeSA) ourSPI() uint64 {
 	if sa.initiator {
 		return sa.spii

@@ -39,22 +39,17 @@ type ikeRekeyState struct {
 // deleted. It returns once the new IKE SA is up (the old one's Delete may
 // still be under way), or with an error.
 func (e *Endpoint) RekeyIKE(ctx context.Context, child *ChildSA) error {
-	w := make(chan result, 1)
-	e.mu.Lock()
-	sa := e.ikeSAOfLocked(child)
-	if sa == nil || sa.state != stateEstablished || sa.rekeyed || e.closed {
-		e.unlock()
-		return errors.New("ike: no such IKE SA")
+	_, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		sa := e.ikeSAOfLocked(child)
+		if sa == nil || !sa.up() {
+			return nil, errors.New("ike: no such IKE SA")
+		}
+		return e.rekeyIKELocked(sa, w), nil
+	}, nil)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("ike: rekeying the IKE SA: %w", err)
 	}
-	after := e.rekeyIKELocked(sa, w)
-	e.unlock()
-	run(after)
-	select {
-	case r := <-w:
-		return r.err
-	case <-ctx.Done():
-		return fmt.Errorf("ike: rekeying the IKE SA: %w", ctx.Err())
-	}
+	return err
 }
 
 // rekeyIKELocked queues a rekey of sa.

@@ -40,22 +40,17 @@ import (
 // When another request of the IKE SA is outstanding, the rekey waits for
 // it.
 func (e *Endpoint) Rekey(ctx context.Context, child *ChildSA) (*ChildSA, error) {
-	w := make(chan result, 1)
-	e.mu.Lock()
-	ent := e.children[child.InSPI]
-	if ent == nil || ent.c != child || ent.sa.state != stateEstablished || e.closed {
-		e.unlock()
-		return nil, errors.New("ike: no such Child SA")
+	r, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		ent := e.children[child.InSPI]
+		if ent == nil || ent.c != child || ent.sa.state != stateEstablished {
+			return nil, errors.New("ike: no such Child SA")
+		}
+		return e.rekeyChildLocked(ent, w), nil
+	}, nil)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("ike: rekeying: %w", err)
 	}
-	after := e.rekeyChildLocked(ent, w)
-	e.unlock()
-	run(after)
-	select {
-	case res := <-w:
-		return res.child, res.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("ike: rekeying: %w", ctx.Err())
-	}
+	return r.child, err
 }
 
 // confOf returns the configuration of the child that c was made for.
@@ -538,42 +533,38 @@ func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*Chil
 			return nil, err
 		}
 	}
-	w := make(chan result, 1)
-	e.mu.Lock()
-	if sa = e.establishedLocked(p); sa == nil || e.closed {
-		e.unlock()
-		return nil, fmt.Errorf("ike: no established IKE SA with peer %q", peer)
-	}
-	after := sa.enqueueLocked(op{
-		run: func(sa *ikeSA) []func() {
-			if sa.liveChildrenLocked() >= e.cfg.MaxChildSAs {
-				e.stats.ChildSALimit++
-				return reply(w, nil, errors.New("ike: the IKE SA carries MaxChildSAs Child SAs already"))
-			}
-			r := &rekeyState{conf: conf, spi: e.newChildSPILocked(), ni: randomNonce(),
-				tsi: selectors(conf.localTS), tsr: selectors(conf.remoteTS), waiter: w}
-			if g := firstDH(conf.esp); g != 0 {
-				dh, err := NewDH(g)
-				if err != nil {
+	r, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		sa := e.establishedLocked(p)
+		if sa == nil {
+			return nil, fmt.Errorf("ike: no established IKE SA with peer %q", peer)
+		}
+		return sa.enqueueLocked(op{
+			run: func(sa *ikeSA) []func() {
+				if sa.liveChildrenLocked() >= e.cfg.MaxChildSAs {
+					e.stats.ChildSALimit++
+					return reply(w, nil, errors.New("ike: the IKE SA carries MaxChildSAs Child SAs already"))
+				}
+				r := &rekeyState{conf: conf, spi: e.newChildSPILocked(), ni: randomNonce(),
+					tsi: selectors(conf.localTS), tsr: selectors(conf.remoteTS), waiter: w}
+				if g := firstDH(conf.esp); g != 0 {
+					dh, err := NewDH(g)
+					if err != nil {
+						return reply(w, nil, err)
+					}
+					r.dh = dh
+				}
+				if err := sa.sendRekeyLocked(r); err != nil {
 					return reply(w, nil, err)
 				}
-				r.dh = dh
-			}
-			if err := sa.sendRekeyLocked(r); err != nil {
-				return reply(w, nil, err)
-			}
-			return nil
-		},
-		fail: func(err error) []func() { return reply(w, nil, err) },
-	})
-	e.unlock()
-	run(after)
-	select {
-	case r := <-w:
-		return r.child, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("ike: initiating child %q of %s: %w", child, peer, ctx.Err())
+				return nil
+			},
+			fail: func(err error) []func() { return reply(w, nil, err) },
+		}), nil
+	}, nil)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("ike: initiating child %q of %s: %w", child, peer, err)
 	}
+	return r.child, err
 }
 
 // establishedLocked returns the newest established IKE SA with peer p
@@ -581,7 +572,7 @@ func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*Chil
 func (e *Endpoint) establishedLocked(p *Peer) *ikeSA {
 	var best *ikeSA
 	for _, sa := range e.sas {
-		if sa.peer == p && sa.state == stateEstablished && !sa.rekeyed && !sa.removed &&
+		if sa.peer == p && sa.up() &&
 			(best == nil || sa.established.After(best.established)) {
 			best = sa
 		}
