@@ -39,22 +39,17 @@ type ikeRekeyState struct {
 // deleted. It returns once the new IKE SA is up (the old one's Delete may
 // still be under way), or with an error.
 func (e *Endpoint) RekeyIKE(ctx context.Context, child *ChildSA) error {
-	w := make(chan result, 1)
-	e.mu.Lock()
-	sa := e.ikeSAOfLocked(child)
-	if sa == nil || sa.state != stateEstablished || sa.rekeyed || e.closed {
-		e.unlock()
-		return errors.New("ike: no such IKE SA")
+	_, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		sa := e.ikeSAOfLocked(child)
+		if sa == nil || !sa.up() {
+			return nil, errors.New("ike: no such IKE SA")
+		}
+		return e.rekeyIKELocked(sa, w), nil
+	}, nil)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("ike: rekeying the IKE SA: %w", err)
 	}
-	after := e.rekeyIKELocked(sa, w)
-	e.unlock()
-	run(after)
-	select {
-	case r := <-w:
-		return r.err
-	case <-ctx.Done():
-		return fmt.Errorf("ike: rekeying the IKE SA: %w", ctx.Err())
-	}
+	return err
 }
 
 // rekeyIKELocked queues a rekey of sa.
@@ -269,6 +264,31 @@ func (sa *ikeSA) retireLocked() {
 		e.unlock()
 		run(after)
 	})
+}
+
+func init() { registerTask(CREATE_CHILD_SA, orderIKERekey, newIKERekeyTask) }
+
+// ikeRekeyTask answers the peer's CREATE_CHILD_SA that rekeys the IKE SA
+// (ikeRekeyRequestLocked).
+type ikeRekeyTask struct{ resp []Payload }
+
+func newIKERekeyTask(*ikeSA) task { return &ikeRekeyTask{} }
+
+func (t *ikeRekeyTask) process(x *exchange) taskStatus {
+	sap, ok1 := find[*SA](x.in, nil)
+	ni, ok2 := find[*Nonce](x.in, nil)
+	if !ok1 || !ok2 || !isIKEProposal(sap) {
+		return taskDone // rekey.go's
+	}
+	var after []func()
+	t.resp, after = x.sa.ikeRekeyRequestLocked(sap, ni, x.in)
+	x.later(after...)
+	return taskMore
+}
+
+func (t *ikeRekeyTask) build(x *exchange) taskStatus {
+	x.add(t.resp...)
+	return taskDone
 }
 
 // ikeRekeyRequestLocked answers the peer's CREATE_CHILD_SA that rekeys

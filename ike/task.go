@@ -72,8 +72,10 @@ type task interface {
 	process(x *exchange) taskStatus
 }
 
-// taskFactory makes a task for an exchange of sa (sa.initiator is the
-// role); nil when the task takes no part in it.
+// taskFactory makes a task for an exchange of sa; nil when the task
+// takes no part in it. In a setup exchange sa.initiator is the role; an
+// exchange of an established IKE SA is made when the peer's request
+// arrives (exchange.ours is false: the task answers).
 type taskFactory func(sa *ikeSA) task
 
 // Registration numbers: the order in which an exchange's tasks take
@@ -90,6 +92,11 @@ const (
 	orderMOBIKE       = 70 // MOBIKE
 	orderChild        = 80 // task_child.go
 	orderIntermediate = 90 // IKE_INTERMEDIATE's tasks (their exchange has none of the above)
+
+	// CREATE_CHILD_SA and INFORMATIONAL (answered on an established IKE SA).
+	orderIKERekey = 10 // ikerekey.go: an SA payload of protocol IKE
+	orderChildSA  = 20 // rekey.go: a new Child SA or a Child SA's rekey
+	orderDelete   = 10 // task_delete.go
 )
 
 type taskReg struct {
@@ -205,6 +212,9 @@ type exchange struct {
 	typ   ExchangeType
 	tasks []task
 	round int // 0 for the first round
+	// ours: we sent the exchange's request (the IKE SA's initiator in
+	// its setup exchanges; either side in later ones).
+	ours bool
 
 	// The peer's message of the round.
 	in            []Payload
@@ -215,6 +225,9 @@ type exchange struct {
 	// Our message of the round.
 	out []Payload
 
+	// remove: the responder forgets the IKE SA once its response is
+	// sent (the peer deleted it).
+	remove bool
 	// retry: the initiator sends the exchange again from its start
 	// (IKE_SA_INIT after COOKIE or INVALID_KE_PAYLOAD).
 	retry bool
@@ -333,7 +346,7 @@ func (sa *ikeSA) newExchangeLocked(typ ExchangeType) *exchange {
 	if sa.setup == nil {
 		sa.setup = &setup{}
 	}
-	x := &exchange{sa: sa, setup: sa.setup, typ: typ}
+	x := &exchange{sa: sa, setup: sa.setup, typ: typ, ours: sa.initiator}
 	x.tasks = newTasks(sa, typ)
 	sa.setup.x = x
 	return x
@@ -412,7 +425,7 @@ func (x *exchange) takeAfter() []func() {
 // of the setup: sa.setup.x).
 func (x *exchange) nextStepLocked() bool {
 	sa := x.sa
-	if sa.initiator {
+	if x.ours {
 		if x.step == stepBuild {
 			if len(x.tasks) == 0 {
 				// Nothing to send: the exchange is not needed
@@ -438,6 +451,12 @@ func (x *exchange) nextStepLocked() bool {
 	if x.step == stepProcess {
 		x.beginLocked(stepBuild)
 		return true
+	}
+	if x.setup == nil {
+		// An exchange of an established IKE SA: one round.
+		x.tasks = nil
+		x.sendResponseLocked()
+		return false
 	}
 	last := len(x.tasks) == 0 && x.typ == IKE_AUTH
 	if last {
@@ -474,7 +493,7 @@ func (x *exchange) nextExchangeLocked() bool {
 func (x *exchange) failedLocked() []func() {
 	sa, e := x.sa, x.sa.ep
 	after := x.takeAfter()
-	if sa.initiator {
+	if x.ours {
 		return append(after, sa.failLocked(x.err)...)
 	}
 	if x.typ == IKE_SA_INIT {
@@ -492,7 +511,10 @@ func (x *exchange) failedLocked() []func() {
 		resp = []Payload{x.notify}
 	}
 	sa.nextPeer++
-	return append(after, sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, resp, nil, true)...)
+	// A failed setup exchange takes the IKE SA with it; a later one
+	// only answers with its error.
+	remove := x.setup != nil || x.remove
+	return append(after, sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, resp, nil, remove)...)
 }
 
 // sendRequestLocked sends the initiator's request of the round.
@@ -542,7 +564,7 @@ func (x *exchange) sendResponseLocked() {
 	}
 	sa.nextPeer++
 	after := x.takeAfter()
-	x.after = sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, x.out, after, false)
+	x.after = sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, x.out, after, x.remove)
 	x.sentLocked()
 }
 
@@ -613,4 +635,20 @@ func (sa *ikeSA) setupDone() ExchangeType {
 		return x.typ
 	}
 	return IKE_SA_INIT
+}
+
+// answerLocked answers a request of the peer on an established IKE SA
+// (CREATE_CHILD_SA, INFORMATIONAL) with the tasks registered for its
+// exchange type: one round, process then build. It reports false when
+// no task is registered for the type.
+func (sa *ikeSA) answerLocked(local, remote netip.AddrPort, raw []byte, m *Message, inner []Payload) ([]func(), bool) {
+	tasks := newTasks(sa, m.Header.Exchange)
+	if len(tasks) == 0 {
+		return nil, false
+	}
+	sa.lastHeard = sa.ep.cfg.clock.Now()
+	x := &exchange{sa: sa, typ: m.Header.Exchange, tasks: tasks, local: local, remote: remote,
+		in: inner, inRaw: raw, hdr: &m.Header}
+	x.beginLocked(stepProcess)
+	return x.runLocked(), true
 }
