@@ -39,6 +39,9 @@ type request struct {
 	old      *ChildSA       // kind reqDeleteChild: the Child SA being deleted
 	next     *ChildSA       // kind reqDeleteChild: the Child SA that replaced it
 	waiter   chan result    // kind reqDeleteChild: learns next
+	// mobike: onResponse, if set, handles the response (a feature's own
+	// request: MOBIKE's return routability check, task_mobike.go).
+	onResponse func(sa *ikeSA, inner []Payload) []func()
 }
 
 type requestKind uint8
@@ -648,6 +651,8 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 		after = sa.ikeRekeyResponseLocked(p.ikeRekey, inner)
 	case p.kind == reqDeleteChild:
 		after = append(sa.dropChildLocked(p.old), reply(p.waiter, p.next, nil)...)
+	case p.onResponse != nil: // mobike
+		after = p.onResponse(sa, inner)
 	}
 	if !sa.removed {
 		after = append(after, sa.idleLocked()...)

@@ -1,0 +1,171 @@
+package ike
+
+// MOBIKE's tasks (RFC 4555; the protocol parts are in mobike.go):
+//
+//   - mobikeAuthTask, in IKE_AUTH: both sides announce
+//     N(MOBIKE_SUPPORTED) (section 4.2.1; the responder only in answer to
+//     the initiator's); ikeSA.mobike when both did.
+//   - mobikeUpdateTask, answering an INFORMATIONAL: UPDATE_SA_ADDRESSES
+//     moves the IKE SA to the addresses the request came from and to, the
+//     answer carries NAT detection for them and echoes COOKIE2; once the
+//     answer is out, the return routability check goes to the new address.
+//   - the check (checkRoutabilityLocked), an INFORMATIONAL of ours:
+//     N(COOKIE2) and NAT detection; with our cookie echoed the Child SAs
+//     move (Config.OnChildAddress).
+
+func init() {
+	registerTask(IKE_AUTH, orderMOBIKE, newMobikeAuthTask)
+	registerTask(INFORMATIONAL, orderMOBIKE, newMobikeUpdateTask)
+}
+
+// mobikeAuthTask announces MOBIKE in IKE_AUTH.
+type mobikeAuthTask struct {
+	peer bool // responder: the initiator announced it
+}
+
+func newMobikeAuthTask(*ikeSA) task { return &mobikeAuthTask{} }
+
+// mobikeEnabled reports whether MOBIKE may be announced to p.
+func mobikeEnabled(p *Peer) bool { return p != nil && !p.NoMOBIKE }
+
+func (t *mobikeAuthTask) build(x *exchange) taskStatus {
+	sa := x.sa
+	if sa.initiator {
+		if x.round > 0 || !mobikeEnabled(sa.peer) {
+			return taskDone
+		}
+		x.add(&Notify{NType: MOBIKESupported})
+		return taskMore
+	}
+	// The responder's peer is the one chosen by identity (the auth
+	// task's process, this round).
+	if t.peer && mobikeEnabled(x.setup.peer) {
+		sa.mobike = true
+		x.add(&Notify{NType: MOBIKESupported})
+	}
+	return taskDone
+}
+
+func (t *mobikeAuthTask) process(x *exchange) taskStatus {
+	announced := findNotify(x.in, MOBIKESupported) != nil
+	if x.sa.initiator {
+		x.sa.mobike = announced
+		return taskDone
+	}
+	t.peer = t.peer || announced
+	return taskMore
+}
+
+// mobikeUpdateTask answers the MOBIKE notifies of the peer's
+// INFORMATIONAL request (section 3.5): UPDATE_SA_ADDRESSES moves the IKE
+// SA; a COOKIE2 is echoed whatever else the request carries. Any other
+// request (the peer's probe of a path is an empty one) moves nothing: it
+// is answered where it came from.
+type mobikeUpdateTask struct {
+	resp   []Payload
+	update *addrUpdate
+}
+
+func newMobikeUpdateTask(*ikeSA) task { return &mobikeUpdateTask{} }
+
+func (t *mobikeUpdateTask) process(x *exchange) taskStatus {
+	sa, e := x.sa, x.sa.ep
+	m, err := readMobike(x.in)
+	if err != nil {
+		return x.fail(InvalidSyntax, err)
+	}
+	if !m.update {
+		if m.cookie2 != nil {
+			t.resp = []Payload{&Notify{NType: Cookie2, Data: m.cookie2}}
+		}
+		return taskMore
+	}
+	if !sa.mobike {
+		// Section 3.2: only an IKE SA that agreed MOBIKE moves.
+		e.stats.MOBIKERefused++
+		e.cfg.Log.Warn("ike: UPDATE_SA_ADDRESSES without MOBIKE agreed: ignored", sa.logAttrs("from", x.remote)...)
+		return taskMore
+	}
+	resp, u, ok := answerUpdate(m, x.in, sa.spii, sa.spir, x.local, x.remote, sa.peer.ForceEncap)
+	t.resp = resp
+	if !ok {
+		e.stats.MOBIKERefused++
+		e.cfg.Log.Warn("ike: UPDATE_SA_ADDRESSES refused: a NAT where NO_NATS_ALLOWED forbids one", sa.logAttrs("from", x.remote)...)
+		return taskMore
+	}
+	e.stats.MOBIKEUpdates++
+	e.cfg.Log.Info("ike: the peer moved the IKE SA (MOBIKE)", sa.logAttrs("new_local", x.local, "new_remote", x.remote,
+		"local_behind_nat", u.ourNAT, "remote_behind_nat", u.peerNAT)...)
+	sa.setAddrsLocked(u.local, u.remote)
+	sa.natHere = u.ourNAT
+	if !sa.encap && (u.ourNAT || u.peerNAT) {
+		// ESP of an installed SA cannot start going in UDP here; the
+		// peer's next rekey makes Child SAs that do.
+		e.cfg.Log.Warn("ike: a NAT on the new path; the Child SAs keep ESP without UDP", sa.logAttrs()...)
+	}
+	t.update = &u
+	return taskMore
+}
+
+func (t *mobikeUpdateTask) build(x *exchange) taskStatus {
+	x.add(t.resp...)
+	if u := t.update; u != nil {
+		sa := x.sa
+		x.onSent(func() { sa.checkRoutabilityLocked(*u) })
+	}
+	return taskDone
+}
+
+// checkRoutabilityLocked sends the return routability check of update u
+// (section 3.5) when the IKE SA's window is free: an INFORMATIONAL
+// request with a fresh COOKIE2 and NAT detection to the peer's new
+// address. When the answer echoes the cookie, the Child SAs move
+// (Config.OnChildAddress); a check that goes unanswered fails the IKE SA
+// as any request does. A check a newer update overtook is not sent.
+func (sa *ikeSA) checkRoutabilityLocked(u addrUpdate) {
+	e := sa.ep
+	sa.enqueueLocked(op{
+		run: func(sa *ikeSA) []func() {
+			if sa.local != u.local || sa.remote != u.remote {
+				return nil
+			}
+			c, ps := newRoutabilityCheck(u, sa.spii, sa.spir, sa.peer.ForceEncap)
+			if err := sa.sendRequestLocked(&request{exch: INFORMATIONAL, onResponse: c.answeredLocked}, ps); err != nil {
+				e.cfg.Log.Warn("ike: return routability check not sent", sa.logAttrs("err", err)...)
+			}
+			return nil
+		},
+		fail: func(error) []func() { return nil },
+	})
+}
+
+// answeredLocked handles the answer to check c: with our COOKIE2 the
+// Child SAs of sa move to the checked addresses, unless a newer update
+// moved the IKE SA on meanwhile (its own check moves them); a Child SA
+// made there after the update (the peer rekeyed it) needs no move.
+func (c *routabilityCheck) answeredLocked(sa *ikeSA, inner []Payload) []func() {
+	e := sa.ep
+	if !c.passed(inner) {
+		e.stats.RoutabilityFailed++
+		e.cfg.Log.Warn("ike: return routability check answered without our COOKIE2: the Child SAs stay", sa.logAttrs()...)
+		return nil
+	}
+	u := c.update
+	if sa.local != u.local || sa.remote != u.remote {
+		return nil
+	}
+	e.stats.RoutabilityChecked++
+	e.cfg.Log.Info("ike: return routability checked; the Child SAs move (MOBIKE)", sa.logAttrs("children", len(sa.children))...)
+	f := e.cfg.OnChildAddress
+	if f == nil {
+		return nil
+	}
+	var after []func()
+	for _, ch := range sa.children {
+		if ch.Local == u.local && ch.Remote == u.remote {
+			continue // made on the new path (the peer rekeyed it meanwhile)
+		}
+		after = append(after, func() { f(ch, u.local, u.remote) })
+	}
+	return after
+}
