@@ -546,7 +546,7 @@ func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
 				}
 				sa.state = stateDeleting
 				sa.waiter = w
-				if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}}); err != nil {
+				if err := sa.startLocked(&request{exch: INFORMATIONAL}, deleteIKEOurs{}); err != nil {
 					sa.waiter = nil
 					return reply(w, nil, err)
 				}
@@ -727,7 +727,7 @@ func (e *Endpoint) retireLocked(sa *ikeSA) []func() {
 				return nil
 			}
 			sa.state = stateDeleting
-			if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}}); err != nil {
+			if err := sa.startLocked(&request{exch: INFORMATIONAL}, deleteIKEOurs{}); err != nil {
 				e.stats.Deleted++
 				return e.removeLocked(sa, err)
 			}

@@ -39,9 +39,9 @@ type request struct {
 	old      *ChildSA       // kind reqDeleteChild: the Child SA being deleted
 	next     *ChildSA       // kind reqDeleteChild: the Child SA that replaced it
 	waiter   chan result    // kind reqDeleteChild: learns next
-	// mobike: onResponse, if set, handles the response (a feature's own
-	// request: MOBIKE's return routability check, task_mobike.go).
-	onResponse func(sa *ikeSA, inner []Payload) []func()
+	// tasks process the response (startLocked); nil for a request a
+	// snapshot carried over, whose kind names them (requestTasks).
+	tasks []task
 }
 
 type requestKind uint8
@@ -640,20 +640,14 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	sa.stopTimerLocked()
 	sa.pending = nil
 	sa.changedLocked()
-	var after []func()
-	switch {
-	case sa.state == stateDeleting || p.kind == reqDeleteIKE:
-		e.stats.Deleted++
-		return e.removeLocked(sa, errDeleted)
-	case p.kind == reqRekey || p.kind == reqNewChild:
-		after = sa.rekeyResponseLocked(p.rekey, inner)
-	case p.kind == reqRekeyIKE:
-		after = sa.ikeRekeyResponseLocked(p.ikeRekey, inner)
-	case p.kind == reqDeleteChild:
-		after = append(sa.dropChildLocked(p.old), reply(p.waiter, p.next, nil)...)
-	case p.onResponse != nil: // mobike
-		after = p.onResponse(sa, inner)
+	x := &exchange{sa: sa, typ: p.exch, tasks: sa.requestTasks(p), ours: true, in: inner, inRaw: raw, hdr: &m.Header}
+	for _, t := range x.tasks {
+		if sa.removed {
+			break
+		}
+		t.process(x)
 	}
+	after := x.takeAfter()
 	if !sa.removed {
 		after = append(after, sa.idleLocked()...)
 	}

@@ -83,7 +83,17 @@ func (e *Endpoint) rekeyIKELocked(sa *ikeSA, w chan result) []func() {
 	})
 }
 
+// sendIKERekeyLocked sends our CREATE_CHILD_SA that rekeys sa.
 func (sa *ikeSA) sendIKERekeyLocked(r *ikeRekeyState) error {
+	return sa.startLocked(&request{exch: CREATE_CHILD_SA, kind: reqRekeyIKE, ikeRekey: r}, &ikeRekeyOurs{r: r})
+}
+
+// ikeRekeyOurs is our CREATE_CHILD_SA that rekeys the IKE SA: SA(IKE,
+// new SPIi), Ni, KEi; ikeRekeyResponseLocked takes the answer.
+type ikeRekeyOurs struct{ r *ikeRekeyState }
+
+func (t *ikeRekeyOurs) build(x *exchange) taskStatus {
+	sa, r := x.sa, t.r
 	props := make([]Proposal, len(sa.peer.IKE))
 	for i, p := range sa.peer.IKE {
 		p.SPI = binary.BigEndian.AppendUint64(nil, r.spi)
@@ -91,8 +101,13 @@ func (sa *ikeSA) sendIKERekeyLocked(r *ikeRekeyState) error {
 	}
 	// KEi of the group in use, which every proposal of ours should
 	// carry; INVALID_KE_PAYLOAD names another.
-	inner := []Payload{&SA{Proposals: props}, &Nonce{Data: r.ni}, &KE{Group: r.dh.Group(), Data: r.dh.Public()}}
-	return sa.sendRequestLocked(&request{exch: CREATE_CHILD_SA, kind: reqRekeyIKE, ikeRekey: r}, inner)
+	x.add(&SA{Proposals: props}, &Nonce{Data: r.ni}, &KE{Group: r.dh.Group(), Data: r.dh.Public()})
+	return taskMore
+}
+
+func (t *ikeRekeyOurs) process(x *exchange) taskStatus {
+	x.later(x.sa.ikeRekeyResponseLocked(t.r, x.in)...)
+	return taskDone
 }
 
 // newRekeyedLocked makes the IKE SA that a rekey of sa creates; initiator
@@ -231,7 +246,7 @@ func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []fun
 		ns.rekeyed = true
 		ns.stopLifeTimersLocked()
 	}
-	doomed.sendRequestLocked(&request{exch: INFORMATIONAL, kind: reqDeleteIKE}, []Payload{&Delete{Protocol: ProtoIKE}})
+	doomed.startLocked(&request{exch: INFORMATIONAL, kind: reqDeleteIKE}, deleteIKEOurs{})
 	return append(after, ns.idleLocked()...)
 }
 

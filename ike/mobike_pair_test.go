@@ -76,11 +76,7 @@ func sendUpdate(t *testing.T, e *Endpoint, local netip.AddrPort, cookie []byte, 
 	ps = append(ps, extra...)
 	after := sa.enqueueLocked(op{
 		run: func(sa *ikeSA) []func() {
-			err := sa.sendRequestLocked(&request{exch: INFORMATIONAL, onResponse: func(_ *ikeSA, inner []Payload) []func() {
-				got <- inner
-				return nil
-			}}, ps)
-			if err != nil {
+			if err := sa.startLocked(&request{exch: INFORMATIONAL}, &sendTask{ps: ps, got: got}); err != nil {
 				t.Error(err)
 			}
 			return nil
@@ -91,6 +87,17 @@ func sendUpdate(t *testing.T, e *Endpoint, local netip.AddrPort, cookie []byte, 
 	run(after)
 	return got
 }
+
+// sendTask sends ps in a request of ours and hands the response's
+// payloads to got.
+type sendTask struct {
+	ps  []Payload
+	got chan []Payload
+}
+
+func (t *sendTask) build(x *exchange) taskStatus { x.add(t.ps...); return taskMore }
+
+func (t *sendTask) process(x *exchange) taskStatus { t.got <- x.in; return taskDone }
 
 // TestMOBIKEResponder: an initiator that moved to another address sends
 // UPDATE_SA_ADDRESSES (RFC 4555); the responder answers with NAT

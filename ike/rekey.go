@@ -61,23 +61,35 @@ func (sa *ikeSA) confOf(c *ChildSA) childConf {
 	return sa.peer.childConfs()[0]
 }
 
+// sendRekeyLocked sends our CREATE_CHILD_SA for r: a rekey of r.old, or
+// an additional Child SA.
 func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
+	kind := reqNewChild
+	if r.old != nil {
+		kind = reqRekey
+	}
+	return sa.startLocked(&request{exch: CREATE_CHILD_SA, kind: kind, rekey: r}, &childSAOurs{r: r})
+}
+
+// childSAOurs is our CREATE_CHILD_SA for a Child SA: [N(REKEY_SA)], SA,
+// Ni, [KEi], TSi, TSr; rekeyResponseLocked takes the answer.
+type childSAOurs struct{ r *rekeyState }
+
+func (t *childSAOurs) build(x *exchange) taskStatus {
+	sa, r := x.sa, t.r
 	esp := make([]Proposal, len(r.conf.esp))
 	for i, p := range r.conf.esp {
 		p.SPI = binary.BigEndian.AppendUint32(nil, r.spi)
 		esp[i] = p
 	}
-	var inner []Payload
-	kind := reqNewChild
 	if r.old != nil {
-		inner = append(inner, &Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, r.old.InSPI), NType: RekeySA})
-		kind = reqRekey
+		x.add(&Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, r.old.InSPI), NType: RekeySA})
 	}
-	inner = append(inner, &SA{Proposals: esp}, &Nonce{Data: r.ni})
+	x.add(&SA{Proposals: esp}, &Nonce{Data: r.ni})
 	if r.dh != nil {
-		inner = append(inner, &KE{Group: r.dh.Group(), Data: r.dh.Public()})
+		x.add(&KE{Group: r.dh.Group(), Data: r.dh.Public()})
 	}
-	inner = append(inner, &TS{Selectors: r.tsi}, &TS{Responder: true, Selectors: r.tsr})
+	x.add(&TS{Selectors: r.tsi}, &TS{Responder: true, Selectors: r.tsr})
 	attrs := sa.logAttrs("child", r.conf.name, "in_spi", ESPSPI(r.spi), "esp_proposals", proposalsAttr(esp),
 		"ts_local", selectorList(r.tsi), "ts_remote", selectorList(r.tsr))
 	if r.old != nil {
@@ -85,7 +97,12 @@ func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
 	} else {
 		sa.ep.cfg.Log.Debug("ike: creating additional Child SA", attrs...)
 	}
-	return sa.sendRequestLocked(&request{exch: CREATE_CHILD_SA, kind: kind, rekey: r}, inner)
+	return taskMore
+}
+
+func (t *childSAOurs) process(x *exchange) taskStatus {
+	x.later(x.sa.rekeyResponseLocked(t.r, x.in)...)
+	return taskDone
 }
 
 // failRekeyLocked ends a rekey of ours that failed: its waiter learns
@@ -307,7 +324,7 @@ func (e *Endpoint) sendHeldDeleteLocked(ent *childEntry, h *heldDelete) []func()
 				return reply(h.waiter, h.next, nil) // gone meanwhile
 			}
 			r := &request{exch: INFORMATIONAL, kind: reqDeleteChild, old: doomed, next: h.next, waiter: h.waiter}
-			if err := sa.sendRequestLocked(r, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{doomed.InSPI}}}); err != nil {
+			if err := sa.startLocked(r, &deleteChildOurs{old: doomed, next: h.next, waiter: h.waiter}); err != nil {
 				return reply(h.waiter, nil, err)
 			}
 			return nil

@@ -652,3 +652,46 @@ func (sa *ikeSA) answerLocked(local, remote netip.AddrPort, raw []byte, m *Messa
 	x.beginLocked(stepProcess)
 	return x.runLocked(), true
 }
+
+// startLocked sends a request of ours on an established IKE SA, of type
+// r.exch, built by tasks (their build steps, which must not go off the
+// lock) and processed by those of them that answered taskMore when the
+// response arrives (their process steps: what they do is theirs; the
+// status is not looked at). r carries the kind and state that a snapshot
+// keeps (snapshot.go) for the tasks that requestTasks makes again.
+func (sa *ikeSA) startLocked(r *request, tasks ...task) error {
+	x := &exchange{sa: sa, typ: r.exch, ours: true}
+	for _, t := range tasks {
+		switch t.build(x) {
+		case taskFailed:
+			return x.err
+		case taskMore:
+			r.tasks = append(r.tasks, t)
+		}
+	}
+	return sa.sendRequestLocked(r, x.out)
+}
+
+// requestTasks returns the tasks that process the response to r: those
+// it was sent with, or, for a request a snapshot carried over (Adopt),
+// those its kind names. None: a liveness check, or a Delete of a Child
+// SA that went anyway, whose answer needs nothing.
+func (sa *ikeSA) requestTasks(r *request) []task {
+	if r.tasks != nil {
+		return r.tasks
+	}
+	switch r.kind {
+	case reqRekey, reqNewChild:
+		return []task{&childSAOurs{r: r.rekey}}
+	case reqRekeyIKE:
+		return []task{&ikeRekeyOurs{r: r.ikeRekey}}
+	case reqDeleteChild:
+		return []task{&deleteChildOurs{old: r.old, next: r.next, waiter: r.waiter}}
+	case reqDeleteIKE:
+		return []task{deleteIKEOurs{}}
+	}
+	if sa.state == stateDeleting {
+		return []task{deleteIKEOurs{}}
+	}
+	return nil
+}

@@ -49,3 +49,37 @@ func (t *deleteTask) build(x *exchange) taskStatus {
 	}
 	return taskDone
 }
+
+// deleteIKEOurs is our Delete of the IKE SA: D(IKE); once the peer
+// answers, the IKE SA is gone.
+type deleteIKEOurs struct{}
+
+func (deleteIKEOurs) build(x *exchange) taskStatus {
+	x.add(&Delete{Protocol: ProtoIKE})
+	return taskMore
+}
+
+func (deleteIKEOurs) process(x *exchange) taskStatus {
+	x.sa.ep.stats.Deleted++
+	x.later(x.sa.ep.removeLocked(x.sa, errDeleted)...)
+	return taskDone
+}
+
+// deleteChildOurs is our Delete of a Child SA that a rekey replaced
+// (rekey.go): D(ESP, old's inbound SPI); once the peer answers, old goes
+// and waiter learns next, its successor.
+type deleteChildOurs struct {
+	old, next *ChildSA
+	waiter    chan result
+}
+
+func (t *deleteChildOurs) build(x *exchange) taskStatus {
+	x.add(&Delete{Protocol: ProtoESP, SPIs: []uint32{t.old.InSPI}})
+	return taskMore
+}
+
+func (t *deleteChildOurs) process(x *exchange) taskStatus {
+	x.later(x.sa.dropChildLocked(t.old)...)
+	x.later(reply(t.waiter, t.next, nil)...)
+	return taskDone
+}

@@ -118,10 +118,9 @@ func (t *mobikeUpdateTask) build(x *exchange) taskStatus {
 
 // checkRoutabilityLocked sends the return routability check of update u
 // (section 3.5) when the IKE SA's window is free: an INFORMATIONAL
-// request with a fresh COOKIE2 and NAT detection to the peer's new
-// address. When the answer echoes the cookie, the Child SAs move
-// (Config.OnChildAddress); a check that goes unanswered fails the IKE SA
-// as any request does. A check a newer update overtook is not sent.
+// request of ours (mobikeCheckTask) to the peer's new address. A check
+// that goes unanswered fails the IKE SA as any request does; one that a
+// newer update overtook before it left is not sent.
 func (sa *ikeSA) checkRoutabilityLocked(u addrUpdate) {
 	e := sa.ep
 	sa.enqueueLocked(op{
@@ -129,8 +128,7 @@ func (sa *ikeSA) checkRoutabilityLocked(u addrUpdate) {
 			if sa.local != u.local || sa.remote != u.remote {
 				return nil
 			}
-			c, ps := newRoutabilityCheck(u, sa.spii, sa.spir, sa.peer.ForceEncap)
-			if err := sa.sendRequestLocked(&request{exch: INFORMATIONAL, onResponse: c.answeredLocked}, ps); err != nil {
+			if err := sa.startLocked(&request{exch: INFORMATIONAL}, &mobikeCheckTask{update: u}); err != nil {
 				e.cfg.Log.Warn("ike: return routability check not sent", sa.logAttrs("err", err)...)
 			}
 			return nil
@@ -139,33 +137,47 @@ func (sa *ikeSA) checkRoutabilityLocked(u addrUpdate) {
 	})
 }
 
-// answeredLocked handles the answer to check c: with our COOKIE2 the
-// Child SAs of sa move to the checked addresses, unless a newer update
-// moved the IKE SA on meanwhile (its own check moves them); a Child SA
-// made there after the update (the peer rekeyed it) needs no move.
-func (c *routabilityCheck) answeredLocked(sa *ikeSA, inner []Payload) []func() {
-	e := sa.ep
-	if !c.passed(inner) {
+// mobikeCheckTask is our return routability check of an update: a
+// fresh COOKIE2 and NAT detection for the new path in our request; when
+// the answer echoes the cookie, the Child SAs move
+// (Config.OnChildAddress), unless a newer update moved the IKE SA on
+// meanwhile (its own check moves them). A Child SA made on the new path
+// after the update (the peer rekeyed it) needs no move.
+type mobikeCheckTask struct {
+	update addrUpdate
+	check  *routabilityCheck
+}
+
+func (t *mobikeCheckTask) build(x *exchange) taskStatus {
+	sa := x.sa
+	c, ps := newRoutabilityCheck(t.update, sa.spii, sa.spir, sa.peer.ForceEncap)
+	t.check = c
+	x.add(ps...)
+	return taskMore
+}
+
+func (t *mobikeCheckTask) process(x *exchange) taskStatus {
+	sa, e := x.sa, x.sa.ep
+	if !t.check.passed(x.in) {
 		e.stats.RoutabilityFailed++
 		e.cfg.Log.Warn("ike: return routability check answered without our COOKIE2: the Child SAs stay", sa.logAttrs()...)
-		return nil
+		return taskDone
 	}
-	u := c.update
+	u := t.update
 	if sa.local != u.local || sa.remote != u.remote {
-		return nil
+		return taskDone
 	}
 	e.stats.RoutabilityChecked++
 	e.cfg.Log.Info("ike: return routability checked; the Child SAs move (MOBIKE)", sa.logAttrs("children", len(sa.children))...)
 	f := e.cfg.OnChildAddress
 	if f == nil {
-		return nil
+		return taskDone
 	}
-	var after []func()
 	for _, ch := range sa.children {
 		if ch.Local == u.local && ch.Remote == u.remote {
-			continue // made on the new path (the peer rekeyed it meanwhile)
+			continue // made on the new path
 		}
-		after = append(after, func() { f(ch, u.local, u.remote) })
+		x.later(func() { f(ch, u.local, u.remote) })
 	}
-	return after
+	return taskDone
 }
