@@ -28,7 +28,9 @@ type mobikeMove struct {
 // (lab.TwoPath) and mobike = yes, establishes over path 0; path 0 goes
 // away, charon moves the IKE SA with UPDATE_SA_ADDRESSES (RFC 4555) and
 // sluice answers it, checks the new address (return routability, COOKIE2)
-// and reports the Child SA's new outer addresses (OnChildAddress). Then
+// and reports the Child SA's new outer addresses (OnChildAddress; a Child
+// SA charon's rekey made on the new path before the check passed needs
+// none). Then
 // path 0 comes back, path 1 goes away, and charon moves back. The IKE SA
 // keeps its SPIs on both sides throughout (charon, on kernel-libipsec,
 // rekeys the Child SA after each move: it cannot update an installed
@@ -133,7 +135,6 @@ func TestStrongSwanMOBIKE(t *testing.T) {
 	// and path 1 goes away: charon moves back to path 0. A move is
 	// followed by charon's rekey of the Child SA: kernel-libipsec cannot
 	// change an installed SA's addresses, so charon makes new ones.
-	moved := 0
 	for _, step := range []struct {
 		what string
 		do   func() error
@@ -144,6 +145,10 @@ func TestStrongSwanMOBIKE(t *testing.T) {
 		{"path 1 down", func() error { return tp.Down(1) }, 0},
 	} {
 		before := oneSA(t, ep).Children
+		checked := ep.Stats().RoutabilityChecked
+		mu.Lock()
+		seen := len(moves)
+		mu.Unlock()
 		start := time.Now()
 		if err := step.do(); err != nil {
 			t.Fatal(err)
@@ -151,37 +156,50 @@ func TestStrongSwanMOBIKE(t *testing.T) {
 		if step.path < 0 {
 			continue
 		}
-		want := tp.HostAddr(step.path)
-		var mv mobikeMove
-		err := lab.WaitFor(ctx, fmt.Sprintf("%s: the Child SA moved to %v", step.what, want), 20*time.Second, 10*time.Millisecond, func() (bool, error) {
+		want := netip.AddrPortFrom(tp.HostAddr(step.path), 4500)
+		// The check passed, and every Child SA sends to the new address:
+		// moved there (OnChildAddress), or made there (charon's rekey
+		// may overtake sluice's check).
+		err := lab.WaitFor(ctx, fmt.Sprintf("%s: the Child SAs at %v", step.what, want), 20*time.Second, 10*time.Millisecond, func() (bool, error) {
+			if ep.Stats().RoutabilityChecked <= checked {
+				return false, nil
+			}
 			mu.Lock()
 			defer mu.Unlock()
-			if len(moves) > moved {
-				mv = moves[moved]
-				return true, nil
+			for _, c := range oneSA(t, ep).Children {
+				ok := c.Remote == want
+				for _, mv := range moves[seen:] {
+					ok = ok || (mv.child == c && mv.remote == want)
+				}
+				if !ok {
+					return false, nil
+				}
 			}
-			return false, nil
+			return true, nil
 		})
 		if err != nil {
 			t.Fatalf("%v (sluice stats %+v, IKE SAs %+v)", err, ep.Stats(), ep.IKESAs())
 		}
-		moved++
-		t.Logf("%s: the Child SA %08x/%08x moved to %v <-> %v in %v", step.what, mv.child.InSPI, mv.child.OutSPI,
-			mv.local, mv.remote, time.Since(start).Round(time.Millisecond))
-		if !slices.Contains(before, mv.child) || mv.remote != netip.AddrPortFrom(want, 4500) || mv.local != netip.AddrPortFrom(gw, 4500) {
-			t.Errorf("%s: moved %p (want %v) to %v <-> %v, want %v <-> %v", step.what, mv.child, before, mv.local, mv.remote,
-				netip.AddrPortFrom(gw, 4500), netip.AddrPortFrom(want, 4500))
+		mu.Lock()
+		for _, mv := range moves[seen:] {
+			t.Logf("%s: the Child SA %08x/%08x moved to %v <-> %v in %v", step.what, mv.child.InSPI, mv.child.OutSPI,
+				mv.local, mv.remote, time.Since(start).Round(time.Millisecond))
+			if !slices.Contains(before, mv.child) || mv.remote != want || mv.local != netip.AddrPortFrom(gw, 4500) {
+				t.Errorf("%s: moved %p (want one of %v) to %v <-> %v, want %v <-> %v", step.what, mv.child, before, mv.local, mv.remote,
+					netip.AddrPortFrom(gw, 4500), want)
+			}
 		}
+		mu.Unlock()
 		// The IKE SA is the same on both sides, at the new address.
 		now := oneSA(t, ep)
-		if now.SPIi != first.SPIi || now.SPIr != first.SPIr || now.Remote != netip.AddrPortFrom(want, 4500) {
+		if now.SPIi != first.SPIi || now.SPIr != first.SPIr || now.Remote != want {
 			t.Errorf("%s: sluice's IKE SA %x/%x with %v; want %x/%x with %v", step.what,
 				now.SPIi, now.SPIr, now.Remote, first.SPIi, first.SPIr, want)
 		}
 		spis := fmt.Sprintf("%016x_i* %016x_r", first.SPIi, first.SPIr) // * marks the initiator
 		err = lab.WaitFor(ctx, fmt.Sprintf("%s: charon's IKE SA %s at %v", step.what, spis, want), 10*time.Second, 20*time.Millisecond, func() (bool, error) {
 			out, err := c.Swanctl(ctx, "--list-sas")
-			return strings.Contains(out, spis) && strings.Contains(out, want.String()+"[4500]") && strings.Count(out, "ESTABLISHED") == 1, err
+			return strings.Contains(out, spis) && strings.Contains(out, want.Addr().String()+"[4500]") && strings.Count(out, "ESTABLISHED") == 1, err
 		})
 		if err != nil {
 			out, _ := c.Swanctl(ctx, "--list-sas")
