@@ -28,13 +28,12 @@ type mobikeMove struct {
 // (lab.TwoPath) and mobike = yes, establishes over path 0; path 0 goes
 // away, charon moves the IKE SA with UPDATE_SA_ADDRESSES (RFC 4555) and
 // sluice answers it, checks the new address (return routability, COOKIE2)
-// and reports the Child SA's new outer addresses (OnChildAddress; a Child
-// SA charon's rekey made on the new path before the check passed needs
-// none). Then
-// path 0 comes back, path 1 goes away, and charon moves back. The IKE SA
-// keeps its SPIs on both sides throughout (charon, on kernel-libipsec,
-// rekeys the Child SA after each move: it cannot update an installed
-// SA's addresses).
+// and reports the Child SA's new outer addresses (OnChildAddress; a
+// Child SA charon's rekey made on the new path before the check passed
+// needs none). Then path 0 comes back, path 1 goes away, and charon
+// moves back. The IKE SA keeps its SPIs on both sides throughout
+// (charon, on kernel-libipsec, rekeys the Child SA after each move: it
+// cannot update an installed SA's addresses).
 func TestStrongSwanMOBIKE(t *testing.T) {
 	lab.RequireCharon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
