@@ -3,6 +3,7 @@ package ike
 import (
 	"bytes"
 	"net/netip"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -12,8 +13,9 @@ import (
 // address (a second path), and whose responder b reports Child SA moves.
 type mobikePair struct {
 	*pair
-	mu    sync.Mutex
-	moves []mobikeMoved
+	mu     sync.Mutex
+	moves  []mobikeMoved // b's
+	aMoves []mobikeMoved // a's
 }
 
 type mobikeMoved struct {
@@ -30,7 +32,12 @@ func newMobikePair(t *testing.T, tweak func(pa, pb *Peer)) *mobikePair {
 		tweak(pa, pb)
 	}
 	mp := &mobikePair{}
-	mp.pair = newPair(t, pa, pb, func(_, b *Config) {
+	mp.pair = newPair(t, pa, pb, func(a, b *Config) {
+		a.OnChildAddress = func(c *ChildSA, local, remote netip.AddrPort) {
+			mp.mu.Lock()
+			mp.aMoves = append(mp.aMoves, mobikeMoved{c, local, remote})
+			mp.mu.Unlock()
+		}
 		b.RetransmitTimeout = 100 * time.Millisecond
 		b.OnChildAddress = func(c *ChildSA, local, remote netip.AddrPort) {
 			mp.mu.Lock()
@@ -238,5 +245,59 @@ func TestMOBIKEUnreachable(t *testing.T) {
 	}
 	if s := p.b.Stats(); s.MOBIKEUpdates != 1 || s.RoutabilityChecked != 0 {
 		t.Errorf("b's stats: updates %d, checked %d", s.MOBIKEUpdates, s.RoutabilityChecked)
+	}
+}
+
+// TestMOBIKEInitiator: sluice moves its own end (Endpoint.UpdateAddresses):
+// its UPDATE_SA_ADDRESSES from the new address carries a COOKIE2 the
+// peer echoes; the peer (sluice as responder) moves the IKE SA, checks
+// the new address (a's update task echoes b's cookie) and moves its
+// Child SA; both report the new outer addresses, and the IKE SA goes on
+// there (a rekey). Without MOBIKE agreed it is refused at once.
+func TestMOBIKEInitiator(t *testing.T) {
+	p := newMobikePair(t, nil)
+	c, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bc := p.bChildFor(t, c)
+	if err := p.a.UpdateAddresses(ctx(t), c, addrA2); err != nil {
+		t.Fatalf("UpdateAddresses: %v (a %+v, b %+v)", err, p.a.Stats(), p.b.Stats())
+	}
+	moved, bAddr := netip.AddrPortFrom(addrA2, 500), netip.AddrPortFrom(addrB, 500)
+	waitFor(t, func() bool {
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		return len(p.moves) > 0 && len(p.aMoves) > 0
+	})
+	p.mu.Lock()
+	am, bm := p.aMoves[0], p.moves[0]
+	p.mu.Unlock()
+	if am.c != c || am.local != moved || am.remote != bAddr {
+		t.Errorf("a moved %p (want %p) to %v <-> %v", am.c, c, am.local, am.remote)
+	}
+	if bm.c != bc || bm.local != bAddr || bm.remote != moved {
+		t.Errorf("b moved %p (want %p) to %v <-> %v", bm.c, bc, bm.local, bm.remote)
+	}
+	if l := p.a.IKESAs(); len(l) != 1 || l[0].Local != moved {
+		t.Errorf("a's IKE SAs %+v", l)
+	}
+	if l := p.b.IKESAs(); len(l) != 1 || l[0].Remote != moved {
+		t.Errorf("b's IKE SAs %+v", l)
+	}
+	if sa, sb := p.a.Stats(), p.b.Stats(); sa.MOBIKEUpdates != 1 || sb.MOBIKEUpdates != 1 || sb.RoutabilityChecked != 1 {
+		t.Errorf("updates a %d b %d, b checked %d", sa.MOBIKEUpdates, sb.MOBIKEUpdates, sb.RoutabilityChecked)
+	}
+	if _, err := p.a.Rekey(ctx(t), c); err != nil {
+		t.Fatalf("rekey after the move: %v", err)
+	}
+
+	q := newMobikePair(t, func(_, pb *Peer) { pb.NoMOBIKE = true })
+	c2, err := q.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := q.a.UpdateAddresses(ctx(t), c2, addrA2); err == nil || !strings.Contains(err.Error(), "MOBIKE was not agreed") {
+		t.Errorf("without MOBIKE: %v", err)
 	}
 }

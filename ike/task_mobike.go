@@ -12,6 +12,15 @@ package ike
 //   - the check (checkRoutabilityLocked), an INFORMATIONAL of ours:
 //     N(COOKIE2) and NAT detection; with our cookie echoed the Child SAs
 //     move (Config.OnChildAddress).
+//   - Endpoint.UpdateAddresses (mobikeMoveTask): the side that moves,
+//     usually the original initiator: UPDATE_SA_ADDRESSES from our new
+//     address; the peer's answer must echo our COOKIE2.
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+)
 
 func init() {
 	registerTask(IKE_AUTH, orderMOBIKE, newMobikeAuthTask)
@@ -179,5 +188,84 @@ func (t *mobikeCheckTask) process(x *exchange) taskStatus {
 		}
 		x.later(func() { f(ch, u.local, u.remote) })
 	}
+	return taskDone
+}
+
+// UpdateAddresses moves the IKE SA that carries child, and its Child
+// SAs, to our address local (MOBIKE, RFC 4555 section 3.5: the side
+// whose address changed tells the peer): it sends UPDATE_SA_ADDRESSES
+// from local, with NAT detection and a COOKIE2, to the peer's address;
+// when the answer echoes the cookie, each Child SA's new outer addresses
+// are reported (Config.OnChildAddress) and UpdateAddresses returns nil.
+// The port stays the one IKE uses. MOBIKE must have been agreed in
+// IKE_AUTH, and the Transport must be able to send from local. It waits
+// for the answer (retransmitting) or ctx; an answer without our cookie
+// leaves the IKE SA at local and returns an error.
+func (e *Endpoint) UpdateAddresses(ctx context.Context, child *ChildSA, local netip.Addr) error {
+	_, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		sa := e.ikeSAOfLocked(child)
+		if sa == nil || !sa.up() {
+			return nil, errors.New("ike: no such IKE SA")
+		}
+		if !sa.mobike {
+			return nil, errors.New("ike: MOBIKE was not agreed on the IKE SA")
+		}
+		return sa.enqueueLocked(op{
+			run: func(sa *ikeSA) []func() {
+				to := netip.AddrPortFrom(local, sa.local.Port())
+				sa.setAddrsLocked(to, sa.remote)
+				e.cfg.Log.Info("ike: moving the IKE SA (MOBIKE)", sa.logAttrs("new_local", to)...)
+				if err := sa.startLocked(&request{exch: INFORMATIONAL}, &mobikeMoveTask{w: w}); err != nil {
+					return reply(w, nil, err)
+				}
+				return nil
+			},
+			fail: func(err error) []func() { return reply(w, nil, err) },
+		}), nil
+	}, nil)
+	return err
+}
+
+// mobikeMoveTask is our UPDATE_SA_ADDRESSES (UpdateAddresses): sent from
+// the IKE SA's new local address; the answer must echo our COOKIE2, and
+// its NAT detection tells whether we are behind a NAT on the new path.
+type mobikeMoveTask struct {
+	w      chan result
+	check  *routabilityCheck
+	update addrUpdate
+}
+
+func (t *mobikeMoveTask) build(x *exchange) taskStatus {
+	sa := x.sa
+	t.update = addrUpdate{local: sa.local, remote: sa.remote}
+	c, ps := newRoutabilityCheck(t.update, sa.spii, sa.spir, sa.peer.ForceEncap)
+	t.check = c
+	x.add(&Notify{NType: UpdateSAAddresses})
+	x.add(ps...)
+	return taskMore
+}
+
+func (t *mobikeMoveTask) process(x *exchange) taskStatus {
+	sa, e := x.sa, x.sa.ep
+	if !t.check.passed(x.in) {
+		e.stats.RoutabilityFailed++
+		x.later(reply(t.w, nil, errors.New("ike: the answer to UPDATE_SA_ADDRESSES does not echo our COOKIE2"))...)
+		return taskDone
+	}
+	u := t.update
+	u.ourNAT, u.peerNAT = natCheck(x.in, sa.spii, sa.spir, u.local, u.remote)
+	sa.natHere = u.ourNAT
+	e.stats.MOBIKEUpdates++
+	e.stats.RoutabilityChecked++
+	e.cfg.Log.Info("ike: the peer took the move (MOBIKE)", sa.logAttrs("local_behind_nat", u.ourNAT, "remote_behind_nat", u.peerNAT)...)
+	if f := e.cfg.OnChildAddress; f != nil {
+		for _, ch := range sa.children {
+			if ch.Local == u.local && ch.Remote == u.remote {
+				continue
+			}
+			x.later(func() { f(ch, u.local, u.remote) })
+		}
+	}
+	x.later(reply(t.w, nil, nil)...)
 	return taskDone
 }
