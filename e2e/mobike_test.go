@@ -3,7 +3,9 @@ package e2e_test
 import (
 	"fmt"
 	"net/netip"
+	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -153,6 +155,9 @@ func TestStrongSwanMOBIKE(t *testing.T) {
 		st["mobike_updates"], st["routability_checked"], st["child_sa_rekeyed"], st["ike_sa_established"])
 	if st["mobike_updates"] != 2 || st["routability_checked"] != 2 || st["ike_sa_established"] != 1 || st["deleted"] != 0 {
 		t.Errorf("IKE counters %v", st)
+	}
+	if data, err := os.ReadFile(gw.logPath); err != nil || strings.Contains(string(data), "WARNING: DATA RACE") {
+		t.Errorf("sluice's log (%v) reports a data race", err)
 	}
 	for _, sa := range gw.sas() {
 		for _, bad := range []string{"auth_failed", "replay", "bad_padding", "bad_inner"} {
