@@ -169,7 +169,7 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		sa.writeOuter(data, outer, tos)
 	}
 	if udp > 0 {
-		packet.UDP(data[off-udp:]).Encode(sa.cfg.SPort, sa.cfg.DPort, uint16(len(data)-off+udp))
+		packet.UDP(data[off-udp:]).Encode(sa.udpSrc, sa.udpDst, uint16(len(data)-off+udp))
 	}
 	w.seq, w.espOff, w.n = seq, off, plen
 	return ReasonNone
@@ -195,21 +195,22 @@ func (sa *SA) fillAAD(w *Work, op *cryptodev.Op, hdr []byte, seq uint64) {
 	op.AuthTrailer = w.seqHi[:]
 }
 
-// buildOuterTemplate prepares the outer header of a tunnel SA.
+// buildOuterTemplate prepares the outer header of a tunnel SA, from its
+// current outer addresses (SetOuter calls it again with the lock held).
 func (sa *SA) buildOuterTemplate() {
 	proto := uint8(packet.ProtoESP)
 	if sa.cfg.Encap == EncapUDP {
 		proto = packet.ProtoUDP
 	}
-	if sa.cfg.Dst.Is4() {
+	if sa.outerDst.Is4() {
 		packet.IPv4(sa.outerTmpl[:20]).Encode(&packet.IPv4Fields{TTL: sa.cfg.TTL, Protocol: proto,
-			Src: sa.cfg.Src.As4(), Dst: sa.cfg.Dst.As4()})
+			Src: sa.outerSrc.As4(), Dst: sa.outerDst.As4()})
 		sa.outerTmpl[10], sa.outerTmpl[11] = 0, 0
 		sa.outerSum = uint32(packet.Checksum(sa.outerTmpl[:20], 0))
 		return
 	}
 	packet.IPv6(sa.outerTmpl[:40]).Encode(&packet.IPv6Fields{NextHeader: proto, HopLimit: sa.cfg.TTL,
-		Src: sa.cfg.Src.As16(), Dst: sa.cfg.Dst.As16()})
+		Src: sa.outerSrc.As16(), Dst: sa.outerDst.As16()})
 }
 
 // writeOuter writes the tunnel's outer IP header into data[:outer] from the

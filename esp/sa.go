@@ -42,6 +42,7 @@
 package esp
 
 import (
+	"cmp"
 	"crypto/aes"
 	"crypto/cipher"
 	"crypto/rand"
@@ -196,6 +197,11 @@ type SA struct {
 	resumedUntil time.Time // inbound: until when (TakeoverWindow)
 	testIV       []byte    // tests only: the IV every packet carries (known-answer tests)
 
+	// Outbound: the outer addresses and UDP ports the SA seals with,
+	// Config's until SetOuter moves them (MOBIKE); guarded by mu.
+	outerSrc, outerDst netip.Addr
+	udpSrc, udpDst     uint16
+
 	user any // the owner's handle for the SA (the gateway's SAD entry)
 
 	softExpired atomic.Bool
@@ -241,6 +247,7 @@ func newSA(cfg Config, out bool) (*SA, error) {
 	if sa.cfg.TTL == 0 {
 		sa.cfg.TTL = 64
 	}
+	sa.outerSrc, sa.outerDst, sa.udpSrc, sa.udpDst = sa.cfg.Src, sa.cfg.Dst, sa.cfg.SPort, sa.cfg.DPort
 	return sa, nil
 }
 
@@ -332,6 +339,39 @@ func NewInbound(cfg Config) (*SA, error) {
 
 // Config returns the SA's configuration.
 func (sa *SA) Config() Config { return sa.cfg }
+
+// SetOuter moves an outbound tunnel SA to new outer addresses and, with
+// EncapUDP, ports (MOBIKE, RFC 4555: the peer moved): the packets it
+// seals from now on carry them; those sealed before keep the old ones.
+// The address family stays the SA's (the tunnel's MTU was computed for
+// it). It takes the SA's lock, so it waits for a batch being prepared;
+// it allocates nothing the data path sees. Config keeps the addresses
+// the SA was made with; Outer returns the current ones.
+func (sa *SA) SetOuter(src, dst netip.AddrPort) error {
+	if !sa.out || sa.cfg.Mode != Tunnel {
+		return errors.New("esp: only an outbound tunnel SA has outer addresses to move")
+	}
+	s, d := src.Addr().Unmap(), dst.Addr().Unmap()
+	if !s.IsValid() || !d.IsValid() || s.Is4() != sa.cfg.Dst.Is4() || d.Is4() != sa.cfg.Dst.Is4() {
+		return fmt.Errorf("esp: SA %#x: outer addresses %v -> %v are not of its family", sa.cfg.SPI, src, dst)
+	}
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	sa.outerSrc, sa.outerDst = s, d
+	if sa.cfg.Encap == EncapUDP {
+		sa.udpSrc, sa.udpDst = cmp.Or(src.Port(), NATTPort), cmp.Or(dst.Port(), NATTPort)
+	}
+	sa.buildOuterTemplate()
+	return nil
+}
+
+// Outer returns the outer addresses and UDP ports an outbound SA seals
+// with now (see SetOuter). It takes the SA's lock.
+func (sa *SA) Outer() (src, dst netip.AddrPort) {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	return netip.AddrPortFrom(sa.outerSrc, sa.udpSrc), netip.AddrPortFrom(sa.outerDst, sa.udpDst)
+}
 
 // SetUser attaches the owner's handle to the SA; call it before the SA is
 // shared.

@@ -211,6 +211,7 @@ func (g *Gateway) buildEndpoint(cfg *config.Gateway) (err error) {
 		KeepAlive: cfg.IKE.KeepAlive,
 		Log:       g.Logger("ike"),
 	}
+	ecfg.OnChildAddress = g.onChildAddress // MOBIKE (ike_mobike.go)
 	if g.ha.cfg != nil {
 		ecfg.OnSnapshot = g.onIKESnapshot // a group's IKE SAs go to the standby (ha.go)
 	}

@@ -125,6 +125,7 @@ func ikeCredentials(cfg *config.Gateway, i int, log *slog.Logger) (*ike.Peer, cr
 		p.PSK = cfg.PSK(c.LocalID(), c.RemoteAuth.ID)
 	}
 	setPeerLifetimes(p, c, ch)
+	p.NoMOBIKE = !c.MOBIKE // swanctl's mobike (ike_mobike.go)
 	// The first child comes with IKE_AUTH; the others with
 	// CREATE_CHILD_SA on the same IKE SA (ike.Peer.Children).
 	p.ChildName = ch.Name
@@ -146,6 +147,9 @@ func ikeCredentials(cfg *config.Gateway, i int, log *slog.Logger) (*ike.Peer, cr
 				}
 				p.RemoteCAs = append(p.RemoteCAs, certs...)
 			}
+		}
+		if err := setPeerCRLs(cfg, i, p); err != nil {
+			return nil, nil, "", err
 		}
 	}
 	if c.LocalAuth.Auth != config.AuthPubkey {

@@ -34,6 +34,7 @@ import (
 	"fmt"
 	"math/big"
 	"net/netip"
+	"time"
 
 	"golang.org/x/crypto/cryptobyte"
 	cbasn1 "golang.org/x/crypto/cryptobyte/asn1"
@@ -347,9 +348,10 @@ func certRequest(cas []*x509.Certificate) *Cert {
 }
 
 // verifyPeerCert verifies the CERT payloads of ps (the first is the
-// peer's, the rest intermediates) to one of cas, checks that the
+// peer's, the rest intermediates) to one of peer.RemoteCAs, checks the
+// chain against peer.CRLs under peer.Revocation (crl.go), checks that the
 // certificate names id, and returns its public key.
-func verifyPeerCert(ps []Payload, cas []*x509.Certificate, id *ID) (crypto.PublicKey, error) {
+func verifyPeerCert(ps []Payload, peer *Peer, id *ID) (crypto.PublicKey, error) {
 	var leaf *x509.Certificate
 	inter := x509.NewCertPool()
 	n := 0
@@ -378,11 +380,15 @@ func verifyPeerCert(ps []Payload, cas []*x509.Certificate, id *ID) (crypto.Publi
 		return nil, errors.New("ike: the peer sent no certificate")
 	}
 	roots := x509.NewCertPool()
-	for _, c := range cas {
+	for _, c := range peer.RemoteCAs {
 		roots.AddCert(c)
 	}
-	if _, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}}); err != nil {
+	chains, err := leaf.Verify(x509.VerifyOptions{Roots: roots, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageAny}})
+	if err != nil {
 		return nil, fmt.Errorf("ike: peer certificate: %w", err)
+	}
+	if err := peer.checkChains(chains, time.Now()); err != nil {
+		return nil, err
 	}
 	if !certNames(leaf, id) {
 		return nil, fmt.Errorf("ike: the peer's certificate does not name %v", Identity{id.IDType, id.Data})

@@ -201,6 +201,21 @@ type Peer struct {
 	// empty, and the responder narrows it to the address it assigns
 	// (ChildSA.VIPs).
 	VIPs []netip.Addr
+
+	// CRL checks (crl.go). CRLs are the certificate revocation lists
+	// that the peer's certificate chain (RemoteCAs) is checked against:
+	// each certificate of the chain but the trust anchor, by the valid
+	// CRL of its issuer (signed by it, current). Revocation is the
+	// policy for a certificate without one (swanctl's revocation):
+	// RevocationRelaxed, the default, fails only a revoked certificate;
+	// RevocationStrict also fails one whose status is unknown.
+	CRLs       []*x509.RevocationList
+	Revocation Revocation
+
+	// MOBIKE (RFC 4555; mobike.go). NoMOBIKE keeps MOBIKE_SUPPORTED out
+	// of IKE_AUTH (swanctl's mobike = no; the default announces it): the
+	// peer then cannot move the IKE SA to other addresses.
+	NoMOBIKE bool
 }
 
 // Child is one Child SA of a connection beyond the one IKE_AUTH makes
@@ -405,6 +420,16 @@ type Config struct {
 	// and must not call into the Endpoint. Without it a keepalive goes
 	// every KeepAlive whatever the traffic.
 	ESPSent func(*ChildSA) uint64
+	// OnChildAddress, if set, is called (without locks held) for each
+	// Child SA that MOBIKE (RFC 4555) moved to new outer addresses,
+	// once the peer proved it receives there (the return routability
+	// check, section 3.5): c is the Child SA as OnChildSA reported it
+	// (its fields keep the old addresses: the caller may hold it),
+	// local and remote its new outer addresses and ports. From then on
+	// the data plane sends c's ESP from local to remote; what arrives
+	// with c's inbound SPI is c's wherever it comes from. Child SAs made
+	// later on the IKE SA (rekeys) carry the new addresses themselves.
+	OnChildAddress func(c *ChildSA, local, remote netip.AddrPort)
 
 	// clock is the time source; nil is the real one (tests set a fake).
 	clock clock
@@ -528,6 +553,9 @@ func (c *Config) defaults() error {
 		if p.DPDAction == ActionRestart && !p.Remote.IsValid() {
 			return fmt.Errorf("ike: peer %q: DPDAction restart needs a Remote address", p.Name)
 		}
+		if p.Revocation > RevocationStrict {
+			return fmt.Errorf("ike: peer %q: unknown %v", p.Name, p.Revocation)
+		}
 	}
 	return nil
 }
@@ -637,7 +665,13 @@ type Stats struct {
 	Adopted            uint64 // IKE SAs continued from another Endpoint's snapshot (Adopt)
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
-	ChildSAAdded uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)
+
+	// MOBIKE (RFC 4555, mobike.go).
+	MOBIKEUpdates      uint64 // UPDATE_SA_ADDRESSES accepted: the IKE SA moved
+	MOBIKERefused      uint64 // UPDATE_SA_ADDRESSES refused (MOBIKE not agreed, a NAT under NO_NATS_ALLOWED)
+	RoutabilityChecked uint64 // return routability checks passed: the Child SAs moved
+	RoutabilityFailed  uint64 // return routability checks answered without our COOKIE2
+	ChildSAAdded       uint64 // additional Child SAs made by CREATE_CHILD_SA (section 1.3.1, either side)
 
 	TxFragments     uint64 // SKF fragments sent (RFC 7383), retransmissions aside
 	RxFragments     uint64 // SKF fragments received, checked and kept

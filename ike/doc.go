@@ -89,12 +89,20 @@
 // (fragmentation's announcement); IKE_AUTH is task_auth.go (ID, CERT,
 // AUTH, INITIAL_CONTACT, the responder's choice of peer) and
 // task_child.go (its Child SA). An exchange type registered besides
-// these runs between IKE_SA_INIT and IKE_AUTH (IKE_INTERMEDIATE).
-// endpoint.go receives and sends; exchange.go holds the IKE SA, the
-// request and response windows, INFORMATIONAL and the responder's
-// defences before an IKE SA exists (cookies, half-open limits); rekey.go
-// (which also makes additional Child SAs) and ikerekey.go are
-// CREATE_CHILD_SA; job.go the computations that run off the lock; life.go
+// these runs between IKE_SA_INIT and IKE_AUTH (IKE_INTERMEDIATE). The
+// peer's requests on an established IKE SA are answered by the tasks
+// registered for their type: CREATE_CHILD_SA by rekey.go's (a new Child
+// SA or a Child SA's rekey) and ikerekey.go's (the IKE SA's rekey),
+// INFORMATIONAL by task_delete.go's (Deletes; nothing else is a
+// liveness check); our own requests are tasks as well, sent with
+// ikeSA.startLocked (childSAOurs, ikeRekeyOurs, deleteIKEOurs,
+// deleteChildOurs). endpoint.go receives and sends, and Endpoint.call is
+// the one shape of the methods that wait for an exchange (Initiate,
+// Delete, Rekey, RekeyIKE, InitiateChild); exchange.go holds the IKE SA,
+// its state predicates (up, settingUp, windowFree), the request and
+// response windows and the responder's defences before an IKE SA exists
+// (cookies, half-open limits); job.go the computations that run off the
+// lock; life.go
 // what an IKE SA does on its own (lifetimes, liveness checks, dead peers,
 // the request queue) on clock.go's time: an Endpoint owns every IKE SA of
 // a set of peers, behind one mutex; it learns datagrams through Receive

@@ -328,6 +328,9 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		}
 	}
 	sa.children = nil
+	for _, f := range saGoneHooks {
+		f(sa)
+	}
 	if sa.waiter != nil {
 		w := sa.waiter
 		sa.waiter = nil
@@ -473,32 +476,55 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 	if err != nil {
 		return nil, err
 	}
+	var sa *ikeSA
+	r, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		if e.peerLocked(name) != peer {
+			return nil, fmt.Errorf("ike: peer %q was reconfigured", name)
+		}
+		if len(e.sas) >= e.cfg.MaxSAs {
+			return nil, errors.New("ike: too many IKE SAs")
+		}
+		var after []func()
+		sa, after = e.newInitiatorLocked(peer, dh, w)
+		return after, nil
+	}, func(err error) []func() { return e.removeLocked(sa, err) })
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("ike: initiating to %s: %w", name, err)
+	}
+	return r.child, err
+}
+
+// call is the one shape of the Endpoint's requests that wait for their
+// outcome (Initiate, Delete, Rekey, RekeyIKE, InitiateChild): start runs
+// with the lock held and starts the work (sends a request, or queues it
+// for the IKE SA's window) that tells w its outcome, or returns an error
+// at once; call then waits for w or for ctx. When ctx ends first, abandon
+// (if not nil) runs with the lock held, with ctx's error, and call
+// returns that error.
+func (e *Endpoint) call(ctx context.Context, start func(w chan result) ([]func(), error), abandon func(err error) []func()) (result, error) {
 	w := make(chan result, 1)
 	e.mu.Lock()
 	if e.closed {
 		e.unlock()
-		return nil, errors.New("ike: endpoint closed")
+		return result{}, errors.New("ike: endpoint closed")
 	}
-	if e.peerLocked(name) != peer {
-		e.unlock()
-		return nil, fmt.Errorf("ike: peer %q was reconfigured", name)
-	}
-	if len(e.sas) >= e.cfg.MaxSAs {
-		e.unlock()
-		return nil, errors.New("ike: too many IKE SAs")
-	}
-	sa, after := e.newInitiatorLocked(peer, dh, w)
+	after, err := start(w)
 	e.unlock()
+	if err != nil {
+		return result{}, err
+	}
 	run(after)
 	select {
 	case r := <-w:
-		return r.child, r.err
+		return r, r.err
 	case <-ctx.Done():
-		e.mu.Lock()
-		after := e.removeLocked(sa, ctx.Err())
-		e.unlock()
-		run(after)
-		return nil, fmt.Errorf("ike: initiating to %s: %w", name, ctx.Err())
+		if abandon != nil {
+			e.mu.Lock()
+			after := abandon(ctx.Err())
+			e.unlock()
+			run(after)
+		}
+		return result{}, ctx.Err()
 	}
 }
 
@@ -509,43 +535,31 @@ func (e *Endpoint) Initiate(ctx context.Context, name string) (*ChildSA, error) 
 // for the peer's answer (retransmitting) or ctx; the SA is gone either way
 // when it returns.
 func (e *Endpoint) Delete(ctx context.Context, child *ChildSA) error {
-	w := make(chan result, 1)
-	e.mu.Lock()
-	sa := e.ikeSAOfLocked(child)
-	if sa == nil || sa.state != stateEstablished || sa.rekeyed || e.closed {
-		e.unlock()
-		return errors.New("ike: no such IKE SA")
-	}
-	after := sa.enqueueLocked(op{
-		run: func(sa *ikeSA) []func() {
-			if sa.waiter != nil {
-				return reply(w, nil, errors.New("ike: the IKE SA is being deleted"))
-			}
-			sa.state = stateDeleting
-			sa.waiter = w
-			if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}}); err != nil {
-				sa.waiter = nil
-				return reply(w, nil, err)
-			}
-			return nil
-		},
-		fail: func(err error) []func() { return reply(w, nil, err) },
-	})
-	e.unlock()
-	run(after)
-	select {
-	case r := <-w:
-		if r.err != nil && !errors.Is(r.err, errDeleted) {
-			return r.err
+	var sa *ikeSA
+	_, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		if sa = e.ikeSAOfLocked(child); sa == nil || !sa.up() {
+			return nil, errors.New("ike: no such IKE SA")
 		}
+		return sa.enqueueLocked(op{
+			run: func(sa *ikeSA) []func() {
+				if sa.waiter != nil {
+					return reply(w, nil, errors.New("ike: the IKE SA is being deleted"))
+				}
+				sa.state = stateDeleting
+				sa.waiter = w
+				if err := sa.startLocked(&request{exch: INFORMATIONAL}, deleteIKEOurs{}); err != nil {
+					sa.waiter = nil
+					return reply(w, nil, err)
+				}
+				return nil
+			},
+			fail: func(err error) []func() { return reply(w, nil, err) },
+		}), nil
+	}, func(err error) []func() { return e.removeLocked(sa, err) })
+	if errors.Is(err, errDeleted) {
 		return nil
-	case <-ctx.Done():
-		e.mu.Lock()
-		after := e.removeLocked(sa, ctx.Err())
-		e.unlock()
-		run(after)
-		return ctx.Err()
 	}
+	return err
 }
 
 var errDeleted = errors.New("ike: IKE SA deleted")
@@ -583,7 +597,7 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 		e.stats.Timeouts++
 		e.stats.Deleted++
 		err := fmt.Errorf("ike: no answer from %v after %d retransmissions", sa.remote, sa.pending.tries)
-		dead := sa.state == stateEstablished && !sa.rekeyed
+		dead := sa.up()
 		var children []string
 		if dead {
 			children = sa.additionalChildren()
@@ -700,7 +714,7 @@ func (p *Peer) RotatesPSK(old *Peer) bool {
 // established IKE SA with a Delete the peer answers (or the
 // retransmissions run out), any other at once.
 func (e *Endpoint) retireLocked(sa *ikeSA) []func() {
-	if sa.state != stateEstablished || sa.rekeyed {
+	if !sa.up() {
 		if sa.state == stateDeleting || sa.rekeyed {
 			return nil // going already
 		}
@@ -714,7 +728,7 @@ func (e *Endpoint) retireLocked(sa *ikeSA) []func() {
 				return nil
 			}
 			sa.state = stateDeleting
-			if err := sa.requestOutLocked(INFORMATIONAL, []Payload{&Delete{Protocol: ProtoIKE}}); err != nil {
+			if err := sa.startLocked(&request{exch: INFORMATIONAL}, deleteIKEOurs{}); err != nil {
 				e.stats.Deleted++
 				return e.removeLocked(sa, err)
 			}

@@ -39,6 +39,9 @@ type request struct {
 	old      *ChildSA       // kind reqDeleteChild: the Child SA being deleted
 	next     *ChildSA       // kind reqDeleteChild: the Child SA that replaced it
 	waiter   chan result    // kind reqDeleteChild: learns next
+	// tasks process the response (startLocked); nil for a request a
+	// snapshot carried over, whose kind names them (requestTasks).
+	tasks []task
 }
 
 type requestKind uint8
@@ -128,11 +131,36 @@ type ikeSA struct {
 	rekeyed           bool    // replaced by a new IKE SA; waits for its Delete
 	peerRekey         *collision
 
-	leases []vipLease   // virtual IPs leased to the peer (task_config.go)
-	vips   []netip.Addr // virtual IPs, ours or the peer's (ChildSA.VIPs)
+	// Feature state that outlives the setup; an IKE SA rekey carries it
+	// to the new IKE SA (moveChildrenLocked). One block per feature.
+	leases []vipLease   // configuration payloads: virtual IPs leased to the peer (task_config.go)
+	vips   []netip.Addr // configuration payloads: the virtual IPs handed out (responder) or received (initiator)
+	mobike bool         // MOBIKE: both announced MOBIKE_SUPPORTED
 
 	snapDirty bool // its replicated state changed since OnSnapshot last saw it (snapshot.go)
 	snapShown bool // OnSnapshot has seen it: its end is reported
+}
+
+// The IKE SA's states, as predicates: sa.state says where its setup
+// stands (stateInitSent, stateAuthSent as initiator, stateHalfOpen as
+// responder) and whether it is up (stateEstablished) or our Delete of it
+// is out (stateDeleting); rekeyed and removed say it is being replaced or
+// is gone.
+
+// up reports whether sa is established and carries on: not being
+// deleted, replaced by a rekey or gone. New requests go on such an IKE SA
+// only.
+func (sa *ikeSA) up() bool {
+	return sa.state == stateEstablished && !sa.rekeyed && !sa.removed
+}
+
+// settingUp reports whether sa's setup exchanges are under way.
+func (sa *ikeSA) settingUp() bool { return sa.setup != nil && !sa.removed }
+
+// windowFree reports whether a request of ours can go on sa now: it is
+// up, none is outstanding and none waits before it.
+func (sa *ikeSA) windowFree() bool {
+	return sa.up() && sa.pending == nil && len(sa.queue) == 0
 }
 
 func (sa *ikeSA) ourSPI() uint64 {
@@ -545,21 +573,15 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 			return after
 		}
 	}
+	if (m.Header.Exchange == INFORMATIONAL && sa.state >= stateEstablished) ||
+		(m.Header.Exchange == CREATE_CHILD_SA && sa.state == stateEstablished) {
+		if after, ok := sa.answerLocked(local, remote, raw, m, inner); ok {
+			return after
+		}
+	}
 	sa.nextPeer++
 	sa.lastHeard = e.cfg.clock.Now()
-	var resp []Payload
-	var after []func()
-	remove := false
-	switch {
-	case m.Header.Exchange == INFORMATIONAL && sa.state >= stateEstablished:
-		resp, after, remove = sa.infoRequestLocked(inner)
-	case m.Header.Exchange == CREATE_CHILD_SA && sa.state == stateEstablished:
-		resp, after = sa.createChildRequestLocked(inner)
-	default:
-		resp = []Payload{&Notify{NType: InvalidSyntax}}
-		remove = sa.state == stateHalfOpen
-	}
-	return sa.respondLocked(local, remote, raw, m.Header.Exchange, id, resp, after, remove)
+	return sa.respondLocked(local, remote, raw, m.Header.Exchange, id, []Payload{&Notify{NType: InvalidSyntax}}, nil, sa.state == stateHalfOpen)
 }
 
 // respondLocked sends (and caches, for retransmissions) the response
@@ -599,42 +621,6 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 	return after
 }
 
-// infoRequestLocked handles an INFORMATIONAL request (section 1.4):
-// Delete payloads for the IKE SA or our Child SA; anything else is
-// answered empty (a liveness check).
-func (sa *ikeSA) infoRequestLocked(inner []Payload) (resp []Payload, after []func(), remove bool) {
-	e := sa.ep
-	for _, p := range inner {
-		d, ok := p.(*Delete)
-		if !ok {
-			continue
-		}
-		switch d.Protocol {
-		case ProtoIKE:
-			e.cfg.Log.Info("ike: peer deleted the IKE SA", sa.logAttrs()...)
-			return nil, nil, true
-		case ProtoESP:
-			// The SPIs are the peer's inbound ones, our outbound; the
-			// answer names ours (section 1.4.1).
-			var ours []uint32
-			for _, spi := range d.SPIs {
-				for _, c := range sa.children {
-					if spi == c.OutSPI {
-						e.cfg.Log.Debug("ike: peer deleted a Child SA", sa.logAttrs("child", c.Child, "in_spi", ESPSPI(c.InSPI), "out_spi", ESPSPI(c.OutSPI))...)
-						ours = append(ours, c.InSPI)
-						after = append(after, sa.dropChildLocked(c)...)
-						break
-					}
-				}
-			}
-			if len(ours) > 0 {
-				resp = append(resp, &Delete{Protocol: ProtoESP, SPIs: ours})
-			}
-		}
-	}
-	return resp, after, false
-}
-
 // responseLocked handles a response to our outstanding request.
 func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
 	e := sa.ep
@@ -659,18 +645,14 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	sa.stopTimerLocked()
 	sa.pending = nil
 	sa.changedLocked()
-	var after []func()
-	switch {
-	case sa.state == stateDeleting || p.kind == reqDeleteIKE:
-		e.stats.Deleted++
-		return e.removeLocked(sa, errDeleted)
-	case p.kind == reqRekey || p.kind == reqNewChild:
-		after = sa.rekeyResponseLocked(p.rekey, inner)
-	case p.kind == reqRekeyIKE:
-		after = sa.ikeRekeyResponseLocked(p.ikeRekey, inner)
-	case p.kind == reqDeleteChild:
-		after = append(sa.dropChildLocked(p.old), reply(p.waiter, p.next, nil)...)
+	x := &exchange{sa: sa, typ: p.exch, tasks: sa.requestTasks(p), ours: true, in: inner, inRaw: raw, hdr: &m.Header}
+	for _, t := range x.tasks {
+		if sa.removed {
+			break
+		}
+		t.process(x)
 	}
+	after := x.takeAfter()
 	if !sa.removed {
 		after = append(after, sa.idleLocked()...)
 	}

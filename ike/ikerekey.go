@@ -39,22 +39,17 @@ type ikeRekeyState struct {
 // deleted. It returns once the new IKE SA is up (the old one's Delete may
 // still be under way), or with an error.
 func (e *Endpoint) RekeyIKE(ctx context.Context, child *ChildSA) error {
-	w := make(chan result, 1)
-	e.mu.Lock()
-	sa := e.ikeSAOfLocked(child)
-	if sa == nil || sa.state != stateEstablished || sa.rekeyed || e.closed {
-		e.unlock()
-		return errors.New("ike: no such IKE SA")
+	_, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		sa := e.ikeSAOfLocked(child)
+		if sa == nil || !sa.up() {
+			return nil, errors.New("ike: no such IKE SA")
+		}
+		return e.rekeyIKELocked(sa, w), nil
+	}, nil)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return fmt.Errorf("ike: rekeying the IKE SA: %w", err)
 	}
-	after := e.rekeyIKELocked(sa, w)
-	e.unlock()
-	run(after)
-	select {
-	case r := <-w:
-		return r.err
-	case <-ctx.Done():
-		return fmt.Errorf("ike: rekeying the IKE SA: %w", ctx.Err())
-	}
+	return err
 }
 
 // rekeyIKELocked queues a rekey of sa.
@@ -88,7 +83,17 @@ func (e *Endpoint) rekeyIKELocked(sa *ikeSA, w chan result) []func() {
 	})
 }
 
+// sendIKERekeyLocked sends our CREATE_CHILD_SA that rekeys sa.
 func (sa *ikeSA) sendIKERekeyLocked(r *ikeRekeyState) error {
+	return sa.startLocked(&request{exch: CREATE_CHILD_SA, kind: reqRekeyIKE, ikeRekey: r}, &ikeRekeyOurs{r: r})
+}
+
+// ikeRekeyOurs is our CREATE_CHILD_SA that rekeys the IKE SA: SA(IKE,
+// new SPIi), Ni, KEi; ikeRekeyResponseLocked takes the answer.
+type ikeRekeyOurs struct{ r *ikeRekeyState }
+
+func (t *ikeRekeyOurs) build(x *exchange) taskStatus {
+	sa, r := x.sa, t.r
 	// Without additional key exchanges: a rekey's would need
 	// IKE_FOLLOWUP_KE (RFC 9370 section 2.2.4; intermediate.go).
 	props := withoutAddKE(sa.peer.IKE)
@@ -98,8 +103,13 @@ func (sa *ikeSA) sendIKERekeyLocked(r *ikeRekeyState) error {
 	}
 	// KEi of the group in use, which every proposal of ours should
 	// carry; INVALID_KE_PAYLOAD names another.
-	inner := []Payload{&SA{Proposals: props}, &Nonce{Data: r.ni}, &KE{Group: r.dh.Group(), Data: r.dh.Public()}}
-	return sa.sendRequestLocked(&request{exch: CREATE_CHILD_SA, kind: reqRekeyIKE, ikeRekey: r}, inner)
+	x.add(&SA{Proposals: props}, &Nonce{Data: r.ni}, &KE{Group: r.dh.Group(), Data: r.dh.Public()})
+	return taskMore
+}
+
+func (t *ikeRekeyOurs) process(x *exchange) taskStatus {
+	x.later(x.sa.ikeRekeyResponseLocked(t.r, x.in)...)
+	return taskDone
 }
 
 // newRekeyedLocked makes the IKE SA that a rekey of sa creates; initiator
@@ -139,7 +149,8 @@ func (from *ikeSA) moveChildrenLocked(to *ikeSA) {
 	to.queue = append(to.queue, from.queue...)
 	from.queue = nil
 	to.leases, from.leases = append(to.leases, from.leases...), nil // task_config.go
-	to.vips = from.vips
+	to.vips, from.vips = from.vips, nil
+	to.mobike = from.mobike
 }
 
 // ikeRekeyResponseLocked handles the answer to our IKE SA rekey.
@@ -238,7 +249,7 @@ func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []fun
 		ns.rekeyed = true
 		ns.stopLifeTimersLocked()
 	}
-	doomed.sendRequestLocked(&request{exch: INFORMATIONAL, kind: reqDeleteIKE}, []Payload{&Delete{Protocol: ProtoIKE}})
+	doomed.startLocked(&request{exch: INFORMATIONAL, kind: reqDeleteIKE}, deleteIKEOurs{})
 	return append(after, ns.idleLocked()...)
 }
 
@@ -271,6 +282,31 @@ func (sa *ikeSA) retireLocked() {
 		e.unlock()
 		run(after)
 	})
+}
+
+func init() { registerTask(CREATE_CHILD_SA, orderIKERekey, newIKERekeyTask) }
+
+// ikeRekeyTask answers the peer's CREATE_CHILD_SA that rekeys the IKE SA
+// (ikeRekeyRequestLocked).
+type ikeRekeyTask struct{ resp []Payload }
+
+func newIKERekeyTask(*ikeSA) task { return &ikeRekeyTask{} }
+
+func (t *ikeRekeyTask) process(x *exchange) taskStatus {
+	sap, ok1 := find[*SA](x.in, nil)
+	ni, ok2 := find[*Nonce](x.in, nil)
+	if !ok1 || !ok2 || !isIKEProposal(sap) {
+		return taskDone // rekey.go's
+	}
+	var after []func()
+	t.resp, after = x.sa.ikeRekeyRequestLocked(sap, ni, x.in)
+	x.later(after...)
+	return taskMore
+}
+
+func (t *ikeRekeyTask) build(x *exchange) taskStatus {
+	x.add(t.resp...)
+	return taskDone
 }
 
 // ikeRekeyRequestLocked answers the peer's CREATE_CHILD_SA that rekeys

@@ -113,9 +113,13 @@ func randDuration(d time.Duration) time.Duration {
 }
 
 // enqueueLocked runs o on sa at once when its window is free, else
-// queues it; a full queue fails o (counted).
+// queues it; a full queue fails o (counted), and so does an IKE SA that is
+// gone (its queue would never run).
 func (sa *ikeSA) enqueueLocked(o op) []func() {
-	if sa.pending == nil && len(sa.queue) == 0 && sa.state == stateEstablished && !sa.rekeyed {
+	if sa.removed {
+		return o.fail(errDeleted)
+	}
+	if sa.windowFree() {
 		return o.run(sa)
 	}
 	if len(sa.queue) >= maxQueued {
@@ -129,7 +133,7 @@ func (sa *ikeSA) enqueueLocked(o op) []func() {
 // idleLocked runs queued requests while sa's window is free.
 func (sa *ikeSA) idleLocked() []func() {
 	var after []func()
-	for sa.pending == nil && len(sa.queue) > 0 && !sa.removed && sa.state == stateEstablished && !sa.rekeyed {
+	for sa.up() && sa.pending == nil && len(sa.queue) > 0 {
 		o := sa.queue[0]
 		sa.queue = sa.queue[1:]
 		after = append(after, o.run(sa)...)
@@ -365,7 +369,7 @@ func (e *Endpoint) dpdDue(sa *ikeSA) {
 	next := d
 	if idle < d {
 		next = d - idle
-	} else if sa.pending == nil && len(sa.queue) == 0 && sa.state == stateEstablished {
+	} else if sa.windowFree() {
 		if err := sa.requestOutLocked(INFORMATIONAL, nil); err == nil {
 			e.cfg.Log.Debug("ike: DPD: liveness check", sa.logAttrs("idle", idle)...)
 			e.stats.LivenessChecks++

@@ -423,6 +423,32 @@ const (
 // 3.10.1).
 func (t NotifyType) IsError() bool { return t < 16384 }
 
+// MOBIKE's notify types (RFC 4555 section 4.2; MOBIKESupported is above).
+const (
+	// UnacceptableAddresses refuses the addresses of an
+	// UPDATE_SA_ADDRESSES (section 4.2.4).
+	UnacceptableAddresses NotifyType = 40
+	// UnexpectedNATDetected refuses a message whose NAT detection shows
+	// a NAT where NO_NATS_ALLOWED forbade one (section 4.2.4).
+	UnexpectedNATDetected NotifyType = 41
+	// AdditionalIP4Address and AdditionalIP6Address carry one further
+	// address of the sender each; NoAdditionalAddresses says it has
+	// none beyond the one in use (section 4.2.2).
+	AdditionalIP4Address  NotifyType = 16397
+	AdditionalIP6Address  NotifyType = 16398
+	NoAdditionalAddresses NotifyType = 16399
+	// UpdateSAAddresses asks the responder to move the IKE SA and its
+	// Child SAs to the addresses the INFORMATIONAL request came from and
+	// to (section 4.2.3).
+	UpdateSAAddresses NotifyType = 16400
+	// Cookie2 is the return routability check's cookie: the responder
+	// echoes it unchanged (section 4.2.4, 3.5).
+	Cookie2 NotifyType = 16401
+	// NoNATsAllowed carries the addresses and ports the sender used,
+	// which no NAT may have changed (section 4.2.5).
+	NoNATsAllowed NotifyType = 16402
+)
+
 // Notify is the Notify payload (section 3.10).
 type Notify struct {
 	Protocol uint8

@@ -40,22 +40,17 @@ import (
 // When another request of the IKE SA is outstanding, the rekey waits for
 // it.
 func (e *Endpoint) Rekey(ctx context.Context, child *ChildSA) (*ChildSA, error) {
-	w := make(chan result, 1)
-	e.mu.Lock()
-	ent := e.children[child.InSPI]
-	if ent == nil || ent.c != child || ent.sa.state != stateEstablished || e.closed {
-		e.unlock()
-		return nil, errors.New("ike: no such Child SA")
+	r, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		ent := e.children[child.InSPI]
+		if ent == nil || ent.c != child || ent.sa.state != stateEstablished {
+			return nil, errors.New("ike: no such Child SA")
+		}
+		return e.rekeyChildLocked(ent, w), nil
+	}, nil)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("ike: rekeying: %w", err)
 	}
-	after := e.rekeyChildLocked(ent, w)
-	e.unlock()
-	run(after)
-	select {
-	case res := <-w:
-		return res.child, res.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("ike: rekeying: %w", ctx.Err())
-	}
+	return r.child, err
 }
 
 // confOf returns the configuration of the child that c was made for.
@@ -66,23 +61,35 @@ func (sa *ikeSA) confOf(c *ChildSA) childConf {
 	return sa.peer.childConfs()[0]
 }
 
+// sendRekeyLocked sends our CREATE_CHILD_SA for r: a rekey of r.old, or
+// an additional Child SA.
 func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
+	kind := reqNewChild
+	if r.old != nil {
+		kind = reqRekey
+	}
+	return sa.startLocked(&request{exch: CREATE_CHILD_SA, kind: kind, rekey: r}, &childSAOurs{r: r})
+}
+
+// childSAOurs is our CREATE_CHILD_SA for a Child SA: [N(REKEY_SA)], SA,
+// Ni, [KEi], TSi, TSr; rekeyResponseLocked takes the answer.
+type childSAOurs struct{ r *rekeyState }
+
+func (t *childSAOurs) build(x *exchange) taskStatus {
+	sa, r := x.sa, t.r
 	esp := make([]Proposal, len(r.conf.esp))
 	for i, p := range r.conf.esp {
 		p.SPI = binary.BigEndian.AppendUint32(nil, r.spi)
 		esp[i] = p
 	}
-	var inner []Payload
-	kind := reqNewChild
 	if r.old != nil {
-		inner = append(inner, &Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, r.old.InSPI), NType: RekeySA})
-		kind = reqRekey
+		x.add(&Notify{Protocol: ProtoESP, SPI: binary.BigEndian.AppendUint32(nil, r.old.InSPI), NType: RekeySA})
 	}
-	inner = append(inner, &SA{Proposals: esp}, &Nonce{Data: r.ni})
+	x.add(&SA{Proposals: esp}, &Nonce{Data: r.ni})
 	if r.dh != nil {
-		inner = append(inner, &KE{Group: r.dh.Group(), Data: r.dh.Public()})
+		x.add(&KE{Group: r.dh.Group(), Data: r.dh.Public()})
 	}
-	inner = append(inner, &TS{Selectors: r.tsi}, &TS{Responder: true, Selectors: r.tsr})
+	x.add(&TS{Selectors: r.tsi}, &TS{Responder: true, Selectors: r.tsr})
 	attrs := sa.logAttrs("child", r.conf.name, "in_spi", ESPSPI(r.spi), "esp_proposals", proposalsAttr(esp),
 		"ts_local", selectorList(r.tsi), "ts_remote", selectorList(r.tsr))
 	if r.old != nil {
@@ -90,7 +97,12 @@ func (sa *ikeSA) sendRekeyLocked(r *rekeyState) error {
 	} else {
 		sa.ep.cfg.Log.Debug("ike: creating additional Child SA", attrs...)
 	}
-	return sa.sendRequestLocked(&request{exch: CREATE_CHILD_SA, kind: kind, rekey: r}, inner)
+	return taskMore
+}
+
+func (t *childSAOurs) process(x *exchange) taskStatus {
+	x.later(x.sa.rekeyResponseLocked(t.r, x.in)...)
+	return taskDone
 }
 
 // failRekeyLocked ends a rekey of ours that failed: its waiter learns
@@ -312,7 +324,7 @@ func (e *Endpoint) sendHeldDeleteLocked(ent *childEntry, h *heldDelete) []func()
 				return reply(h.waiter, h.next, nil) // gone meanwhile
 			}
 			r := &request{exch: INFORMATIONAL, kind: reqDeleteChild, old: doomed, next: h.next, waiter: h.waiter}
-			if err := sa.sendRequestLocked(r, []Payload{&Delete{Protocol: ProtoESP, SPIs: []uint32{doomed.InSPI}}}); err != nil {
+			if err := sa.startLocked(r, &deleteChildOurs{old: doomed, next: h.next, waiter: h.waiter}); err != nil {
 				return reply(h.waiter, nil, err)
 			}
 			return nil
@@ -329,10 +341,43 @@ func (e *Endpoint) retryDelay() time.Duration {
 	return base + randDuration(2*base)
 }
 
-// createChildRequestLocked answers the peer's CREATE_CHILD_SA: a rekey of
-// one of our Child SAs (N(REKEY_SA)), an additional Child SA (section
-// 1.3.1; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs) or a rekey of the
-// IKE SA (ikerekey.go).
+func init() { registerTask(CREATE_CHILD_SA, orderChildSA, newChildSATask) }
+
+// childSATask answers the peer's CREATE_CHILD_SA for a Child SA: a new
+// one or a rekey (createChildRequestLocked).
+type childSATask struct{ resp []Payload }
+
+func newChildSATask(*ikeSA) task { return &childSATask{} }
+
+func (t *childSATask) process(x *exchange) taskStatus {
+	if sap, ok := find[*SA](x.in, nil); ok && isIKEProposal(sap) {
+		return taskDone // ikerekey.go's
+	}
+	var after []func()
+	t.resp, after = x.sa.createChildRequestLocked(x.in)
+	x.later(after...)
+	return taskMore
+}
+
+func (t *childSATask) build(x *exchange) taskStatus {
+	x.add(t.resp...)
+	return taskDone
+}
+
+// isIKEProposal reports whether sap proposes an IKE SA (a rekey of it,
+// section 1.3.2) rather than a Child SA.
+func isIKEProposal(sap *SA) bool {
+	for _, p := range sap.Proposals {
+		if p.Protocol == ProtoIKE {
+			return true
+		}
+	}
+	return false
+}
+
+// createChildRequestLocked answers the peer's CREATE_CHILD_SA for a Child
+// SA: a rekey of one of ours (N(REKEY_SA)) or an additional one (section
+// 1.3.1; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs).
 func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func()) {
 	e := sa.ep
 	fail := func(n NotifyType, data []byte) ([]Payload, []func()) {
@@ -342,11 +387,6 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 	ni, ok2 := find[*Nonce](inner, nil)
 	if !ok1 || !ok2 {
 		return fail(InvalidSyntax, nil)
-	}
-	for _, p := range sap.Proposals {
-		if p.Protocol == ProtoIKE {
-			return sa.ikeRekeyRequestLocked(sap, ni, inner)
-		}
 	}
 	if sa.rekeyed {
 		e.stats.TempFailures++
@@ -510,42 +550,38 @@ func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*Chil
 			return nil, err
 		}
 	}
-	w := make(chan result, 1)
-	e.mu.Lock()
-	if sa = e.establishedLocked(p); sa == nil || e.closed {
-		e.unlock()
-		return nil, fmt.Errorf("ike: no established IKE SA with peer %q", peer)
-	}
-	after := sa.enqueueLocked(op{
-		run: func(sa *ikeSA) []func() {
-			if sa.liveChildrenLocked() >= e.cfg.MaxChildSAs {
-				e.stats.ChildSALimit++
-				return reply(w, nil, errors.New("ike: the IKE SA carries MaxChildSAs Child SAs already"))
-			}
-			r := &rekeyState{conf: conf, spi: e.newChildSPILocked(), ni: randomNonce(),
-				tsi: selectors(conf.localTS), tsr: selectors(conf.remoteTS), waiter: w}
-			if g := firstDH(conf.esp); g != 0 {
-				dh, err := NewDH(g)
-				if err != nil {
+	r, err := e.call(ctx, func(w chan result) ([]func(), error) {
+		sa := e.establishedLocked(p)
+		if sa == nil {
+			return nil, fmt.Errorf("ike: no established IKE SA with peer %q", peer)
+		}
+		return sa.enqueueLocked(op{
+			run: func(sa *ikeSA) []func() {
+				if sa.liveChildrenLocked() >= e.cfg.MaxChildSAs {
+					e.stats.ChildSALimit++
+					return reply(w, nil, errors.New("ike: the IKE SA carries MaxChildSAs Child SAs already"))
+				}
+				r := &rekeyState{conf: conf, spi: e.newChildSPILocked(), ni: randomNonce(),
+					tsi: selectors(conf.localTS), tsr: selectors(conf.remoteTS), waiter: w}
+				if g := firstDH(conf.esp); g != 0 {
+					dh, err := NewDH(g)
+					if err != nil {
+						return reply(w, nil, err)
+					}
+					r.dh = dh
+				}
+				if err := sa.sendRekeyLocked(r); err != nil {
 					return reply(w, nil, err)
 				}
-				r.dh = dh
-			}
-			if err := sa.sendRekeyLocked(r); err != nil {
-				return reply(w, nil, err)
-			}
-			return nil
-		},
-		fail: func(err error) []func() { return reply(w, nil, err) },
-	})
-	e.unlock()
-	run(after)
-	select {
-	case r := <-w:
-		return r.child, r.err
-	case <-ctx.Done():
-		return nil, fmt.Errorf("ike: initiating child %q of %s: %w", child, peer, ctx.Err())
+				return nil
+			},
+			fail: func(err error) []func() { return reply(w, nil, err) },
+		}), nil
+	}, nil)
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		return nil, fmt.Errorf("ike: initiating child %q of %s: %w", child, peer, err)
 	}
+	return r.child, err
 }
 
 // establishedLocked returns the newest established IKE SA with peer p
@@ -553,7 +589,7 @@ func (e *Endpoint) InitiateChild(ctx context.Context, peer, child string) (*Chil
 func (e *Endpoint) establishedLocked(p *Peer) *ikeSA {
 	var best *ikeSA
 	for _, sa := range e.sas {
-		if sa.peer == p && sa.state == stateEstablished && !sa.rekeyed && !sa.removed &&
+		if sa.peer == p && sa.up() &&
 			(best == nil || sa.established.After(best.established)) {
 			best = sa
 		}

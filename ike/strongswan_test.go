@@ -242,6 +242,9 @@ type testCreds struct {
 	caFile, charonCert string // file names in x509ca/ and x509/ of swanctl's directory
 	sluiceCert         *x509.Certificate
 	signer             crypto.Signer
+	// issuer is the CA (for CRLs), charon charon's certificate.
+	issuer *certgen.CA
+	charon *x509.Certificate
 }
 
 // newTestCreds makes a CA and the certificates of a, and writes charon's
@@ -277,10 +280,11 @@ func newTestCreds(t *testing.T, c *lab.Charon, a *certAuth) *testCreds {
 		}
 		return cert
 	}
-	cr := &testCreds{ca: ca.Cert}
+	cr := &testCreds{ca: ca.Cert, issuer: ca}
 	ck := ike.GenKey(t, a.charonKey)
 	ssID, slID := ids(a)
-	if cr.caFile, cr.charonCert, err = c.WriteCredentials(ca.Cert, issue(ssID, ck.Public()), ck); err != nil {
+	cr.charon = issue(ssID, ck.Public())
+	if cr.caFile, cr.charonCert, err = c.WriteCredentials(ca.Cert, cr.charon, ck); err != nil {
 		t.Fatal(err)
 	}
 	// sluice's key goes into the soft engine; AUTH is signed through it.
@@ -321,6 +325,7 @@ type bed struct {
 	ep                   *ike.Endpoint
 	tr                   *ike.UDPTransport
 	cfg                  ike.Config // ep's, after tweak
+	creds                *testCreds // with certificates
 	mu                   sync.Mutex
 	established, deleted []*ike.ChildSA
 	dead                 []string
@@ -443,7 +448,7 @@ func newBedVars(t *testing.T, ikeProps, espProps string, cert *certAuth, tweak f
 		peer.PSK = nil
 		peer.Signer, peer.Certificates, peer.RemoteCAs, peer.AuthMethod = creds.signer, []*x509.Certificate{creds.sluiceCert}, []*x509.Certificate{creds.ca}, cert.method
 	}
-	b := &bed{ctx: ctx, c: c, ssNS: ssNS, slNS: slNS, swconf: swconf, tr: tr}
+	b := &bed{ctx: ctx, c: c, ssNS: ssNS, slNS: slNS, swconf: swconf, tr: tr, creds: creds}
 	cfg := ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,
 		OnChildSA:  func(c *ike.ChildSA) { b.mu.Lock(); b.established = append(b.established, c); b.mu.Unlock() },
 		OnDelete:   func(c *ike.ChildSA) { b.mu.Lock(); b.deleted = append(b.deleted, c); b.mu.Unlock() },

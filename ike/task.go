@@ -72,8 +72,10 @@ type task interface {
 	process(x *exchange) taskStatus
 }
 
-// taskFactory makes a task for an exchange of sa (sa.initiator is the
-// role); nil when the task takes no part in it.
+// taskFactory makes a task for an exchange of sa; nil when the task
+// takes no part in it. In a setup exchange sa.initiator is the role; an
+// exchange of an established IKE SA is made when the peer's request
+// arrives (exchange.ours is false: the task answers).
 type taskFactory func(sa *ikeSA) task
 
 // Registration numbers: the order in which an exchange's tasks take
@@ -90,6 +92,11 @@ const (
 	orderMOBIKE       = 70 // MOBIKE
 	orderChild        = 80 // task_child.go
 	orderIntermediate = 90 // IKE_INTERMEDIATE's tasks (their exchange has none of the above)
+
+	// CREATE_CHILD_SA and INFORMATIONAL (answered on an established IKE SA).
+	orderIKERekey = 10 // ikerekey.go: an SA payload of protocol IKE
+	orderChildSA  = 20 // rekey.go: a new Child SA or a Child SA's rekey
+	orderDelete   = 10 // task_delete.go
 )
 
 type taskReg struct {
@@ -124,6 +131,16 @@ func newTasks(sa *ikeSA, exch ExchangeType) []task {
 	}
 	return ts
 }
+
+// saGoneHooks run (locked) when an IKE SA is forgotten (removeLocked),
+// after its Child SAs are: a feature releases what it holds for it (a
+// virtual IP). An IKE SA rekey's predecessor has handed its feature
+// state on (moveChildrenLocked) before it goes.
+var saGoneHooks []func(sa *ikeSA)
+
+// onIKESAGone registers a saGoneHooks function; call it from an init
+// function.
+func onIKESAGone(f func(sa *ikeSA)) { saGoneHooks = append(saGoneHooks, f) }
 
 // setupExchanges returns the exchanges that set an IKE SA up, in order:
 // IKE_SA_INIT, the registered ones between, IKE_AUTH.
@@ -198,6 +215,9 @@ type exchange struct {
 	typ   ExchangeType
 	tasks []task
 	round int // 0 for the first round
+	// ours: we sent the exchange's request (the IKE SA's initiator in
+	// its setup exchanges; either side in later ones).
+	ours bool
 
 	// The peer's message of the round.
 	in            []Payload
@@ -208,6 +228,9 @@ type exchange struct {
 	// Our message of the round.
 	out []Payload
 
+	// remove: the responder forgets the IKE SA once its response is
+	// sent (the peer deleted it).
+	remove bool
 	// retry: the initiator sends the exchange again from its start
 	// (IKE_SA_INIT after COOKIE or INVALID_KE_PAYLOAD).
 	retry bool
@@ -326,7 +349,7 @@ func (sa *ikeSA) newExchangeLocked(typ ExchangeType) *exchange {
 	if sa.setup == nil {
 		sa.setup = &setup{}
 	}
-	x := &exchange{sa: sa, setup: sa.setup, typ: typ}
+	x := &exchange{sa: sa, setup: sa.setup, typ: typ, ours: sa.initiator}
 	x.tasks = newTasks(sa, typ)
 	sa.setup.x = x
 	return x
@@ -405,7 +428,7 @@ func (x *exchange) takeAfter() []func() {
 // of the setup: sa.setup.x).
 func (x *exchange) nextStepLocked() bool {
 	sa := x.sa
-	if sa.initiator {
+	if x.ours {
 		if x.step == stepBuild {
 			if len(x.tasks) == 0 {
 				// Nothing to send: the exchange is not needed
@@ -431,6 +454,12 @@ func (x *exchange) nextStepLocked() bool {
 	if x.step == stepProcess {
 		x.beginLocked(stepBuild)
 		return true
+	}
+	if x.setup == nil {
+		// An exchange of an established IKE SA: one round.
+		x.tasks = nil
+		x.sendResponseLocked()
+		return false
 	}
 	last := len(x.tasks) == 0 && x.typ == IKE_AUTH
 	if last {
@@ -467,7 +496,7 @@ func (x *exchange) nextExchangeLocked() bool {
 func (x *exchange) failedLocked() []func() {
 	sa, e := x.sa, x.sa.ep
 	after := x.takeAfter()
-	if sa.initiator {
+	if x.ours {
 		return append(after, sa.failLocked(x.err)...)
 	}
 	if x.typ == IKE_SA_INIT {
@@ -485,7 +514,10 @@ func (x *exchange) failedLocked() []func() {
 		resp = []Payload{x.notify}
 	}
 	sa.nextPeer++
-	return append(after, sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, resp, nil, true)...)
+	// A failed setup exchange takes the IKE SA with it; a later one
+	// only answers with its error.
+	remove := x.setup != nil || x.remove
+	return append(after, sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, resp, nil, remove)...)
 }
 
 // sendRequestLocked sends the initiator's request of the round.
@@ -535,7 +567,7 @@ func (x *exchange) sendResponseLocked() {
 	}
 	sa.nextPeer++
 	after := x.takeAfter()
-	x.after = sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, x.out, after, false)
+	x.after = sa.respondLocked(x.local, x.remote, x.inRaw, x.typ, x.hdr.MessageID, x.out, after, x.remove)
 	x.sentLocked()
 }
 
@@ -606,4 +638,63 @@ func (sa *ikeSA) setupDone() ExchangeType {
 		return x.typ
 	}
 	return IKE_SA_INIT
+}
+
+// answerLocked answers a request of the peer on an established IKE SA
+// (CREATE_CHILD_SA, INFORMATIONAL) with the tasks registered for its
+// exchange type: one round, process then build. It reports false when
+// no task is registered for the type.
+func (sa *ikeSA) answerLocked(local, remote netip.AddrPort, raw []byte, m *Message, inner []Payload) ([]func(), bool) {
+	tasks := newTasks(sa, m.Header.Exchange)
+	if len(tasks) == 0 {
+		return nil, false
+	}
+	sa.lastHeard = sa.ep.cfg.clock.Now()
+	x := &exchange{sa: sa, typ: m.Header.Exchange, tasks: tasks, local: local, remote: remote,
+		in: inner, inRaw: raw, hdr: &m.Header}
+	x.beginLocked(stepProcess)
+	return x.runLocked(), true
+}
+
+// startLocked sends a request of ours on an established IKE SA, of type
+// r.exch, built by tasks (their build steps, which must not go off the
+// lock) and processed by those of them that answered taskMore when the
+// response arrives (their process steps: what they do is theirs; the
+// status is not looked at). r carries the kind and state that a snapshot
+// keeps (snapshot.go) for the tasks that requestTasks makes again.
+func (sa *ikeSA) startLocked(r *request, tasks ...task) error {
+	x := &exchange{sa: sa, typ: r.exch, ours: true}
+	for _, t := range tasks {
+		switch t.build(x) {
+		case taskFailed:
+			return x.err
+		case taskMore:
+			r.tasks = append(r.tasks, t)
+		}
+	}
+	return sa.sendRequestLocked(r, x.out)
+}
+
+// requestTasks returns the tasks that process the response to r: those
+// it was sent with, or, for a request a snapshot carried over (Adopt),
+// those its kind names. None: a liveness check, or a Delete of a Child
+// SA that went anyway, whose answer needs nothing.
+func (sa *ikeSA) requestTasks(r *request) []task {
+	if r.tasks != nil {
+		return r.tasks
+	}
+	switch r.kind {
+	case reqRekey, reqNewChild:
+		return []task{&childSAOurs{r: r.rekey}}
+	case reqRekeyIKE:
+		return []task{&ikeRekeyOurs{r: r.ikeRekey}}
+	case reqDeleteChild:
+		return []task{&deleteChildOurs{old: r.old, next: r.next, waiter: r.waiter}}
+	case reqDeleteIKE:
+		return []task{deleteIKEOurs{}}
+	}
+	if sa.state == stateDeleting {
+		return []task{deleteIKEOurs{}}
+	}
+	return nil
 }

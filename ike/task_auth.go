@@ -312,7 +312,7 @@ func checkAuth(prf PRF, peer *Peer, msk []byte, inner []Payload, auth *Auth, oct
 		if auth.Method == AuthPSK {
 			return errors.New("ike: PSK AUTH where a certificate is required")
 		}
-		pub, err := verifyPeerCert(inner, peer.RemoteCAs, id)
+		pub, err := verifyPeerCert(inner, peer, id)
 		if err != nil {
 			return err
 		}

@@ -211,3 +211,28 @@ func TestTaskSetupExchange(t *testing.T) {
 		}
 	})
 }
+
+// TestQueueOnGoneSA: a request queued on an IKE SA that is gone fails at
+// once instead of waiting in a queue that never runs.
+func TestQueueOnGoneSA(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	p := newPair(t, pa, pb, nil)
+	c, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.a.mu.Lock()
+	sa := p.a.ikeSAOfLocked(c)
+	after := p.a.removeLocked(sa, nil)
+	var got error
+	ran := false
+	after = append(after, sa.enqueueLocked(op{
+		run:  func(*ikeSA) []func() { ran = true; return nil },
+		fail: func(err error) []func() { got = err; return nil },
+	})...)
+	p.a.mu.Unlock()
+	run(after)
+	if ran || got == nil {
+		t.Fatalf("ran %v, failed with %v", ran, got)
+	}
+}

@@ -1,9 +1,9 @@
 // Package certgen makes throwaway certificates: a CA and the ECDSA P-256
 // server and client certificates it issues, as PEM, for `sluice demo tls`
 // and for tests of TLS gateways, and certificates for keys the caller
-// holds (Certify), for tests of IKE peers. Nothing it makes is fit for
-// production: the keys are never protected and the certificates live a
-// day.
+// holds (Certify), for tests of IKE peers, and the CA's revocation lists
+// (CRL). Nothing it makes is fit for production: the keys are never
+// protected and the certificates live a day.
 package certgen
 
 import (
@@ -43,7 +43,7 @@ func NewCA(name string) (*CA, error) {
 	tmpl := template(name)
 	tmpl.IsCA = true
 	tmpl.BasicConstraintsValid = true
-	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature
+	tmpl.KeyUsage = x509.KeyUsageCertSign | x509.KeyUsageCRLSign | x509.KeyUsageDigitalSignature
 	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, fmt.Errorf("certgen: %w", err)
@@ -121,6 +121,23 @@ func (ca *CA) CertifySubject(pub crypto.PublicKey, subject []byte, names []strin
 		return nil, fmt.Errorf("certgen: %w", err)
 	}
 	return cert, nil
+}
+
+// CRL makes a certificate revocation list of the CA (RFC 5280 section 5)
+// with CRL number number, valid from thisUpdate to nextUpdate (zero: no
+// nextUpdate), listing revoked as revoked an hour before thisUpdate. It
+// returns the DER.
+func (ca *CA) CRL(number int64, thisUpdate, nextUpdate time.Time, revoked ...*x509.Certificate) ([]byte, error) {
+	tmpl := &x509.RevocationList{Number: big.NewInt(number), ThisUpdate: thisUpdate, NextUpdate: nextUpdate}
+	for _, c := range revoked {
+		tmpl.RevokedCertificateEntries = append(tmpl.RevokedCertificateEntries,
+			x509.RevocationListEntry{SerialNumber: c.SerialNumber, RevocationTime: thisUpdate.Add(-time.Hour)})
+	}
+	der, err := x509.CreateRevocationList(rand.Reader, tmpl, ca.Cert, ca.key)
+	if err != nil {
+		return nil, fmt.Errorf("certgen: %w", err)
+	}
+	return der, nil
 }
 
 // leafTemplate is the template of an end-entity certificate for names,

@@ -9,6 +9,7 @@ import (
 	"crypto/x509/pkix"
 	"encoding/asn1"
 	"testing"
+	"time"
 )
 
 // TestIssue: a server certificate verifies against its CA for its names,
@@ -87,5 +88,39 @@ func TestCertify(t *testing.T) {
 	}
 	if _, err := ca.Certify(key.Public(), nil); err == nil {
 		t.Error("a certificate without a name")
+	}
+}
+
+// TestCRL: the CA's revocation list carries its number, times and the
+// revoked serial, and verifies against the CA (which needs the cRLSign
+// key usage).
+func TestCRL(t *testing.T) {
+	ca, err := NewCA("test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := ca.Certify(key.Public(), []string{"peer.example.net"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now().Truncate(time.Second)
+	der, err := ca.CRL(7, now, now.Add(time.Hour), cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := x509.ParseRevocationList(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := l.CheckSignatureFrom(ca.Cert); err != nil {
+		t.Fatal(err)
+	}
+	if l.Number.Int64() != 7 || !l.ThisUpdate.Equal(now) || !l.NextUpdate.Equal(now.Add(time.Hour)) ||
+		len(l.RevokedCertificateEntries) != 1 || l.RevokedCertificateEntries[0].SerialNumber.Cmp(cert.SerialNumber) != 0 {
+		t.Errorf("CRL %v %v %v %v", l.Number, l.ThisUpdate, l.NextUpdate, l.RevokedCertificateEntries)
 	}
 }

@@ -1,0 +1,94 @@
+package gateway
+
+import (
+	"encoding/pem"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/gateway/certgen"
+	"github.com/sluicegw/sluice/ike"
+)
+
+// crlTestConfig is a gateway whose one connection authenticates its peer
+// with certificates of ca.pem, checked against crls under revocation.
+func crlTestConfig(crls, revocation string) string {
+	return `[[connection]]
+name = "b"
+local_addrs = ["127.0.0.1"]
+remote_addrs = ["192.0.2.2"]
+  [connection.local]
+  auth = "psk"
+  id = "a.example"
+  [connection.remote]
+  auth = "pubkey"
+  id = "b.example"
+  cacerts = ["ca.pem"]
+  crls = [` + crls + `]
+  revocation = "` + revocation + `"
+  [[connection.children]]
+  name = "b-net"
+  local_ts = ["10.1.0.0/24"]
+  remote_ts = ["10.2.0.0/24"]
+[[secret]]
+type = "ike"
+secret = "0x00112233445566778899aabbccddeeff"
+`
+}
+
+// TestPeerCRLs: [connection.remote] crls (PEM and DER files, relative to
+// the configuration) and revocation reach the ike.Peer; a file that is
+// missing or holds no CRL is an error naming its line and field.
+func TestPeerCRLs(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA("crl test CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	der, err := ca.CRL(1, now, now.Add(time.Hour), ca.Cert)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, data := range map[string][]byte{
+		"ca.pem":  ca.PEM,
+		"a.crl":   pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}),
+		"b.der":   der,
+		"bad.crl": []byte("not a CRL\n"),
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	parse := func(text string) *config.Gateway {
+		t.Helper()
+		cfg, err := config.ParseGateway(filepath.Join(dir, "gw.toml"), []byte(text))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	p, _, _, err := ikeCredentials(parse(crlTestConfig(`"a.crl", "b.der"`, "strict")), 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.CRLs) != 2 || p.Revocation != ike.RevocationStrict || p.CRLs[1].Number.Int64() != 1 {
+		t.Errorf("peer CRLs %d, revocation %v", len(p.CRLs), p.Revocation)
+	}
+	p, _, _, err = ikeCredentials(parse(crlTestConfig(`"b.der"`, "relaxed")), 0, nil)
+	if err != nil || len(p.CRLs) != 1 || p.Revocation != ike.RevocationRelaxed {
+		t.Errorf("relaxed: %v, %d CRLs, %v", err, len(p.CRLs), p.Revocation)
+	}
+	for _, c := range []struct{ crls, want string }{
+		{`"a.crl", "bad.crl"`, "gw.toml:12:20: connection[1].remote.crls[2]: " + filepath.Join(dir, "bad.crl") + ": ike: CRL"},
+		{`"none.crl"`, "gw.toml:12:11: connection[1].remote.crls[1]: open " + filepath.Join(dir, "none.crl")},
+	} {
+		_, _, _, err := ikeCredentials(parse(crlTestConfig(c.crls, "relaxed")), 0, nil)
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("crls = [%s]: %v, want %q", c.crls, err, c.want)
+		}
+	}
+}
