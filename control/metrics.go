@@ -274,6 +274,8 @@ var ikeSeries = map[string]struct {
 	"restart_child_failed": {ikeFailures, []string{"restart_child_failed"}},
 	"add_ke_failed":        {ikeFailures, []string{"add_ke_failed"}},
 	"vip_exhausted":        {ikeFailures, []string{"vip_exhausted"}},
+	"mobike_refused":       {ikeFailures, []string{"mobike_refused"}},
+	"routability_failed":   {ikeFailures, []string{"routability_failed"}},
 
 	"ike_sa_established":   {ikeSAEvents, []string{"ike", "established"}},
 	"adopted":              {ikeSAEvents, []string{"ike", "adopted"}},
@@ -285,6 +287,8 @@ var ikeSeries = map[string]struct {
 	"child_sa_added":       {ikeSAEvents, []string{"child", "added"}},
 	"child_sa_expired":     {ikeSAEvents, []string{"child", "expired"}},
 	"vip_assigned":         {ikeSAEvents, []string{"vip", "assigned"}},
+	"mobike_updates":       {ikeSAEvents, []string{"ike", "moved"}},
+	"routability_checked":  {ikeSAEvents, []string{"ike", "routability_checked"}},
 }
 
 // Collector is a prometheus.Collector over a gateway's counters. Stats is
