@@ -435,7 +435,7 @@ func TestRekeyCollision(t *testing.T) {
 					} else {
 						after = e.rekeyIKELocked(sa, nil)
 					}
-					e.mu.Unlock()
+					e.unlock() // sends what the rekey queued
 					run(after)
 				}
 				release()
@@ -544,7 +544,7 @@ func TestQueueBound(t *testing.T) {
 			fail: func(error) []func() { errs++; return nil },
 		}))
 	}
-	p.a.mu.Unlock()
+	p.a.unlock() // sends what was queued
 	if errs != 2 || p.a.Stats().RequestQueueFull != 2 {
 		t.Fatalf("%d failed, stats %+v", errs, p.a.Stats())
 	}

@@ -1,6 +1,7 @@
 package ike
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
@@ -234,5 +235,52 @@ func TestQueueOnGoneSA(t *testing.T) {
 	run(after)
 	if ran || got == nil {
 		t.Fatalf("ran %v, failed with %v", ran, got)
+	}
+}
+
+// lockProbe is a Transport that, on its first Send, looks whether the
+// Endpoint's lock is free: Send must run without it.
+type lockProbe struct {
+	memPort
+	e      *Endpoint
+	once   sync.Once
+	locked chan bool
+}
+
+func (l *lockProbe) Send(local, remote netip.AddrPort, pkt []byte) error {
+	l.once.Do(func() {
+		free := l.e.mu.TryLock()
+		if free {
+			l.e.mu.Unlock()
+		}
+		l.locked <- !free
+	})
+	return l.memPort.Send(local, remote, pkt)
+}
+
+// TestSendWithoutLock: the Endpoint calls Transport.Send with its lock
+// released (the first datagram of an Initiate, when nothing else holds
+// it).
+func TestSendWithoutLock(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	n := newMemNet(t)
+	probe := &lockProbe{memPort: memPort{n}, locked: make(chan bool, 1)}
+	a, err := NewEndpoint(Config{Peers: []*Peer{pa}}, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.e = a
+	b, err := NewEndpoint(Config{Peers: []*Peer{pb}}, memPort{n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	n.eps[addrA], n.eps[addrB] = a, b
+	n.mu.Unlock()
+	if _, err := a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	if <-probe.locked {
+		t.Fatal("Transport.Send ran with the Endpoint's lock held")
 	}
 }
