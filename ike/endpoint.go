@@ -219,6 +219,16 @@ func (e *Endpoint) receiveLocked(local, remote netip.AddrPort, pkt []byte) []fun
 		}
 		return e.initRequestLocked(local, remote, raw, m)
 	}
+	return e.dispatchLocked(local, remote, raw, m)
+}
+
+// maxBacklog bounds the messages that wait for an IKE SA's work off the
+// lock.
+const maxBacklog = 4
+
+// dispatchLocked hands a parsed message of an existing IKE SA to it.
+func (e *Endpoint) dispatchLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
+	h := &m.Header
 	ours := h.SPIr
 	if !h.IsInitiator() {
 		ours = h.SPIi
@@ -226,6 +236,17 @@ func (e *Endpoint) receiveLocked(local, remote netip.AddrPort, pkt []byte) []fun
 	sa := e.sas[ours]
 	if sa == nil || (sa.initiator == h.IsInitiator()) {
 		e.stats.RxUnknownSPI++
+		return nil
+	}
+	if sa.job != 0 {
+		// Work off the lock is in flight (job.go): the message waits
+		// for it, in order (replayBacklogLocked), or, beyond
+		// maxBacklog, is dropped (the peer retransmits).
+		if len(sa.backlog) >= maxBacklog {
+			e.stats.RxBusy++
+			return nil
+		}
+		sa.backlog = append(sa.backlog, func() []func() { return e.dispatchLocked(local, remote, raw, m) })
 		return nil
 	}
 	if h.IsResponse() {

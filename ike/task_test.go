@@ -5,7 +5,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Test tasks, registered for every Endpoint of the package's tests but
@@ -282,5 +284,51 @@ func TestSendWithoutLock(t *testing.T) {
 	}
 	if <-probe.locked {
 		t.Fatal("Transport.Send ran with the Endpoint's lock held")
+	}
+}
+
+// TestChildDHOffLock: the responder's Diffie-Hellman for a CREATE_CHILD_SA
+// with PFS runs without its lock: while it is blocked, the Endpoint
+// answers calls; once it finishes, the rekey completes.
+func TestChildDHOffLock(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16-x25519", "aes128-sha256-x25519", "aes128gcm16-x25519")
+	g := newGate(t)
+	var armed atomic.Bool
+	p := newPair(t, pa, pb, func(a, b *Config) {
+		b.newDH = func(group uint16) (DH, error) {
+			d, err := NewDH(group)
+			if armed.Load() {
+				return slowDH{d, g}, err
+			}
+			return d, err
+		}
+	})
+	c, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.a.Rekey(ctx(t), c)
+		done <- err
+	}()
+	select {
+	case <-g.waiting: // b computes g^ir for the new Child SA
+	case err := <-done:
+		t.Fatalf("the rekey ended (%v) without the responder's DH off its lock", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the responder's DH for CREATE_CHILD_SA did not start off its lock")
+	}
+	stats := make(chan Stats, 1)
+	go func() { stats <- p.b.Stats() }()
+	select {
+	case <-stats:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the responder's lock is held while its DH for CREATE_CHILD_SA runs")
+	}
+	g.open()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
