@@ -1,6 +1,9 @@
 package ike
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
 	"net/netip"
 	"slices"
 	"strings"
@@ -330,5 +333,116 @@ func TestChildDHOffLock(t *testing.T) {
 	g.open()
 	if err := <-done; err != nil {
 		t.Fatal(err)
+	}
+}
+
+// eapNotify is a private-use status notify that stands for EAP in
+// TestTaskEAPRounds: 1 challenge, 2 answer, 3 success.
+const eapNotify NotifyType = 40970
+
+// fakeEAP is a made-up EAP method in two round trips, for peers named
+// "taskeap-...": the responder sends a challenge, the initiator echoes it, the
+// responder says success; both take the MSK from the challenge.
+type fakeEAP struct {
+	challenge []byte
+	state     int
+}
+
+func init() {
+	onPeerAuthEAP(func(p *Peer) bool { return strings.HasPrefix(p.Name, "taskeap-") })
+	onLocalAuthEAP(func(p *Peer) bool { return strings.HasPrefix(p.Name, "taskeap-") })
+	registerTask(IKE_AUTH, orderEAP, func(sa *ikeSA) task {
+		if sa.initiator && !localAuthEAP(sa.peer) {
+			return nil
+		}
+		return &fakeEAP{}
+	})
+}
+
+func fakeMSK(challenge []byte) []byte {
+	h := sha256.Sum256(append([]byte("msk"), challenge...))
+	return h[:]
+}
+
+func (t *fakeEAP) build(x *exchange) taskStatus {
+	if x.sa.initiator {
+		if t.state == 1 {
+			x.add(&Notify{NType: eapNotify, Data: append([]byte{2}, t.challenge...)})
+		}
+		return taskMore
+	}
+	switch t.state {
+	case 0:
+		t.challenge = randomNonce()
+		x.add(&Notify{NType: eapNotify, Data: append([]byte{1}, t.challenge...)})
+		t.state = 1
+		return taskMore
+	case 2:
+		x.add(&Notify{NType: eapNotify, Data: []byte{3}})
+		x.setup.msk = fakeMSK(t.challenge)
+		if x.setup.peer.Name == "taskeap-bad" {
+			x.setup.msk = fakeMSK(nil) // not the initiator's
+		}
+		return taskDone
+	}
+	return taskMore
+}
+
+func (t *fakeEAP) process(x *exchange) taskStatus {
+	if !x.setup.eap {
+		return taskDone // the peer authenticates with AUTH
+	}
+	n := findNotify(x.in, eapNotify)
+	if x.sa.initiator {
+		switch {
+		case n != nil && len(n.Data) > 1 && n.Data[0] == 1:
+			t.challenge, t.state = bytes.Clone(n.Data[1:]), 1
+		case n != nil && len(n.Data) == 1 && n.Data[0] == 3:
+			x.setup.msk = fakeMSK(t.challenge)
+			return taskDone
+		}
+		return taskMore
+	}
+	if t.state == 1 {
+		if n == nil || len(n.Data) < 1 || n.Data[0] != 2 || !bytes.Equal(n.Data[1:], t.challenge) {
+			return x.fail(AuthenticationFailed, errors.New("fake EAP: wrong answer"))
+		}
+		t.state = 2
+	}
+	return taskMore
+}
+
+// TestTaskEAPRounds: with EAP (a made-up method standing in), the
+// initiator's first IKE_AUTH carries no AUTH, the responder answers with
+// its AUTH and the method's rounds follow; then both AUTHs are MACs with
+// the method's MSK (RFC 7296 section 2.16), and the Child SA of the first
+// request is made in the last round.
+func TestTaskEAPRounds(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pa.Name, pb.Name = "taskeap-a", "taskeap-b"
+	p := newPair(t, pa, pb, nil)
+	ca, err := p.a.Initiate(ctx(t), "taskeap-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMirror(t, ca, p.respChild(t), "aes128gcm16", false)
+	// IDi | IDr AUTH EAP(challenge) ; EAP(answer) | EAP(success) ; AUTH | AUTH SA TS
+	if a, b := p.a.Stats(), p.b.Stats(); a.IKEAuthInitiated != 3 || b.IKEAuthAnswered != 3 {
+		t.Fatalf("IKE_AUTH rounds: initiated %d, answered %d; want 3", a.IKEAuthInitiated, b.IKEAuthAnswered)
+	}
+}
+
+// TestTaskEAPWrongMSK: an initiator whose AUTH is not made with the
+// responder's MSK is refused with AUTHENTICATION_FAILED.
+func TestTaskEAPWrongMSK(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pa.Name, pb.Name = "taskeap-a", "taskeap-bad"
+	p := newPair(t, pa, pb, nil)
+	_, err := p.a.Initiate(ctx(t), "taskeap-a")
+	if err == nil || !strings.Contains(err.Error(), "AUTHENTICATION_FAILED") {
+		t.Fatalf("Initiate: %v, want AUTHENTICATION_FAILED", err)
+	}
+	if s := p.b.Stats(); s.AuthFailed != 1 || s.IKESAEstablished != 0 {
+		t.Fatalf("responder: AuthFailed %d, established %d", s.AuthFailed, s.IKESAEstablished)
 	}
 }
