@@ -7,7 +7,7 @@ package ike
 //
 // With EAP (section 2.16; the responder is the EAP server) the initiator's
 // first request carries no AUTH: the responder picks a peer for which
-// peerAuthEAP holds, answers with its own AUTH and goes on for as many
+// usesEAPServer holds, answers with its own AUTH and goes on for as many
 // rounds as the EAP task needs; the initiator's AUTH then arrives in a
 // round of its own, a MAC with the key EAP made (setup.msk), and the
 // responder answers with its AUTH made the same way.
@@ -34,11 +34,16 @@ func onPeerAuthEAP(f func(*Peer) bool)  { eapServerHooks = append(eapServerHooks
 func onLocalAuthEAP(f func(*Peer) bool) { eapClientHooks = append(eapClientHooks, f) }
 
 // peerAuthEAP reports whether the responder authenticates p's initiators
-// with EAP.
-func peerAuthEAP(p *Peer) bool { return anyHook(eapServerHooks, p) }
+// with EAP: an EAP task may also set it (the first tasks-ready note said
+// so); the hooks count too.
+var peerAuthEAP = func(p *Peer) bool { return false }
 
-// localAuthEAP reports whether we authenticate to p with EAP.
-func localAuthEAP(p *Peer) bool { return anyHook(eapClientHooks, p) }
+// localAuthEAP reports whether we authenticate to p with EAP; as
+// peerAuthEAP.
+var localAuthEAP = func(p *Peer) bool { return false }
+
+func usesEAPServer(p *Peer) bool { return peerAuthEAP(p) || anyHook(eapServerHooks, p) }
+func usesEAPClient(p *Peer) bool { return localAuthEAP(p) || anyHook(eapClientHooks, p) }
 
 func anyHook(hs []func(*Peer) bool, p *Peer) bool {
 	for _, f := range hs {
@@ -90,7 +95,7 @@ func (t *authTask) buildRequest(x *exchange) taskStatus {
 	idi := &ID{IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
 	prf, hashes, initReq, nr, extra := sa.prf, sa.hashes, sa.initReq, sa.nr, x.setup.authOctets
 	pi := bytes.Clone(sa.keys.Pi)
-	if x.round == 0 && localAuthEAP(peer) {
+	if x.round == 0 && usesEAPClient(peer) {
 		// EAP: no AUTH of ours before EAP made the MSK.
 		x.setup.eap = true
 		t.idi = idi
@@ -293,10 +298,10 @@ func (t *authTask) choosePeer(x *exchange, idi, idr *ID, hasIDr bool, auth *Auth
 			continue
 		}
 		if hasAuth {
-			if peerAuthEAP(p) || (len(p.RemoteCAs) > 0) == (auth.Method == AuthPSK) {
+			if usesEAPServer(p) || (len(p.RemoteCAs) > 0) == (auth.Method == AuthPSK) {
 				continue
 			}
-		} else if !peerAuthEAP(p) {
+		} else if !usesEAPServer(p) {
 			continue
 		}
 		if _, err := checkChosen(p.IKE, Proposal{Protocol: ProtoIKE, Transforms: sa.suite.transforms()}, false); err != nil {

@@ -352,7 +352,7 @@ func init() {
 	onPeerAuthEAP(func(p *Peer) bool { return strings.HasPrefix(p.Name, "taskeap-") })
 	onLocalAuthEAP(func(p *Peer) bool { return strings.HasPrefix(p.Name, "taskeap-") })
 	registerTask(IKE_AUTH, orderEAP, func(sa *ikeSA) task {
-		if sa.initiator && !localAuthEAP(sa.peer) {
+		if sa.initiator && !usesEAPClient(sa.peer) {
 			return nil
 		}
 		return &fakeEAP{}
