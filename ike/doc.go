@@ -110,7 +110,9 @@
 // (UDPTransport) or behind the gateway's ESP-in-UDP link.
 //
 // Signing and verifying AUTH (a crypto.Signer may be an engine's queue)
-// and the Diffie-Hellman of IKE_SA_INIT run off that mutex (job.go): the exchange
+// and the Diffie-Hellman of IKE_SA_INIT and of a Child SA's
+// CREATE_CHILD_SA run off that mutex (job.go), and Transport.Send is
+// called without it (unlock sends what sendLocked queued): the exchange
 // snapshots what the work needs, the work runs on its own goroutine, and
 // the result is used only if the IKE SA is still where it was left
 // (Stats.CryptoStale otherwise), so one slow key does not stall the other
@@ -162,8 +164,9 @@
 // goes in UDP.
 //
 // Not yet: deleting one Child SA of several on its own (Delete takes the
-// IKE SA with all its Child SAs), the Diffie-Hellman of CREATE_CHILD_SA
-// (PFS and IKE SA rekeys) outside Endpoint's lock, reauthentication
+// IKE SA with all its Child SAs), the Diffie-Hellman of an IKE SA rekey
+// and the key pairs of our own CREATE_CHILD_SA outside Endpoint's lock, a
+// lock per IKE SA, reauthentication
 // (reauth_time), lifetimes in bytes or packets (the data plane calls
 // RequestRekey), start_action = trap (the gateway does it: it initiates
 // when its data plane drops a packet for want of an SA), EAP, MOBIKE

@@ -19,9 +19,11 @@ import (
 
 // Transport sends IKE datagrams. Send sends pkt (the UDP payload; on the
 // NAT-T port it already begins with the non-ESP marker, unless it is a
-// NAT-keepalive, the one byte 0xFF) from local to remote. It must not keep pkt after it returns and must not call back
-// into the Endpoint. It is called with the Endpoint's lock held, so it
-// should not block for long (a UDP send).
+// NAT-keepalive, the one byte 0xFF) from local to remote. It must not
+// keep pkt after it returns. It is called without the Endpoint's lock
+// (it may call back into the Endpoint), one datagram after another in
+// the order the Endpoint made them, but from whichever goroutine released
+// the lock: it must be safe for concurrent use.
 type Transport interface {
 	Send(local, remote netip.AddrPort, pkt []byte) error
 }
@@ -50,6 +52,7 @@ type Endpoint struct {
 	closed     bool
 	tap        func(pkt []byte) // tests: sees each received datagram (export_test.go)
 	snapDirty  []*ikeSA         // IKE SAs whose state OnSnapshot has yet to see (snapshot.go)
+	outbox     []datagram       // what sendLocked queued; unlock sends it without the lock
 
 	jobs   chan struct{} // one token per computation off the lock (job.go)
 	jobSeq uint64        // numbers the jobs
@@ -216,6 +219,16 @@ func (e *Endpoint) receiveLocked(local, remote netip.AddrPort, pkt []byte) []fun
 		}
 		return e.initRequestLocked(local, remote, raw, m)
 	}
+	return e.dispatchLocked(local, remote, raw, m)
+}
+
+// maxBacklog bounds the messages that wait for an IKE SA's work off the
+// lock.
+const maxBacklog = 4
+
+// dispatchLocked hands a parsed message of an existing IKE SA to it.
+func (e *Endpoint) dispatchLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
+	h := &m.Header
 	ours := h.SPIr
 	if !h.IsInitiator() {
 		ours = h.SPIi
@@ -223,6 +236,17 @@ func (e *Endpoint) receiveLocked(local, remote netip.AddrPort, pkt []byte) []fun
 	sa := e.sas[ours]
 	if sa == nil || (sa.initiator == h.IsInitiator()) {
 		e.stats.RxUnknownSPI++
+		return nil
+	}
+	if sa.job != 0 {
+		// Work off the lock is in flight (job.go): the message waits
+		// for it, in order (replayBacklogLocked), or, beyond
+		// maxBacklog, is dropped (the peer retransmits).
+		if len(sa.backlog) >= maxBacklog {
+			e.stats.RxBusy++
+			return nil
+		}
+		sa.backlog = append(sa.backlog, func() []func() { return e.dispatchLocked(local, remote, raw, m) })
 		return nil
 	}
 	if h.IsResponse() {
@@ -266,8 +290,10 @@ func (e *Endpoint) newChildSPILocked() uint32 {
 	}
 }
 
-// sendLocked sends one message of sa (raw, without marker) on its
-// current addresses.
+// sendLocked queues one message (raw, without marker) from local to
+// remote; unlock sends it once the lock is released, after OnSnapshot
+// has seen the state that the message shows the peer. raw is not
+// changed afterwards (messages are kept for retransmissions as they are).
 func (e *Endpoint) sendLocked(local, remote netip.AddrPort, raw []byte) {
 	e.flushSnapshotsLocked() // a standby knows what the peer may see
 	pkt := raw
@@ -275,9 +301,7 @@ func (e *Endpoint) sendLocked(local, remote netip.AddrPort, raw []byte) {
 		pkt = append(append(make([]byte, 0, len(raw)+4), nonESPMarker...), raw...)
 	}
 	e.stats.TxPackets++
-	if err := e.tr.Send(local, remote, pkt); err != nil {
-		e.cfg.Log.Debug("ike: send failed", "to", remote, "err", err)
-	}
+	e.outbox = append(e.outbox, datagram{local, remote, pkt})
 }
 
 // removeLocked forgets sa, stops its timers and returns the callbacks to

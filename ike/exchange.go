@@ -76,10 +76,11 @@ type ikeSA struct {
 	initiator bool
 	state     saState
 	removed   bool
-	released  bool   // removed by Release: another member goes on with it, so no OnDelete
-	job       uint64 // a computation off the lock is in flight (job.go)
-	frag      bool   // both sides announced IKE fragmentation (frag.go)
-	setup     *setup // the setup exchanges' state until it is established (task.go)
+	released  bool              // removed by Release: another member goes on with it, so no OnDelete
+	job       uint64            // a computation off the lock is in flight (job.go)
+	backlog   []func() []func() // messages that arrived meanwhile (Endpoint.dispatchLocked)
+	frag      bool              // both sides announced IKE fragmentation (frag.go)
+	setup     *setup            // the setup exchanges' state until it is established (task.go)
 
 	fragReq, fragResp *reassembly // the peer's request, the response to ours, arriving in fragments
 
@@ -160,7 +161,7 @@ func (sa *ikeSA) settingUp() bool { return sa.setup != nil && !sa.removed }
 // windowFree reports whether a request of ours can go on sa now: it is
 // up, none is outstanding and none waits before it.
 func (sa *ikeSA) windowFree() bool {
-	return sa.up() && sa.pending == nil && len(sa.queue) == 0
+	return sa.up() && sa.pending == nil && len(sa.queue) == 0 && sa.job == 0
 }
 
 func (sa *ikeSA) ourSPI() uint64 {
@@ -530,10 +531,6 @@ func halfOpenLife(d time.Duration, pressure bool) time.Duration {
 // window is dropped, and the rest is decrypted and answered.
 func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
 	e := sa.ep
-	if sa.job != 0 {
-		e.stats.RxBusy++
-		return nil
-	}
 	if sa.in == nil || sa.state == stateInitSent {
 		e.stats.RxUnexpected++
 		return nil
@@ -624,10 +621,6 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 // responseLocked handles a response to our outstanding request.
 func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Message) []func() {
 	e := sa.ep
-	if sa.job != 0 {
-		e.stats.RxBusy++
-		return nil
-	}
 	p := sa.pending
 	if p == nil || m.Header.MessageID != p.id || m.Header.Exchange != p.exch {
 		e.stats.RxUnexpected++
@@ -646,15 +639,6 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	sa.pending = nil
 	sa.changedLocked()
 	x := &exchange{sa: sa, typ: p.exch, tasks: sa.requestTasks(p), ours: true, in: inner, inRaw: raw, hdr: &m.Header}
-	for _, t := range x.tasks {
-		if sa.removed {
-			break
-		}
-		t.process(x)
-	}
-	after := x.takeAfter()
-	if !sa.removed {
-		after = append(after, sa.idleLocked()...)
-	}
-	return after
+	x.beginLocked(stepProcess)
+	return x.runLocked()
 }

@@ -108,7 +108,10 @@ func (t *ikeRekeyOurs) build(x *exchange) taskStatus {
 }
 
 func (t *ikeRekeyOurs) process(x *exchange) taskStatus {
-	x.later(x.sa.ikeRekeyResponseLocked(t.r, x.in)...)
+	// g^ir is computed under the lock here (ikeRekeyResponseLocked):
+	// off it, simultaneous IKE SA rekeys (TestRekeyCollision/ike) lost
+	// a side's Child SAs; see the report.
+	x.later(x.sa.ikeRekeyResponseLocked(t.r, x.in, nil)...)
 	return taskDone
 }
 
@@ -154,7 +157,8 @@ func (from *ikeSA) moveChildrenLocked(to *ikeSA) {
 }
 
 // ikeRekeyResponseLocked handles the answer to our IKE SA rekey.
-func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []func() {
+// pre is g^ir with our key pair, computed off the lock (ikeRekeyOurs).
+func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload, pre *dhDone) []func() {
 	e := sa.ep
 	fail := func(err error) []func() {
 		sa.rekeying = false
@@ -213,10 +217,13 @@ func (sa *ikeSA) ikeRekeyResponseLocked(r *ikeRekeyState, inner []Payload) []fun
 	if suite.DH != r.dh.Group() || ke.Group != suite.DH {
 		return fail(fmt.Errorf("ike: peer chose DH group %d with a KE of group %d (ours %d)", suite.DH, ke.Group, r.dh.Group()))
 	}
-	gir, err := r.dh.Shared(ke.Data)
-	if err != nil {
-		return fail(err)
+	if pre == nil {
+		pre = (&dhNeed{own: r.dh, ke: ke.Data}).compute(e)
 	}
+	if pre.err != nil {
+		return fail(pre.err)
+	}
+	gir := pre.gir
 	spir := binary.BigEndian.Uint64(sap.Proposals[0].SPI)
 	if spir == 0 {
 		return fail(errors.New("ike: peer's new IKE SPI is zero"))
@@ -298,8 +305,12 @@ func (t *ikeRekeyTask) process(x *exchange) taskStatus {
 	if !ok1 || !ok2 || !isIKEProposal(sap) {
 		return taskDone // rekey.go's
 	}
-	var after []func()
-	t.resp, after = x.sa.ikeRekeyRequestLocked(sap, ni, x.in)
+	// The DH under the lock, as for ikeRekeyOurs.
+	resp, after, need := x.sa.ikeRekeyRequestLocked(sap, ni, x.in, nil)
+	if need != nil {
+		resp, after, _ = x.sa.ikeRekeyRequestLocked(sap, ni, x.in, need.compute(x.sa.ep))
+	}
+	t.resp = resp
 	x.later(after...)
 	return taskMore
 }
@@ -310,11 +321,12 @@ func (t *ikeRekeyTask) build(x *exchange) taskStatus {
 }
 
 // ikeRekeyRequestLocked answers the peer's CREATE_CHILD_SA that rekeys
-// the IKE SA (section 2.18).
-func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]Payload, []func()) {
+// the IKE SA (section 2.18). It returns a dhNeed first, and answers when
+// called again with the DH computed off the lock (pre).
+func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload, pre *dhDone) ([]Payload, []func(), *dhNeed) {
 	e := sa.ep
-	fail := func(n NotifyType, data []byte) ([]Payload, []func()) {
-		return []Payload{&Notify{NType: n, Data: data}}, nil
+	fail := func(n NotifyType, data []byte) ([]Payload, []func(), *dhNeed) {
+		return []Payload{&Notify{NType: n, Data: data}}, nil, nil
 	}
 	ours := sa.pending != nil && sa.pending.kind == reqRekeyIKE
 	if sa.rekeyed || (sa.pending != nil && !ours) {
@@ -333,14 +345,15 @@ func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]P
 		e.stats.InvalidKE++
 		return fail(InvalidKEPayload, []byte{byte(suite.DH >> 8), byte(suite.DH)})
 	}
-	dh, err := NewDH(suite.DH)
-	if err != nil {
+	switch {
+	case pre == nil:
+		return nil, nil, &dhNeed{group: suite.DH, ke: ke.Data}
+	case pre.dh == nil || pre.dh.Group() != suite.DH:
 		return fail(NoProposalChosen, nil)
-	}
-	gir, err := dh.Shared(ke.Data)
-	if err != nil {
+	case pre.err != nil:
 		return fail(InvalidSyntax, nil)
 	}
+	dh, gir := pre.dh, pre.gir
 	nr := randomNonce()
 	ns, err := sa.newRekeyedLocked(false, suite, binary.BigEndian.Uint64(chosen.SPI), e.newSPILocked(), ni.Data, nr, gir)
 	if err != nil {
@@ -357,5 +370,5 @@ func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload) ([]P
 		sa.retireLocked()
 	}
 	chosenOut := Proposal{Num: chosen.Num, Protocol: ProtoIKE, SPI: binary.BigEndian.AppendUint64(nil, ns.spir), Transforms: suite.transforms()}
-	return []Payload{&SA{Proposals: []Proposal{chosenOut}}, &Nonce{Data: nr}, &KE{Group: dh.Group(), Data: dh.Public()}}, nil
+	return []Payload{&SA{Proposals: []Proposal{chosenOut}}, &Nonce{Data: nr}, &KE{Group: dh.Group(), Data: dh.Public()}}, nil, nil
 }

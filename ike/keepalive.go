@@ -86,9 +86,7 @@ func (e *Endpoint) keepAliveDue(sa *ikeSA) {
 	if !busy && sa.ka.sinceKA >= 2 {
 		sa.ka.sinceKA = 0
 		e.stats.KeepAlives++
-		if err := e.tr.Send(sa.local, sa.remote, natKeepalive); err != nil {
-			e.cfg.Log.Debug("ike: NAT-keepalive not sent", "to", sa.remote, "err", err)
-		}
+		e.outbox = append(e.outbox, datagram{sa.local, sa.remote, natKeepalive}) // unlock sends it
 	}
 	sa.armKeepAliveLocked()
 }

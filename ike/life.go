@@ -133,7 +133,7 @@ func (sa *ikeSA) enqueueLocked(o op) []func() {
 // idleLocked runs queued requests while sa's window is free.
 func (sa *ikeSA) idleLocked() []func() {
 	var after []func()
-	for sa.up() && sa.pending == nil && len(sa.queue) > 0 {
+	for sa.up() && sa.pending == nil && sa.job == 0 && len(sa.queue) > 0 {
 		o := sa.queue[0]
 		sa.queue = sa.queue[1:]
 		after = append(after, o.run(sa)...)

@@ -416,9 +416,13 @@ func hold(t *testing.T, p *pair) (release func()) {
 // SA and the old one go, and both sides are left with one pair that
 // mirrors.
 func TestRekeyCollision(t *testing.T) {
-	for _, kind := range []string{"child", "ike"} {
+	for _, kind := range []string{"child", "ike", "child-pfs"} {
 		t.Run(kind, func(t *testing.T) {
-			pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+			esp := "aes128gcm16"
+			if kind == "child-pfs" {
+				esp = "aes128gcm16-x25519" // the DH runs off the lock
+			}
+			pa, pb := peers(t, "aes128-sha256-x25519", esp, "aes128-sha256-x25519", esp)
 			p := newPair(t, pa, pb, nil)
 			if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
 				t.Fatal(err)
@@ -430,12 +434,12 @@ func TestRekeyCollision(t *testing.T) {
 					sa, c := only(t, e)
 					e.mu.Lock()
 					var after []func()
-					if kind == "child" {
+					if kind != "ike" {
 						after = e.rekeyChildLocked(e.children[c.InSPI], nil)
 					} else {
 						after = e.rekeyIKELocked(sa, nil)
 					}
-					e.mu.Unlock()
+					e.unlock() // sends what the rekey queued
 					run(after)
 				}
 				release()
@@ -544,7 +548,7 @@ func TestQueueBound(t *testing.T) {
 			fail: func(error) []func() { errs++; return nil },
 		}))
 	}
-	p.a.mu.Unlock()
+	p.a.unlock() // sends what was queued
 	if errs != 2 || p.a.Stats().RequestQueueFull != 2 {
 		t.Fatalf("%d failed, stats %+v", errs, p.a.Stats())
 	}

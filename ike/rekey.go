@@ -101,8 +101,13 @@ func (t *childSAOurs) build(x *exchange) taskStatus {
 }
 
 func (t *childSAOurs) process(x *exchange) taskStatus {
-	x.later(x.sa.rekeyResponseLocked(t.r, x.in)...)
-	return taskDone
+	return x.withDH(func(pre *dhDone) (taskStatus, *dhNeed) {
+		if ke, ok := find[*KE](x.in, nil); ok && pre == nil && t.r.dh != nil && ke.Group == t.r.dh.Group() && firstError(x.in) == nil {
+			return 0, &dhNeed{own: t.r.dh, ke: ke.Data} // PFS: g^ir off the lock
+		}
+		x.later(x.sa.rekeyResponseLocked(t.r, x.in, pre)...)
+		return taskDone, nil
+	})
 }
 
 // failRekeyLocked ends a rekey of ours that failed: its waiter learns
@@ -119,8 +124,10 @@ func (sa *ikeSA) failRekeyLocked(r *rekeyState, err error) []func() {
 	return reply(r.waiter, nil, err)
 }
 
-// rekeyResponseLocked handles the answer to our CREATE_CHILD_SA.
-func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
+// rekeyResponseLocked handles the answer to our CREATE_CHILD_SA; pre is
+// g^ir with our key pair, computed off the lock (childSAOurs), when the
+// answer carries a KE for it.
+func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload, pre *dhDone) []func() {
 	e := sa.ep
 	if n := findNotify(inner, InvalidKEPayload); n != nil && len(n.Data) == 2 && r.retries < 2 {
 		e.stats.InvalidKE++
@@ -184,9 +191,13 @@ func (sa *ikeSA) rekeyResponseLocked(r *rekeyState, inner []Payload) []func() {
 		if !ok || r.dh == nil || ke.Group != esp.DH || r.dh.Group() != esp.DH {
 			return sa.failRekeyLocked(r, errors.New("ike: CREATE_CHILD_SA response without the KE of the chosen group"))
 		}
-		if gir, err = r.dh.Shared(ke.Data); err != nil {
-			return sa.failRekeyLocked(r, err)
+		if pre == nil {
+			pre = (&dhNeed{own: r.dh, ke: ke.Data}).compute(e) // not reached: childSAOurs computed it
 		}
+		if pre.err != nil {
+			return sa.failRekeyLocked(r, pre.err)
+		}
+		gir = pre.gir
 	}
 	if !within(tsi.Selectors, r.tsi) || !within(tsr.Selectors, r.tsr) {
 		e.stats.TSUnacceptable++
@@ -353,10 +364,15 @@ func (t *childSATask) process(x *exchange) taskStatus {
 	if sap, ok := find[*SA](x.in, nil); ok && isIKEProposal(sap) {
 		return taskDone // ikerekey.go's
 	}
-	var after []func()
-	t.resp, after = x.sa.createChildRequestLocked(x.in)
-	x.later(after...)
-	return taskMore
+	return x.withDH(func(pre *dhDone) (taskStatus, *dhNeed) {
+		resp, after, need := x.sa.createChildRequestLocked(x.in, pre)
+		if need != nil {
+			return 0, need
+		}
+		t.resp = resp
+		x.later(after...)
+		return taskMore, nil
+	})
 }
 
 func (t *childSATask) build(x *exchange) taskStatus {
@@ -377,11 +393,13 @@ func isIKEProposal(sap *SA) bool {
 
 // createChildRequestLocked answers the peer's CREATE_CHILD_SA for a Child
 // SA: a rekey of one of ours (N(REKEY_SA)) or an additional one (section
-// 1.3.1; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs).
-func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func()) {
+// 1.3.1; NO_ADDITIONAL_SAS beyond Config.MaxChildSAs). With PFS it
+// returns a dhNeed first, and answers when called again with the DH
+// computed off the lock (pre).
+func (sa *ikeSA) createChildRequestLocked(inner []Payload, pre *dhDone) ([]Payload, []func(), *dhNeed) {
 	e := sa.ep
-	fail := func(n NotifyType, data []byte) ([]Payload, []func()) {
-		return []Payload{&Notify{NType: n, Data: data}}, nil
+	fail := func(n NotifyType, data []byte) ([]Payload, []func(), *dhNeed) {
+		return []Payload{&Notify{NType: n, Data: data}}, nil, nil
 	}
 	sap, ok1 := find[*SA](inner, nil)
 	ni, ok2 := find[*Nonce](inner, nil)
@@ -460,13 +478,15 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 			e.stats.InvalidKE++
 			return fail(InvalidKEPayload, []byte{byte(esp.DH >> 8), byte(esp.DH)})
 		}
-		var err error
-		if dh, err = NewDH(esp.DH); err != nil {
+		switch {
+		case pre == nil:
+			return nil, nil, &dhNeed{group: esp.DH, ke: ke.Data}
+		case pre.dh == nil || pre.dh.Group() != esp.DH:
 			return fail(NoProposalChosen, nil)
-		}
-		if gir, err = dh.Shared(ke.Data); err != nil {
+		case pre.err != nil:
 			return fail(InvalidSyntax, nil)
 		}
+		dh, gir = pre.dh, pre.gir
 	}
 	nr := randomNonce()
 	ck, err := DeriveChildKeys(sa.suite.PRF, sa.keys.D, esp, gir, ni.Data, nr)
@@ -492,7 +512,7 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 	if old == nil {
 		e.stats.ChildSAAdded++
 		e.cfg.Log.Info("ike: additional Child SA made by the peer", "peer", sa.peer.Name, "child", conf.name)
-		return resp, sa.addChildLocked(c)
+		return resp, sa.addChildLocked(c), nil
 	}
 	// The peer installs its inbound SA once it reads our answer, which
 	// leaves after OnChildSA (respondLocked): we send on the old Child
@@ -506,7 +526,7 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload) ([]Payload, []func())
 	} else {
 		ent.replaced = true // a queued rekey of ours is moot
 	}
-	return resp, sa.addChildLocked(c)
+	return resp, sa.addChildLocked(c), nil
 }
 
 // liveChildrenLocked counts sa's Child SAs that no rekey or delete of

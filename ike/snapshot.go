@@ -252,10 +252,18 @@ func (e *Endpoint) flushSnapshotsLocked() {
 }
 
 // unlock releases Endpoint.mu after reporting what changed
-// (flushSnapshotsLocked).
+// (flushSnapshotsLocked), then sends the datagrams queued meanwhile
+// (sendLocked): Transport.Send runs without the lock.
 func (e *Endpoint) unlock() {
 	e.flushSnapshotsLocked()
+	out := e.outbox
+	e.outbox = nil
 	e.mu.Unlock()
+	for _, d := range out {
+		if err := e.tr.Send(d.local, d.remote, d.pkt); err != nil {
+			e.cfg.Log.Debug("ike: send failed", "to", d.remote, "err", err)
+		}
+	}
 }
 
 // Snapshots returns a snapshot of every established IKE SA (for a standby

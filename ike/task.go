@@ -37,6 +37,7 @@ package ike
 // peer without the feature).
 
 import (
+	"bytes"
 	"errors"
 	"net/netip"
 	"slices"
@@ -313,6 +314,7 @@ func (x *exchange) offLock(work func() (finish func() taskStatus)) taskStatus {
 		} else {
 			sa.job = 0
 			after = x.resumeLocked(finish())
+			after = append(after, sa.replayBacklogLocked()...)
 		}
 		e.unlock()
 		run(after)
@@ -428,6 +430,22 @@ func (x *exchange) takeAfter() []func() {
 // of the setup: sa.setup.x).
 func (x *exchange) nextStepLocked() bool {
 	sa := x.sa
+	if x.setup == nil {
+		// An exchange of an established IKE SA: one round. Our queued
+		// requests may go once it is done.
+		if !x.ours && x.step == stepProcess {
+			x.beginLocked(stepBuild)
+			return true
+		}
+		if !x.ours {
+			x.tasks = nil
+			x.sendResponseLocked()
+		}
+		if !sa.removed {
+			x.after = append(x.after, sa.idleLocked()...)
+		}
+		return false
+	}
 	if x.ours {
 		if x.step == stepBuild {
 			if len(x.tasks) == 0 {
@@ -454,12 +472,6 @@ func (x *exchange) nextStepLocked() bool {
 	if x.step == stepProcess {
 		x.beginLocked(stepBuild)
 		return true
-	}
-	if x.setup == nil {
-		// An exchange of an established IKE SA: one round.
-		x.tasks = nil
-		x.sendResponseLocked()
-		return false
 	}
 	last := len(x.tasks) == 0 && x.typ == IKE_AUTH
 	if last {
@@ -697,4 +709,75 @@ func (sa *ikeSA) requestTasks(r *request) []task {
 		return []task{deleteIKEOurs{}}
 	}
 	return nil
+}
+
+// dhNeed is a Diffie-Hellman that an exchange of an established IKE SA
+// (CREATE_CHILD_SA) needs: with our key pair own (the requester's, made
+// with its request) or a new one of group, and the peer's KE data ke.
+// The exchange computes it off the lock (withDH) and runs its step again
+// with the result.
+type dhNeed struct {
+	own   DH
+	group uint16
+	ke    []byte
+}
+
+// dhDone is a dhNeed computed: our key pair and g^ir, or err (dh nil: no
+// key pair could be made; dh set: the peer's KE data is bad).
+type dhDone struct {
+	dh  DH
+	gir []byte
+	err error
+}
+
+// compute does the work of n; it touches no IKE SA state.
+func (n *dhNeed) compute(e *Endpoint) *dhDone {
+	dh := n.own
+	if dh == nil {
+		var err error
+		if dh, err = e.newDH(n.group); err != nil {
+			return &dhDone{err: err}
+		}
+	}
+	gir, err := dh.Shared(n.ke)
+	return &dhDone{dh: dh, gir: gir, err: err}
+}
+
+// withDH runs step, a task step that returns a dhNeed when it needs a
+// Diffie-Hellman: the DH is computed off the lock and step runs again,
+// under the lock, with it (checking again what may have changed
+// meanwhile).
+func (x *exchange) withDH(step func(pre *dhDone) (taskStatus, *dhNeed)) taskStatus {
+	st, need := step(nil)
+	if need == nil {
+		return st
+	}
+	e := x.sa.ep
+	ke := bytes.Clone(need.ke)
+	need.ke = ke
+	return x.offLock(func() func() taskStatus {
+		d := need.compute(e)
+		return func() taskStatus {
+			st, again := step(d)
+			if again != nil {
+				return x.fail(0, errors.New("ike: a Diffie-Hellman computed off the lock did not fit"))
+			}
+			return st
+		}
+	})
+}
+
+// replayBacklogLocked processes, in order, the messages that arrived
+// while sa's work was off the lock, until another job starts.
+func (sa *ikeSA) replayBacklogLocked() []func() {
+	var after []func()
+	for sa.job == 0 && len(sa.backlog) > 0 && !sa.removed {
+		f := sa.backlog[0]
+		sa.backlog = sa.backlog[1:]
+		after = append(after, f()...)
+	}
+	if sa.removed {
+		sa.backlog = nil
+	}
+	return after
 }

@@ -7,7 +7,7 @@ package ike
 //
 // With EAP (section 2.16; the responder is the EAP server) the initiator's
 // first request carries no AUTH: the responder picks a peer for which
-// peerAuthEAP holds, answers with its own AUTH and goes on for as many
+// usesEAPServer holds, answers with its own AUTH and goes on for as many
 // rounds as the EAP task needs; the initiator's AUTH then arrives in a
 // round of its own, a MAC with the key EAP made (setup.msk), and the
 // responder answers with its AUTH made the same way.
@@ -21,15 +21,47 @@ import (
 
 func init() { registerTask(IKE_AUTH, orderAuth, newAuthTask) }
 
+// EAP's hooks into authentication, registered from init functions:
+// onPeerAuthEAP(f) says that the responder authenticates the initiators
+// of the peers f holds for with EAP (an EAP server task); onLocalAuthEAP(f)
+// that we, as initiator, authenticate to them with EAP (an EAP client
+// task): the first IKE_AUTH request then carries no AUTH; the responder's
+// AUTH is verified as configured, and once the EAP client task set
+// setup.msk, our AUTH and the responder's last one are MACs with it.
+var eapServerHooks, eapClientHooks []func(*Peer) bool
+
+func onPeerAuthEAP(f func(*Peer) bool)  { eapServerHooks = append(eapServerHooks, f) }
+func onLocalAuthEAP(f func(*Peer) bool) { eapClientHooks = append(eapClientHooks, f) }
+
 // peerAuthEAP reports whether the responder authenticates p's initiators
-// with EAP. The EAP task replaces it.
+// with EAP: an EAP task may also set it (the first tasks-ready note said
+// so); the hooks count too.
 var peerAuthEAP = func(p *Peer) bool { return false }
+
+// localAuthEAP reports whether we authenticate to p with EAP; as
+// peerAuthEAP.
+var localAuthEAP = func(p *Peer) bool { return false }
+
+func usesEAPServer(p *Peer) bool { return peerAuthEAP(p) || anyHook(eapServerHooks, p) }
+func usesEAPClient(p *Peer) bool { return localAuthEAP(p) || anyHook(eapClientHooks, p) }
+
+func anyHook(hs []func(*Peer) bool, p *Peer) bool {
+	for _, f := range hs {
+		if f(p) {
+			return true
+		}
+	}
+	return false
+}
 
 type authTask struct {
 	idi, ourID     *ID
+	idr            *ID // initiator: the responder's, from its first response
 	ourAuth        *Auth
 	initialContact bool // responder: the first request carried N(INITIAL_CONTACT)
 	answered       bool // responder: our first AUTH has gone out (EAP)
+	sentMSK        bool // initiator (EAP): our AUTH with the MSK has gone out
+	respVerified   bool // initiator (EAP): the responder's first AUTH verified
 }
 
 func newAuthTask(*ikeSA) task { return &authTask{} }
@@ -63,6 +95,25 @@ func (t *authTask) buildRequest(x *exchange) taskStatus {
 	idi := &ID{IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
 	prf, hashes, initReq, nr, extra := sa.prf, sa.hashes, sa.initReq, sa.nr, x.setup.authOctets
 	pi := bytes.Clone(sa.keys.Pi)
+	if x.round == 0 && usesEAPClient(peer) {
+		// EAP: no AUTH of ours before EAP made the MSK.
+		x.setup.eap = true
+		t.idi = idi
+		x.add(idi)
+		if !peer.RemoteID.IsZero() {
+			x.add(&ID{Responder: true, IDType: peer.RemoteID.Type, Data: peer.RemoteID.Data})
+		}
+		x.add(&Notify{NType: InitialContact})
+		return taskMore
+	}
+	if x.setup.eap {
+		if x.setup.msk == nil || t.sentMSK {
+			return taskMore // EAP's rounds
+		}
+		t.sentMSK = true
+		x.add(&Auth{Method: AuthPSK, Data: keyedAuth(prf, x.setup.msk, authOctets(prf, initReq, nr, pi, t.idi, extra))})
+		return taskMore
+	}
 	return x.offLock(func() func() taskStatus {
 		auth, err := makeAuth(prf, hashes, peer, nil, authOctets(prf, initReq, nr, pi, idi, extra), true)
 		return func() taskStatus {
@@ -106,13 +157,26 @@ func (t *authTask) processResponse(x *exchange) taskStatus {
 		}
 		return x.fail(0, fmt.Errorf("ike: responder answered IKE_AUTH with %s", notifyName(n.NType)))
 	}
+	var msk []byte
+	if x.setup.eap {
+		switch {
+		case t.sentMSK:
+			msk = x.setup.msk // the responder's last AUTH, with the MSK
+		case t.respVerified:
+			return taskMore // EAP's rounds
+		}
+	}
 	idr, ok1 := find[*ID](inner, isResponderID)
+	if msk != nil && t.idr != nil {
+		idr, ok1 = t.idr, true // the last response has AUTH without IDr
+	}
 	auth, ok2 := find[*Auth](inner, nil)
 	if !ok1 || !ok2 {
 		return x.fail(0, errors.New("ike: IKE_AUTH response lacks IDr or AUTH"))
 	}
-	sa.remoteID = Identity{idr.IDType, bytes.Clone(idr.Data)}
+	t.idr = idr
 	peer := sa.peer
+	sa.remoteID = Identity{idr.IDType, bytes.Clone(idr.Data)}
 	if !peer.RemoteID.IsZero() && !peer.RemoteID.equal(idr) {
 		e.stats.AuthFailed++
 		sa.deleteBestEffortLocked()
@@ -121,12 +185,16 @@ func (t *authTask) processResponse(x *exchange) taskStatus {
 	prf, initResp, ni, extra := sa.prf, sa.initResp, sa.ni, x.setup.authOctets
 	pr := bytes.Clone(sa.keys.Pr)
 	return x.offLock(func() func() taskStatus {
-		err := checkAuth(prf, peer, nil, inner, auth, authOctets(prf, initResp, ni, pr, idr, extra), idr)
+		err := checkAuth(prf, peer, msk, inner, auth, authOctets(prf, initResp, ni, pr, idr, extra), idr)
 		return func() taskStatus {
 			if err != nil {
 				e.stats.AuthFailed++
 				sa.deleteBestEffortLocked()
 				return x.fail(0, fmt.Errorf("ike: the responder's AUTH: %w", err))
+			}
+			if x.setup.eap && msk == nil {
+				t.respVerified = true
+				return taskMore // EAP's rounds, then our AUTH with the MSK
 			}
 			x.setup.peerAuthed = true
 			e.cfg.Log.Debug("ike: peer authenticated", sa.logAttrs("remote_id", sa.remoteID, "auth", authName(auth.Method))...)
@@ -230,10 +298,10 @@ func (t *authTask) choosePeer(x *exchange, idi, idr *ID, hasIDr bool, auth *Auth
 			continue
 		}
 		if hasAuth {
-			if peerAuthEAP(p) || (len(p.RemoteCAs) > 0) == (auth.Method == AuthPSK) {
+			if usesEAPServer(p) || (len(p.RemoteCAs) > 0) == (auth.Method == AuthPSK) {
 				continue
 			}
-		} else if !peerAuthEAP(p) {
+		} else if !usesEAPServer(p) {
 			continue
 		}
 		if _, err := checkChosen(p.IKE, Proposal{Protocol: ProtoIKE, Transforms: sa.suite.transforms()}, false); err != nil {

@@ -1,10 +1,16 @@
 package ike
 
 import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"net/netip"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Test tasks, registered for every Endpoint of the package's tests but
@@ -234,5 +240,209 @@ func TestQueueOnGoneSA(t *testing.T) {
 	run(after)
 	if ran || got == nil {
 		t.Fatalf("ran %v, failed with %v", ran, got)
+	}
+}
+
+// lockProbe is a Transport that, on its first Send, looks whether the
+// Endpoint's lock is free: Send must run without it.
+type lockProbe struct {
+	memPort
+	e      *Endpoint
+	once   sync.Once
+	locked chan bool
+}
+
+func (l *lockProbe) Send(local, remote netip.AddrPort, pkt []byte) error {
+	l.once.Do(func() {
+		free := l.e.mu.TryLock()
+		if free {
+			l.e.mu.Unlock()
+		}
+		l.locked <- !free
+	})
+	return l.memPort.Send(local, remote, pkt)
+}
+
+// TestSendWithoutLock: the Endpoint calls Transport.Send with its lock
+// released (the first datagram of an Initiate, when nothing else holds
+// it).
+func TestSendWithoutLock(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	n := newMemNet(t)
+	probe := &lockProbe{memPort: memPort{n}, locked: make(chan bool, 1)}
+	a, err := NewEndpoint(Config{Peers: []*Peer{pa}}, probe)
+	if err != nil {
+		t.Fatal(err)
+	}
+	probe.e = a
+	b, err := NewEndpoint(Config{Peers: []*Peer{pb}}, memPort{n})
+	if err != nil {
+		t.Fatal(err)
+	}
+	n.mu.Lock()
+	n.eps[addrA], n.eps[addrB] = a, b
+	n.mu.Unlock()
+	if _, err := a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	if <-probe.locked {
+		t.Fatal("Transport.Send ran with the Endpoint's lock held")
+	}
+}
+
+// TestChildDHOffLock: the responder's Diffie-Hellman for a CREATE_CHILD_SA
+// with PFS runs without its lock: while it is blocked, the Endpoint
+// answers calls; once it finishes, the rekey completes.
+func TestChildDHOffLock(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16-x25519", "aes128-sha256-x25519", "aes128gcm16-x25519")
+	g := newGate(t)
+	var armed atomic.Bool
+	p := newPair(t, pa, pb, func(a, b *Config) {
+		b.newDH = func(group uint16) (DH, error) {
+			d, err := NewDH(group)
+			if armed.Load() {
+				return slowDH{d, g}, err
+			}
+			return d, err
+		}
+	})
+	c, err := p.a.Initiate(ctx(t), "to-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	armed.Store(true)
+	done := make(chan error, 1)
+	go func() {
+		_, err := p.a.Rekey(ctx(t), c)
+		done <- err
+	}()
+	select {
+	case <-g.waiting: // b computes g^ir for the new Child SA
+	case err := <-done:
+		t.Fatalf("the rekey ended (%v) without the responder's DH off its lock", err)
+	case <-time.After(5 * time.Second):
+		t.Fatal("the responder's DH for CREATE_CHILD_SA did not start off its lock")
+	}
+	stats := make(chan Stats, 1)
+	go func() { stats <- p.b.Stats() }()
+	select {
+	case <-stats:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the responder's lock is held while its DH for CREATE_CHILD_SA runs")
+	}
+	g.open()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+}
+
+// eapNotify is a private-use status notify that stands for EAP in
+// TestTaskEAPRounds: 1 challenge, 2 answer, 3 success.
+const eapNotify NotifyType = 40970
+
+// fakeEAP is a made-up EAP method in two round trips, for peers named
+// "taskeap-...": the responder sends a challenge, the initiator echoes it, the
+// responder says success; both take the MSK from the challenge.
+type fakeEAP struct {
+	challenge []byte
+	state     int
+}
+
+func init() {
+	onPeerAuthEAP(func(p *Peer) bool { return strings.HasPrefix(p.Name, "taskeap-") })
+	onLocalAuthEAP(func(p *Peer) bool { return strings.HasPrefix(p.Name, "taskeap-") })
+	registerTask(IKE_AUTH, orderEAP, func(sa *ikeSA) task {
+		if sa.initiator && !usesEAPClient(sa.peer) {
+			return nil
+		}
+		return &fakeEAP{}
+	})
+}
+
+func fakeMSK(challenge []byte) []byte {
+	h := sha256.Sum256(append([]byte("msk"), challenge...))
+	return h[:]
+}
+
+func (t *fakeEAP) build(x *exchange) taskStatus {
+	if x.sa.initiator {
+		if t.state == 1 {
+			x.add(&Notify{NType: eapNotify, Data: append([]byte{2}, t.challenge...)})
+		}
+		return taskMore
+	}
+	switch t.state {
+	case 0:
+		t.challenge = randomNonce()
+		x.add(&Notify{NType: eapNotify, Data: append([]byte{1}, t.challenge...)})
+		t.state = 1
+		return taskMore
+	case 2:
+		x.add(&Notify{NType: eapNotify, Data: []byte{3}})
+		x.setup.msk = fakeMSK(t.challenge)
+		if x.setup.peer.Name == "taskeap-bad" {
+			x.setup.msk = fakeMSK(nil) // not the initiator's
+		}
+		return taskDone
+	}
+	return taskMore
+}
+
+func (t *fakeEAP) process(x *exchange) taskStatus {
+	if !x.setup.eap {
+		return taskDone // the peer authenticates with AUTH
+	}
+	n := findNotify(x.in, eapNotify)
+	if x.sa.initiator {
+		switch {
+		case n != nil && len(n.Data) > 1 && n.Data[0] == 1:
+			t.challenge, t.state = bytes.Clone(n.Data[1:]), 1
+		case n != nil && len(n.Data) == 1 && n.Data[0] == 3:
+			x.setup.msk = fakeMSK(t.challenge)
+			return taskDone
+		}
+		return taskMore
+	}
+	if t.state == 1 {
+		if n == nil || len(n.Data) < 1 || n.Data[0] != 2 || !bytes.Equal(n.Data[1:], t.challenge) {
+			return x.fail(AuthenticationFailed, errors.New("fake EAP: wrong answer"))
+		}
+		t.state = 2
+	}
+	return taskMore
+}
+
+// TestTaskEAPRounds: with EAP (a made-up method standing in), the
+// initiator's first IKE_AUTH carries no AUTH, the responder answers with
+// its AUTH and the method's rounds follow; then both AUTHs are MACs with
+// the method's MSK (RFC 7296 section 2.16), and the Child SA of the first
+// request is made in the last round.
+func TestTaskEAPRounds(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pa.Name, pb.Name = "taskeap-a", "taskeap-b"
+	p := newPair(t, pa, pb, nil)
+	ca, err := p.a.Initiate(ctx(t), "taskeap-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkMirror(t, ca, p.respChild(t), "aes128gcm16", false)
+	// IDi | IDr AUTH EAP(challenge) ; EAP(answer) | EAP(success) ; AUTH | AUTH SA TS
+	if a, b := p.a.Stats(), p.b.Stats(); a.IKEAuthInitiated != 3 || b.IKEAuthAnswered != 3 {
+		t.Fatalf("IKE_AUTH rounds: initiated %d, answered %d; want 3", a.IKEAuthInitiated, b.IKEAuthAnswered)
+	}
+}
+
+// TestTaskEAPWrongMSK: an initiator whose AUTH is not made with the
+// responder's MSK is refused with AUTHENTICATION_FAILED.
+func TestTaskEAPWrongMSK(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pa.Name, pb.Name = "taskeap-a", "taskeap-bad"
+	p := newPair(t, pa, pb, nil)
+	_, err := p.a.Initiate(ctx(t), "taskeap-a")
+	if err == nil || !strings.Contains(err.Error(), "AUTHENTICATION_FAILED") {
+		t.Fatalf("Initiate: %v, want AUTHENTICATION_FAILED", err)
+	}
+	if s := p.b.Stats(); s.AuthFailed != 1 || s.IKESAEstablished != 0 {
+		t.Fatalf("responder: AuthFailed %d, established %d", s.AuthFailed, s.IKESAEstablished)
 	}
 }
