@@ -231,70 +231,68 @@ func isResponderID(id *ID) bool { return id.Responder }
 func isInitiatorID(id *ID) bool { return !id.Responder }
 func isResponderTS(ts *TS) bool { return ts.Responder }
 func isInitiatorTS(ts *TS) bool { return !ts.Responder }
+
+// notifyName is t's IANA name, or "notify N" for a type it does not
+// know.
 func notifyName(t NotifyType) string {
-	switch t {
-	case NoProposalChosen:
-		return "NO_PROPOSAL_CHOSEN"
-	case AuthenticationFailed:
-		return "AUTHENTICATION_FAILED"
-	case TSUnacceptable:
-		return "TS_UNACCEPTABLE"
-	case InvalidKEPayload:
-		return "INVALID_KE_PAYLOAD"
-	case InvalidSyntax:
-		return "INVALID_SYNTAX"
-	case InvalidMessageID:
-		return "INVALID_MESSAGE_ID"
-	case UnsupportedCriticalPayload:
-		return "UNSUPPORTED_CRITICAL_PAYLOAD"
-	case NoAdditionalSAs:
-		return "NO_ADDITIONAL_SAS"
-	case TemporaryFailure:
-		return "TEMPORARY_FAILURE"
-	case ChildSANotFound:
-		return "CHILD_SA_NOT_FOUND"
-	case InternalAddressFailure:
-		return "INTERNAL_ADDRESS_FAILURE"
-	case FailedCPRequired:
-		return "FAILED_CP_REQUIRED"
-	case InvalidIKESPI:
-		return "INVALID_IKE_SPI"
-	case InvalidSPI:
-		return "INVALID_SPI"
-	case InitialContact:
-		return "INITIAL_CONTACT"
-	case SetWindowSize:
-		return "SET_WINDOW_SIZE"
-	case AdditionalTSPossible:
-		return "ADDITIONAL_TS_POSSIBLE"
-	case NATDetectionSourceIP:
-		return "NAT_DETECTION_SOURCE_IP"
-	case NATDetectionDestinationIP:
-		return "NAT_DETECTION_DESTINATION_IP"
-	case Cookie:
-		return "COOKIE"
-	case UseTransportMode:
-		return "USE_TRANSPORT_MODE"
-	case RekeySA:
-		return "REKEY_SA"
-	case ESPTFCPaddingNotSupported:
-		return "ESP_TFC_PADDING_NOT_SUPPORTED"
-	case NonFirstFragmentsAlso:
-		return "NON_FIRST_FRAGMENTS_ALSO"
-	case MOBIKESupported:
-		return "MOBIKE_SUPPORTED"
-	case FragmentationSupported:
-		return "IKEV2_FRAGMENTATION_SUPPORTED"
-	case SignatureHashAlgorithms:
-		return "SIGNATURE_HASH_ALGORITHMS"
-	}
-	// Status types peers send that this package does not act on.
-	if n, ok := map[NotifyType]string{16397: "ADDITIONAL_IP4_ADDRESS", 16398: "ADDITIONAL_IP6_ADDRESS",
-		16399: "NO_ADDITIONAL_ADDRESSES", 16400: "UPDATE_SA_ADDRESSES", 16404: "MULTIPLE_AUTH_SUPPORTED",
-		16406: "REDIRECT_SUPPORTED", 16418: "CHILDLESS_IKEV2_SUPPORTED"}[t]; ok {
+	if n, ok := notifyNames[t]; ok {
 		return n
 	}
 	return fmt.Sprintf("notify %d", uint16(t))
+}
+
+// notifyNames are the IANA names of the notify types (RFC 7296 section
+// 3.10.1 and the RFCs of the features here: MOBIKE RFC 4555, EAP-only
+// RFC 5998, IKE_INTERMEDIATE RFC 9242, additional key exchanges RFC
+// 9370), and of status types peers send that this package does not act
+// on.
+var notifyNames = map[NotifyType]string{
+	UnsupportedCriticalPayload: "UNSUPPORTED_CRITICAL_PAYLOAD",
+	InvalidIKESPI:              "INVALID_IKE_SPI",
+	InvalidMajorVersion:        "INVALID_MAJOR_VERSION",
+	InvalidSyntax:              "INVALID_SYNTAX",
+	InvalidMessageID:           "INVALID_MESSAGE_ID",
+	InvalidSPI:                 "INVALID_SPI",
+	NoProposalChosen:           "NO_PROPOSAL_CHOSEN",
+	InvalidKEPayload:           "INVALID_KE_PAYLOAD",
+	AuthenticationFailed:       "AUTHENTICATION_FAILED",
+	SinglePairRequired:         "SINGLE_PAIR_REQUIRED",
+	NoAdditionalSAs:            "NO_ADDITIONAL_SAS",
+	InternalAddressFailure:     "INTERNAL_ADDRESS_FAILURE",
+	FailedCPRequired:           "FAILED_CP_REQUIRED",
+	TSUnacceptable:             "TS_UNACCEPTABLE",
+	InvalidSelectors:           "INVALID_SELECTORS",
+	UnacceptableAddresses:      "UNACCEPTABLE_ADDRESSES",
+	UnexpectedNATDetected:      "UNEXPECTED_NAT_DETECTED",
+	TemporaryFailure:           "TEMPORARY_FAILURE",
+	ChildSANotFound:            "CHILD_SA_NOT_FOUND",
+
+	InitialContact:                "INITIAL_CONTACT",
+	SetWindowSize:                 "SET_WINDOW_SIZE",
+	AdditionalTSPossible:          "ADDITIONAL_TS_POSSIBLE",
+	IPCompSupported:               "IPCOMP_SUPPORTED",
+	NATDetectionSourceIP:          "NAT_DETECTION_SOURCE_IP",
+	NATDetectionDestinationIP:     "NAT_DETECTION_DESTINATION_IP",
+	Cookie:                        "COOKIE",
+	UseTransportMode:              "USE_TRANSPORT_MODE",
+	RekeySA:                       "REKEY_SA",
+	ESPTFCPaddingNotSupported:     "ESP_TFC_PADDING_NOT_SUPPORTED",
+	NonFirstFragmentsAlso:         "NON_FIRST_FRAGMENTS_ALSO",
+	MOBIKESupported:               "MOBIKE_SUPPORTED",
+	AdditionalIP4Address:          "ADDITIONAL_IP4_ADDRESS",
+	AdditionalIP6Address:          "ADDITIONAL_IP6_ADDRESS",
+	NoAdditionalAddresses:         "NO_ADDITIONAL_ADDRESSES",
+	UpdateSAAddresses:             "UPDATE_SA_ADDRESSES",
+	Cookie2:                       "COOKIE2",
+	NoNATsAllowed:                 "NO_NATS_ALLOWED",
+	16404:                         "MULTIPLE_AUTH_SUPPORTED",
+	16406:                         "REDIRECT_SUPPORTED",
+	16417:                         "EAP_ONLY_AUTHENTICATION",
+	16418:                         "CHILDLESS_IKEV2_SUPPORTED",
+	FragmentationSupported:        "IKEV2_FRAGMENTATION_SUPPORTED",
+	SignatureHashAlgorithms:       "SIGNATURE_HASH_ALGORITHMS",
+	IntermediateExchangeSupported: "INTERMEDIATE_EXCHANGE_SUPPORTED",
+	AdditionalKeyExchange:         "ADDITIONAL_KEY_EXCHANGE",
 }
 
 // ---------------------------------------------------------------------
