@@ -24,7 +24,13 @@ package ike
 // length and that many bytes; nested records (the outstanding request, a
 // Child SA) are fields whose value is itself a field list. Decoding
 // checks every length and value and returns an error, never panics.
-// Unknown tags are skipped, so a newer writer can add fields. The last
+// Unknown tags are skipped, so a newer writer can add fields that an
+// older reader may ignore; a field it must not ignore comes with a new
+// version, which an older reader refuses. Version 2 added the virtual IPs
+// and pool leases, the MOBIKE flag and the suite's additional key
+// exchanges: a version 1 reader ignoring the leases would let the
+// standby's pools hand a road warrior's address to another. A version 1
+// snapshot still decodes (none of those). The last
 // field is a CRC-32C of all before it, so that a snapshot cut at a field
 // boundary (a Child SA lost) or damaged in transit is refused, not
 // adopted in part.
@@ -38,6 +44,8 @@ import (
 	"net/netip"
 	"slices"
 	"time"
+
+	"github.com/sluicegw/sluice/ike/ippool"
 )
 
 // Snapshot is the replicated state of one established IKE SA: its SPIs,
@@ -51,8 +59,12 @@ type Snapshot struct {
 	Data  []byte
 }
 
-// snapVersion is the version byte that opens Data.
-const snapVersion = 1
+// snapVersion is the version byte that opens Data; decodeSnapshot also
+// takes snapVersion1's.
+const (
+	snapVersion  = 2
+	snapVersion1 = 1
+)
 
 // Field tags of an IKE SA's record.
 const (
@@ -83,6 +95,9 @@ const (
 	tagExpireAt    = 25  // time: its expiry
 	tagPending     = 26  // record: our outstanding request
 	tagChild       = 27  // record, repeated: a Child SA
+	tagAddKE       = 28  // u16 each, 7: Suite.AddKE (version 2)
+	tagVIP         = 29  // addr, repeated: ikeSA.vips (version 2)
+	tagLease       = 30  // record, repeated: a pool lease (version 2)
 	tagEnd         = 255 // u32: CRC-32C of everything before it; the last field
 )
 
@@ -93,6 +108,14 @@ const (
 	snapNATHere
 	snapFrag
 	snapDeleting // our Delete of the IKE SA is outstanding
+	snapMOBIKE   // both announced MOBIKE_SUPPORTED (version 2)
+)
+
+// Field tags of a pool lease's record.
+const (
+	tagLsPool = 1 // string: the pool's name
+	tagLsAddr = 2 // addr
+	tagLsID   = 3 // string: the identity it is leased to
 )
 
 // Field tags of the outstanding request's record.
@@ -165,6 +188,15 @@ type snapIKE struct {
 	hashes                            []uint16
 	pending                           *snapRequest
 	children                          []snapChild
+	vips                              []netip.Addr
+	leases                            []snapLease
+}
+
+// snapLease is a vipLease: the pool by name.
+type snapLease struct {
+	pool string
+	addr netip.Addr
+	id   string
 }
 
 type snapRequest struct {
@@ -304,11 +336,15 @@ func (sa *ikeSA) snapLocked() *snapIKE {
 	s := &snapIKE{peer: sa.peer.Name, spii: sa.spii, spir: sa.spir, local: sa.local, remote: sa.remote,
 		respLocal: sa.respLocal, respRem: sa.respRem, suite: sa.suite, keys: *sa.keys, ni: sa.ni, nr: sa.nr,
 		nextReq: sa.nextReq, nextPeer: sa.nextPeer, lastReq: sa.lastReq, lastResp: sa.lastResp,
-		remoteID: sa.remoteID, established: sa.established, rekeyAt: sa.rekeyAt, expireAt: sa.expireAt, hashes: sa.hashes}
+		remoteID: sa.remoteID, established: sa.established, rekeyAt: sa.rekeyAt, expireAt: sa.expireAt, hashes: sa.hashes,
+		vips: sa.vips}
+	for _, l := range sa.leases {
+		s.leases = append(s.leases, snapLease{pool: l.pool.Name(), addr: l.addr, id: l.id})
+	}
 	for _, b := range []struct {
 		on   bool
 		flag uint8
-	}{{sa.initiator, snapInitiator}, {sa.encap, snapEncap}, {sa.natHere, snapNATHere}, {sa.frag, snapFrag}, {sa.state == stateDeleting, snapDeleting}} {
+	}{{sa.initiator, snapInitiator}, {sa.encap, snapEncap}, {sa.natHere, snapNATHere}, {sa.frag, snapFrag}, {sa.state == stateDeleting, snapDeleting}, {sa.mobike, snapMOBIKE}} {
 		if b.on {
 			s.flags |= b.flag
 		}
@@ -477,6 +513,13 @@ func (s *snapIKE) encode() []byte {
 	}
 	su = append(su, boolByte(s.suite.ESN))
 	w.field(tagSuite, su)
+	if s.suite.AddKE != ([7]uint16{}) {
+		var b []byte
+		for _, m := range s.suite.AddKE {
+			b = binary.BigEndian.AppendUint16(b, m)
+		}
+		w.field(tagAddKE, b)
+	}
 	k := &s.keys
 	for i, b := range [][]byte{k.D, k.Ai, k.Ar, k.Ei, k.Er, k.Pi, k.Pr} {
 		w.field(byte(tagKeyD+i), b)
@@ -520,6 +563,16 @@ func (s *snapIKE) encode() []byte {
 	}
 	for i := range s.children {
 		w.field(tagChild, s.children[i].encode())
+	}
+	for _, a := range s.vips {
+		w.field(tagVIP, a.Unmap().AsSlice())
+	}
+	for _, l := range s.leases {
+		lw := &snapWriter{}
+		lw.field(tagLsPool, []byte(l.pool))
+		lw.field(tagLsAddr, l.addr.Unmap().AsSlice())
+		lw.field(tagLsID, []byte(l.id))
+		w.field(tagLease, lw.b)
 	}
 	w.u32(tagEnd, crc32.Checksum(w.b, castagnoli))
 	return w.b
@@ -633,6 +686,14 @@ func snapAddrPort(v []byte, what string) (netip.AddrPort, error) {
 	return netip.AddrPortFrom(a, binary.BigEndian.Uint16(v[len(v)-2:])), nil
 }
 
+func snapAddr(v []byte, what string) (netip.Addr, error) {
+	a, ok := netip.AddrFromSlice(v)
+	if !ok {
+		return netip.Addr{}, fmt.Errorf("ike: snapshot: %s of %d bytes", what, len(v))
+	}
+	return a, nil
+}
+
 func snapSelector(v []byte) (Selector, error) {
 	if len(v) != 5+8 && len(v) != 5+32 {
 		return Selector{}, fmt.Errorf("ike: snapshot: selector of %d bytes", len(v))
@@ -662,9 +723,10 @@ func decodeSnapshot(data []byte) (*snapIKE, error) {
 	if len(data) == 0 {
 		return nil, errors.New("ike: snapshot: empty")
 	}
-	if data[0] != snapVersion {
-		return nil, fmt.Errorf("ike: snapshot: version %d, want %d", data[0], snapVersion)
+	if data[0] != snapVersion && data[0] != snapVersion1 {
+		return nil, fmt.Errorf("ike: snapshot: version %d, want %d or %d", data[0], snapVersion1, snapVersion)
 	}
+	v2 := data[0] >= 2
 	// The CRC field is 1+1+4 bytes at the end.
 	if n := len(data) - 6; n < 1 || data[n] != tagEnd || data[n+1] != 4 ||
 		binary.BigEndian.Uint32(data[n+2:]) != crc32.Checksum(data[:n], castagnoli) {
@@ -674,7 +736,10 @@ func decodeSnapshot(data []byte) (*snapIKE, error) {
 	s := &snapIKE{}
 	seen := map[byte]bool{}
 	err := fields(data[1:], func(tag byte, v []byte) error {
-		if tag != tagLastResp && tag != tagChild {
+		if !v2 && (tag == tagAddKE || tag == tagVIP || tag == tagLease) {
+			return fmt.Errorf("ike: snapshot: version 1 with field %d of version 2", tag)
+		}
+		if tag != tagLastResp && tag != tagChild && tag != tagVIP && tag != tagLease {
 			if seen[tag] {
 				return fmt.Errorf("ike: snapshot: field %d twice", tag)
 			}
@@ -746,6 +811,22 @@ func decodeSnapshot(data []byte) (*snapIKE, error) {
 			if c, err = decodeChild(v); err == nil {
 				s.children = append(s.children, c)
 			}
+		case tagAddKE:
+			if err = fixed(v, 14, "additional key exchanges"); err == nil {
+				for i := range s.suite.AddKE {
+					s.suite.AddKE[i] = binary.BigEndian.Uint16(v[2*i:])
+				}
+			}
+		case tagVIP:
+			var a netip.Addr
+			if a, err = snapAddr(v, "virtual IP"); err == nil {
+				s.vips = append(s.vips, a)
+			}
+		case tagLease:
+			var l snapLease
+			if l, err = decodeLease(v); err == nil {
+				s.leases = append(s.leases, l)
+			}
 		}
 		return err
 	})
@@ -768,6 +849,26 @@ func decodeSnapshot(data []byte) (*snapIKE, error) {
 		return nil, fmt.Errorf("ike: snapshot: outstanding request %d, next %d", p.id, s.nextReq)
 	}
 	return s, nil
+}
+
+func decodeLease(b []byte) (snapLease, error) {
+	var l snapLease
+	err := fields(b, func(tag byte, v []byte) error {
+		var err error
+		switch tag {
+		case tagLsPool:
+			l.pool = string(v)
+		case tagLsAddr:
+			l.addr, err = snapAddr(v, "leased address")
+		case tagLsID:
+			l.id = string(v)
+		}
+		return err
+	})
+	if err == nil && (l.pool == "" || !l.addr.IsValid()) {
+		err = errors.New("ike: snapshot: lease without pool or address")
+	}
+	return l, err
 }
 
 func decodeRequest(b []byte) (*snapRequest, error) {
@@ -947,8 +1048,10 @@ func decodeChild(b []byte) (snapChild, error) {
 //
 // Adopt refuses, with an error and without side effects, data that does
 // not decode, an IKE SA of a peer that this Endpoint's configuration does
-// not name (by Peer.Name, with its Local address), and an IKE SA or Child
-// SA whose SPI is in use here.
+// not name (by Peer.Name, with its Local address), an IKE SA or Child
+// SA whose SPI is in use here, and an IKE SA whose virtual IPs cannot be
+// leased again from the peer's pools (adoptLeases: a pool it does not
+// have, or an address another identity holds online here).
 //
 // Not carried, and so not continued: a rekey collision in progress (the
 // adopter finishes its own exchange as if the peer's had not crossed
@@ -1047,7 +1150,8 @@ func (e *Endpoint) adoptLocked(s *snapIKE) (*ikeSA, []func(), error) {
 		respLocal: s.respLocal, respRem: s.respRem,
 		encap: s.flags&snapEncap != 0, natHere: s.flags&snapNATHere != 0, frag: s.flags&snapFrag != 0,
 		ni: s.ni, nr: s.nr, nextReq: s.nextReq, nextPeer: s.nextPeer, lastReq: s.lastReq, lastResp: s.lastResp,
-		remoteID: s.remoteID, hashes: s.hashes, established: s.established}
+		remoteID: s.remoteID, hashes: s.hashes, established: s.established,
+		mobike: s.flags&snapMOBIKE != 0, vips: s.vips}
 	if s.flags&snapDeleting != 0 {
 		sa.state = stateDeleting
 	}
@@ -1088,6 +1192,12 @@ func (e *Endpoint) adoptLocked(s *snapIKE) (*ikeSA, []func(), error) {
 		}
 	}
 
+	// The virtual IPs leased to the peer are leased again here, so that
+	// this Endpoint's pools hand them to nobody else.
+	if sa.leases, err = adoptLeases(peer, s.leases); err != nil {
+		return nil, nil, err
+	}
+
 	// From here nothing fails. The IKE SA is busy (as during a
 	// computation off the lock, job.go) until Adopt has reported its
 	// Child SAs.
@@ -1101,6 +1211,7 @@ func (e *Endpoint) adoptLocked(s *snapIKE) (*ikeSA, []func(), error) {
 	for i := range s.children {
 		sc := &s.children[i]
 		c := bySPI[sc.c.InSPI]
+		c.VIPs = s.vips // as every Child SA of the IKE SA carries them (rekey.go)
 		sa.children = append(sa.children, c)
 		ent := &childEntry{c: c, sa: sa, replaced: sc.flags&chReplaced != 0}
 		e.children[c.InSPI] = ent
@@ -1125,6 +1236,50 @@ func (e *Endpoint) adoptLocked(s *snapIKE) (*ikeSA, []func(), error) {
 	e.cfg.Log.Info("ike: IKE SA adopted", sa.logAttrs("children", len(sa.children), "next_msgid", sa.nextReq, "peer_next_msgid", sa.nextPeer,
 		"outstanding", req != nil)...)
 	return sa, after, nil
+}
+
+// adoptLeases leases again, in peer's pools, the addresses a snapshot's
+// IKE SA holds: each to the same identity, in the pool of the same name
+// (or, with none of that name, the one of peer's pools that holds the
+// address). An address leased here to another identity that is online,
+// or a pool that peer does not have, fails the adoption: the peer keeps
+// its address in its Child SAs' selectors, so the IKE SA cannot go on
+// with another, and two peers with one address would take each other's
+// traffic. On failure the leases taken so far are released (offline, kept
+// for the identity they belong to).
+func adoptLeases(peer *Peer, ls []snapLease) ([]vipLease, error) {
+	var out []vipLease
+	for _, l := range ls {
+		var pool *ippool.Pool
+		for _, p := range peer.Pools {
+			if p.Name() == l.pool {
+				pool = p
+				break
+			}
+		}
+		if pool == nil {
+			for _, p := range peer.Pools {
+				if p.Contains(l.addr) {
+					pool = p
+					break
+				}
+			}
+		}
+		err := fmt.Errorf("ike: snapshot: virtual IP %v of pool %q, which peer %q does not have", l.addr, l.pool, peer.Name)
+		if pool != nil {
+			if err = pool.Take(l.id, l.addr); err != nil {
+				err = fmt.Errorf("ike: snapshot: virtual IP %v of %q not leased again: %w", l.addr, l.id, err)
+			}
+		}
+		if err != nil {
+			for _, o := range out {
+				o.pool.Release(o.id, o.addr)
+			}
+			return nil, err
+		}
+		out = append(out, vipLease{pool: pool, addr: l.addr, id: l.id})
+	}
+	return out, nil
 }
 
 // Release drops the IKE SA named by spii and spir, and its Child SAs,

@@ -447,7 +447,7 @@ func TestAdoptRefuses(t *testing.T) {
 			t.Fatalf("a snapshot damaged at byte %d was adopted", i)
 		}
 	}
-	for _, bad := range [][]byte{nil, {snapVersion}, {2}, []byte("garbage, not a snapshot")} {
+	for _, bad := range [][]byte{nil, {snapVersion}, {snapVersion + 1}, []byte("garbage, not a snapshot")} {
 		if err := e2.Adopt(bad); err == nil {
 			t.Fatalf("%q was adopted", bad)
 		}
@@ -472,12 +472,14 @@ func snapSeed() *snapIKE {
 	ap6 := netip.MustParseAddrPort("[2001:db8::2]:500")
 	k := func(n int, b byte) []byte { return bytes.Repeat([]byte{b}, n) }
 	t0 := time.Unix(1_700_000_000, 123)
-	return &snapIKE{peer: "to-b", flags: snapInitiator | snapFrag, spii: 1, spir: 2, local: ap, remote: ap6, respLocal: ap, respRem: ap6,
-		suite: Suite{Protocol: ProtoIKE, Encr: EncrAESGCM16, KeyLen: 128, PRF: PRFHMACSHA256, DH: DHCurve25519},
+	return &snapIKE{peer: "to-b", flags: snapInitiator | snapFrag | snapMOBIKE, spii: 1, spir: 2, local: ap, remote: ap6, respLocal: ap, respRem: ap6,
+		suite: Suite{Protocol: ProtoIKE, Encr: EncrAESGCM16, KeyLen: 128, PRF: PRFHMACSHA256, DH: DHCurve25519, AddKE: [7]uint16{0: 36}},
 		keys:  Keys{D: k(32, 1), Ei: k(20, 2), Er: k(20, 3), Pi: k(32, 4), Pr: k(32, 5)},
 		ni:    k(32, 6), nr: k(32, 7), nextReq: 5, nextPeer: 3, lastReq: k(60, 8), lastResp: [][]byte{k(40, 9), k(30, 10)},
 		remoteID: Identity{Type: IDFQDN, Data: []byte("b.example.net")}, established: t0, rekeyAt: t0.Add(time.Hour), expireAt: t0.Add(2 * time.Hour),
 		hashes: []uint16{2, 3, 4},
+		vips:   []netip.Addr{netip.MustParseAddr("10.3.0.7"), netip.MustParseAddr("fd00:3::7")},
+		leases: []snapLease{{pool: "rw4", addr: netip.MustParseAddr("10.3.0.7"), id: "carol"}, {pool: "rw6", addr: netip.MustParseAddr("fd00:3::7"), id: "carol"}},
 		pending: &snapRequest{id: 4, exch: CREATE_CHILD_SA, kind: reqRekey, pkts: [][]byte{k(80, 11)},
 			rekey: &snapRekey{old: 300, conf: "net", spi: 400, ni: k(32, 12), dhGroup: DHECP256, dhPriv: k(32, 13), tsi: []Selector{sel}, tsr: []Selector{sel6}, retries: 1}},
 		children: []snapChild{{c: ChildSA{Name: "to-b", Child: "net", Initiator: true, Local: ap, Remote: ap6, InSPI: 300, OutSPI: 301,

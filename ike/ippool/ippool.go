@@ -278,6 +278,47 @@ func (p *Pool) acquireReassigned(id string) netip.Addr {
 	return netip.Addr{}
 }
 
+// ErrTaken is returned by Take when the address has an online lease of
+// another identity, or the identity an online lease of another address.
+var ErrTaken = errors.New("ippool: address leased to another identity")
+
+// Take leases exactly a to id for one more holder: what a standby does
+// for an IKE SA it continues (the address is the peer's already). id's
+// lease of a is held once more; a free address, or one with an offline
+// lease of another identity (which it loses, as Acquire's third round
+// would), becomes id's, and id's offline lease of another address, if
+// any, is forgotten. It fails with ErrTaken when a has an online lease of
+// another identity or id an online lease of another address, and when a
+// is not in the pool.
+func (p *Pool) Take(id string, a netip.Addr) error {
+	off, ok := p.offset(a)
+	if !ok {
+		return fmt.Errorf("ippool: pool %q: %v is not in it", p.name, a)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if l, ok := p.byAddr[off]; ok {
+		if l.id == id {
+			p.holdLocked(off)
+			return nil
+		}
+		if l.holders > 0 {
+			return fmt.Errorf("ippool: pool %q: %v is leased to %q: %w", p.name, a, l.id, ErrTaken)
+		}
+	}
+	if mine, has := p.byID[id]; has {
+		if p.byAddr[mine].holders > 0 {
+			return fmt.Errorf("ippool: pool %q: %q holds %v: %w", p.name, id, p.addr(mine), ErrTaken)
+		}
+		p.dropLocked(mine)
+	}
+	if _, ok := p.byAddr[off]; ok {
+		p.dropLocked(off)
+	}
+	p.takeLocked(off, id)
+	return nil
+}
+
 // Release lets go of one holder of id's lease of a; when none is left the
 // lease goes offline, kept for id. It reports whether id held a.
 func (p *Pool) Release(id string, a netip.Addr) bool {

@@ -236,3 +236,54 @@ func TestNoAllocs(t *testing.T) {
 		t.Fatalf("%v allocations per acquire and release", n)
 	}
 }
+
+// TestTake: a standby leases exactly the address the snapshot names: a
+// free one, one its identity holds (once more), one another identity
+// left offline (reassigned); never one another identity holds online, nor
+// a second one for an identity online elsewhere.
+func TestTake(t *testing.T) {
+	p, err := New(Config{Name: "rw", Addrs: "10.3.0.0/29"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1, a2, a3 := netip.MustParseAddr("10.3.0.1"), netip.MustParseAddr("10.3.0.2"), netip.MustParseAddr("10.3.0.3")
+	if err := p.Take("carol", a2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Take("carol", a2); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Take("dave", a2); !errors.Is(err, ErrTaken) {
+		t.Fatalf("dave took carol's online address: %v", err)
+	}
+	if err := p.Take("carol", a3); !errors.Is(err, ErrTaken) {
+		t.Fatalf("carol took a second address: %v", err)
+	}
+	if got, _ := p.Acquire("eve", netip.Addr{}); got != a1 {
+		t.Fatalf("eve got %v", got)
+	}
+	p.Release("eve", a1)
+	if err := p.Take("dave", a1); err != nil {
+		t.Fatalf("dave over eve's offline lease: %v", err)
+	}
+	if who, online, _ := p.Lease(a1); who != "dave" || !online {
+		t.Fatalf("%v: %q online %v", a1, who, online)
+	}
+	p.Release("dave", a1)
+	if err := p.Take("dave", a3); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, ok := p.Lease(a1); ok {
+		t.Fatal("dave's old offline lease kept")
+	}
+	if s := p.Stats(); s.Online != 2 || s.Offline != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	if err := p.Take("frank", netip.MustParseAddr("10.9.0.1")); err == nil {
+		t.Fatal("an address outside the pool was taken")
+	}
+	// Acquire skips what Take took.
+	if got, _ := p.Acquire("grace", netip.Addr{}); got != netip.MustParseAddr("10.3.0.4") {
+		t.Fatalf("grace got %v", got)
+	}
+}
