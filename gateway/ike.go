@@ -385,6 +385,7 @@ func (g *Gateway) reloadPeers(next *config.Gateway, regrouped map[string]bool, n
 
 	creds := map[string]ikeCred{}
 	kept := map[string]bool{}
+	borrowed := map[string]bool{} // creds whose signer and key are the running ones
 	var peers []*ike.Peer
 	var fresh []ikeCred // built for this reload: closed if it fails
 	fail := func(err error) error {
@@ -410,6 +411,14 @@ func (g *Gateway) reloadPeers(next *config.Gateway, regrouped map[string]bool, n
 		case same && sameCredentials(old.peer, p):
 			cr.close() // the running one stays
 			cr, kept[name] = old, true
+		case same && sameKeys(old.peer, p):
+			// New revocation lists only (ike_peers.go): the SAs
+			// carry on with the running peer's keys (SetPeers hands
+			// them to the copy), and the lists apply to the next
+			// authentication.
+			cr.close()
+			cr, kept[name], borrowed[name] = ikeCred{withRevocation(old.peer, p), old.signer, old.key}, true, true
+			note("IKE revocation lists reloaded", "connection", name)
 		case same && p.RotatesPSK(old.peer):
 			// A new pre-shared key only: the SAs carry on (SetPeers
 			// hands them to the new peer) and the key authenticates
@@ -433,7 +442,7 @@ func (g *Gateway) reloadPeers(next *config.Gateway, regrouped map[string]bool, n
 	}
 	s.mu.Lock()
 	for name, c := range oldCreds {
-		if nc, ok := creds[name]; !ok || nc.peer != c.peer {
+		if nc, ok := creds[name]; !ok || (nc.peer != c.peer && !borrowed[name]) {
 			c.close() // SetPeers deleted its SAs; deleting signs nothing
 		}
 	}

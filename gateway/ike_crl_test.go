@@ -92,3 +92,63 @@ func TestPeerCRLs(t *testing.T) {
 		}
 	}
 }
+
+// TestReloadCRLOnly: a reload that changes only a connection's CRL file
+// or revocation is a change of credentials (before, sameCredentials
+// ignored them and the running peer kept the old lists), but not of its
+// keys: reloadPeers gives the endpoint the running peer with the new
+// lists (withRevocation), which takes over its SAs (ike.Peer.RotatesCRLs)
+// and applies the lists to the next authentication.
+func TestReloadCRLOnly(t *testing.T) {
+	dir := t.TempDir()
+	ca, err := certgen.NewCA("crl reload CA")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now := time.Now()
+	write := func(name string, data []byte) {
+		t.Helper()
+		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("ca.pem", ca.PEM)
+	crl := func(n int64) []byte {
+		t.Helper()
+		der, err := ca.CRL(n, now, now.Add(time.Hour), ca.Cert)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return der
+	}
+	peer := func(revocation string) *ike.Peer {
+		t.Helper()
+		cfg, err := config.ParseGateway(filepath.Join(dir, "gw.toml"), []byte(crlTestConfig(`"ca.crl"`, revocation)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, _, _, err := ikeCredentials(cfg, 0, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	write("ca.crl", crl(1))
+	old := peer("relaxed")
+	if again := peer("relaxed"); !sameCredentials(old, again) {
+		t.Fatal("the same CRL file read again is a change")
+	}
+	write("ca.crl", crl(2)) // the CA published its next list
+	for _, next := range []*ike.Peer{peer("relaxed"), peer("strict")} {
+		if sameCredentials(old, next) {
+			t.Fatalf("a new CRL (revocation %v) is not a change of credentials", next.Revocation)
+		}
+		if !sameKeys(old, next) {
+			t.Fatal("a new CRL changed the keys")
+		}
+		np := withRevocation(old, next)
+		if !np.RotatesCRLs(old) || !sameRevocation(np, next) || np.Signer != old.Signer {
+			t.Fatalf("the reloaded peer does not take over the SAs with the new lists (%v)", next.Revocation)
+		}
+	}
+}

@@ -228,14 +228,35 @@ func readCerts(file string) ([]*x509.Certificate, error) {
 }
 
 // sameCredentials reports whether two peers built from equal sections
-// authenticate alike: the same pre-shared key and certificates (the
-// files behind them may have changed).
+// authenticate alike: the same pre-shared key, certificates and
+// revocation lists (the files behind them may have changed).
 func sameCredentials(a, b *ike.Peer) bool {
+	return sameKeys(a, b) && sameRevocation(a, b)
+}
+
+// sameKeys is sameCredentials but for the revocation lists.
+func sameKeys(a, b *ike.Peer) bool {
 	eq := func(x, y []*x509.Certificate) bool {
 		return slices.EqualFunc(x, y, func(c, d *x509.Certificate) bool { return c.Equal(d) })
 	}
 	return bytes.Equal(a.PSK, b.PSK) && eq(a.Certificates, b.Certificates) && eq(a.RemoteCAs, b.RemoteCAs) &&
 		sameEAP(a, b) // eap: passwords and EAP-TLS CAs
+}
+
+// sameRevocation reports whether two peers check certificates against
+// the same CRLs (byte for byte) under the same policy.
+func sameRevocation(a, b *ike.Peer) bool {
+	return a.Revocation == b.Revocation && slices.EqualFunc(a.CRLs, b.CRLs, func(x, y *x509.RevocationList) bool { return bytes.Equal(x.Raw, y.Raw) })
+}
+
+// withRevocation is the running peer old with next's revocation lists and
+// policy: what a reload that changed only a CRL file (or revocation)
+// gives the endpoint, so that its SAs carry on (ike.Peer.RotatesCRLs)
+// and the lists apply to the next authentication.
+func withRevocation(old, next *ike.Peer) *ike.Peer {
+	p := *old
+	p.CRLs, p.Revocation = next.CRLs, next.Revocation
+	return &p
 }
 
 // setPeerLifetimes gives the endpoint the connection's times: it rekeys

@@ -1,10 +1,13 @@
 package ike
 
 import (
+	"bytes"
 	"crypto/x509"
 	"encoding/pem"
 	"errors"
 	"fmt"
+	"reflect"
+	"slices"
 	"strings"
 	"time"
 )
@@ -165,3 +168,26 @@ func (p *Peer) checkChains(chains [][]*x509.Certificate, now time.Time) error {
 	}
 	return first
 }
+
+// RotatesCRLs reports whether p differs from old, a peer of the same name,
+// only in its revocation lists or policy (a reloaded CRL file). SetPeers
+// then hands old's SAs to p, as for a new pre-shared key (RotatesPSK):
+// the lists apply to the next authentication with the peer (a new IKE SA,
+// or a reauthentication), not to the SAs that stand. strongSwan does the
+// same: it checks revocation when it authenticates a peer, and a CRL it
+// learns later does not end an IKE SA already up.
+func (p *Peer) RotatesCRLs(old *Peer) bool {
+	if p.Name != old.Name || (p.Revocation == old.Revocation && slices.EqualFunc(p.CRLs, old.CRLs, sameCRL)) {
+		return false
+	}
+	a, b := *old, *p
+	a.CRLs, b.CRLs = nil, nil
+	a.Revocation, b.Revocation = 0, 0
+	return reflect.DeepEqual(a, b)
+}
+
+// sameCRL reports whether two lists are the same encoded list.
+func sameCRL(a, b *x509.RevocationList) bool {
+	return a == b || (a != nil && b != nil && bytes.Equal(a.Raw, b.Raw))
+}
+

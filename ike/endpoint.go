@@ -677,7 +677,8 @@ func (e *Endpoint) peerLocked(name string) *Peer {
 // change keeps them: a new *Peer that differs from the old one of its name
 // only in its pre-shared key (a key rotation) takes over the old one's
 // SAs, which carry on; the new key authenticates the next IKE SA made with
-// the peer, as strongSwan's reloaded secrets do. SetPeers does not wait for
+// the peer, as strongSwan's reloaded secrets do; so does one that differs
+// only in its revocation lists (RotatesCRLs). SetPeers does not wait for
 // the network.
 func (e *Endpoint) SetPeers(peers []*Peer) error {
 	e.mu.Lock()
@@ -711,10 +712,11 @@ var errPeerRemoved = errors.New("ike: peer removed from the configuration")
 
 // pskRotated returns the peer in peers that old's SAs carry on with: one of
 // old's name that differs from it only in its pre-shared key
-// (Peer.RotatesPSK). Nil when there is none.
+// (Peer.RotatesPSK) or only in its revocation lists (Peer.RotatesCRLs,
+// crl.go). Nil when there is none.
 func pskRotated(peers []*Peer, old *Peer) *Peer {
 	for _, p := range peers {
-		if p.RotatesPSK(old) {
+		if p.RotatesPSK(old) || p.RotatesCRLs(old) {
 			return p
 		}
 	}
