@@ -190,4 +190,3 @@ func (p *Peer) RotatesCRLs(old *Peer) bool {
 func sameCRL(a, b *x509.RevocationList) bool {
 	return a == b || (a != nil && b != nil && bytes.Equal(a.Raw, b.Raw))
 }
-
