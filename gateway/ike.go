@@ -297,9 +297,10 @@ func (g *Gateway) closeIKE() {
 // the old SAs until the new ones replace them.
 func (g *Gateway) reloadIKE(next *config.Gateway, regrouped map[string]bool, note func(string, ...any)) error {
 	s := &g.ike
+	poolsSame := !g.poolsChanged(next) // vip.go
 	s.mu.Lock()
 	same := ikeSectionsEqual(s.conns, next.Connections) && reflect.DeepEqual(stripSecretPos(s.secrets), stripSecretPos(next.Secrets)) &&
-		s.ikeOpts == next.IKE && len(regrouped) == 0
+		s.ikeOpts == next.IKE && len(regrouped) == 0 && poolsSame
 	// The endpoint's port-500 sockets are bound per local address when it
 	// is built: other addresses need a new endpoint.
 	sameLocals := maps.Equal(localAddrs(s.conns), localAddrs(next.Connections))

@@ -234,13 +234,15 @@ func sameCredentials(a, b *ike.Peer) bool {
 	return sameKeys(a, b) && sameRevocation(a, b)
 }
 
-// sameKeys is sameCredentials but for the revocation lists.
+// sameKeys is sameCredentials but for the revocation lists: the same
+// keys, certificates and virtual IP pools.
 func sameKeys(a, b *ike.Peer) bool {
 	eq := func(x, y []*x509.Certificate) bool {
 		return slices.EqualFunc(x, y, func(c, d *x509.Certificate) bool { return c.Equal(d) })
 	}
 	return bytes.Equal(a.PSK, b.PSK) && eq(a.Certificates, b.Certificates) && eq(a.RemoteCAs, b.RemoteCAs) &&
-		sameEAP(a, b) // eap: passwords and EAP-TLS CAs
+		sameEAP(a, b) && // eap: passwords and EAP-TLS CAs
+		slices.Equal(a.Pools, b.Pools) // vip.go: a pool changed in place is the same; one of another family is new
 }
 
 // sameRevocation reports whether two peers check certificates against

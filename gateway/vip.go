@@ -5,7 +5,14 @@ package gateway
 //  1. Peers (vipPeer, from ikePeer): a connection's pools become the
 //     ike.Peer's Pools, the [[pool]]s as ike/ippool pools, one per
 //     name, kept across reloads while the pool's definition stays (so
-//     its leases do); its vips become the Peer's VIPs.
+//     its leases do); its vips become the Peer's VIPs. A reload that
+//     changes a pool's addrs or dns (and nothing else: poolsChanged)
+//     changes the pool in place (ippool.Pool.Reconfigure), so that the
+//     running peers and IKE SAs keep it: new leases come from the new
+//     addresses; a live IKE SA's lease stays if its address is still in
+//     the pool, and otherwise the IKE SA keeps its address until it ends
+//     (the pool hands it to nobody meanwhile; logged). A pool that
+//     changes family is a new pool (the old one's IKE SAs keep theirs).
 //  2. As responder, nothing more: the Child SA's remote selector is the
 //     address leased, and its tunnel routes it (the TUN device routes
 //     the connection's remote_ts, the pool's addresses among them).
@@ -86,6 +93,20 @@ func (g *Gateway) vipPeer(cfg *config.Gateway, i int, p *ike.Peer) error {
 		}
 		def := cfg.Pools[k]
 		vp := s.pools[name]
+		if vp != nil && !samePool(vp.def, def) && poolIs6(vp.def) == poolIs6(def) {
+			orphaned, err := vp.pool.Reconfigure(poolConfig(def))
+			if err != nil {
+				field := config.PoolField(k) + ".addrs"
+				return fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+			}
+			vp.def = def
+			if log := g.Logger("ike"); log != nil {
+				log.Info("virtual IP pool changed", "pool", name, "addrs", vp.pool.First().String()+"-"+vp.pool.Last().String())
+				if len(orphaned) > 0 {
+					log.Warn("virtual IPs outside the changed pool stay with their IKE SAs until they end", "pool", name, "vips", orphaned)
+				}
+			}
+		}
 		if vp == nil || !samePool(vp.def, def) {
 			pool, err := newPool(def)
 			if err != nil {
@@ -111,6 +132,43 @@ func newPool(def config.Pool) (*ippool.Pool, error) {
 		return ippool.New(ippool.Config{Name: def.Name, Addrs: def.Prefix.String(), DNS: def.DNS})
 	}
 	return ippool.NewRange(def.Name, def.First, def.Last, def.DNS)
+}
+
+// poolConfig is def as ippool.Reconfigure takes it.
+func poolConfig(def config.Pool) ippool.Config {
+	c := ippool.Config{Name: def.Name, Addrs: def.Prefix.String(), DNS: def.DNS}
+	if !def.Prefix.IsValid() {
+		c.Addrs = def.First.String() + "-" + def.Last.String()
+	}
+	return c
+}
+
+func poolIs6(def config.Pool) bool {
+	if def.Prefix.IsValid() {
+		return def.Prefix.Addr().Is6()
+	}
+	return def.First.Is6()
+}
+
+// poolsChanged reports whether next defines a pool that a connection of
+// next uses differently from the running one (or one not made yet): a
+// reload that changes only [[pool]]s is applied then (reloadIKE).
+func (g *Gateway) poolsChanged(next *config.Gateway) bool {
+	s := &g.vip
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for i := range next.Connections {
+		for _, name := range next.Connections[i].Pools {
+			k := slices.IndexFunc(next.Pools, func(p config.Pool) bool { return p.Name == name })
+			if k < 0 {
+				return true // an error, which the reload reports
+			}
+			if vp := s.pools[name]; vp == nil || !samePool(vp.def, next.Pools[k]) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 func samePool(a, b config.Pool) bool {

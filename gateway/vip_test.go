@@ -101,9 +101,29 @@ func TestVIPPeer(t *testing.T) {
 	if id, _, ok := again.Pools[0].Lease(a); !ok || id != "carol" {
 		t.Fatal("carol's lease is gone")
 	}
-	// A changed pool is a new one.
-	changed := peer(parse(strings.Replace(vipDoc, `addrs = "10.3.0.0/24"`, `addrs = "10.3.0.10-10.3.0.20"`, 1)), 0)
-	if changed.Pools[0] == rw.Pools[0] || changed.Pools[0].First() != netip.MustParseAddr("10.3.0.10") || changed.Pools[0].Size() != 11 {
-		t.Fatalf("changed pool: %v-%v", changed.Pools[0].First(), changed.Pools[0].Last())
+	// A changed pool is the same one with new addresses (reloaded in
+	// place: the running peers and IKE SAs keep it), and a reload notices
+	// it; carol's lease, outside it now, stays hers until she lets go.
+	changedDoc := parse(strings.Replace(vipDoc, `addrs = "10.3.0.0/24"`, `addrs = "10.3.0.10-10.3.0.20"`, 1))
+	if !g.poolsChanged(changedDoc) || g.poolsChanged(parse(vipDoc)) {
+		t.Fatal("poolsChanged does not see the change, or sees one where there is none")
+	}
+	changed := peer(changedDoc, 0)
+	if changed.Pools[0] != rw.Pools[0] || changed.Pools[0].First() != netip.MustParseAddr("10.3.0.10") || changed.Pools[0].Size() != 11 {
+		t.Fatalf("changed pool: %v-%v (same %v)", changed.Pools[0].First(), changed.Pools[0].Last(), changed.Pools[0] == rw.Pools[0])
+	}
+	if g.poolsChanged(changedDoc) {
+		t.Fatal("a change applied is still a change")
+	}
+	if got, _ := changed.Pools[0].Acquire("dave", netip.Addr{}); got != netip.MustParseAddr("10.3.0.10") {
+		t.Fatalf("dave got %v", got)
+	}
+	if !changed.Pools[0].Release("carol", a) {
+		t.Fatal("carol's lease outside the changed pool was lost")
+	}
+	// Another family: a new pool.
+	six := peer(parse(strings.Replace(vipDoc, `addrs = "10.3.0.0/24"`, `addrs = "fd00:9::/120"`, 1)), 0)
+	if six.Pools[0] == rw.Pools[0] || !six.Pools[0].Is6() {
+		t.Fatal("a pool of the other family was not made anew")
 	}
 }

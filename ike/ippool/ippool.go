@@ -55,16 +55,21 @@ type Config struct {
 // Pool is one pool of virtual IP addresses.
 type Pool struct {
 	name string
-	base netip.Addr // the address at offset 0
-	size uint32     // offsets 0..size-1
-	dns  []netip.Addr
+	six  bool // its family, which Reconfigure keeps
 
-	mu      sync.Mutex
-	next    uint32            // offsets from next on were never handed out
-	byAddr  map[uint32]lease  // by offset
-	byID    map[string]uint32 // an identity's lease
-	online  int               // leases with holders
-	offline int               // leases without
+	mu     sync.Mutex
+	base   netip.Addr // the address at offset 0
+	size   uint32     // offsets 0..size-1
+	dns    []netip.Addr
+	next   uint32            // offsets from next on were never handed out
+	byAddr map[uint32]lease  // by offset
+	byID   map[string]uint32 // an identity's lease
+	online int               // leases with holders
+	// orphans are the online leases of addresses a Reconfigure took out
+	// of the pool, until their holders let go (or the pool takes the
+	// address back).
+	orphans map[netip.Addr]lease
+	offline int // leases without
 }
 
 // lease is an address's identity and how many IKE SAs hold it (0:
@@ -123,7 +128,7 @@ func NewRange(name string, first, last netip.Addr, dns []netip.Addr) (*Pool, err
 			return nil, fmt.Errorf("ippool: pool %q: an invalid DNS address", name)
 		}
 	}
-	return &Pool{name: name, base: first, size: uint32(d) + 1, dns: append([]netip.Addr(nil), dns...),
+	return &Pool{name: name, six: first.Is6(), base: first, size: uint32(d) + 1, dns: append([]netip.Addr(nil), dns...),
 		byAddr: make(map[uint32]lease), byID: make(map[string]uint32)}, nil
 }
 
@@ -131,23 +136,42 @@ func NewRange(name string, first, last netip.Addr, dns []netip.Addr) (*Pool, err
 func (p *Pool) Name() string { return p.name }
 
 // Is6 reports whether the pool's addresses are IPv6.
-func (p *Pool) Is6() bool { return p.base.Is6() }
+func (p *Pool) Is6() bool { return p.six }
 
 // First is the pool's first address.
-func (p *Pool) First() netip.Addr { return p.base }
+func (p *Pool) First() netip.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.base
+}
 
 // Last is the pool's last address.
-func (p *Pool) Last() netip.Addr { return p.addr(p.size - 1) }
+func (p *Pool) Last() netip.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.addr(p.size - 1)
+}
 
 // Size is the number of addresses the pool hands out.
-func (p *Pool) Size() int { return int(p.size) }
+func (p *Pool) Size() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return int(p.size)
+}
 
 // DNS are the name servers announced with the pool's addresses. The
-// caller must not modify the slice.
-func (p *Pool) DNS() []netip.Addr { return p.dns }
+// caller must not modify the slice (Reconfigure replaces it, never
+// changes it).
+func (p *Pool) DNS() []netip.Addr {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.dns
+}
 
 // Contains reports whether a is one of the pool's addresses.
 func (p *Pool) Contains(a netip.Addr) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	_, ok := p.offset(a)
 	return ok
 }
@@ -291,12 +315,12 @@ var ErrTaken = errors.New("ippool: address leased to another identity")
 // another identity or id an online lease of another address, and when a
 // is not in the pool.
 func (p *Pool) Take(id string, a netip.Addr) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	off, ok := p.offset(a)
 	if !ok {
 		return fmt.Errorf("ippool: pool %q: %v is not in it", p.name, a)
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	if l, ok := p.byAddr[off]; ok {
 		if l.id == id {
 			p.holdLocked(off)
@@ -322,12 +346,22 @@ func (p *Pool) Take(id string, a netip.Addr) error {
 // Release lets go of one holder of id's lease of a; when none is left the
 // lease goes offline, kept for id. It reports whether id held a.
 func (p *Pool) Release(id string, a netip.Addr) bool {
-	off, ok := p.offset(a)
-	if !ok {
-		return false
-	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	off, ok := p.offset(a)
+	if !ok {
+		// Not, or no longer (Reconfigure), in the pool.
+		l, ok := p.orphans[a.Unmap()]
+		if !ok || l.id != id {
+			return false
+		}
+		if l.holders--; l.holders == 0 {
+			delete(p.orphans, a.Unmap())
+		} else {
+			p.orphans[a.Unmap()] = l
+		}
+		return true
+	}
 	l, ok := p.byAddr[off]
 	if !ok || l.id != id || l.holders == 0 {
 		return false
@@ -344,14 +378,69 @@ func (p *Pool) Release(id string, a netip.Addr) bool {
 // Lease returns the identity with a lease for a and whether the lease is
 // online.
 func (p *Pool) Lease(a netip.Addr) (id string, online, ok bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
 	off, in := p.offset(a)
 	if !in {
 		return "", false, false
 	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
 	l, ok := p.byAddr[off]
 	return l.id, l.holders > 0, ok
+}
+
+// Reconfigure gives the pool c's addresses and DNS servers in place, so
+// that whoever holds the pool (an ike.Peer, the IKE SAs' leases) goes on
+// with it: a reload that changes a [[pool]]. The name and the family stay
+// (another family is an error: make a new pool). A lease whose address is
+// still in the pool is kept, online or offline, for its identity. A lease
+// whose address is not: an offline one is forgotten; an online one is
+// returned in orphaned and kept aside — the IKE SAs that hold it keep the
+// address until they end (Release), and the pool does not hand it out,
+// even if a later Reconfigure takes the address back in while they hold
+// it (the lease returns then). Addresses are handed out afresh from the
+// first, past those leased.
+func (p *Pool) Reconfigure(c Config) (orphaned []netip.Addr, err error) {
+	c.Name = p.name
+	np, err := New(c)
+	if err != nil {
+		return nil, err
+	}
+	if np.six != p.six {
+		return nil, fmt.Errorf("ippool: pool %q: addrs %q is of the other family", p.name, c.Addrs)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	byAddr, byID := make(map[uint32]lease, len(p.byAddr)), make(map[string]uint32, len(p.byID))
+	orphans := map[netip.Addr]lease{}
+	for off, l := range p.byAddr {
+		a := p.addr(off)
+		if noff, ok := np.offset(a); ok {
+			byAddr[noff], byID[l.id] = l, noff
+			continue
+		}
+		if l.holders > 0 {
+			p.online--
+			orphans[a] = l
+			orphaned = append(orphaned, a)
+		} else {
+			p.offline--
+		}
+	}
+	for a, l := range p.orphans {
+		noff, ok := np.offset(a)
+		_, taken := byAddr[noff]
+		_, has := byID[l.id]
+		if ok && !taken && !has {
+			byAddr[noff], byID[l.id] = l, noff
+			p.online++
+			continue
+		}
+		orphans[a] = l
+	}
+	p.orphans = orphans
+	p.base, p.size, p.dns = np.base, np.size, np.dns
+	p.byAddr, p.byID, p.next = byAddr, byID, 0
+	return orphaned, nil
 }
 
 // takeLocked leases the free offset off to id, held once. p.mu is held.
@@ -380,7 +469,8 @@ func (p *Pool) dropLocked(off uint32) {
 	p.offline--
 }
 
-// offset returns a's offset in the pool.
+// offset returns a's offset in the pool. p.mu is held (or p is not
+// shared yet).
 func (p *Pool) offset(a netip.Addr) (uint32, bool) {
 	a = a.Unmap()
 	if !a.IsValid() || a.Is6() != p.base.Is6() || a.Less(p.base) {
@@ -393,7 +483,8 @@ func (p *Pool) offset(a netip.Addr) (uint32, bool) {
 	return uint32(d), true
 }
 
-// addr returns the address at offset off.
+// addr returns the address at offset off. p.mu is held (or p is not
+// shared yet).
 func (p *Pool) addr(off uint32) netip.Addr {
 	if p.base.Is4() {
 		b := p.base.As4()

@@ -287,3 +287,70 @@ func TestTake(t *testing.T) {
 		t.Fatalf("grace got %v", got)
 	}
 }
+
+// TestReconfigure: a pool given new addresses in place keeps the leases
+// whose addresses it still holds (online and offline, at the same
+// address for the same identity), forgets the others (an online one is
+// returned as orphaned and never handed out again while outside), hands
+// out afresh past the kept leases, and refuses the other family.
+func TestReconfigure(t *testing.T) {
+	p := mustNew(t, "10.3.0.0/24")
+	addr := func(s string) netip.Addr { return netip.MustParseAddr(s) }
+	for _, id := range []string{"a", "b", "c", "d"} { // .1 .2 .3 .4
+		if _, err := p.Acquire(id, netip.Addr{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.Release("b", addr("10.3.0.2"))
+	p.Release("d", addr("10.3.0.4"))
+	// .1 (a, online) and .2 (b, offline) stay; .3 (c, online) and .4
+	// (d, offline) go.
+	if _, err := p.Reconfigure(Config{Name: "ignored", Addrs: "10.3.0.1-10.3.0.2, "}); err == nil {
+		t.Fatal("a malformed range was taken")
+	}
+	orphaned, err := p.Reconfigure(Config{Addrs: "10.3.0.1-10.3.0.2", DNS: []netip.Addr{addr("10.3.0.53")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(orphaned) != 1 || orphaned[0] != addr("10.3.0.3") {
+		t.Fatalf("orphaned %v", orphaned)
+	}
+	if s := p.Stats(); s.Size != 2 || s.Online != 1 || s.Offline != 1 || p.Name() != "rw" || p.DNS()[0] != addr("10.3.0.53") {
+		t.Fatalf("after: %+v %q %v", s, p.Name(), p.DNS())
+	}
+	if who, online, _ := p.Lease(addr("10.3.0.1")); who != "a" || !online {
+		t.Fatalf(".1: %q %v", who, online)
+	}
+	if got, _ := p.Acquire("b", netip.Addr{}); got != addr("10.3.0.2") {
+		t.Fatalf("b came back to %v", got)
+	}
+	if _, err := p.Acquire("e", netip.Addr{}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("e: %v, want ErrExhausted", err)
+	}
+	// Grown again while c holds .3: c's lease returns, e gets .4.
+	if _, err := p.Reconfigure(Config{Addrs: "10.3.0.1-10.3.0.4"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := p.Acquire("e", netip.Addr{}); got != addr("10.3.0.4") {
+		t.Fatalf("e got %v", got)
+	}
+	if who, online, _ := p.Lease(addr("10.3.0.3")); who != "c" || !online {
+		t.Fatalf(".3 back: %q %v", who, online)
+	}
+	// Out again, and c lets go: the orphan is gone; in again, .3 is free.
+	if _, err := p.Reconfigure(Config{Addrs: "10.3.0.1-10.3.0.2"}); err != nil {
+		t.Fatal(err)
+	}
+	if p.Release("x", addr("10.3.0.3")) || !p.Release("c", addr("10.3.0.3")) || p.Release("c", addr("10.3.0.3")) {
+		t.Fatal("releasing the orphaned lease")
+	}
+	if _, err := p.Reconfigure(Config{Addrs: "10.3.0.1-10.3.0.3"}); err != nil {
+		t.Fatal(err)
+	}
+	if got, _ := p.Acquire("f", netip.Addr{}); got != addr("10.3.0.3") {
+		t.Fatalf("f got %v", got)
+	}
+	if _, err := p.Reconfigure(Config{Addrs: "fd00::/120"}); err == nil {
+		t.Fatal("the other family was taken")
+	}
+}
