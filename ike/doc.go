@@ -1,12 +1,15 @@
 // Package ike implements IKEv2 (RFC 7296) for sluice: it negotiates the
 // ESP Child SAs that the data plane (esp, sad) runs, authenticated with a
-// pre-shared key or certificates, and rekeys them, against peers such as
-// strongSwan.
+// pre-shared key, certificates (checked against CRLs) or, as the server,
+// EAP, and rekeys them, against peers such as strongSwan; it hands road
+// warriors virtual IPs from pools, follows a peer that moves (MOBIKE), and
+// adds post-quantum key exchanges (ML-KEM) over IKE_INTERMEDIATE.
 //
 // # Exchanges
 //
 // An IKE SA starts with two exchanges of one request and one response
-// each (section 1.2). HDR is the IKE header, SK{...} the Encrypted payload,
+// each (section 1.2), with IKE_INTERMEDIATE exchanges between them for
+// additional key exchanges and more IKE_AUTH rounds for EAP. HDR is the IKE header, SK{...} the Encrypted payload,
 // N(...) a Notify:
 //
 //	Initiator                               Responder
@@ -19,6 +22,7 @@
 //	HDR, N(COOKIE), SAi1, KEi, Ni, ... -->
 //	                                   <--  HDR, N(INVALID_KE_PAYLOAD)  (1.2: the group it wants)
 //	                                   <--  HDR, SAr1, KEr, Nr, N(NAT_DETECTION_*)
+//	  both may add N(INTERMEDIATE_EXCHANGE_SUPPORTED) (RFC 9242)
 //
 //	  both: SKEYSEED = prf(Ni | Nr, g^ir),
 //	        SK_d, SK_ai, SK_ar, SK_ei, SK_er, SK_pi, SK_pr =
@@ -26,10 +30,32 @@
 //	  a NAT on the path (or a forced encapsulation) moves both to
 //	  port 4500 with the non-ESP marker                      (2.23)
 //
-//	IKE_AUTH (message ID 1)
+//	IKE_INTERMEDIATE (RFC 9242, one per additional key exchange of the
+//	proposal chosen, e.g. x25519-ke1_mlkem768; RFC 9370; intermediate.go,
+//	kem.go, task_intermediate.go)
+//	HDR, SK{KEi(ML-KEM encapsulation key)} -->
+//	                                   <--  HDR, SK{KEr(ciphertext)}
+//	  each round's shared secret makes new SK_* (RFC 9370 section 2.2.2),
+//	  and both messages enter the AUTH octets (IntAuth, RFC 9242 3.3)
+//
+//	IKE_AUTH (message ID 1, or the next after IKE_INTERMEDIATE)
 //	HDR, SK{IDi, [IDr,] AUTH,
-//	  N(INITIAL_CONTACT), SAi2, TSi, TSr} -->
-//	                                   <--  HDR, SK{IDr, AUTH, SAr2, TSi, TSr}
+//	  N(INITIAL_CONTACT), [CP(CFG_REQUEST),]
+//	  [N(MOBIKE_SUPPORTED),] SAi2, TSi, TSr} -->
+//	                                   <--  HDR, SK{IDr, AUTH, [CP(CFG_REPLY),]
+//	                                             [N(MOBIKE_SUPPORTED),] SAr2, TSi, TSr}
+//	  CP: virtual IPs (3.15; cp.go, task_config.go, package ippool): the
+//	  initiator asks (Peer.VIPs), the responder leases an address per
+//	  family from Peer.Pools and narrows TSi to it, or answers
+//	  INTERNAL_ADDRESS_FAILURE without a Child SA
+//
+//	IKE_AUTH with EAP (2.16; sluice as the server: task_eap.go, package eap)
+//	HDR, SK{IDi, [IDr,] SAi2, TSi, TSr} -->   (no AUTH: EAP wanted)
+//	                                   <--  HDR, SK{IDr, [CERT,] AUTH, EAP(Request)}
+//	HDR, SK{EAP(Response)}             -->   ... a round per method step
+//	                                   <--  HDR, SK{EAP(Success)}
+//	HDR, SK{AUTH(MSK)}                 -->
+//	                                   <--  HDR, SK{AUTH(MSK), [CP,] SAr2, TSi, TSr}
 //
 //	  AUTH = prf(prf(PSK, "Key Pad for IKEv2"),
 //	             <first message> | <peer's nonce> | prf(SK_px, ID body))  (2.15)
@@ -69,6 +95,15 @@
 //	HDR, SK{D(IKE) | D(ESP, SPIs) | }  -->   (empty: a liveness check)
 //	                                   <--  HDR, SK{[D(ESP, SPIs)]}
 //
+//	INFORMATIONAL (MOBIKE, RFC 4555; mobike.go, task_mobike.go: the
+//	initiator moved to new addresses, both announced MOBIKE_SUPPORTED)
+//	HDR, SK{N(UPDATE_SA_ADDRESSES),
+//	  N(NAT_DETECTION_*), [N(COOKIE2)]} -->   the IKE SA takes the
+//	                                         request's addresses
+//	                                   <--  HDR, SK{N(NAT_DETECTION_*), [N(COOKIE2)]}
+//	                                   <--  HDR, SK{N(COOKIE2)}  (return routability:
+//	HDR, SK{N(COOKIE2)}                -->   then the Child SAs move)
+//
 // # Shape
 //
 // wire.go and payload.go are the wire format: ParseMessage and
@@ -77,7 +112,14 @@
 // and selects proposals; keys.go, dh.go and sk.go are the keying, the
 // Diffie-Hellman groups (14, 19, 20, 31) and the SK payload's protection
 // (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with HMAC-SHA-2); auth.go the
-// signatures and certificates; frag.go IKE fragmentation (RFC 7383).
+// signatures and certificates; crl.go the revocation checks of a peer's
+// certificate chain (Peer.CRLs, Peer.Revocation); frag.go IKE
+// fragmentation (RFC 7383); kem.go ML-KEM-768 and -1024 (crypto/mlkem)
+// as key exchange methods and intermediate.go the RFC 9370 key schedule
+// and the IntAuth octets; cp.go the Configuration payload; mobike.go
+// MOBIKE's notifies and its return routability check. Package ippool
+// holds the virtual IP pools, package eap the EAP server (EAP-MSCHAPv2,
+// EAP-TLS).
 //
 // An IKE SA is set up by exchanges made of tasks, one file per concern
 // (task.go): each task has a build and a process step per role and
@@ -86,15 +128,20 @@
 // work runs off the lock). IKE_SA_INIT is task_ikeinit.go (SA, KE,
 // Nonce, COOKIE and INVALID_KE_PAYLOAD), task_natd.go (NAT detection),
 // task_certpre.go (signature hash algorithms, CERTREQ) and task_frag.go
-// (fragmentation's announcement); IKE_AUTH is task_auth.go (ID, CERT,
-// AUTH, INITIAL_CONTACT, the responder's choice of peer) and
-// task_child.go (its Child SA). An exchange type registered besides
-// these runs between IKE_SA_INIT and IKE_AUTH (IKE_INTERMEDIATE). The
+// (fragmentation's announcement); IKE_INTERMEDIATE is
+// task_intermediate.go (a round per additional key exchange); IKE_AUTH
+// is task_auth.go (ID, CERT, AUTH, INITIAL_CONTACT, the responder's
+// choice of peer), task_eap.go (EAP rounds, responder), task_config.go
+// (CFG_REQUEST/CFG_REPLY and the pool leases), task_mobike.go
+// (MOBIKE_SUPPORTED) and task_child.go (its Child SA). An exchange type
+// registered besides these runs between IKE_SA_INIT and IKE_AUTH
+// (IKE_INTERMEDIATE). The
 // peer's requests on an established IKE SA are answered by the tasks
 // registered for their type: CREATE_CHILD_SA by rekey.go's (a new Child
 // SA or a Child SA's rekey) and ikerekey.go's (the IKE SA's rekey),
-// INFORMATIONAL by task_delete.go's (Deletes; nothing else is a
-// liveness check); our own requests are tasks as well, sent with
+// INFORMATIONAL by task_delete.go's (Deletes) and task_mobike.go's
+// (UPDATE_SA_ADDRESSES, COOKIE2; nothing else is a liveness check); our
+// own requests are tasks as well, sent with
 // ikeSA.startLocked (childSAOurs, ikeRekeyOurs, deleteIKEOurs,
 // deleteChildOurs). endpoint.go receives and sends, and Endpoint.call is
 // the one shape of the methods that wait for an exchange (Initiate,
@@ -107,7 +154,12 @@
 // the request queue) on clock.go's time: an Endpoint owns every IKE SA of
 // a set of peers, behind one mutex; it learns datagrams through Receive
 // and sends through a Transport, so it runs over plain UDP sockets
-// (UDPTransport) or behind the gateway's ESP-in-UDP link.
+// (UDPTransport) or behind the gateway's ESP-in-UDP link. controller.go's
+// Controller keeps an Endpoint's configured children up for the gateway:
+// start and trap actions (initiating a trap child on its first packet),
+// restarts after DPD, rekeys at the sequence-number limit and at
+// rekey_bytes/rekey_packets, deletes at life_bytes/life_packets, the data
+// plane's install and removal of pairs, and reloads.
 //
 // Signing and verifying AUTH (a crypto.Signer may be an engine's queue)
 // and the Diffie-Hellman of IKE_SA_INIT and of a Child SA's
@@ -146,7 +198,9 @@
 // drops it. A peer not heard from for Peer.DPDDelay gets an empty
 // INFORMATIONAL; a dead one's restart (Peer.DPDAction) makes its IKE SA
 // and the additional Child SAs the dead one carried. SetPeers changes the
-// configured peers in place: a reload touches only the peers it changes. A responder that sees
+// configured peers in place: a reload touches only the peers it changes
+// (a peer that differs only in its pre-shared key or its CRLs keeps its
+// SAs). A responder that sees
 // INITIAL_CONTACT in IKE_AUTH drops the IKE SAs it still holds for that
 // peer's identity (section 2.4). An IKE SA behind a NAT sends
 // NAT-keepalives when idle (Config.KeepAlive, keepalive.go).
@@ -156,20 +210,21 @@
 // the last response, the outstanding request, Child SAs, timers) through
 // Config.OnSnapshot before any of its messages leaves, and another
 // Endpoint with the same peers takes it over with Adopt, with the same
-// SPIs and the next message IDs, without a new negotiation.
+// SPIs and the next message IDs, without a new negotiation; the virtual
+// IPs it holds are leased again in the adopter's pools, and MOBIKE and
+// the additional key exchanges of its suite go with it.
 //
 // The result of a negotiation is a ChildSA: SPIs, keys in the form
 // sluice's configuration takes (an AEAD key followed by its salt), the ESP
 // suite's keyword, ESN, the narrowed traffic selectors and whether ESP
 // goes in UDP.
 //
-// Not yet: deleting one Child SA of several on its own (Delete takes the
-// IKE SA with all its Child SAs), the Diffie-Hellman of an IKE SA rekey
-// and the key pairs of our own CREATE_CHILD_SA outside Endpoint's lock, a
-// lock per IKE SA, reauthentication
-// (reauth_time), lifetimes in bytes or packets (the data plane calls
-// RequestRekey), start_action = trap (the gateway does it: it initiates
-// when its data plane drops a packet for want of an SA), EAP, MOBIKE
-// and CRL/OCSP checks. Configuration payloads and virtual IPs: cp.go,
-// task_config.go, package ippool.
+// Not yet: a lock per IKE SA (one Endpoint mutex guards every IKE SA;
+// the slow work runs off it), the key pairs of our own CREATE_CHILD_SA
+// requests made outside that lock, deleting one Child SA of several on
+// its own (Delete takes the IKE SA with all its Child SAs),
+// reauthentication (reauth_time), sluice as an EAP client (as the
+// initiator it authenticates with a PSK or a certificate), OCSP (CRLs
+// only, from files), and IKE_FOLLOWUP_KE (an IKE SA rekey makes no
+// additional key exchanges: the new IKE SA has the proposal's DH alone).
 package ike
