@@ -35,7 +35,7 @@ func TestStrongSwanRoadWarriorPoolReload(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	changed := strings.Replace(string(text), `"10.3.0.0/24"`, `"10.3.0.1-10.3.0.1"`, 1)
+	changed := strings.Replace(string(text), `addrs = '10.3.0.0/24'`, `addrs = '10.3.0.1-10.3.0.1'`, 1)
 	if changed == string(text) {
 		t.Fatalf("no pool to change in\n%s", text)
 	}
