@@ -316,7 +316,7 @@ func (g *Gateway) reloadIKE(next *config.Gateway, regrouped map[string]bool, not
 		}
 		had := map[string]bool{}
 		for _, st := range ctl.Children() {
-			had[st.Child] = db.Tunnel(st.Child) != nil
+			had[st.Child] = had[st.Child] || (st.Tunnel != "" && db.Tunnel(st.Tunnel) != nil)
 		}
 		for _, name := range ctl.Remove(keep, 3*time.Second) {
 			if had[name] {
@@ -347,8 +347,11 @@ func (g *Gateway) reloadIKE(next *config.Gateway, regrouped map[string]bool, not
 	return nil
 }
 
-// ikeChildConn is the connection of the running child named name, or "".
+// ikeChildConn is the connection of the running child named name, or
+// "": name may be the tunnel of one of its road warriors
+// (ike.TunnelName).
 func (g *Gateway) ikeChildConn(name string) string {
+	name = ike.ChildOfTunnel(name)
 	s := &g.ike
 	s.mu.Lock()
 	defer s.mu.Unlock()
