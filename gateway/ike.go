@@ -348,17 +348,18 @@ func (g *Gateway) reloadIKE(next *config.Gateway, regrouped map[string]bool, not
 }
 
 // ikeChildConn is the connection of the running child named name, or
-// "": name may be the tunnel of one of its road warriors
-// (ike.TunnelName).
+// "": name may be the tunnel of one of the road warriors of a connection
+// without a remote address (ike.TunnelName).
 func (g *Gateway) ikeChildConn(name string) string {
-	name = ike.ChildOfTunnel(name)
+	rwOf := ike.ChildOfTunnel(name)
 	s := &g.ike
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.conns {
-		for j := range s.conns[i].Children {
-			if s.conns[i].Children[j].Name == name {
-				return s.conns[i].Name
+		c := &s.conns[i]
+		for j := range c.Children {
+			if n := c.Children[j].Name; n == name || (n == rwOf && !c.Remote.IsValid()) {
+				return c.Name
 			}
 		}
 	}

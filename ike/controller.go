@@ -221,11 +221,14 @@ func TunnelName(child string, sa *ChildSA) string {
 	return child + "/" + sa.Remote.String()
 }
 
-// ChildOfTunnel is the configured child of the tunnel named tunnel: the
-// name up to its first "/" (TunnelName).
+// ChildOfTunnel is the configured child a road warrior's tunnel named
+// tunnel would be of: the name up to its last "/" (TunnelName; no
+// address or address:port has one), or "" without one.
 func ChildOfTunnel(tunnel string) string {
-	child, _, _ := strings.Cut(tunnel, "/")
-	return child
+	if i := strings.LastIndexByte(tunnel, '/'); i >= 0 {
+		return tunnel[:i]
+	}
+	return ""
 }
 
 // Controller keeps the configured children of an Endpoint's peers up
@@ -602,7 +605,7 @@ func (c *Controller) Terminate(ctx context.Context, peer string) error {
 				cur = ch.cur
 			}
 			for name, in := range ch.insts {
-				_, rw, _ := strings.Cut(name, "/")
+				rw := name[len(ch.pol.Child)+1:] // the road warrior (TunnelName)
 				if in.cur != nil && !seen[rw] {
 					seen[rw] = true
 					rws = append(rws, in.cur)
