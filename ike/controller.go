@@ -691,6 +691,9 @@ func (c *Controller) Reload(peers []*Peer, children []ChildPolicy, kept func(pee
 		o := old[pol.Child]
 		if kept(pol.Peer) && o != nil && o.pol.Peer == pol.Peer {
 			o.pol = pol
+			for _, in := range o.insts {
+				in.pol = pol
+			}
 			c.children[pol.Child] = o
 			continue
 		}
