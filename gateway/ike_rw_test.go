@@ -130,3 +130,24 @@ func TestIKERoadWarriorTunnels(t *testing.T) {
 		t.Errorf("the Controller keeps %+v", sts)
 	}
 }
+
+// TestIKERoadWarriorsRebuild: a new endpoint (a reload that changed the
+// [ike] options) takes the road warriors' tunnels down: their IKE SAs
+// ended with the old endpoint, which will report nothing more of them,
+// and no initiation of ours brings them back.
+func TestIKERoadWarriorsRebuild(t *testing.T) {
+	b := newRWBed(t)
+	rw1 := b.rwPair(1, false)
+	b.up(rw1)
+	b.rwCheck("up", 1, rw1, rw1)
+	ec := ike.Config{Peers: b.ec.Peers}
+	b.g.ike.ctl.Prepare(&ec, []ike.ChildPolicy{{Peer: "rw", Child: "net"}})
+	if b.g.store.Load().Tunnel("net/10.3.0.1") != nil {
+		t.Fatal("the road warrior's tunnel stays after the endpoint was replaced")
+	}
+	b.down(rw1) // the old endpoint's: ignored
+	ec.OnChildSA(b.rwPair(1, false))
+	if tn := b.g.store.Load().Tunnel("net/10.3.0.1"); tn == nil {
+		t.Fatal("the road warrior's next Child SA, on the new endpoint, has no tunnel")
+	}
+}
