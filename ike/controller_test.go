@@ -533,16 +533,17 @@ func ctlInitiator(t *testing.T, local netip.Addr, port uint16, id string, pols .
 // warrior's pairs go to tunnels of their own (TunnelName), which keep
 // their names through a rekey of the Child SA and of the IKE SA; the
 // end of one road warrior's IKE SA takes its tunnels down and leaves the
-// other's alone, and the Controller keeps nothing of a road warrior
-// that went.
+// other's alone; a pair's packet limit rekeys that road warrior's only;
+// and the Controller keeps nothing of a road warrior that went.
 func TestControllerRoadWarriors(t *testing.T) {
 	pols := []ChildPolicy{{Peer: "to-b", Child: "net", Start: StartStart}, {Peer: "to-b", Child: "more", Start: StartStart}}
 	a, b := ctlPair(t, pols...)
 	port := b.ep.cfg.Port
-	// B takes any identity (with its PSK).
+	// B takes any identity (with its PSK), and rekeys a pair of "net"
+	// past 100 packets.
 	bpeer := *b.peer
 	bpeer.RemoteID = Identity{}
-	if err := b.ctl.Reload([]*Peer{&bpeer}, []ChildPolicy{{Peer: "to-a", Child: "net"}, {Peer: "to-a", Child: "more"}},
+	if err := b.ctl.Reload([]*Peer{&bpeer}, []ChildPolicy{{Peer: "to-a", Child: "net", RekeyPackets: 100}, {Peer: "to-a", Child: "more"}},
 		func(string) bool { return false }); err != nil {
 		t.Fatal(err)
 	}
@@ -598,6 +599,15 @@ func TestControllerRoadWarriors(t *testing.T) {
 	}
 	if b.dp.sending(rwA("net")).OutSPI != aNet.InSPI {
 		t.Fatal("C's rekeys moved A's tunnel")
+	}
+
+	// C's pair at B reaches rekey_packets: B rekeys it, in C's tunnel.
+	cNet = c.dp.sending("net")
+	b.dp.count(b.dp.sending(rwC("net")), Traffic{PacketsIn: 100})
+	waitFor(t, func() bool { x := c.dp.sending("net"); return x != nil && x != cNet })
+	mirrored("C rekeyed by B at its limit", c, "net", rwC("net"))
+	if b.dp.sending(rwA("net")).OutSPI != aNet.InSPI {
+		t.Fatal("C's limit rekeyed A's pair")
 	}
 
 	// A goes: its tunnels and instances with it; C's stay.
