@@ -151,3 +151,35 @@ func TestIKERoadWarriorsRebuild(t *testing.T) {
 		t.Fatal("the road warrior's next Child SA, on the new endpoint, has no tunnel")
 	}
 }
+
+// TestIKERoadWarriorMoved: a road warrior without a virtual IP, whose
+// address MOBIKE moved, rekeys on the same IKE SA: the new pair goes to
+// its tunnel (named by the address it came from), not to a second one,
+// and the tunnel goes with the pair's Delete.
+func TestIKERoadWarriorMoved(t *testing.T) {
+	b := newRWBed(t)
+	first := b.rwPair(1, false)
+	first.VIPs, first.IKESPIi, first.IKESPIr = nil, 0x11, 0x22
+	first.RemoteTS = []ike.Selector{ike.SelectorFromPrefix(netip.MustParsePrefix("10.3.0.1/32"))}
+	b.up(first)
+	name := "net/" + first.Remote.String()
+	if b.g.store.Load().Tunnel(name) == nil {
+		t.Fatalf("no tunnel %s", name)
+	}
+	next := *first
+	next.InSPI, next.OutSPI = first.InSPI+100, first.OutSPI+100
+	next.Remote = netip.MustParseAddrPort("203.0.113.9:4500") // MOBIKE moved it
+	b.up(&next)
+	db := b.g.store.Load()
+	if tn := db.Tunnel(name); tn == nil || tn.Out() == nil || tn.Out().SA.SPI() != next.OutSPI {
+		t.Fatalf("the rekeyed pair is not in the road warrior's tunnel %s: %+v", name, tn)
+	}
+	if n := len(db.Tunnels()); n != 1 {
+		t.Fatalf("%d tunnels, want the road warrior's one", n)
+	}
+	b.down(first)
+	b.down(&next)
+	if n := len(b.g.store.Load().Tunnels()); n != 0 {
+		t.Fatalf("%d tunnels after the road warrior went", n)
+	}
+}

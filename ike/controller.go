@@ -848,7 +848,10 @@ func (c *Controller) childOfLocked(sa *ChildSA) *ctlChild {
 
 // pairChildLocked finds the child whose tunnel sa goes to: its
 // configured child (childOfLocked), or, for a responder-only peer's
-// child, its road warrior's instance, made if create. c.mu is held.
+// child, its road warrior's instance, made if create: by TunnelName,
+// else (the road warrior's address moved) the instance that holds sa,
+// or one whose pair the same IKE SA made. The scan runs only for a pair
+// whose name is new, so a road warrior's first. c.mu is held.
 func (c *Controller) pairChildLocked(sa *ChildSA, create bool) *ctlChild {
 	ch := c.childOfLocked(sa)
 	if ch == nil || !ch.multi {
@@ -858,14 +861,20 @@ func (c *Controller) pairChildLocked(sa *ChildSA, create bool) *ctlChild {
 	if in := ch.insts[name]; in != nil {
 		return in
 	}
-	if !create {
-		// Its road warrior's address may have moved since (no virtual
-		// IP): the instance that holds it.
-		for _, in := range ch.insts {
-			if in.cur == sa || in.held == sa {
-				return in
-			}
+	for _, in := range ch.insts {
+		switch {
+		case in.cur == sa || in.held == sa:
+			// Its road warrior's address moved (MOBIKE) since the
+			// instance was named, without a virtual IP.
+			return in
+		case create && len(sa.VIPs) == 0 && in.cur != nil && sa.IKESPIi != 0 &&
+			in.cur.IKESPIi == sa.IKESPIi && in.cur.IKESPIr == sa.IKESPIr:
+			// A rekey on the IKE SA of the instance's pair, from an
+			// address MOBIKE moved it to: the same road warrior.
+			return in
 		}
+	}
+	if !create {
 		return nil
 	}
 	in := &ctlChild{pol: ch.pol, index: ch.index, tunnel: name, parent: ch}
