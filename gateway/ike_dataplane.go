@@ -36,8 +36,11 @@ import (
 type ikeDataPlane struct {
 	g        *Gateway
 	mu       sync.Mutex
-	children map[string]ikeChildConf // by child (tunnel) name: what a trap tunnel is made of
-	tunnels  map[string]*ikeTunnel   // by child (tunnel) name
+	children map[string]ikeChildConf // by child name: what a trap tunnel is made of
+	// tunnels are by tunnel name: the child's, or a road warrior's of a
+	// responder-only connection's child ("<child>/<virtual IP>",
+	// ike.TunnelName); an entry goes with its tunnel (Down).
+	tunnels map[string]*ikeTunnel
 }
 
 // ikeChildConf is a configured child and its connection.
@@ -217,8 +220,8 @@ func (d *ikeDataPlane) install(name string, c *ike.ChildSA, hold bool) error {
 func (d *ikeDataPlane) Promote(name string, c *ike.ChildSA) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tn := d.tunnelLocked(name)
-	if tn.held != c || tn.heldOut == nil {
+	tn := d.tunnels[name]
+	if tn == nil || tn.held != c || tn.heldOut == nil {
 		return errors.New("gateway: no held outbound SA for the pair")
 	}
 	out := tn.heldOut
@@ -241,7 +244,10 @@ func (d *ikeDataPlane) Retire(name string, c *ike.ChildSA) {
 	d.g.vipChildDown(c) // vip.go
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tn := d.tunnelLocked(name)
+	tn := d.tunnels[name]
+	if tn == nil {
+		return // the tunnel went (Down), and its SAs with it
+	}
 	if tn.held == c {
 		tn.dropHeld()
 	}
