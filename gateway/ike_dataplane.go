@@ -213,6 +213,12 @@ func (d *ikeDataPlane) install(name string, c *ike.ChildSA, hold bool) error {
 	if _, err := g.store.AddTunnel(spec); err != nil {
 		return fail(err)
 	}
+	if hold {
+		// The outer endpoints moved (MOBIKE, a NAT found): the old
+		// pair cannot carry the traffic there, so the new one sends
+		// at once and its Promote has nothing left to do.
+		tn.held = c
+	}
 	return nil
 }
 
@@ -221,6 +227,10 @@ func (d *ikeDataPlane) Promote(name string, c *ike.ChildSA) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	tn := d.tunnels[name]
+	if tn != nil && tn.held == c && tn.heldOut == nil {
+		tn.held = nil // sending with it since Install replaced the tunnel
+		return nil
+	}
 	if tn == nil || tn.held != c || tn.heldOut == nil {
 		return errors.New("gateway: no held outbound SA for the pair")
 	}
