@@ -116,7 +116,11 @@ func printIKE(w io.Writer, info gateway.IKEInfo, v ctlView) error {
 			if ch.InSPI != 0 {
 				in, out = ctlSPI(ch.InSPI), ctlSPI(ch.OutSPI)
 			}
-			t.row(ch.Name, c.Name, ch.State, ch.StartAction, in, out, ctlOrDash(ch.Suite), yesNo(ch.ESN), yesNo(ch.Encap),
+			name := ch.Name
+			if ch.Tunnel != "" {
+				name = ch.Tunnel // a road warrior's: "<child>/<virtual IP>"
+			}
+			t.row(name, c.Name, ch.State, ch.StartAction, in, out, ctlOrDash(ch.Suite), yesNo(ch.ESN), yesNo(ch.Encap),
 				ctlOrDash(ch.PeerAddr), ctlList(ch.LocalTS), ctlList(ch.RemoteTS), ctlU64(ch.BytesIn), ctlU64(ch.BytesOut),
 				ctlU64(ch.PacketsIn), ctlU64(ch.PacketsOut), ctlAge(now, ch.Established), ch.RekeyTime, ch.LifeTime)
 		}

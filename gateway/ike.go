@@ -318,7 +318,7 @@ func (g *Gateway) reloadIKE(next *config.Gateway, regrouped map[string]bool, not
 		}
 		had := map[string]bool{}
 		for _, st := range ctl.Children() {
-			had[st.Child] = db.Tunnel(st.Child) != nil
+			had[st.Child] = had[st.Child] || (st.Tunnel != "" && db.Tunnel(st.Tunnel) != nil)
 		}
 		for _, name := range ctl.Remove(keep, 3*time.Second) {
 			if had[name] {
@@ -349,15 +349,19 @@ func (g *Gateway) reloadIKE(next *config.Gateway, regrouped map[string]bool, not
 	return nil
 }
 
-// ikeChildConn is the connection of the running child named name, or "".
+// ikeChildConn is the connection of the running child named name, or
+// "": name may be the tunnel of one of the road warriors of a connection
+// without a remote address (ike.TunnelName).
 func (g *Gateway) ikeChildConn(name string) string {
+	rwOf := ike.ChildOfTunnel(name)
 	s := &g.ike
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	for i := range s.conns {
-		for j := range s.conns[i].Children {
-			if s.conns[i].Children[j].Name == name {
-				return s.conns[i].Name
+		c := &s.conns[i]
+		for j := range c.Children {
+			if n := c.Children[j].Name; n == name || (n == rwOf && !c.Remote.IsValid()) {
+				return c.Name
 			}
 		}
 	}

@@ -36,8 +36,11 @@ import (
 type ikeDataPlane struct {
 	g        *Gateway
 	mu       sync.Mutex
-	children map[string]ikeChildConf // by child (tunnel) name: what a trap tunnel is made of
-	tunnels  map[string]*ikeTunnel   // by child (tunnel) name
+	children map[string]ikeChildConf // by child name: what a trap tunnel is made of
+	// tunnels are by tunnel name: the child's, or a road warrior's of a
+	// responder-only connection's child ("<child>/<virtual IP>",
+	// ike.TunnelName); an entry goes with its tunnel (Down).
+	tunnels map[string]*ikeTunnel
 }
 
 // ikeChildConf is a configured child and its connection.
@@ -210,6 +213,12 @@ func (d *ikeDataPlane) install(name string, c *ike.ChildSA, hold bool) error {
 	if _, err := g.store.AddTunnel(spec); err != nil {
 		return fail(err)
 	}
+	if hold {
+		// The outer endpoints moved (MOBIKE, a NAT found): the old
+		// pair cannot carry the traffic there, so the new one sends
+		// at once and its Promote has nothing left to do.
+		tn.held = c
+	}
 	return nil
 }
 
@@ -217,8 +226,12 @@ func (d *ikeDataPlane) install(name string, c *ike.ChildSA, hold bool) error {
 func (d *ikeDataPlane) Promote(name string, c *ike.ChildSA) error {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tn := d.tunnelLocked(name)
-	if tn.held != c || tn.heldOut == nil {
+	tn := d.tunnels[name]
+	if tn != nil && tn.held == c && tn.heldOut == nil {
+		tn.held = nil // sending with it since Install replaced the tunnel
+		return nil
+	}
+	if tn == nil || tn.held != c || tn.heldOut == nil {
 		return errors.New("gateway: no held outbound SA for the pair")
 	}
 	out := tn.heldOut
@@ -241,7 +254,10 @@ func (d *ikeDataPlane) Retire(name string, c *ike.ChildSA) {
 	d.g.vipChildDown(c) // vip.go
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	tn := d.tunnelLocked(name)
+	tn := d.tunnels[name]
+	if tn == nil {
+		return // the tunnel went (Down), and its SAs with it
+	}
 	if tn.held == c {
 		tn.dropHeld()
 	}

@@ -10,7 +10,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/ike"
+	"github.com/sluicegw/sluice/sad"
 )
 
 // IKEInfo is the IKE side for `sluice ike list` and `sluice stats`.
@@ -47,13 +49,20 @@ type IKEConnInfo struct {
 
 // IKEChildInfo is one child: its current SA pair, if any.
 type IKEChildInfo struct {
-	Name        string `json:"name"`
-	StartAction string `json:"start_action"`
-	State       string `json:"state"` // "installed", "trap" or "down"
-	InSPI       uint32 `json:"in_spi,omitempty"`
-	OutSPI      uint32 `json:"out_spi,omitempty"`
-	Suite       string `json:"suite,omitempty"` // the negotiated ESP suite
-	ESN         bool   `json:"esn"`
+	Name string `json:"name"`
+	// Tunnel is the name of its tunnel (`sluice tunnel list`, the
+	// metrics): Name, or for each road warrior of a responder-only
+	// connection's child, which the list shows once per road warrior,
+	// "<child>/<virtual IP>" (ike.TunnelName); VIPs are the road
+	// warrior's virtual IPs.
+	Tunnel      string   `json:"tunnel,omitempty"`
+	VIPs        []string `json:"vips,omitempty"`
+	StartAction string   `json:"start_action"`
+	State       string   `json:"state"` // "installed", "trap" or "down"
+	InSPI       uint32   `json:"in_spi,omitempty"`
+	OutSPI      uint32   `json:"out_spi,omitempty"`
+	Suite       string   `json:"suite,omitempty"` // the negotiated ESP suite
+	ESN         bool     `json:"esn"`
 	// BytesIn and PacketsIn count what the inbound SA of the installed
 	// pair opened, BytesOut and PacketsOut what its outbound SA sealed
 	// (the SAs' counters: ESP payload bytes). A rekey starts them again.
@@ -87,10 +96,18 @@ func (g *Gateway) IKE() IKEInfo {
 			}
 		}
 	}
-	children := map[string]ike.ChildStatus{}
+	children := map[string][]ike.ChildStatus{} // by child: its road warriors', else its own
 	if ctl != nil {
 		for _, st := range ctl.Children() {
-			children[st.Child] = st
+			if st.Tunnel == "" && st.Pair == nil {
+				continue // a responder-only connection's child: its road warriors follow
+			}
+			children[st.Child] = append(children[st.Child], st)
+		}
+		for _, st := range ctl.Children() {
+			if st.Tunnel == "" && len(children[st.Child]) == 0 {
+				children[st.Child] = []ike.ChildStatus{st} // no road warrior
+			}
 		}
 	}
 	db := g.store.Load()
@@ -102,51 +119,12 @@ func (g *Gateway) IKE() IKEInfo {
 		}
 		for j := range c.Children {
 			child := &c.Children[j]
-			st, ok := children[child.Name]
-			if !ok || st.Peer != c.Name {
-				continue
-			}
-			cc := IKEChildInfo{Name: child.Name, StartAction: child.StartAction, State: "down",
-				RekeyTime: child.RekeyTime.String(), LifeTime: child.LifeTime.String()}
-			// The negotiated selectors while a pair is installed (the
-			// peer may have narrowed them), else the configured ones.
-			if cur := st.Pair; cur != nil {
-				for _, sel := range cur.LocalTS {
-					cc.LocalTS = append(cc.LocalTS, sel.String())
+			for _, st := range children[child.Name] {
+				if st.Peer != c.Name {
+					continue
 				}
-				for _, sel := range cur.RemoteTS {
-					cc.RemoteTS = append(cc.RemoteTS, sel.String())
-				}
-			} else {
-				for _, p := range child.LocalTS {
-					cc.LocalTS = append(cc.LocalTS, p.String())
-				}
-				for _, p := range child.RemoteTS {
-					cc.RemoteTS = append(cc.RemoteTS, p.String())
-				}
+				ci.Children = append(ci.Children, g.ikeChildInfo(&ci, child, st, dp, db))
 			}
-			switch cur := st.Pair; {
-			case cur != nil:
-				cc.State, cc.InSPI, cc.OutSPI, cc.Suite, cc.ESN, cc.Encap = "installed", cur.InSPI, cur.OutSPI, cur.Suite, cur.ESN, cur.Encap
-				cc.PeerAddr, cc.Established = cur.Remote.String(), st.Since
-				tr := dp.Traffic(child.Name, cur)
-				cc.PacketsIn, cc.BytesIn, cc.PacketsOut, cc.BytesOut = tr.PacketsIn, tr.BytesIn, tr.PacketsOut, tr.BytesOut
-				ci.State = "established"
-			case db.Tunnel(child.Name) != nil:
-				cc.State = "trap"
-			}
-			if ci.State != "established" {
-				switch {
-				case st.Busy:
-					ci.State = "connecting"
-				case st.Terminated:
-					ci.State = "terminated"
-				}
-			}
-			if st.LastErr != "" {
-				ci.Error = st.LastErr
-			}
-			ci.Children = append(ci.Children, cc)
 		}
 		if sa, ok := ikeSAs[c.Name]; ok {
 			ci.IKESPIi, ci.IKESPIr = fmt.Sprintf("%016x", sa.SPIi), fmt.Sprintf("%016x", sa.SPIr)
@@ -156,6 +134,58 @@ func (g *Gateway) IKE() IKEInfo {
 		info.Connections = append(info.Connections, ci)
 	}
 	return info
+}
+
+// ikeChildInfo describes the child st of connection ci, configured as
+// child, and sets ci's state and error by it.
+func (g *Gateway) ikeChildInfo(ci *IKEConnInfo, child *config.Child, st ike.ChildStatus, dp *ikeDataPlane, db *sad.DB) IKEChildInfo {
+	cc := IKEChildInfo{Name: child.Name, Tunnel: st.Tunnel, StartAction: child.StartAction, State: "down",
+		RekeyTime: child.RekeyTime.String(), LifeTime: child.LifeTime.String()}
+	if cc.Tunnel == "" {
+		cc.Tunnel = child.Name
+	}
+	// The negotiated selectors while a pair is installed (the
+	// peer may have narrowed them), else the configured ones.
+	if cur := st.Pair; cur != nil {
+		for _, sel := range cur.LocalTS {
+			cc.LocalTS = append(cc.LocalTS, sel.String())
+		}
+		for _, sel := range cur.RemoteTS {
+			cc.RemoteTS = append(cc.RemoteTS, sel.String())
+		}
+	} else {
+		for _, p := range child.LocalTS {
+			cc.LocalTS = append(cc.LocalTS, p.String())
+		}
+		for _, p := range child.RemoteTS {
+			cc.RemoteTS = append(cc.RemoteTS, p.String())
+		}
+	}
+	switch cur := st.Pair; {
+	case cur != nil:
+		cc.State, cc.InSPI, cc.OutSPI, cc.Suite, cc.ESN, cc.Encap = "installed", cur.InSPI, cur.OutSPI, cur.Suite, cur.ESN, cur.Encap
+		cc.PeerAddr, cc.Established = cur.Remote.String(), st.Since
+		for _, v := range cur.VIPs {
+			cc.VIPs = append(cc.VIPs, v.String())
+		}
+		tr := dp.Traffic(cc.Tunnel, cur)
+		cc.PacketsIn, cc.BytesIn, cc.PacketsOut, cc.BytesOut = tr.PacketsIn, tr.BytesIn, tr.PacketsOut, tr.BytesOut
+		ci.State = "established"
+	case db.Tunnel(cc.Tunnel) != nil:
+		cc.State = "trap"
+	}
+	if ci.State != "established" {
+		switch {
+		case st.Busy:
+			ci.State = "connecting"
+		case st.Terminated:
+			ci.State = "terminated"
+		}
+	}
+	if st.LastErr != "" {
+		ci.Error = st.LastErr
+	}
+	return cc
 }
 
 // IKEStatsMap names each counter of ike.Stats in snake_case, for JSON

@@ -26,6 +26,15 @@ package ike
 //  6. Reload: Reload gives the Endpoint new peers and keeps the state of
 //     the children of unchanged ones; Open puts a new Endpoint in place of
 //     the old (Detach) and carries the children's pairs over.
+//  7. Road warriors: a child of a peer without a Remote address (a
+//     responder-only connection, remote %any) may run in several IKE SAs
+//     at once, one per road warrior. Each gets a tunnel of its own,
+//     named TunnelName(child, pair): "<child>/<its first virtual IP>",
+//     or "<child>/<its address:port>" without one; the name stays
+//     through the rekeys of its Child SA and of its IKE SA. The tunnel
+//     and its state go with the road warrior's last pair (its IKE SA's
+//     end), so what the Controller keeps per road warrior is bounded by
+//     what the Endpoint holds.
 
 import (
 	"context"
@@ -33,6 +42,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 )
@@ -79,7 +89,9 @@ type Traffic struct {
 }
 
 // DataPlane is where a Controller installs Child SAs: one tunnel per
-// configured child, named by ChildPolicy.Child. Its methods other than
+// configured child, named by ChildPolicy.Child, or, for a child of a
+// responder-only peer, one per road warrior, named by TunnelName. Its
+// methods other than
 // Traffic are called with the Controller's lock held, in the order of the
 // events: they must not call into the Controller, and must not take long
 // (Install runs before the answer that makes the pair leaves).
@@ -157,6 +169,11 @@ type ChildStatus struct {
 	// initiation's failure.
 	Busy, Terminated bool
 	LastErr          string
+	// Tunnel is the data plane's name of the tunnel: Child, or for a
+	// road warrior of a responder-only peer's child, TunnelName of its
+	// pair. Children reports such a child once without a pair (Tunnel
+	// empty) and once per road warrior.
+	Tunnel string
 }
 
 // ctlChild is one configured child and what runs of it.
@@ -181,6 +198,37 @@ type ctlChild struct {
 	backoff time.Duration
 	// terminated: Terminate asked; no initiation of ours until Initiate.
 	terminated bool
+	// tunnel is the data plane's name of the child's tunnel: pol.Child,
+	// or, for a road warrior's instance, TunnelName of its pairs.
+	tunnel string
+	// multi is set on a child of a responder-only peer: its pairs go to
+	// instances, one per road warrior, by tunnel name (insts), each
+	// removed with its last pair. parent is an instance's child.
+	multi  bool
+	insts  map[string]*ctlChild
+	parent *ctlChild
+}
+
+// TunnelName is the name of the tunnel of a road warrior's pair sa of a
+// responder-only peer's child (see the top of controller.go):
+// "<child>/<first virtual IP>", or "<child>/<remote address:port>" for
+// a pair without virtual IPs. Both stay through rekeys of the Child SA
+// and of the IKE SA (which keep the virtual IPs and the addresses).
+func TunnelName(child string, sa *ChildSA) string {
+	if len(sa.VIPs) > 0 {
+		return child + "/" + sa.VIPs[0].String()
+	}
+	return child + "/" + sa.Remote.String()
+}
+
+// ChildOfTunnel is the configured child a road warrior's tunnel named
+// tunnel would be of: the name up to its last "/" (TunnelName; no
+// address or address:port has one), or "" without one.
+func ChildOfTunnel(tunnel string) string {
+	if i := strings.LastIndexByte(tunnel, '/'); i >= 0 {
+		return tunnel[:i]
+	}
+	return ""
 }
 
 // Controller keeps the configured children of an Endpoint's peers up
@@ -272,6 +320,10 @@ func (c *Controller) Prepare(cfg *Config, children []ChildPolicy) {
 				c.dp.Retire(o.pol.Child, o.held) // the old endpoint will not delete it
 			}
 			ch.cur, ch.gen, ch.since, ch.terminated = o.cur, o.gen, o.since, o.terminated
+			// The road warriors' IKE SAs end with the old Endpoint, and
+			// no Delete of theirs will come: their tunnels go now (they
+			// come back as new ones when the road warriors do).
+			c.dropInstsLocked(o, nil)
 		}
 		c.children[pol.Child] = ch
 	}
@@ -305,7 +357,10 @@ func SetDPDActions(peers []*Peer, children []ChildPolicy) {
 
 // newChildLocked makes the state of a child of pol. c.mu is held.
 func (c *Controller) newChildLocked(pol ChildPolicy) *ctlChild {
-	ch := &ctlChild{pol: pol}
+	ch := &ctlChild{pol: pol, tunnel: pol.Child}
+	if p := c.peers[pol.Peer]; p != nil && !p.Remote.IsValid() {
+		ch.multi, ch.insts = true, map[string]*ctlChild{}
+	}
 	if p := c.peers[pol.Peer]; p != nil && pol.Child != p.ChildName {
 		for i := range p.Children {
 			if p.Children[i].Name == pol.Child {
@@ -321,9 +376,35 @@ func (c *Controller) newChildLocked(pol ChildPolicy) *ctlChild {
 func (c *Controller) forgetLocked(old map[string]*ctlChild) {
 	for name, o := range old {
 		if c.children[name] == nil {
+			c.dropInstsLocked(o, nil)
 			c.dp.Down(name, o.cur, false)
 		}
 	}
+}
+
+// dropInstsLocked takes down the tunnels of the road warriors of ch (a
+// responder-only peer's child) that want picks (nil: all), and forgets
+// them. c.mu is held.
+func (c *Controller) dropInstsLocked(ch *ctlChild, want func(ChildStatus) bool) {
+	for name, in := range ch.insts {
+		if want != nil && !want(in.status()) {
+			continue
+		}
+		delete(ch.insts, name)
+		last := in.cur
+		in.cur, in.held, in.expiring = nil, nil, nil
+		c.dp.Down(name, last, false)
+	}
+}
+
+// instances lists ch and, for a responder-only peer's child, its road
+// warriors' instances.
+func (ch *ctlChild) instances() []*ctlChild {
+	out := []*ctlChild{ch}
+	for _, in := range ch.insts {
+		out = append(out, in)
+	}
+	return out
 }
 
 // Attach puts ep, made of the Config that Prepare readied last, in
@@ -383,8 +464,12 @@ func (c *Controller) startLocked(want func(ChildStatus) bool) {
 }
 
 func (ch *ctlChild) status() ChildStatus {
-	return ChildStatus{ChildPolicy: ch.pol, Index: ch.index, Pair: ch.cur, Since: ch.since, Busy: ch.busy,
-		Terminated: ch.terminated, LastErr: ch.lastErr}
+	st := ChildStatus{ChildPolicy: ch.pol, Index: ch.index, Pair: ch.cur, Since: ch.since, Busy: ch.busy,
+		Terminated: ch.terminated, LastErr: ch.lastErr, Tunnel: ch.tunnel}
+	if ch.multi {
+		st.Tunnel = ""
+	}
+	return st
 }
 
 // Children reports the configured children.
@@ -393,16 +478,18 @@ func (c *Controller) Children() []ChildStatus {
 	defer c.mu.Unlock()
 	out := make([]ChildStatus, 0, len(c.children))
 	for _, ch := range c.children {
-		out = append(out, ch.status())
+		for _, in := range ch.instances() {
+			out = append(out, in.status())
+		}
 	}
 	slices.SortFunc(out, func(a, b ChildStatus) int {
 		if a.Peer != b.Peer {
-			if a.Peer < b.Peer {
-				return -1
-			}
-			return 1
+			return strings.Compare(a.Peer, b.Peer)
 		}
-		return a.Index - b.Index
+		if a.Index != b.Index {
+			return a.Index - b.Index
+		}
+		return strings.Compare(a.Tunnel, b.Tunnel)
 	})
 	return out
 }
@@ -507,6 +594,8 @@ func (c *Controller) Terminate(ctx context.Context, peer string) error {
 	c.mu.Lock()
 	ep := c.ep
 	var cur *ChildSA
+	var rws []*ChildSA // one pair per road warrior of a responder-only peer
+	seen := map[string]bool{}
 	found := false
 	for _, ch := range c.children {
 		if ch.pol.Peer == peer {
@@ -515,16 +604,28 @@ func (c *Controller) Terminate(ctx context.Context, peer string) error {
 			if ch.cur != nil && (cur == nil || ch.index == 0) {
 				cur = ch.cur
 			}
+			for name, in := range ch.insts {
+				rw := name[len(ch.pol.Child)+1:] // the road warrior (TunnelName)
+				if in.cur != nil && !seen[rw] {
+					seen[rw] = true
+					rws = append(rws, in.cur)
+				}
+			}
 		}
 	}
 	c.mu.Unlock()
 	if !found || ep == nil {
 		return fmt.Errorf("%w %q", ErrUnknownPeer, peer)
 	}
-	if cur == nil {
+	if cur != nil {
+		rws = append(rws, cur)
+	}
+	if len(rws) == 0 {
 		return fmt.Errorf("%w of peer %q", ErrNoChildSA, peer)
 	}
-	return ep.Delete(ctx, cur)
+	// Each road warrior's IKE SA goes (deleting one pair of an IKE SA
+	// deletes the IKE SA: another pair of it finds it gone).
+	return deleteEach(ctx, ep, rws)
 }
 
 // Trap reports a packet for the child's tunnel, which has no outbound
@@ -544,6 +645,7 @@ func (c *Controller) Drop(want func(ChildStatus) bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	for _, ch := range c.children {
+		c.dropInstsLocked(ch, want)
 		if !want(ch.status()) {
 			continue
 		}
@@ -589,12 +691,25 @@ func (c *Controller) Reload(peers []*Peer, children []ChildPolicy, kept func(pee
 		o := old[pol.Child]
 		if kept(pol.Peer) && o != nil && o.pol.Peer == pol.Peer {
 			o.pol = pol
+			for _, in := range o.insts {
+				in.pol = pol
+			}
 			c.children[pol.Child] = o
 			continue
 		}
 		ch := c.newChildLocked(pol)
 		if o != nil {
 			ch.cur, ch.gen, ch.since, ch.terminated = o.cur, o.gen, o.since, o.terminated
+			if ch.multi {
+				// SetPeers deleted their SAs; the Deletes find them here.
+				for name, in := range o.insts {
+					in.pol, in.parent = pol, ch
+					ch.insts[name] = in
+				}
+				o.insts = nil
+			} else {
+				c.dropInstsLocked(o, nil)
+			}
 		}
 		c.children[pol.Child] = ch
 	}
@@ -624,8 +739,10 @@ func (c *Controller) Remove(keep func(child string) bool, timeout time.Duration)
 			continue
 		}
 		names = append(names, name)
-		if ch.cur != nil {
-			gone = append(gone, ch.cur)
+		for _, in := range ch.instances() {
+			if in.cur != nil {
+				gone = append(gone, in.cur)
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -637,6 +754,7 @@ func (c *Controller) Remove(keep func(child string) bool, timeout time.Duration)
 	for _, name := range names {
 		var last *ChildSA
 		if ch := c.children[name]; ch != nil {
+			c.dropInstsLocked(ch, nil)
 			last = ch.cur
 			ch.cur, ch.held, ch.expiring = nil, nil, nil
 		}
@@ -653,15 +771,23 @@ func deleteAll(ep *Endpoint, sas []*ChildSA, timeout time.Duration) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
+	deleteEach(ctx, ep, sas)
+}
+
+// deleteEach deletes the IKE SAs of sas at once, waiting for them or
+// ctx; it returns their errors.
+func deleteEach(ctx context.Context, ep *Endpoint, sas []*ChildSA) error {
 	var wg sync.WaitGroup
-	for _, sa := range sas {
+	errs := make([]error, len(sas))
+	for i, sa := range sas {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			ep.Delete(ctx, sa)
+			errs[i] = ep.Delete(ctx, sa)
 		}()
 	}
 	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // Close deletes the IKE SAs of the children's pairs, telling the peers
@@ -677,12 +803,14 @@ func (c *Controller) Close(timeout time.Duration) {
 	ep := c.ep
 	var live []*ChildSA
 	for _, ch := range c.children {
-		if ch.cur != nil {
-			live = append(live, ch.cur)
-		}
-		if ch.held != nil {
-			c.dp.Retire(ch.pol.Child, ch.held)
-			ch.held = nil
+		for _, in := range ch.instances() {
+			if in.cur != nil {
+				live = append(live, in.cur)
+			}
+			if in.held != nil {
+				c.dp.Retire(in.tunnel, in.held)
+				in.held = nil
+			}
 		}
 	}
 	c.mu.Unlock()
@@ -718,23 +846,63 @@ func (c *Controller) childOfLocked(sa *ChildSA) *ctlChild {
 	return nil
 }
 
+// pairChildLocked finds the child whose tunnel sa goes to: its
+// configured child (childOfLocked), or, for a responder-only peer's
+// child, its road warrior's instance, made if create: by TunnelName,
+// else (the road warrior's address moved) the instance that holds sa,
+// or one whose pair the same IKE SA made. The scan runs only for a pair
+// whose name is new, so a road warrior's first. c.mu is held.
+func (c *Controller) pairChildLocked(sa *ChildSA, create bool) *ctlChild {
+	ch := c.childOfLocked(sa)
+	if ch == nil || !ch.multi {
+		return ch
+	}
+	name := TunnelName(ch.pol.Child, sa)
+	if in := ch.insts[name]; in != nil {
+		return in
+	}
+	for _, in := range ch.insts {
+		switch {
+		case in.cur == sa || in.held == sa:
+			// Its road warrior's address moved (MOBIKE) since the
+			// instance was named, without a virtual IP.
+			return in
+		case create && len(sa.VIPs) == 0 && in.cur != nil && sa.IKESPIi != 0 &&
+			in.cur.IKESPIi == sa.IKESPIi && in.cur.IKESPIr == sa.IKESPIr:
+			// A rekey on the IKE SA of the instance's pair, from an
+			// address MOBIKE moved it to: the same road warrior.
+			return in
+		}
+	}
+	if !create {
+		return nil
+	}
+	in := &ctlChild{pol: ch.pol, index: ch.index, tunnel: name, parent: ch}
+	ch.insts[name] = in
+	return in
+}
+
 // onChildSA is the Endpoint's OnChildSA: it installs the pair into its
-// child's tunnel.
+// child's tunnel (a road warrior's own, for a responder-only peer's
+// child).
 func (c *Controller) onChildSA(gen uint64, sa *ChildSA) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed || gen != c.gen {
 		return
 	}
-	ch := c.childOfLocked(sa)
+	ch := c.pairChildLocked(sa, true)
 	if ch == nil {
 		c.log.Warn("IKE child SA of no configured child", "connection", sa.Name, "child", sa.Child)
 		return
 	}
-	name := ch.pol.Child
+	name := ch.tunnel
 	hold := sa.HoldOutbound && ch.cur != nil && ch.gen == gen
 	if err := c.dp.Install(name, sa, hold); err != nil {
 		c.log.Error("IKE child SA not installed", "child", name, "err", err)
+		if ch.parent != nil && ch.cur == nil {
+			delete(ch.parent.insts, name)
+		}
 		return
 	}
 	if hold {
@@ -764,11 +932,11 @@ func (c *Controller) onDelete(gen uint64, sa *ChildSA) {
 	if c.closed || gen != c.gen {
 		return
 	}
-	ch := c.childOfLocked(sa)
+	ch := c.pairChildLocked(sa, false)
 	if ch == nil {
 		return
 	}
-	name := ch.pol.Child
+	name := ch.tunnel
 	switch {
 	case ch.held == sa:
 		// The peer deleted the pair it made (it lost a rekey
@@ -794,22 +962,25 @@ func (c *Controller) onDelete(gen uint64, sa *ChildSA) {
 	}
 }
 
-// downLocked takes ch's tunnel down: its last pair, sa, went. c.mu is
-// held.
+// downLocked takes ch's tunnel down: its last pair, sa, went. A road
+// warrior's instance goes with it. c.mu is held.
 func (c *Controller) downLocked(ch *ctlChild, sa *ChildSA) {
 	ch.cur, ch.held, ch.expiring = nil, nil, nil
-	c.dp.Down(ch.pol.Child, sa, ch.pol.Start == StartTrap)
-	c.log.Info("IKE child SA deleted; tunnel down", "child", ch.pol.Child, "out_spi", ESPSPI(sa.OutSPI))
+	if ch.parent != nil {
+		delete(ch.parent.insts, ch.tunnel)
+	}
+	c.dp.Down(ch.tunnel, sa, ch.pol.Start == StartTrap && ch.parent == nil)
+	c.log.Info("IKE child SA deleted; tunnel down", "child", ch.tunnel, "out_spi", ESPSPI(sa.OutSPI))
 }
 
 // espSent is the Endpoint's ESPSent: the packets sent on sa's outbound
 // SA while it is its tunnel's.
 func (c *Controller) espSent(sa *ChildSA) uint64 {
 	c.mu.Lock()
-	ch := c.childOfLocked(sa)
+	ch := c.pairChildLocked(sa, false)
 	var name string
 	if ch != nil {
-		name = ch.pol.Child
+		name = ch.tunnel
 	}
 	c.mu.Unlock()
 	if ch == nil {
@@ -864,9 +1035,9 @@ func (c *Controller) retry() {
 // times.
 func (c *Controller) checkLimits() {
 	type due struct {
-		name string
-		sa   *ChildSA
-		pol  ChildPolicy
+		ch  *ctlChild
+		sa  *ChildSA
+		pol ChildPolicy
 	}
 	c.mu.Lock()
 	if c.closed || c.ep == nil {
@@ -876,21 +1047,24 @@ func (c *Controller) checkLimits() {
 	ep := c.ep
 	var cur []due
 	for _, ch := range c.children {
-		if ch.cur != nil && ch.expiring != ch.cur {
-			cur = append(cur, due{ch.pol.Child, ch.cur, ch.pol})
+		for _, in := range ch.instances() {
+			if in.cur != nil && in.expiring != in.cur {
+				cur = append(cur, due{in, in.cur, in.pol})
+			}
 		}
 	}
 	c.mu.Unlock()
 	for _, d := range cur {
-		t := c.dp.Traffic(d.name, d.sa)
+		name := d.ch.tunnel
+		t := c.dp.Traffic(name, d.sa)
 		pkts, bytes := max(t.PacketsIn, t.PacketsOut), max(t.BytesIn, t.BytesOut)
 		switch {
 		case (d.pol.LifePackets > 0 && pkts >= d.pol.LifePackets) || (d.pol.LifeBytes > 0 && bytes >= d.pol.LifeBytes):
-			c.expire(ep, d.name, d.sa, pkts, bytes)
+			c.expire(ep, d.ch, d.sa, pkts, bytes)
 		case t.SeqLimit || (d.pol.RekeyPackets > 0 && pkts >= d.pol.RekeyPackets) || (d.pol.RekeyBytes > 0 && bytes >= d.pol.RekeyBytes):
 			// A rekey already under way makes it do nothing.
 			if err := ep.RequestRekey(d.sa); err != nil {
-				c.log.Debug("IKE rekey at the SA's limit not requested", "child", d.name, "err", err)
+				c.log.Debug("IKE rekey at the SA's limit not requested", "child", name, "err", err)
 			}
 		}
 	}
@@ -907,17 +1081,18 @@ type childDeleter interface {
 // with its IKE SA; then the peer's other children that had a pair, gone
 // with that IKE SA, are negotiated again (not sa's child, unless it comes
 // with them in IKE_AUTH).
-func (c *Controller) expire(ep *Endpoint, name string, sa *ChildSA, pkts, bytes uint64) {
+func (c *Controller) expire(ep *Endpoint, ch *ctlChild, sa *ChildSA, pkts, bytes uint64) {
 	c.mu.Lock()
-	ch := c.children[name]
-	if ch == nil || ch.cur != sa || c.closed {
+	name := ch.tunnel
+	if ch.cur != sa || c.closed {
 		c.mu.Unlock()
 		return
 	}
 	ch.expiring = sa
 	var others []string
 	for n, o := range c.children {
-		if n != name && o.pol.Peer == ch.pol.Peer && o.cur != nil {
+		// A road warrior's children are its own to negotiate again.
+		if o != ch && ch.parent == nil && o.pol.Peer == ch.pol.Peer && o.cur != nil {
 			others = append(others, n)
 		}
 	}

@@ -212,6 +212,12 @@ func (s *ctlSide) waitUp(t *testing.T, child string) *ChildSA {
 	return c
 }
 
+// rw is the tunnel of s's child as B, a responder-only peer, names it
+// for its one road warrior, A (TunnelName: A's address and port).
+func (s *ctlSide) rw(child string) string {
+	return child + "/" + netip.AddrPortFrom(loA, s.ep.cfg.Port).String()
+}
+
 // status is s's Controller's status of child.
 func (s *ctlSide) status(child string) ChildStatus {
 	for _, st := range s.ctl.Children() {
@@ -232,7 +238,7 @@ func TestControllerStart(t *testing.T) {
 	}
 	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
 	for _, child := range []string{"net", "more"} {
-		ca, cb := a.waitUp(t, child), b.waitUp(t, child)
+		ca, cb := a.waitUp(t, child), b.waitUp(t, b.rw(child))
 		if ca.InSPI != cb.OutSPI || ca.OutSPI != cb.InSPI {
 			t.Fatalf("%s: A's pair %#x/%#x, B's %#x/%#x: not mirrored", child, ca.InSPI, ca.OutSPI, cb.InSPI, cb.OutSPI)
 		}
@@ -331,7 +337,7 @@ func TestControllerRekeyLimits(t *testing.T) {
 			a.dp.count(first, c.over)
 			var next *ChildSA
 			waitFor(t, func() bool { next = a.dp.sending("net"); return next != first })
-			waitFor(t, func() bool { return b.dp.sending("net") != nil && b.dp.sending("net").InSPI == next.OutSPI })
+			waitFor(t, func() bool { return b.dp.sending(b.rw("net")) != nil && b.dp.sending(b.rw("net")).InSPI == next.OutSPI })
 			a.dp.mu.Lock()
 			retired := len(a.dp.retired) == 1 && a.dp.retired[0] == first && !a.dp.in[first.InSPI]
 			a.dp.mu.Unlock()
@@ -368,7 +374,7 @@ func TestControllerLifeLimits(t *testing.T) {
 			a, b := ctlPair(t, pol)
 			a.ctl.Trap("net")
 			first := a.waitUp(t, "net")
-			b.waitUp(t, "net")
+			b.waitUp(t, b.rw("net"))
 			a.dp.count(first, Traffic{PacketsOut: 49, BytesIn: 4999})
 			a.dp.settle(t)
 			if a.dp.sending("net") != first {
@@ -376,7 +382,7 @@ func TestControllerLifeLimits(t *testing.T) {
 			}
 			a.dp.count(first, c.over)
 			waitFor(t, func() bool { return a.dp.sending("net") == nil && a.dp.trapped("net") })
-			waitFor(t, func() bool { return b.dp.sending("net") == nil })
+			waitFor(t, func() bool { return b.dp.sending(b.rw("net")) == nil })
 			if st := a.status("net"); st.Pair != nil {
 				t.Fatalf("the child still has a pair: %+v", st)
 			}
@@ -399,7 +405,7 @@ func TestControllerLifeLimitOthers(t *testing.T) {
 	}
 	a.dp.count(more, Traffic{PacketsOut: 10})
 	waitFor(t, func() bool { c := a.dp.sending("net"); return c != nil && c != net1 })
-	waitFor(t, func() bool { c := b.dp.sending("net"); return c != nil && c.InSPI == a.dp.sending("net").OutSPI })
+	waitFor(t, func() bool { c := b.dp.sending(b.rw("net")); return c != nil && c.InSPI == a.dp.sending("net").OutSPI })
 	if c := a.dp.sending("more"); c != nil {
 		t.Errorf("the expired child is up again: %#x", c.InSPI)
 	}
@@ -487,7 +493,151 @@ func TestControllerClose(t *testing.T) {
 	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart})
 	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
 	a.waitUp(t, "net")
-	b.waitUp(t, "net")
+	b.waitUp(t, b.rw("net"))
 	a.ctl.Close(2 * time.Second)
-	waitFor(t, func() bool { return b.dp.sending("net") == nil })
+	waitFor(t, func() bool { return b.dp.sending(b.rw("net")) == nil })
+}
+
+var loC = netip.MustParseAddr("127.0.0.3")
+
+// ctlInitiator is one more initiator to B like A, at local on B's port
+// with the identity id (INITIAL_CONTACT makes B drop the IKE SAs of the
+// same identity), with a Controller whose children have the policies
+// pols.
+func ctlInitiator(t *testing.T, local netip.Addr, port uint16, id string, pols ...ChildPolicy) *ctlSide {
+	t.Helper()
+	p, _ := ctlPeers(t)
+	p.Local, p.LocalID = local, ParseIdentity(id)
+	c, err := net.ListenUDP("udp", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local, port)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr, err := NewUDPTransport(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &ctlSide{dp: newFakeDP(), peer: p, tr: tr}
+	s.ctl = NewController(ControllerConfig{DataPlane: s.dp, CheckInterval: 5 * time.Millisecond, InitiateTimeout: 5 * time.Second})
+	cfg := Config{Peers: []*Peer{p}, Port: port, NATTPort: port + 1, RetransmitTimeout: 250 * time.Millisecond, RetransmitTries: 3}
+	if s.ep, err = s.ctl.Open(cfg, tr, pols); err != nil {
+		t.Fatal(err)
+	}
+	tr.Serve(s.ep)
+	t.Cleanup(func() { s.ctl.Close(time.Second); tr.Close() })
+	return s
+}
+
+// TestControllerRoadWarriors: B's peer has no Remote address (a
+// responder-only connection), so it runs in several IKE SAs at once, one
+// per road warrior (A at 127.0.0.1, C at 127.0.0.3): each road
+// warrior's pairs go to tunnels of their own (TunnelName), which keep
+// their names through a rekey of the Child SA and of the IKE SA; the
+// end of one road warrior's IKE SA takes its tunnels down and leaves the
+// other's alone; a pair's packet limit rekeys that road warrior's only;
+// and the Controller keeps nothing of a road warrior that went.
+func TestControllerRoadWarriors(t *testing.T) {
+	pols := []ChildPolicy{{Peer: "to-b", Child: "net", Start: StartStart}, {Peer: "to-b", Child: "more", Start: StartStart}}
+	a, b := ctlPair(t, pols...)
+	port := b.ep.cfg.Port
+	// B takes any identity (with its PSK), and rekeys a pair of "net"
+	// past 100 packets.
+	bpeer := *b.peer
+	bpeer.RemoteID = Identity{}
+	if err := b.ctl.Reload([]*Peer{&bpeer}, []ChildPolicy{{Peer: "to-a", Child: "net", RekeyPackets: 100}, {Peer: "to-a", Child: "more"}},
+		func(string) bool { return false }); err != nil {
+		t.Fatal(err)
+	}
+	c := ctlInitiator(t, loC, port, "c@example.net", pols...)
+	rwA := func(child string) string { return child + "/" + netip.AddrPortFrom(loA, port).String() }
+	rwC := func(child string) string { return child + "/" + netip.AddrPortFrom(loC, port).String() }
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	c.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	mirrored := func(what string, x *ctlSide, child, tunnel string) *ChildSA {
+		t.Helper()
+		var xs *ChildSA
+		waitFor(t, func() bool {
+			xs = x.dp.sending(child)
+			bs := b.dp.sending(tunnel)
+			return xs != nil && bs != nil && bs.InSPI == xs.OutSPI && bs.OutSPI == xs.InSPI
+		})
+		return xs
+	}
+	for _, child := range []string{"net", "more"} {
+		mirrored("A", a, child, rwA(child))
+		mirrored("C", c, child, rwC(child))
+	}
+	tunnels := func() []string {
+		var out []string
+		for _, st := range b.ctl.Children() {
+			out = append(out, st.Child+"="+st.Tunnel)
+		}
+		return out
+	}
+	want := fmt.Sprint([]string{"net=", "net=" + rwA("net"), "net=" + rwC("net"), "more=", "more=" + rwA("more"), "more=" + rwC("more")})
+	if got := fmt.Sprint(tunnels()); got != want {
+		t.Fatalf("B's children %s, want %s", got, want)
+	}
+
+	// C rekeys its Child SA, then its IKE SA, then the Child SA again
+	// (now made by the new IKE SA): the pairs stay in C's tunnel, and
+	// A's is untouched.
+	aNet := a.dp.sending("net")
+	cNet := c.dp.sending("net")
+	if _, err := c.ep.Rekey(ctx(t), cNet); err != nil {
+		t.Fatal(err)
+	}
+	cNet = mirrored("C rekeyed", c, "net", rwC("net"))
+	if err := c.ep.RekeyIKE(ctx(t), cNet); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.ep.Rekey(ctx(t), cNet); err != nil {
+		t.Fatal(err)
+	}
+	mirrored("C rekeyed after its IKE SA", c, "net", rwC("net"))
+	if got := fmt.Sprint(tunnels()); got != want {
+		t.Fatalf("after C's rekeys, B's children %s, want %s", got, want)
+	}
+	if b.dp.sending(rwA("net")).OutSPI != aNet.InSPI {
+		t.Fatal("C's rekeys moved A's tunnel")
+	}
+
+	// C's pair at B reaches rekey_packets: B rekeys it, in C's tunnel.
+	cNet = c.dp.sending("net")
+	b.dp.count(b.dp.sending(rwC("net")), Traffic{PacketsIn: 100})
+	waitFor(t, func() bool { x := c.dp.sending("net"); return x != nil && x != cNet })
+	mirrored("C rekeyed by B at its limit", c, "net", rwC("net"))
+	if b.dp.sending(rwA("net")).OutSPI != aNet.InSPI {
+		t.Fatal("C's limit rekeyed A's pair")
+	}
+
+	// A goes: its tunnels and instances with it; C's stay.
+	a.ctl.Close(time.Second)
+	waitFor(t, func() bool { return b.dp.sending(rwA("net")) == nil && b.dp.sending(rwA("more")) == nil })
+	want = fmt.Sprint([]string{"net=", "net=" + rwC("net"), "more=", "more=" + rwC("more")})
+	if got := fmt.Sprint(tunnels()); got != want {
+		t.Fatalf("after A went, B's children %s, want %s", got, want)
+	}
+	mirrored("C after A went", c, "more", rwC("more"))
+
+	// Road warriors come and go: B keeps nothing of those gone.
+	for i := range 3 {
+		d := ctlInitiator(t, netip.AddrFrom4([4]byte{127, 0, 0, byte(10 + i)}), port, fmt.Sprintf("d%d@example.net", i), pols[0])
+		d.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+		mirrored("D", d, "net", "net/"+netip.AddrPortFrom(d.peer.Local, port).String())
+		d.ctl.Close(time.Second)
+	}
+	c.ctl.Close(time.Second)
+	waitFor(t, func() bool { return len(b.ctl.Children()) == 2 })
+	b.ctl.mu.Lock()
+	for name, ch := range b.ctl.children {
+		if len(ch.insts) != 0 || ch.cur != nil {
+			t.Errorf("child %s keeps %d road warriors, pair %v", name, len(ch.insts), ch.cur)
+		}
+	}
+	b.ctl.mu.Unlock()
+	b.dp.mu.Lock()
+	defer b.dp.mu.Unlock()
+	if len(b.dp.out) != 0 || len(b.dp.held) != 0 || len(b.dp.in) != 0 {
+		t.Errorf("B's data plane keeps tunnels %v, held %v, inbound SAs %v", b.dp.out, b.dp.held, b.dp.in)
+	}
 }

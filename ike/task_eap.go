@@ -25,7 +25,7 @@ import (
 
 func init() {
 	registerTask(IKE_AUTH, orderEAP, newEAPTask)
-	peerAuthEAP = func(p *Peer) bool { return p.EAP != nil }
+	onPeerAuthEAP(func(p *Peer) bool { return p.EAP != nil })
 }
 
 type eapTask struct {
@@ -41,8 +41,8 @@ func newEAPTask(sa *ikeSA) task {
 }
 
 func (t *eapTask) process(x *exchange) taskStatus {
-	if !x.setup.eap {
-		return taskDone // the initiator authenticates with AUTH
+	if !x.setup.eap || x.setup.peer.EAP == nil {
+		return taskDone // the initiator authenticates with AUTH, or another EAP task serves the peer
 	}
 	e := x.sa.ep
 	if t.srv == nil {
