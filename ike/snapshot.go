@@ -865,8 +865,8 @@ func decodeLease(b []byte) (snapLease, error) {
 		}
 		return err
 	})
-	if err == nil && (l.pool == "" || !l.addr.IsValid()) {
-		err = errors.New("ike: snapshot: lease without pool or address")
+	if err == nil && !l.addr.IsValid() {
+		err = errors.New("ike: snapshot: lease without address") // a pool without a name is found by address
 	}
 	return l, err
 }
@@ -1252,7 +1252,7 @@ func adoptLeases(peer *Peer, ls []snapLease) ([]vipLease, error) {
 	for _, l := range ls {
 		var pool *ippool.Pool
 		for _, p := range peer.Pools {
-			if p.Name() == l.pool {
+			if l.pool != "" && p.Name() == l.pool {
 				pool = p
 				break
 			}
