@@ -46,20 +46,9 @@ func eapPeer(cfg *config.Gateway, i int, p *ike.Peer) error {
 			}
 		}
 	}
-	var cas []*x509.Certificate
-	for k, files := range [][]string{ra.CACerts, ra.Certs} {
-		key := "cacerts"
-		if k == 1 {
-			key = "certs"
-		}
-		for j, f := range files {
-			certs, err := readCerts(f)
-			if err != nil {
-				field := fmt.Sprintf("%s.remote.%s[%d]", cf, key, j+1)
-				return fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
-			}
-			cas = append(cas, certs...)
-		}
+	cas, err := remoteCAs(cfg, i)
+	if err != nil {
+		return err
 	}
 	mschap := ra.Auth == config.AuthEAPMSCHAPv2 || ra.Auth == config.AuthEAP && len(passwords) > 0
 	tlsOn := ra.Auth == config.AuthEAPTLS || ra.Auth == config.AuthEAP && len(cas) > 0

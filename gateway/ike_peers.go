@@ -134,20 +134,11 @@ func ikeCredentials(cfg *config.Gateway, i int, log *slog.Logger) (*ike.Peer, cr
 			Lifetime: ike.Lifetime{RekeyTime: more.RekeyTime, LifeTime: more.LifeTime}})
 	}
 	if c.RemoteAuth.Auth == config.AuthPubkey {
-		for k, files := range [][]string{c.RemoteAuth.CACerts, c.RemoteAuth.Certs} {
-			key := "cacerts"
-			if k == 1 {
-				key = "certs"
-			}
-			for j, f := range files {
-				certs, err := readCerts(f)
-				if err != nil {
-					field := fmt.Sprintf("%s.remote.%s[%d]", cf, key, j+1)
-					return nil, nil, "", fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
-				}
-				p.RemoteCAs = append(p.RemoteCAs, certs...)
-			}
+		cas, err := remoteCAs(cfg, i)
+		if err != nil {
+			return nil, nil, "", err
 		}
+		p.RemoteCAs = cas
 		if err := setPeerCRLs(cfg, i, p); err != nil {
 			return nil, nil, "", err
 		}
@@ -274,4 +265,27 @@ func setPeerLifetimes(p *ike.Peer, c *config.Connection, ch *config.Child) {
 		p.IKELifetime.LifeTime = c.RekeyTime + c.OverTime
 	}
 	p.DPDDelay = c.DPDDelay
+}
+
+// remoteCAs reads the certificates connection i's remote side trusts: its
+// cacerts, then its certs (the peer's own, pinned); an error names the
+// file's key and position.
+func remoteCAs(cfg *config.Gateway, i int) ([]*x509.Certificate, error) {
+	ra := &cfg.Connections[i].RemoteAuth
+	var cas []*x509.Certificate
+	for k, files := range [][]string{ra.CACerts, ra.Certs} {
+		key := "cacerts"
+		if k == 1 {
+			key = "certs"
+		}
+		for j, f := range files {
+			certs, err := readCerts(f)
+			if err != nil {
+				field := fmt.Sprintf("%s.remote.%s[%d]", config.ConnectionField(i), key, j+1)
+				return nil, fmt.Errorf("%s: %s: %w", cfg.FieldPos(field), field, err)
+			}
+			cas = append(cas, certs...)
+		}
+	}
+	return cas, nil
 }

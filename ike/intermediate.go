@@ -110,13 +110,9 @@ func intAuthOctets(h Header, first PayloadType, plain []byte) []byte {
 // payload carries inner (as sent, or as decoded from a received message:
 // like strongSwan, the receiver encodes the decoded payloads again).
 func intAuthOf(h Header, inner []Payload) ([]byte, error) {
-	plain, err := appendPayloads(nil, inner)
+	plain, first, err := encodeInner(inner)
 	if err != nil {
 		return nil, err
-	}
-	first := NoNextPayload
-	if len(inner) > 0 {
-		first = inner[0].Type()
 	}
 	return intAuthOctets(h, first, plain), nil
 }

@@ -97,15 +97,25 @@ func newSKCrypto(s Suite, ek, ak []byte) (*skCrypto, error) {
 // clear (sent unencrypted before the SK payload; usually none) and the
 // payloads inner inside the SK payload.
 func (c *skCrypto) seal(h Header, clear, inner []Payload) ([]byte, error) {
-	plain, err := appendPayloads(nil, inner)
+	plain, first, err := encodeInner(inner)
 	if err != nil {
 		return nil, err
 	}
-	first := NoNextPayload
+	return c.sealPlain(h, clear, first, plain, 0, 0)
+}
+
+// encodeInner encodes the payloads an SK payload carries: the plaintext,
+// and the type of the first (its Next Payload field).
+func encodeInner(inner []Payload) (plain []byte, first PayloadType, err error) {
+	plain, err = appendPayloads(nil, inner)
+	if err != nil {
+		return nil, 0, err
+	}
+	first = NoNextPayload
 	if len(inner) > 0 {
 		first = inner[0].Type()
 	}
-	return c.sealPlain(h, clear, first, plain, 0, 0)
+	return plain, first, nil
 }
 
 // sealPlain protects plain (an encoded payload chain whose first payload
