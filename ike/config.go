@@ -216,6 +216,13 @@ type Peer struct {
 	// of IKE_AUTH (swanctl's mobike = no; the default announces it): the
 	// peer then cannot move the IKE SA to other addresses.
 	NoMOBIKE bool
+
+	// Reauthentication (RFC 7296 section 2.8.3; reauth.go). ReauthTime
+	// (swanctl's reauth_time) is when an IKE SA we can initiate (Remote
+	// set) is replaced by a new one with a full IKE_SA_INIT and IKE_AUTH,
+	// make-before-break, less a random part of up to a tenth of it; 0:
+	// never.
+	ReauthTime time.Duration
 }
 
 // Child is one Child SA of a connection beyond the one IKE_AUTH makes

@@ -168,6 +168,7 @@ func (sa *ikeSA) startTimersLocked() {
 		rekeyAt, expireAt = now.Add(rekey-randDuration(jitter)), now.Add(life)
 	}
 	sa.startTimersAtLocked(rekeyAt, expireAt)
+	sa.startReauthLocked() // reauth.go
 }
 
 // startTimersAtLocked starts sa's timers with its rekey and expiry at
@@ -196,6 +197,7 @@ func (sa *ikeSA) stopLifeTimersLocked() {
 	stop(sa.dpdT)
 	sa.rekeyT, sa.expireT, sa.dpdT = nil, nil, nil
 	sa.stopKeepAliveLocked()
+	sa.stopReauthLocked() // reauth.go
 }
 
 // scheduleChildLocked starts the lifetime timers of a new Child SA.

@@ -1,0 +1,112 @@
+package ike
+
+import (
+	"slices"
+	"sync"
+	"testing"
+	"time"
+)
+
+// childEvents records, in order, what OnChildSA ("+name") and OnDelete
+// ("-name") reported.
+type childEvents struct {
+	mu  sync.Mutex
+	ev  []string
+	add map[*ChildSA]bool
+}
+
+func (r *childEvents) hook(c *Config) {
+	r.add = map[*ChildSA]bool{}
+	c.OnChildSA = func(s *ChildSA) { r.mu.Lock(); r.ev = append(r.ev, "+"+s.Child); r.add[s] = true; r.mu.Unlock() }
+	c.OnDelete = func(s *ChildSA) { r.mu.Lock(); r.ev = append(r.ev, "-"+s.Child); r.mu.Unlock() }
+}
+
+func (r *childEvents) events() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.ev)
+}
+
+// replacedFirst checks that each child deleted was reported again
+// before its Delete: nothing went down.
+func replacedFirst(t *testing.T, side string, ev []string) {
+	t.Helper()
+	up := map[string]int{}
+	for _, e := range ev {
+		switch e[0] {
+		case '+':
+			up[e[1:]]++
+		case '-':
+			if up[e[1:]]--; up[e[1:]] < 1 {
+				t.Fatalf("%s: %q went down: events %v", side, e[1:], ev)
+			}
+		}
+	}
+}
+
+// TestReauth: at Peer.ReauthTime (less up to a tenth) the initiator makes
+// a new IKE SA with IKE_SA_INIT and IKE_AUTH, its IKE_AUTH child with it
+// and its other child with CREATE_CHILD_SA, and then deletes the old IKE
+// SA (section 2.8.3, make-before-break): the IKE SPIs and the Child SAs
+// change, each child is reported again before its old SA goes, and the
+// peer keeps the old IKE SA until the Delete (no INITIAL_CONTACT).
+func TestReauth(t *testing.T) {
+	pa, pb := childPeers(t)
+	pa.ReauthTime = 100 * time.Second
+	clk := newFakeClock()
+	var ea, eb childEvents
+	p := newPair(t, pa, pb, func(a, b *Config) {
+		withClock(clk)(a, b)
+		ea.hook(a)
+		eb.hook(b)
+	})
+	clk.settleOn(t, p)
+	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.a.InitiateChild(ctx(t), "to-b", "second"); err != nil {
+		t.Fatal(err)
+	}
+	_, before := ikeChildren(t, p.a)
+	oldSPIs := childSPIs(p.a)
+
+	clk.Advance(90*time.Second - time.Millisecond)
+	if s := p.a.Stats(); s.IKESAEstablished != 1 {
+		t.Fatal("reauthenticated before reauth_time less a tenth")
+	}
+	clk.Advance(10 * time.Second)
+	waitFor(t, func() bool {
+		s := p.a.Stats()
+		return s.IKESAEstablished == 2 && s.Deleted == 1 && idle(p.a) && idle(p.b) && len(p.b.IKESAs()) == 1
+	})
+	names, after := ikeChildren(t, p.a)
+	if after.spii == before.spii || after.spir == before.spir || !slices.Equal(names, []string{"net", "second"}) {
+		t.Fatalf("after the reauthentication: SPIs %016x/%016x (before %016x/%016x), children %v",
+			after.spii, after.spir, before.spii, before.spir, names)
+	}
+	bnames, bsa := ikeChildren(t, p.b)
+	if bsa.spii != after.spii || !slices.Equal(bnames, []string{"net", "second"}) {
+		t.Fatalf("b: IKE SA %016x, children %v", bsa.spii, bnames)
+	}
+	for _, spi := range childSPIs(p.a) {
+		if slices.Contains(oldSPIs, spi) {
+			t.Fatalf("Child SA %08x was not replaced", spi)
+		}
+	}
+	want := []string{"+net", "+second", "+net", "+second", "-net", "-second"}
+	for _, side := range []struct {
+		name string
+		ev   []string
+	}{{"a", ea.events()}, {"b", eb.events()}} {
+		if !slices.Equal(side.ev, want) {
+			t.Fatalf("%s's events %v, want %v", side.name, side.ev, want)
+		}
+		replacedFirst(t, side.name, side.ev)
+	}
+	if s := p.b.Stats(); s.InitialContacts != 0 || s.IKESAEstablished != 2 {
+		t.Fatalf("b's stats %+v", s)
+	}
+	// The new IKE SA reauthenticates in its turn.
+	clk.Advance(100 * time.Second)
+	waitFor(t, func() bool { return p.a.Stats().IKESAEstablished == 3 && p.a.Stats().Deleted == 2 && idle(p.a) })
+}
