@@ -110,3 +110,45 @@ func TestReauth(t *testing.T) {
 	clk.Advance(100 * time.Second)
 	waitFor(t, func() bool { return p.a.Stats().IKESAEstablished == 3 && p.a.Stats().Deleted == 2 && idle(p.a) })
 }
+
+// TestControllerReauth: with Controllers on both sides (real UDP on
+// loopback), a reauthentication replaces each child's pair with the
+// new IKE SA's, under the same child, and retires the old pairs: no
+// tunnel goes down on either side, and the inbound SAs in service are
+// the new pairs' alone.
+func TestControllerReauth(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart}, ChildPolicy{Peer: "to-b", Child: "more", Start: StartStart})
+	a.peer.ReauthTime = 2 * time.Second
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	net1, more1 := a.waitUp(t, "net"), a.waitUp(t, "more")
+	before := a.ep.IKESAs()
+	if len(before) != 1 {
+		t.Fatalf("%d IKE SAs", len(before))
+	}
+	waitFor(t, func() bool {
+		l := a.ep.IKESAs()
+		return len(l) == 1 && l[0].SPIi != before[0].SPIi && len(l[0].Children) == 2 && len(b.ep.IKESAs()) == 1 && idle(a.ep) && idle(b.ep)
+	})
+	net2, more2 := a.dp.sending("net"), a.dp.sending("more")
+	if net2 == nil || more2 == nil || net2 == net1 || more2 == more1 {
+		t.Fatalf("pairs after the reauthentication: net %v (was %v), more %v (was %v)", net2, net1, more2, more1)
+	}
+	waitFor(t, func() bool {
+		c, d := b.dp.sending("net"), b.dp.sending("more")
+		return c != nil && d != nil && c.InSPI == net2.OutSPI && d.InSPI == more2.OutSPI
+	})
+	for _, s := range []*ctlSide{a, b} {
+		waitFor(t, func() bool { s.dp.mu.Lock(); defer s.dp.mu.Unlock(); return len(s.dp.in) == 2 && len(s.dp.retired) >= 2 })
+		s.dp.mu.Lock()
+		downs := s.dp.downs
+		s.dp.mu.Unlock()
+		if downs != 0 {
+			t.Fatalf("%d tunnels went down", downs)
+		}
+	}
+	for _, st := range a.ctl.Children() {
+		if st.Pair == nil || st.LastErr != "" {
+			t.Fatalf("child %+v", st)
+		}
+	}
+}
