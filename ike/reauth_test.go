@@ -138,7 +138,11 @@ func TestControllerReauth(t *testing.T) {
 		return c != nil && d != nil && c.InSPI == net2.OutSPI && d.InSPI == more2.OutSPI
 	})
 	for _, s := range []*ctlSide{a, b} {
-		waitFor(t, func() bool { s.dp.mu.Lock(); defer s.dp.mu.Unlock(); return len(s.dp.in) == 2 && len(s.dp.retired) >= 2 })
+		waitFor(t, func() bool {
+			s.dp.mu.Lock()
+			defer s.dp.mu.Unlock()
+			return len(s.dp.in) == 2 && len(s.dp.retired) >= 2
+		})
 		s.dp.mu.Lock()
 		downs := s.dp.downs
 		s.dp.mu.Unlock()
