@@ -9,6 +9,8 @@ package ike
 import (
 	"context"
 	"errors"
+	"fmt"
+	"time"
 )
 
 // DeleteChild deletes child alone, telling the peer with an
@@ -48,4 +50,32 @@ func (e *Endpoint) DeleteChild(ctx context.Context, child *ChildSA) error {
 		}), nil
 	}, nil)
 	return err
+}
+
+// TerminateChild deletes the pair of the child named child alone
+// (Endpoint.DeleteChild; swanctl's terminate --child), telling the peer:
+// its IKE SA and the peer's other children stay. The child is not
+// initiated again by the Controller until Initiate asks (for its peer).
+func (c *Controller) TerminateChild(ctx context.Context, child string) error {
+	c.mu.Lock()
+	ep, ch := c.ep, c.children[child]
+	if ch == nil || ep == nil {
+		c.mu.Unlock()
+		return fmt.Errorf("ike: no child named %q", child)
+	}
+	ch.terminated, ch.retryAt = true, time.Time{}
+	// A pair the peer's rekey made, held for the old one's Delete, would
+	// take the tunnel over: it goes first.
+	pairs := []*ChildSA{ch.held, ch.cur}
+	c.mu.Unlock()
+	if pairs[1] == nil {
+		return fmt.Errorf("%w of child %q", ErrNoChildSA, child)
+	}
+	var errs []error
+	for _, sa := range pairs {
+		if sa != nil {
+			errs = append(errs, ep.DeleteChild(ctx, sa))
+		}
+	}
+	return errors.Join(errs...)
 }

@@ -108,3 +108,33 @@ func TestDeleteChild(t *testing.T) {
 		t.Fatal("the IKE SA went")
 	}
 }
+
+// TestControllerTerminateChild: terminating one child deletes its pair
+// alone on both sides; the other child keeps its pair on the same IKE
+// SA, and the terminated one is not initiated again until Initiate.
+func TestControllerTerminateChild(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart}, ChildPolicy{Peer: "to-b", Child: "more", Start: StartStart})
+	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
+	net1 := a.waitUp(t, "net")
+	a.waitUp(t, "more")
+	before := a.ep.IKESAs()[0]
+	if err := a.ctl.TerminateChild(ctx(t), "more"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.dp.sending("more") == nil && b.dp.sending("more") == nil })
+	a.dp.settle(t) // the Controller's loop ran: no retry of "more"
+	if st := a.status("more"); !st.Terminated || st.Pair != nil || st.Busy {
+		t.Fatalf("more: %+v", st)
+	}
+	l := a.ep.IKESAs()
+	if a.dp.sending("net") != net1 || len(l) != 1 || l[0].SPIi != before.SPIi || len(l[0].Children) != 1 {
+		t.Fatalf("net %v (was %v), IKE SAs %+v", a.dp.sending("net"), net1, l)
+	}
+	if err := a.ctl.TerminateChild(ctx(t), "more"); err == nil {
+		t.Fatal("a child without a pair terminated")
+	}
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	a.waitUp(t, "more")
+}
