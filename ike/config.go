@@ -554,7 +554,7 @@ func (c *Config) defaults() error {
 		if p.LocalID.IsZero() {
 			return fmt.Errorf("ike: peer %q needs LocalID", p.Name)
 		}
-		if p.ChildLifetime.RekeyTime < 0 || p.IKELifetime.RekeyTime < 0 || p.DPDDelay < 0 {
+		if p.ChildLifetime.RekeyTime < 0 || p.IKELifetime.RekeyTime < 0 || p.DPDDelay < 0 || p.ReauthTime < 0 {
 			return fmt.Errorf("ike: peer %q: negative lifetime or DPD delay", p.Name)
 		}
 		if p.DPDAction == ActionRestart && !p.Remote.IsValid() {

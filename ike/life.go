@@ -168,7 +168,6 @@ func (sa *ikeSA) startTimersLocked() {
 		rekeyAt, expireAt = now.Add(rekey-randDuration(jitter)), now.Add(life)
 	}
 	sa.startTimersAtLocked(rekeyAt, expireAt)
-	sa.startReauthLocked() // reauth.go
 }
 
 // startTimersAtLocked starts sa's timers with its rekey and expiry at
@@ -189,6 +188,7 @@ func (sa *ikeSA) startTimersAtLocked(rekeyAt, expireAt time.Time) {
 		sa.dpdT = e.cfg.clock.AfterFunc(d, func() { e.dpdDue(sa) })
 	}
 	sa.startKeepAliveLocked()
+	sa.startReauthLocked() // reauth.go
 }
 
 func (sa *ikeSA) stopLifeTimersLocked() {

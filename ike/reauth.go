@@ -14,7 +14,8 @@ package ike
 // Only a side that can initiate (Peer.Remote set) reauthenticates. When
 // the new IKE SA fails, the old one stays and tries again a little later
 // (until its own life time, if any, ends it). An IKE SA rekey carries the
-// reauthentication time over to the new IKE SA.
+// reauthentication time over to the new IKE SA; an IKE SA adopted from a
+// snapshot starts its reauthentication time again.
 
 import (
 	"context"
@@ -32,7 +33,10 @@ type reauthState struct {
 }
 
 // startReauthLocked arms sa's reauthentication at Peer.ReauthTime less
-// the jitter; startTimersLocked calls it for a new IKE SA.
+// the jitter; startTimersAtLocked calls it for a new IKE SA, one a rekey
+// made (which then takes its predecessor's time: carryReauthLocked) and
+// one adopted from a snapshot (whose reauthentication time is not in
+// the snapshot: it starts again).
 func (sa *ikeSA) startReauthLocked() {
 	d := sa.peer.ReauthTime
 	if d <= 0 || !sa.peer.Remote.IsValid() {

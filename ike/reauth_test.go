@@ -156,3 +156,27 @@ func TestControllerReauth(t *testing.T) {
 		}
 	}
 }
+
+// TestReauthAfterIKERekey: an IKE SA rekey (section 2.18) carries the
+// reauthentication time over to the new IKE SA: the reauthentication
+// comes at ReauthTime from the first IKE SA's establishment, not from the
+// rekey's.
+func TestReauthAfterIKERekey(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pa.ReauthTime = 100 * time.Second
+	pa.IKELifetime = Lifetime{RekeyTime: 50 * time.Second, LifeTime: 500 * time.Second, RandTime: time.Second}
+	clk := newFakeClock()
+	p := newPair(t, pa, pb, withClock(clk))
+	clk.settleOn(t, p)
+	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	clk.Advance(50 * time.Second)
+	waitFor(t, func() bool { return p.a.Stats().IKESARekeyed == 1 && idle(p.a) && idle(p.b) && len(p.a.IKESAs()) == 1 })
+	clk.Advance(50 * time.Second)
+	// Deleted counts the rekeyed IKE SA too.
+	waitFor(t, func() bool { s := p.a.Stats(); return s.IKESAEstablished == 2 && s.Deleted == 2 && idle(p.a) })
+	if s := p.a.Stats(); s.IKESARekeyed != 1 {
+		t.Fatalf("stats %+v", s)
+	}
+}
