@@ -65,9 +65,16 @@ func (sa *ikeSA) stopReauthLocked() {
 }
 
 // carryReauthLocked gives to, the IKE SA that a rekey of from made, from's
-// reauthentication time.
+// reauthentication time; while from's reauthentication is under way (the
+// peer rekeyed it meanwhile), to has none: that reauthentication deletes
+// to at its end.
 func (to *ikeSA) carryReauthLocked(from *ikeSA) {
-	if r := from.reauth; r != nil && !r.at.IsZero() && to.peer.ReauthTime > 0 {
+	r := from.reauth
+	switch {
+	case r == nil || r.at.IsZero() || to.peer.ReauthTime <= 0:
+	case r.busy:
+		to.stopReauthLocked()
+	default:
 		to.armReauthLocked(r.at)
 	}
 }
