@@ -164,16 +164,17 @@ func TestControllerReauth(t *testing.T) {
 func TestReauthAfterIKERekey(t *testing.T) {
 	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
 	pa.ReauthTime = 100 * time.Second
-	pa.IKELifetime = Lifetime{RekeyTime: 50 * time.Second, LifeTime: 500 * time.Second, RandTime: time.Second}
+	// The rekey at 59-60 s; its IKE SA's rekey would come at 118-120 s.
+	pa.IKELifetime = Lifetime{RekeyTime: 60 * time.Second, LifeTime: 500 * time.Second, RandTime: time.Second}
 	clk := newFakeClock()
 	p := newPair(t, pa, pb, withClock(clk))
 	clk.settleOn(t, p)
 	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
 		t.Fatal(err)
 	}
-	clk.Advance(50 * time.Second)
+	clk.Advance(60 * time.Second)
 	waitFor(t, func() bool { return p.a.Stats().IKESARekeyed == 1 && idle(p.a) && idle(p.b) && len(p.a.IKESAs()) == 1 })
-	clk.Advance(50 * time.Second)
+	clk.Advance(40 * time.Second) // t = 100 s: the reauthentication (90-100 s)
 	// Deleted counts the rekeyed IKE SA too.
 	waitFor(t, func() bool { s := p.a.Stats(); return s.IKESAEstablished == 2 && s.Deleted == 2 && idle(p.a) })
 	if s := p.a.Stats(); s.IKESARekeyed != 1 {
