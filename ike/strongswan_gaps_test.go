@@ -19,17 +19,22 @@ import (
 
 // twoChildBed is a bed whose connection has two children, "net" (the
 // IKE_AUTH one) and "net2" (10.1.1.0/24 === 10.2.1.0/24), with tweak
-// applied to sluice's peer too.
-func twoChildBed(t *testing.T, tweak func(*ike.Peer, *ike.Config)) *bed {
+// applied to sluice's peer too, and extra variables for charon's
+// templates.
+func twoChildBed(t *testing.T, tweak func(*ike.Peer, *ike.Config), extra map[string]string) *bed {
 	t.Helper()
 	ss2, sl2 := netip.MustParsePrefix("10.1.1.0/24"), netip.MustParsePrefix("10.2.1.0/24")
+	vars := map[string]string{"LocalTS2": ss2.String(), "RemoteTS2": sl2.String()}
+	for k, v := range extra {
+		vars[k] = v
+	}
 	b := newBedVars(t, "aes256gcm16-prfsha384-ecp384", "aes128gcm16", nil, func(p *ike.Peer, c *ike.Config) {
 		p.ChildName = "net"
 		p.Children = []ike.Child{{Name: "net2", LocalTS: []netip.Prefix{sl2}, RemoteTS: []netip.Prefix{ss2}}}
 		if tweak != nil {
 			tweak(p, c)
 		}
-	}, map[string]string{"LocalTS2": ss2.String(), "RemoteTS2": sl2.String()})
+	}, vars)
 	if err := b.c.Netns().AddAddr("lo", netip.PrefixFrom(ss2.Addr().Next(), 32)); err != nil {
 		t.Fatal(err)
 	}
@@ -60,7 +65,7 @@ func TestStrongSwanDeleteChild(t *testing.T) {
 	for _, by := range []string{"sluice", "charon"} {
 		t.Run("by-"+by, func(t *testing.T) {
 			lab.RequireCharon(t)
-			b := twoChildBed(t, nil)
+			b := twoChildBed(t, nil, nil)
 			first, err := b.ep.Initiate(b.ctx, "strongswan")
 			if err != nil {
 				t.Fatal(err)
@@ -131,7 +136,7 @@ func TestStrongSwanDeleteChild(t *testing.T) {
 // went.
 func TestStrongSwanReauth(t *testing.T) {
 	lab.RequireCharon(t)
-	b := twoChildBed(t, func(p *ike.Peer, _ *ike.Config) { p.ReauthTime = 3 * time.Second })
+	b := twoChildBed(t, func(p *ike.Peer, _ *ike.Config) { p.ReauthTime = 3 * time.Second }, nil)
 	if _, err := b.ep.Initiate(b.ctx, "strongswan"); err != nil {
 		t.Fatal(err)
 	}
@@ -190,6 +195,52 @@ func TestStrongSwanReauth(t *testing.T) {
 	s := b.ep.Stats()
 	t.Logf("sluice stats: %+v", s)
 	if s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow+s.AuthFailed != 0 {
+		t.Errorf("stats %+v", s)
+	}
+}
+
+// TestStrongSwanReauthByCharon: charon, initiator of an IKE SA with two
+// Child SAs with sluice, reauthenticates at its reauth_time with
+// make_before_break = yes: sluice, the responder, answers the new
+// IKE_SA_INIT and IKE_AUTH and the CREATE_CHILD_SA for net2 while it keeps
+// the old IKE SA, then the old IKE SA's Delete; it ends with the new IKE
+// SA alone, both children on it with keys matching charon's, each child
+// reported again before its old Child SA went.
+func TestStrongSwanReauthByCharon(t *testing.T) {
+	lab.RequireCharon(t)
+	b := twoChildBed(t, nil, map[string]string{"ReauthTime": "4s", "MakeBeforeBreak": "yes"})
+	for _, child := range []string{"net", "net2"} {
+		if out, err := b.c.Swanctl(b.ctx, "--initiate", "--child", child, "--timeout", "20"); err != nil {
+			t.Fatalf("charon initiating %s: %v\n%s (sluice stats %+v)", child, err, out, b.ep.Stats())
+		}
+	}
+	b.waitChild(t, 2, "sluice to report net and net2")
+	before := b.oneIKESA(t)
+	err := lab.WaitFor(b.ctx, "charon to reauthenticate", 20*time.Second, 10*time.Millisecond, func() (bool, error) {
+		s := b.ep.Stats()
+		l := b.ep.IKESAs()
+		return s.IKESAEstablished == 2 && s.Deleted == 1 && len(l) == 1 && len(l[0].Children) == 2, nil
+	})
+	if err != nil {
+		t.Fatalf("%v (stats %+v, IKE SAs %+v)", err, b.ep.Stats(), b.ep.IKESAs())
+	}
+	after := b.oneIKESA(t)
+	if after.SPIi == before.SPIi || after.Initiator {
+		t.Fatalf("IKE SA after charon's reauthentication %+v (before %016x)", after, before.SPIi)
+	}
+	b.charonHasIKESA(t, after)
+	for _, c := range after.Children {
+		checkKeys(t, c, charonChild(t, b.ctx, b.c.Log(), c), false, "aes128gcm16")
+	}
+	b.mu.Lock()
+	est, del := b.established, b.deleted
+	if len(est) != 4 || len(del) != 2 || !((del[0] == est[0] && del[1] == est[1]) || (del[0] == est[1] && del[1] == est[0])) {
+		t.Errorf("established %v, deleted %v: want net, net2, then both again, then the first two deleted", est, del)
+	}
+	b.mu.Unlock()
+	s := b.ep.Stats()
+	t.Logf("sluice stats: %+v", s)
+	if s.InitialContacts != 0 || s.RxMalformed+s.RxIntegrityFailed+s.RxUnknownSPI+s.RxOutOfWindow+s.AuthFailed != 0 {
 		t.Errorf("stats %+v", s)
 	}
 }
