@@ -79,3 +79,12 @@ func (c *Controller) TerminateChild(ctx context.Context, child string) error {
 	}
 	return errors.Join(errs...)
 }
+
+// deletingLocked reports whether our outstanding request on sa deletes
+// c: a Delete of the peer's for c then crosses ours, and our answer must
+// not name c again (section 1.4.1: "the responses MUST NOT include
+// delete payloads for the deleted SAs").
+func deletingLocked(sa *ikeSA, c *ChildSA) bool {
+	r := sa.pending
+	return r != nil && r.kind == reqDeleteChild && r.old == c
+}

@@ -1,7 +1,9 @@
 package ike
 
 import (
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -137,4 +139,64 @@ func TestControllerTerminateChild(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.waitUp(t, "more")
+}
+
+// TestDeleteChildCrossing: both sides delete the same Child SA at once,
+// their requests crossing (section 1.4.1): each deletes it while
+// processing the other's request and answers without a Delete payload
+// for it ("the responses MUST NOT include delete payloads for the deleted
+// SAs"); both DeleteChild calls succeed and report it once, and the other
+// Child SA stays.
+func TestDeleteChildCrossing(t *testing.T) {
+	pa, pb := childPeers(t)
+	p, buf := debugPair(t, pa, pb, slog.LevelDebug)
+	var aDeleted []*ChildSA
+	p.a.cfg.OnDelete = func(c *ChildSA) { p.bChildMu.Lock(); aDeleted = append(aDeleted, c); p.bChildMu.Unlock() }
+	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	second, err := p.a.InitiateChild(ctx(t), "to-b", "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bSecond := p.bChildFor(t, second)
+	release := hold(t, p)
+	errs := make(chan error, 2)
+	go func() { errs <- p.a.DeleteChild(ctx(t), second) }()
+	go func() { errs <- p.b.DeleteChild(ctx(t), bSecond) }()
+	waitFor(t, func() bool {
+		n := 0
+		for _, e := range []*Endpoint{p.a, p.b} {
+			e.mu.Lock()
+			for _, sa := range e.sas {
+				if sa.pending != nil && sa.pending.kind == reqDeleteChild {
+					n++
+				}
+			}
+			e.mu.Unlock()
+		}
+		return n == 2
+	})
+	release()
+	for range 2 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	p.bChildMu.Lock()
+	if len(aDeleted) != 1 || aDeleted[0] != second || len(p.bDeleted) != 1 || p.bDeleted[0] != bSecond {
+		t.Fatalf("deleted: a %v, b %v", aDeleted, p.bDeleted)
+	}
+	p.bChildMu.Unlock()
+	for _, e := range []*Endpoint{p.a, p.b} {
+		if names, _ := ikeChildren(t, e); !slices.Equal(names, []string{"net"}) {
+			t.Fatalf("children left %v", names)
+		}
+	}
+	if l := buf.lines(`msg="ike: sending"`, "exchange=INFORMATIONAL", "response=true", "D(ESP"); len(l) != 0 {
+		t.Fatalf("a response to the crossing Delete named the deleted SA:\n%s", strings.Join(l, "\n"))
+	}
+	if l := buf.lines(`msg="ike: sending"`, "exchange=INFORMATIONAL", "response=false", "D(ESP"); len(l) != 2 {
+		t.Fatalf("want the two Delete requests, logged:\n%s", strings.Join(l, "\n"))
+	}
 }
