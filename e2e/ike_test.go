@@ -29,6 +29,7 @@ type connConfig struct {
 	DPDDelay      string
 	RekeyTime     string // of the IKE SA
 	OverTime      string // of the IKE SA: past RekeyTime while its rekey has not completed
+	ReauthTime    string // reauth_time (e2e/reauth_test.go)
 	Auth          string // "psk" (default) or "pubkey", both sides
 	LocalID       string
 	RemoteID      string
@@ -66,7 +67,7 @@ func (c *connConfig) file() (config.FileConnection, []config.FileSecret) {
 	auth := cmp.Or(c.Auth, config.AuthPSK)
 	fc := config.FileConnection{
 		Name: c.Name, LocalAddrs: []string{c.Local.String()}, RemoteAddrs: []string{"%any"},
-		Proposals: c.Proposals, Encap: c.Encap, DPDDelay: c.DPDDelay, RekeyTime: c.RekeyTime, OverTime: c.OverTime,
+		Proposals: c.Proposals, Encap: c.Encap, DPDDelay: c.DPDDelay, RekeyTime: c.RekeyTime, OverTime: c.OverTime, ReauthTime: c.ReauthTime,
 		Local:  config.FileAuth{Auth: auth, ID: c.LocalID, Certs: c.Certs},
 		Remote: config.FileAuth{Auth: auth, ID: c.RemoteID, CACerts: c.CACerts},
 		Children: []config.FileChild{{Name: c.Child, LocalTS: strs(c.LocalTS), RemoteTS: strs(c.RemoteTS),

@@ -265,6 +265,7 @@ func setPeerLifetimes(p *ike.Peer, c *config.Connection, ch *config.Child) {
 		p.IKELifetime.LifeTime = c.RekeyTime + c.OverTime
 	}
 	p.DPDDelay = c.DPDDelay
+	p.ReauthTime = c.ReauthTime // reauth_time (ike/reauth.go)
 }
 
 // remoteCAs reads the certificates connection i's remote side trusts: its

@@ -216,6 +216,13 @@ type Peer struct {
 	// of IKE_AUTH (swanctl's mobike = no; the default announces it): the
 	// peer then cannot move the IKE SA to other addresses.
 	NoMOBIKE bool
+
+	// Reauthentication (RFC 7296 section 2.8.3; reauth.go). ReauthTime
+	// (swanctl's reauth_time) is when an IKE SA we can initiate (Remote
+	// set) is replaced by a new one with a full IKE_SA_INIT and IKE_AUTH,
+	// make-before-break, less a random part of up to a tenth of it; 0:
+	// never.
+	ReauthTime time.Duration
 }
 
 // Child is one Child SA of a connection beyond the one IKE_AUTH makes
@@ -547,7 +554,7 @@ func (c *Config) defaults() error {
 		if p.LocalID.IsZero() {
 			return fmt.Errorf("ike: peer %q needs LocalID", p.Name)
 		}
-		if p.ChildLifetime.RekeyTime < 0 || p.IKELifetime.RekeyTime < 0 || p.DPDDelay < 0 {
+		if p.ChildLifetime.RekeyTime < 0 || p.IKELifetime.RekeyTime < 0 || p.DPDDelay < 0 || p.ReauthTime < 0 {
 			return fmt.Errorf("ike: peer %q: negative lifetime or DPD delay", p.Name)
 		}
 		if p.DPDAction == ActionRestart && !p.Remote.IsValid() {

@@ -390,10 +390,9 @@ func TestControllerLifeLimits(t *testing.T) {
 	}
 }
 
-// TestControllerLifeLimitOthers: the Endpoint deletes a Child SA with
-// its IKE SA (it cannot delete one alone), so a child past its life
-// limit takes the peer's other children down with it: those that had a
-// pair are negotiated again.
+// TestControllerLifeLimitOthers: a child past its life limit is deleted
+// alone (Endpoint.DeleteChild, RFC 7296 section 1.4.1): the peer's other
+// child keeps its pair and the IKE SA stays.
 func TestControllerLifeLimitOthers(t *testing.T) {
 	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net", Start: StartStart}, ChildPolicy{Peer: "to-b", Child: "more", LifePackets: 10})
 	a.ctl.Start(func(st ChildStatus) bool { return st.Start == StartStart })
@@ -403,11 +402,18 @@ func TestControllerLifeLimitOthers(t *testing.T) {
 	if n := len(a.ep.IKESAs()); n != 1 {
 		t.Fatalf("%d IKE SAs, want both children on one", n)
 	}
+	before := a.ep.IKESAs()[0]
 	a.dp.count(more, Traffic{PacketsOut: 10})
-	waitFor(t, func() bool { c := a.dp.sending("net"); return c != nil && c != net1 })
-	waitFor(t, func() bool { c := b.dp.sending(b.rw("net")); return c != nil && c.InSPI == a.dp.sending("net").OutSPI })
-	if c := a.dp.sending("more"); c != nil {
-		t.Errorf("the expired child is up again: %#x", c.InSPI)
+	waitFor(t, func() bool { return a.dp.sending("more") == nil && b.dp.sending(b.rw("more")) == nil })
+	if a.dp.sending("net") != net1 || b.dp.sending(b.rw("net")) == nil || b.dp.sending(b.rw("net")).InSPI != net1.OutSPI {
+		t.Fatal("net lost its pair")
+	}
+	l := a.ep.IKESAs()
+	if len(l) != 1 || l[0].SPIi != before.SPIi || len(l[0].Children) != 1 || l[0].Children[0] != net1 {
+		t.Fatalf("IKE SAs after the delete %+v, want the one before with net alone", l)
+	}
+	if s := a.ep.Stats(); s.Deleted != 0 {
+		t.Fatalf("an IKE SA was deleted: %+v", s)
 	}
 }
 

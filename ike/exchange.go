@@ -137,6 +137,7 @@ type ikeSA struct {
 	leases []vipLease   // configuration payloads: virtual IPs leased to the peer (task_config.go)
 	vips   []netip.Addr // configuration payloads: the virtual IPs handed out (responder) or received (initiator)
 	mobike bool         // MOBIKE: both announced MOBIKE_SUPPORTED
+	reauth *reauthState // reauthentication: its timer, or the IKE SA this one replaces (reauth.go)
 
 	snapDirty bool // its replicated state changed since OnSnapshot last saw it (snapshot.go)
 	snapShown bool // OnSnapshot has seen it: its end is reported

@@ -154,6 +154,7 @@ func (from *ikeSA) moveChildrenLocked(to *ikeSA) {
 	to.leases, from.leases = append(to.leases, from.leases...), nil // task_config.go
 	to.vips, from.vips = from.vips, nil
 	to.mobike = from.mobike
+	to.carryReauthLocked(from) // reauth.go
 }
 
 // ikeRekeyResponseLocked handles the answer to our IKE SA rekey.

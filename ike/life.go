@@ -188,6 +188,7 @@ func (sa *ikeSA) startTimersAtLocked(rekeyAt, expireAt time.Time) {
 		sa.dpdT = e.cfg.clock.AfterFunc(d, func() { e.dpdDue(sa) })
 	}
 	sa.startKeepAliveLocked()
+	sa.startReauthLocked() // reauth.go
 }
 
 func (sa *ikeSA) stopLifeTimersLocked() {
@@ -196,6 +197,7 @@ func (sa *ikeSA) stopLifeTimersLocked() {
 	stop(sa.dpdT)
 	sa.rekeyT, sa.expireT, sa.dpdT = nil, nil, nil
 	sa.stopKeepAliveLocked()
+	sa.stopReauthLocked() // reauth.go
 }
 
 // scheduleChildLocked starts the lifetime timers of a new Child SA.

@@ -103,7 +103,7 @@ func (t *authTask) buildRequest(x *exchange) taskStatus {
 		if !peer.RemoteID.IsZero() {
 			x.add(&ID{Responder: true, IDType: peer.RemoteID.Type, Data: peer.RemoteID.Data})
 		}
-		x.add(&Notify{NType: InitialContact})
+		x.add(initialContact(x.sa)...) // not on a reauthentication (reauth.go)
 		return taskMore
 	}
 	if x.setup.eap {
@@ -125,7 +125,8 @@ func (t *authTask) buildRequest(x *exchange) taskStatus {
 			if !peer.RemoteID.IsZero() {
 				x.add(&ID{Responder: true, IDType: peer.RemoteID.Type, Data: peer.RemoteID.Data})
 			}
-			x.add(auth, &Notify{NType: InitialContact})
+			x.add(auth)
+			x.add(initialContact(x.sa)...) // not on a reauthentication (reauth.go)
 			return taskMore
 		}
 	})

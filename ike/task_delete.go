@@ -4,7 +4,8 @@ package ike
 // IKE SA once our (empty) answer is out; D(ESP, SPIs) names the peer's
 // inbound SPIs of Child SAs it deleted, and our answer names ours. An
 // INFORMATIONAL without anything a task takes is a liveness check,
-// answered empty.
+// answered empty. A Child SA whose Delete of ours crosses the peer's is
+// left out of our answer (deletingLocked).
 
 func init() { registerTask(INFORMATIONAL, orderDelete, newDeleteTask) }
 
@@ -32,7 +33,9 @@ func (t *deleteTask) process(x *exchange) taskStatus {
 				for _, c := range sa.children {
 					if spi == c.OutSPI {
 						e.cfg.Log.Debug("ike: peer deleted a Child SA", sa.logAttrs("child", c.Child, "in_spi", ESPSPI(c.InSPI), "out_spi", ESPSPI(c.OutSPI))...)
-						t.ours = append(t.ours, c.InSPI)
+						if !deletingLocked(sa, c) { // deletechild.go
+							t.ours = append(t.ours, c.InSPI)
+						}
 						x.later(sa.dropChildLocked(c)...)
 						break
 					}
