@@ -219,11 +219,17 @@
 // suite's keyword, ESN, the narrowed traffic selectors and whether ESP
 // goes in UDP.
 //
+// One Child SA of several goes on its own with Endpoint.DeleteChild (an
+// INFORMATIONAL with its D(ESP) alone, section 1.4.1; deletechild.go;
+// Controller.TerminateChild and the byte/packet life limits use it). An
+// IKE SA is reauthenticated at Peer.ReauthTime less a tenth at most
+// (section 2.8.3, reauth.go): make-before-break, a new IKE SA with a
+// full IKE_SA_INIT and IKE_AUTH (without INITIAL_CONTACT) and its
+// children made again under the same names, then the old one deleted.
+//
 // Not yet: a lock per IKE SA (one Endpoint mutex guards every IKE SA;
 // the slow work runs off it), the key pairs of our own CREATE_CHILD_SA
-// requests made outside that lock, deleting one Child SA of several on
-// its own (Delete takes the IKE SA with all its Child SAs),
-// reauthentication (reauth_time), sluice as an EAP client (as the
+// requests made outside that lock, sluice as an EAP client (as the
 // initiator it authenticates with a PSK or a certificate), OCSP (CRLs
 // only, from files), and IKE_FOLLOWUP_KE (an IKE SA rekey makes no
 // additional key exchanges: the new IKE SA has the proposal's DH alone).
