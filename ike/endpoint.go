@@ -238,7 +238,15 @@ func (e *Endpoint) dispatchLocked(local, remote netip.AddrPort, raw []byte, m *M
 		e.stats.RxUnknownSPI++
 		return nil
 	}
-	if sa.job != 0 {
+	park := false
+	if w := sa.waitsFor; w != nil {
+		if w.removed {
+			sa.waitsFor = nil
+		} else {
+			sa, park = w, true // until the collision is decided (ikeSA.waitsFor)
+		}
+	}
+	if sa.job != 0 || park {
 		// Work off the lock is in flight (job.go): the message waits
 		// for it, in order (replayBacklogLocked), or, beyond
 		// maxBacklog, is dropped (the peer retransmits).
@@ -249,6 +257,7 @@ func (e *Endpoint) dispatchLocked(local, remote netip.AddrPort, raw []byte, m *M
 		sa.backlog = append(sa.backlog, func() []func() { return e.dispatchLocked(local, remote, raw, m) })
 		return nil
 	}
+	sa = e.sas[ours]
 	if h.IsResponse() {
 		return sa.responseLocked(local, remote, raw, m)
 	}
@@ -359,6 +368,11 @@ func (e *Endpoint) removeLocked(sa *ikeSA, why error) []func() {
 		w := sa.waiter
 		sa.waiter = nil
 		after = append(after, func() { w <- result{err: why} })
+	}
+	if len(sa.backlog) > 0 {
+		// Messages of an IKE SA that waited for this one (waitsFor)
+		// go to theirs; its own find it gone.
+		after = append(after, sa.replayLater())
 	}
 	return after
 }

@@ -79,8 +79,15 @@ type ikeSA struct {
 	released  bool              // removed by Release: another member goes on with it, so no OnDelete
 	job       uint64            // a computation off the lock is in flight (job.go)
 	backlog   []func() []func() // messages that arrived meanwhile (Endpoint.dispatchLocked)
-	frag      bool              // both sides announced IKE fragmentation (frag.go)
-	setup     *setup            // the setup exchanges' state until it is established (task.go)
+	// waitsFor is the IKE SA whose rekey collided with the peer's that
+	// made this one (answered first): until the answer to ours decides
+	// the collision (ikeRekeyResponseLocked), this one's messages wait in
+	// its backlog (dispatchLocked), so that the peer's Delete of this one
+	// never overtakes the move of the Child SAs, even when the peer's
+	// messages arrive out of order or g^ir runs off the lock.
+	waitsFor *ikeSA
+	frag     bool   // both sides announced IKE fragmentation (frag.go)
+	setup    *setup // the setup exchanges' state until it is established (task.go)
 
 	fragReq, fragResp *reassembly // the peer's request, the response to ours, arriving in fragments
 

@@ -443,7 +443,11 @@ func TestRekeyCollision(t *testing.T) {
 					run(after)
 				}
 				release()
-				waitFor(t, settled(p))
+				if !waitUntil(settled(p)) {
+					dumpSAs(t, "a", p.a)
+					dumpSAs(t, "b", p.b)
+					t.Fatal("not settled")
+				}
 				checkPair(t, p)
 			}
 			sa, sb := p.a.Stats(), p.b.Stats()

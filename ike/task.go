@@ -771,13 +771,12 @@ func (x *exchange) withDH(step func(pre *dhDone) (taskStatus, *dhNeed)) taskStat
 // while sa's work was off the lock, until another job starts.
 func (sa *ikeSA) replayBacklogLocked() []func() {
 	var after []func()
-	for sa.job == 0 && len(sa.backlog) > 0 && !sa.removed {
+	// Once sa is gone, each message still goes to its IKE SA: another's
+	// may have waited here (ikeSA.waitsFor), sa's own are unknown now.
+	for (sa.job == 0 || sa.removed) && len(sa.backlog) > 0 {
 		f := sa.backlog[0]
 		sa.backlog = sa.backlog[1:]
 		after = append(after, f()...)
-	}
-	if sa.removed {
-		sa.backlog = nil
 	}
 	return after
 }
