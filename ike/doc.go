@@ -162,8 +162,8 @@
 // plane's install and removal of pairs, and reloads.
 //
 // Signing and verifying AUTH (a crypto.Signer may be an engine's queue)
-// and the Diffie-Hellman of IKE_SA_INIT and of a Child SA's
-// CREATE_CHILD_SA run off that mutex (job.go), and Transport.Send is
+// and the Diffie-Hellman of IKE_SA_INIT, of a Child SA's
+// CREATE_CHILD_SA and of our own IKE SA rekey run off that mutex (job.go), and Transport.Send is
 // called without it (unlock sends what sendLocked queued): the exchange
 // snapshots what the work needs, the work runs on its own goroutine, and
 // the result is used only if the IKE SA is still where it was left
@@ -229,7 +229,8 @@
 //
 // Not yet: a lock per IKE SA (one Endpoint mutex guards every IKE SA;
 // the slow work runs off it), the key pairs of our own CREATE_CHILD_SA
-// requests made outside that lock, sluice as an EAP client (as the
+// requests and the Diffie-Hellman of the peer's IKE SA rekey made
+// outside that lock, sluice as an EAP client (as the
 // initiator it authenticates with a PSK or a certificate), OCSP (CRLs
 // only, from files), and IKE_FOLLOWUP_KE (an IKE SA rekey makes no
 // additional key exchanges: the new IKE SA has the proposal's DH alone).
