@@ -458,17 +458,7 @@ func (e *Endpoint) restart(peer *Peer, children []string) {
 			return
 		}
 		if err == nil {
-			for _, name := range children {
-				if _, err := e.InitiateChild(ctx, peer.Name, name); err != nil {
-					if ctx.Err() != nil {
-						return
-					}
-					e.mu.Lock()
-					e.stats.RestartChildFailed++
-					e.unlock()
-					e.cfg.Log.Warn("ike: restart: Child SA not made again", "peer", peer.Name, "child", name, "err", err)
-				}
-			}
+			e.remakeChildren(ctx, peer.Name, children, "restart")
 			return
 		}
 		e.cfg.Log.Warn("ike: restart failed", "peer", peer.Name, "err", err, "retry_in", wait)
@@ -482,6 +472,25 @@ func (e *Endpoint) restart(peer *Peer, children []string) {
 		}
 		wait = min(2*wait, maxRestartWait)
 	}
+}
+
+// remakeChildren makes the additional Child SAs children again on peer's
+// newest IKE SA (after a restart or a reauthentication, named by why),
+// one after the other; one that fails is counted and logged, and the
+// others are still tried. It reports false if ctx ended first.
+func (e *Endpoint) remakeChildren(ctx context.Context, peer string, children []string, why string) bool {
+	for _, name := range children {
+		if _, err := e.InitiateChild(ctx, peer, name); err != nil {
+			if ctx.Err() != nil {
+				return false
+			}
+			e.mu.Lock()
+			e.stats.RestartChildFailed++
+			e.unlock()
+			e.cfg.Log.Warn("ike: "+why+": Child SA not made again", "peer", peer, "child", name, "err", err)
+		}
+	}
+	return true
 }
 
 // maxRestartWait bounds the wait between two restart attempts.

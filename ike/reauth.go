@@ -155,16 +155,8 @@ func (e *Endpoint) reauth(old *ikeSA, anchor *ChildSA, children []string) {
 	}
 	// The new IKE SA is the newest established with peer: the children
 	// go on it.
-	for _, name := range children {
-		if _, err := e.InitiateChild(ctx, peer.Name, name); err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			e.mu.Lock()
-			e.stats.RestartChildFailed++
-			e.unlock()
-			e.cfg.Log.Warn("ike: reauthentication: Child SA not made again", "peer", peer.Name, "child", name, "err", err)
-		}
+	if !e.remakeChildren(ctx, peer.Name, children, "reauthentication") {
+		return
 	}
 	// Delete the old IKE SA, or the one a rekey by the peer moved its
 	// Child SAs to meanwhile (Delete finds it by anchor); without a Child
