@@ -139,6 +139,9 @@ func ikeCredentials(cfg *config.Gateway, i int, log *slog.Logger) (*ike.Peer, cr
 			return nil, nil, "", err
 		}
 		p.RemoteCAs = cas
+	}
+	if c.RemoteAuth.Auth == config.AuthPubkey || config.IsEAP(c.RemoteAuth.Auth) {
+		// EAP-TLS's certificates are checked against them too (task_eap.go).
 		if err := setPeerCRLs(cfg, i, p); err != nil {
 			return nil, nil, "", err
 		}

@@ -40,7 +40,8 @@ func TestStrongSwanEAP(t *testing.T) {
 		password   string // charon's; sluice knows "carol's pw"
 		wantChild  bool
 		wantInLog  string
-		pad        int // certificate padding: EAP-TLS fragments both ways
+		pad        int  // certificate padding: EAP-TLS fragments both ways
+		revoked    bool // sluice's CRL lists charon's certificate
 	}{
 		{name: "eap-mschapv2", auth: "eap-mschapv2", password: "carol's pw", wantChild: true,
 			wantInLog: "EAP method EAP_MSCHAPV2 succeeded, MSK established"},
@@ -50,6 +51,8 @@ func TestStrongSwanEAP(t *testing.T) {
 			wantInLog: "EAP method EAP_TLS succeeded, MSK established"},
 		{name: "eap-tls-fragmented", auth: "eap-tls", wantChild: true, pad: 1500,
 			wantInLog: "EAP method EAP_TLS succeeded, MSK established"},
+		{name: "eap-tls-revoked", auth: "eap-tls", revoked: true,
+			wantInLog: "received AUTHENTICATION_FAILED notify error"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			lab.RequireCharon(t)
@@ -79,6 +82,22 @@ func TestStrongSwanEAP(t *testing.T) {
 				}
 				p.EAP = e
 			}, vars)
+			if c.revoked {
+				now := time.Now()
+				der, err := b.creds.issuer.CRL(now.Unix(), now.Add(-time.Minute), now.Add(time.Hour), b.creds.charon)
+				if err != nil {
+					t.Fatal(err)
+				}
+				crls, err := ike.ParseCRLs(der)
+				if err != nil {
+					t.Fatal(err)
+				}
+				p := *b.cfg.Peers[0]
+				p.CRLs = crls
+				if err := b.ep.SetPeers([]*ike.Peer{&p}); err != nil {
+					t.Fatal(err)
+				}
+			}
 			ctx, c2 := b.ctx, b.c
 			start := time.Now()
 			out, err := c2.Swanctl(ctx, "--initiate", "--child", "net", "--timeout", "20")
@@ -110,6 +129,15 @@ func TestStrongSwanEAP(t *testing.T) {
 			}
 			child := b.waitChild(t, 1, "sluice's Child SA")
 			t.Logf("%s: established in %v", c.auth, time.Since(start).Round(time.Millisecond))
+			// The IKE SA's remote identity is what EAP proved, not charon's
+			// IDi (which EAP does not authenticate).
+			wantID := "carol"
+			if c.auth == "eap-tls" {
+				wantID = ike.Identity{Type: ike.IDDERASN1, Data: b.creds.charon.RawSubject}.String()
+			}
+			if l := b.ep.IKESAs(); len(l) != 1 || l[0].RemoteID != wantID {
+				t.Errorf("IKE SAs %+v, want one with remote identity %q", l, wantID)
+			}
 			data, _ := os.ReadFile(c2.Log())
 			if !strings.Contains(string(data), c.wantInLog) {
 				t.Errorf("charon's log lacks %q", c.wantInLog)

@@ -191,6 +191,10 @@ type setup struct {
 	// msk, once set by an EAP task, is the key the initiator's AUTH is
 	// a MAC with (section 2.16) instead of its configured credentials.
 	msk []byte
+	// eapID, once EAP succeeded, is the identity it proved (the
+	// EAP-MSCHAPv2 user, the EAP-TLS certificate's subject): the IKE
+	// SA's remote identity from then on, instead of the unproven IDi.
+	eapID Identity
 	// eap: the responder authenticates the initiator with EAP (set by
 	// the EAP task before the AUTH task's first step): task_auth.go
 	// answers the first IKE_AUTH request without the initiator's AUTH

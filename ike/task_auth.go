@@ -320,6 +320,9 @@ func (t *authTask) authenticatedLocked(x *exchange) {
 	sa, e := x.sa, x.sa.ep
 	sa.peer = x.setup.peer
 	sa.remoteID = Identity{t.idi.IDType, bytes.Clone(t.idi.Data)}
+	if !x.setup.eapID.IsZero() {
+		sa.remoteID = x.setup.eapID // what EAP proved, not IDi (task_eap.go)
+	}
 	x.setup.peerAuthed = true
 	if !t.initialContact {
 		return

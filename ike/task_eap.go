@@ -17,8 +17,10 @@ package ike
 // Each Response is handled off the lock: EAP-TLS signs and verifies in it.
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/sluicegw/sluice/ike/eap"
 )
@@ -83,6 +85,12 @@ func (t *eapTask) build(x *exchange) taskStatus {
 	if t.out == nil {
 		return taskDone
 	}
+	if t.srv.State() == eap.Succeeded {
+		if err := t.provenLocked(x); err != nil {
+			t.srv.Close()
+			return t.refuse(x, err)
+		}
+	}
 	x.add(&EAP{Data: t.out})
 	t.out = nil
 	if t.srv.State() != eap.Succeeded {
@@ -99,6 +107,30 @@ func (t *eapTask) build(x *exchange) taskStatus {
 		"method", t.srv.Method().String(), "eap_id", t.srv.Identity())
 	t.srv.Close()
 	return taskDone
+}
+
+// provenLocked takes what a succeeded EAP method proved, before its
+// Success goes out: an EAP-TLS certificate must pass the peer's CRLs
+// (Peer.CRLs, Peer.Revocation, as a certificate in AUTH does), and the
+// proven identity (the EAP-MSCHAPv2 user, the certificate's subject)
+// becomes the IKE SA's remote identity, which keys its virtual IP's
+// lease and INITIAL_CONTACT: IDi, which nothing in EAP authenticates,
+// would let one user take another's address and SAs.
+func (t *eapTask) provenLocked(x *exchange) error {
+	if chains := t.srv.VerifiedChains(); chains != nil {
+		if err := x.setup.peer.checkChains(chains, time.Now()); err != nil {
+			return fmt.Errorf("ike: EAP-TLS: %w", err)
+		}
+	}
+	id := ParseIdentity(t.srv.Identity())
+	if certs := t.srv.PeerCertificates(); len(certs) > 0 {
+		id = Identity{Type: IDDERASN1, Data: bytes.Clone(certs[0].RawSubject)}
+	}
+	if id.IsZero() {
+		return errors.New("ike: EAP succeeded without an identity")
+	}
+	x.setup.eapID = id
+	return nil
 }
 
 // refuse fails IKE_AUTH with AUTHENTICATION_FAILED (section 2.21.2).

@@ -351,6 +351,16 @@ func (s *Server) PeerCertificates() []*x509.Certificate {
 	return nil
 }
 
+// VerifiedChains is the peer's certificate chains after EAP-TLS as
+// crypto/tls verified them against the configured CAs, each ending in a
+// CA, or nil (for revocation checks by the caller).
+func (s *Server) VerifiedChains() [][]*x509.Certificate {
+	if t, ok := s.m.(*tlsServer); ok {
+		return t.verifiedChains()
+	}
+	return nil
+}
+
 // Close releases the method (it ends EAP-TLS's handshake goroutine). It
 // may be called more than once, in any state.
 func (s *Server) Close() {

@@ -66,7 +66,8 @@ type tlsServer struct {
 	keyLog       bytes.Buffer
 	msk          []byte
 	certs        []*x509.Certificate
-	finished     bool // handshake done, our last flight queued
+	chains       [][]*x509.Certificate // as crypto/tls verified them against the CAs
+	finished     bool                  // handshake done, our last flight queued
 }
 
 func newTLSServer(cfg *Config) (*tlsServer, error) {
@@ -199,7 +200,7 @@ func (t *tlsServer) nextFragment() []byte {
 // finish derives the MSK once the handshake is done.
 func (t *tlsServer) finish() error {
 	st := t.eng.conn.ConnectionState()
-	t.certs = st.PeerCertificates
+	t.certs, t.chains = st.PeerCertificates, st.VerifiedChains
 	t.finished = true
 	if st.Version == tls.VersionTLS13 {
 		km, err := st.ExportKeyingMaterial("EXPORTER_EAP_TLS_Key_Material", []byte{0x0d}, 128)
@@ -280,6 +281,8 @@ func (t *tlsServer) key() []byte { return t.msk }
 func (t *tlsServer) identity() string { return "" }
 
 func (t *tlsServer) peerCertificates() []*x509.Certificate { return t.certs }
+
+func (t *tlsServer) verifiedChains() [][]*x509.Certificate { return t.chains }
 
 func (t *tlsServer) close() { t.eng.close() }
 
