@@ -152,12 +152,14 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 	if !ok {
 		return sa.replayReason(seq)
 	}
-	*op = cryptodev.Op{Key: sa.cfg.Key, Dir: cryptodev.Decrypt}
 	start := pp.ESPOff + ehl
+	op.Key, op.Dir, op.Status = sa.cfg.Key, cryptodev.Decrypt, cryptodev.StatusPending
 	op.Src = data[start : start+ct]
 	op.Dst = op.Src
 	op.Tag = data[start+ct : pp.End]
 	op.IV = eh[HeaderLen:]
+	op.AuthTrailer = nil
+	op.Hash, op.PSS, op.N = 0, false, 0
 	sa.fillAAD(w, op, eh[:HeaderLen], seq)
 	w.seq, w.espOff, w.hdrLen, w.nhOff = seq, pp.ESPOff, pp.IPHdrLen, pp.NHOff
 	return ReasonNone
@@ -165,8 +167,16 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 
 // FinishInbound completes a packet after its op ran. On success p's data is
 // the inner IP packet (tunnel mode) or the rebuilt IP packet (transport
-// mode).
+// mode). The packet is added to Counters at once.
 func (sa *SA) FinishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	r := sa.finishInbound(p, w, op)
+	sa.publishLocked()
+	return r
+}
+
+// finishInbound is FinishInbound; the packet is counted by the next
+// publishLocked (Unlock).
+func (sa *SA) finishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	switch op.Status {
 	case cryptodev.StatusOK:
 	case cryptodev.StatusAuthFailed:

@@ -31,6 +31,11 @@ func isIPv6ExtHeader(nh uint8) bool {
 // encryption, and fills op. In tunnel mode p holds the inner packet; in
 // transport mode the packet to protect. On a drop it returns the reason and
 // leaves p's data unspecified; the caller counts it (Pipeline does).
+//
+// In tunnel mode the headers come from the SA's template (one fixed-size
+// copy, then the packet's lengths, sequence number and IV) and the
+// padding from a constant pattern: the inner packet itself is not moved
+// or copied.
 func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	if sa.hardExpired() {
 		return ReasonLifetime
@@ -41,7 +46,8 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	}
 	data := p.Bytes()
 	var nh, tos uint8
-	hl := 0 // transport: IP header length kept in front
+	hl := 0         // transport: IP header length kept in front
+	limit := 0xffff // IPv4 total length, or IPv6 payload length
 	switch packet.IPVersion(data) {
 	case 4:
 		ip := packet.IPv4(data)
@@ -66,6 +72,7 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 				return ReasonUnsupported
 			}
 			nh, hl = ip.NextHeader(), packet.IPv6Header
+			limit += packet.IPv6Header
 		}
 	default:
 		return ReasonMalformed
@@ -74,27 +81,14 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	info := sa.info
 	plen := len(data) - hl
 	padLen := -(plen + TrailerLen) & (info.BlockSize - 1) // block sizes are 4 or 16
-	udp := 0
-	if sa.cfg.Encap == EncapUDP {
-		udp = packet.UDPHeader
-	}
-	outer := 0
-	if sa.cfg.Mode == Tunnel {
-		outer = packet.IPv4MinHeader
-		if sa.cfg.Dst.Is6() {
-			outer = packet.IPv6Header
-		}
-	}
-	ehl := HeaderLen + info.IVLen
-	if p.Headroom() < outer+udp+ehl || p.Tailroom() < padLen+TrailerLen+info.ICVLen {
-		return ReasonNoRoom
-	}
-	total := outer + hl + udp + ehl + plen + padLen + TrailerLen + info.ICVLen
-	limit := 0xffff // IPv4 total length, or IPv6 payload length
-	if outer == packet.IPv6Header || (outer == 0 && packet.IPVersion(data) == 6) {
+	outer, udp, ehl := sa.outerLen, sa.udpLen, sa.ehl
+	if outer == packet.IPv6Header {
 		limit += packet.IPv6Header
 	}
-	if total > limit {
+	if p.Headroom() < outer+udp+ehl || p.Tailroom() < padLen+sa.tailLen {
+		return ReasonNoRoom
+	}
+	if outer+hl+udp+ehl+plen+padLen+sa.tailLen > limit {
 		return ReasonNoRoom
 	}
 
@@ -104,22 +98,28 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	sa.seq++
 	seq := sa.seq
 
-	tr := p.Append(padLen + TrailerLen + info.ICVLen)
-	for i := 0; i < padLen; i++ {
-		tr[i] = byte(i + 1) // RFC 4303 section 2.4: 1, 2, 3, ...
+	// Padding (RFC 4303 section 2.4: 1, 2, 3, ...), pad length and next
+	// header. The pattern is stored whole: what it writes beyond the
+	// padding is the trailer's and the ICV's room (at least 18 bytes),
+	// written next and by the engine.
+	tr := p.Append(padLen + sa.tailLen)
+	if len(tr) >= len(padPattern) {
+		*(*[16]byte)(tr) = padPattern
+	} else {
+		copy(tr, padPattern[:padLen])
 	}
 	tr[padLen] = byte(padLen)
 	tr[padLen+1] = nh
 
 	p.Prepend(outer + udp + ehl)
 	data = p.Bytes()
-	if hl > 0 {
-		copy(data[:hl], data[udp+ehl:udp+ehl+hl]) // move the IP header forward
-	}
 	off := outer + hl + udp
+	if hl == 0 {
+		sa.writeHeadersLocked(data, tos, seq)
+	} else {
+		sa.writeTransportHeaders(data, hl, udp, seq)
+	}
 	eh := data[off : off+ehl]
-	binary.BigEndian.PutUint32(eh[0:], sa.cfg.SPI)
-	binary.BigEndian.PutUint32(eh[4:], uint32(seq))
 	iv := eh[HeaderLen:]
 	switch {
 	case info.AEAD:
@@ -136,43 +136,56 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 		copy(iv, sa.testIV)
 	}
 
-	*op = cryptodev.Op{Key: sa.cfg.Key, Dir: cryptodev.Encrypt}
+	// Every field of op is set (the op is reused batch after batch), one
+	// by one: cheaper than clearing the whole struct first.
 	end := len(data) - info.ICVLen
+	op.Key, op.Dir, op.Status = sa.cfg.Key, cryptodev.Encrypt, cryptodev.StatusPending
 	op.Src = data[off+ehl : end]
 	op.Dst = op.Src
 	op.Tag = data[end:]
 	op.IV = iv
+	op.AuthTrailer = nil
+	op.Hash, op.PSS, op.N = 0, false, 0
 	sa.fillAAD(w, op, eh[:HeaderLen], seq)
-
-	// Outer headers.
-	if hl > 0 {
-		switch packet.IPVersion(data) {
-		case 4:
-			ip := packet.IPv4(data)
-			ip.SetTotalLength(uint16(len(data)))
-			if udp > 0 {
-				ip.SetProtocol(packet.ProtoUDP)
-			} else {
-				ip.SetProtocol(packet.ProtoESP)
-			}
-			ip.SetChecksum()
-		case 6:
-			ip := packet.IPv6(data)
-			ip.SetPayloadLength(uint16(len(data) - packet.IPv6Header))
-			if udp > 0 {
-				ip.SetNextHeader(packet.ProtoUDP)
-			} else {
-				ip.SetNextHeader(packet.ProtoESP)
-			}
-		}
-	} else {
-		sa.writeOuter(data, outer, tos)
-	}
-	if udp > 0 {
-		packet.UDP(data[off-udp:]).Encode(sa.udpSrc, sa.udpDst, uint16(len(data)-off+udp))
-	}
 	w.seq, w.espOff, w.n = seq, off, plen
 	return ReasonNone
+}
+
+// padPattern is ESP's padding (RFC 4303 section 2.4), as long as the
+// longest: 15 bytes for a 16-byte block, and a sixteenth.
+var padPattern = [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+
+// writeTransportHeaders moves the transport-mode IP header of hl bytes
+// to the front of data (ESP and, with udp, UDP go in between), writes
+// the ESP header's SPI and sequence number and the UDP header, and
+// updates the IP header's length, protocol and checksum.
+func (sa *SA) writeTransportHeaders(data []byte, hl, udp int, seq uint64) {
+	copy(data[:hl], data[udp+sa.ehl:udp+sa.ehl+hl]) // move the IP header forward
+	off := hl + udp
+	binary.BigEndian.PutUint32(data[off:], sa.cfg.SPI)
+	binary.BigEndian.PutUint32(data[off+4:], uint32(seq))
+	switch packet.IPVersion(data) {
+	case 4:
+		ip := packet.IPv4(data)
+		ip.SetTotalLength(uint16(len(data)))
+		if udp > 0 {
+			ip.SetProtocol(packet.ProtoUDP)
+		} else {
+			ip.SetProtocol(packet.ProtoESP)
+		}
+		ip.SetChecksum()
+	case 6:
+		ip := packet.IPv6(data)
+		ip.SetPayloadLength(uint16(len(data) - packet.IPv6Header))
+		if udp > 0 {
+			ip.SetNextHeader(packet.ProtoUDP)
+		} else {
+			ip.SetNextHeader(packet.ProtoESP)
+		}
+	}
+	if udp > 0 {
+		packet.UDP(data[hl:]).Encode(sa.udpSrc, sa.udpDst, uint16(len(data)-hl))
+	}
 }
 
 // fillAAD sets the op's associated data for the suite: the ESP header,
@@ -195,53 +208,92 @@ func (sa *SA) fillAAD(w *Work, op *cryptodev.Op, hdr []byte, seq uint64) {
 	op.AuthTrailer = w.seqHi[:]
 }
 
-// buildOuterTemplate prepares the outer header of a tunnel SA, from its
-// current outer addresses (SetOuter calls it again with the lock held).
+// Layouts of an outbound tunnel SA's header template (SA.hdrTmpl): the
+// outer IP header, the UDP header with EncapUDP, and the ESP header
+// without its IV (SPI and a zero sequence number).
+const (
+	tmplV4    = iota // IPv4, ESP: 20 + 8 bytes
+	tmplV4UDP        // IPv4, UDP, ESP: 20 + 8 + 8
+	tmplV6           // IPv6, ESP: 40 + 8
+	tmplV6UDP        // IPv6, UDP, ESP: 40 + 8 + 8
+	tmplMax   = packet.IPv6Header + packet.UDPHeader + HeaderLen
+)
+
+// buildOuterTemplate prepares the header template of a tunnel SA, from
+// its current outer addresses and ports (SetOuter calls it again with the
+// lock held).
 func (sa *SA) buildOuterTemplate() {
 	proto := uint8(packet.ProtoESP)
 	if sa.cfg.Encap == EncapUDP {
 		proto = packet.ProtoUDP
 	}
+	t := &sa.hdrTmpl
+	clear(t[:])
 	if sa.outerDst.Is4() {
-		packet.IPv4(sa.outerTmpl[:20]).Encode(&packet.IPv4Fields{TTL: sa.cfg.TTL, Protocol: proto,
+		packet.IPv4(t[:20]).Encode(&packet.IPv4Fields{TTL: sa.cfg.TTL, Protocol: proto,
 			Src: sa.outerSrc.As4(), Dst: sa.outerDst.As4()})
-		sa.outerTmpl[10], sa.outerTmpl[11] = 0, 0
-		sa.outerSum = uint32(packet.Checksum(sa.outerTmpl[:20], 0))
-		return
+		t[10], t[11] = 0, 0
+		sa.outerSum = uint32(packet.Checksum(t[:20], 0))
+		sa.hdrKind = tmplV4
+	} else {
+		packet.IPv6(t[:40]).Encode(&packet.IPv6Fields{NextHeader: proto, HopLimit: sa.cfg.TTL,
+			Src: sa.outerSrc.As16(), Dst: sa.outerDst.As16()})
+		sa.hdrKind = tmplV6
 	}
-	packet.IPv6(sa.outerTmpl[:40]).Encode(&packet.IPv6Fields{NextHeader: proto, HopLimit: sa.cfg.TTL,
-		Src: sa.outerSrc.As16(), Dst: sa.outerDst.As16()})
+	off := sa.outerLen
+	if sa.cfg.Encap == EncapUDP {
+		u := packet.UDP(t[off : off+packet.UDPHeader])
+		u.Encode(sa.udpSrc, sa.udpDst, 0) // checksum 0: none (IPv4) or filled in by Finish (IPv6)
+		off += packet.UDPHeader
+		sa.hdrKind++
+	}
+	binary.BigEndian.PutUint32(t[off:], sa.cfg.SPI)
 }
 
-// writeOuter writes the tunnel's outer IP header into data[:outer] from the
-// SA's template. The DSCP and ECN bits are copied from the inner header
-// (RFC 4301 section 5.1.2.1, RFC 6040 normal mode); the outer IPv4 header
-// never sets DF, so a too-big ESP packet can still be fragmented on its
-// path.
-func (sa *SA) writeOuter(data []byte, outer int, tos uint8) {
-	if outer == packet.IPv4MinHeader {
+// writeHeadersLocked writes a tunnel packet's headers into the front of
+// data, the whole ESP packet: the SA's template, then the outer header's
+// lengths (DSCP and ECN copied from the inner header's tos, RFC 4301
+// section 5.1.2.1, RFC 6040 normal mode; the outer IPv4 header never sets
+// DF, so a too-big ESP packet can still be fragmented on its path), the
+// UDP length and the sequence number. The IV is the caller's.
+func (sa *SA) writeHeadersLocked(data []byte, tos uint8, seq uint64) {
+	t := &sa.hdrTmpl
+	n := len(data)
+	switch sa.hdrKind {
+	case tmplV4:
+		*(*[28]byte)(data) = *(*[28]byte)(t[:])
+	case tmplV4UDP:
+		*(*[36]byte)(data) = *(*[36]byte)(t[:])
+		binary.BigEndian.PutUint16(data[24:], uint16(n-20))
+	case tmplV6:
+		*(*[48]byte)(data) = *(*[48]byte)(t[:])
+	case tmplV6UDP:
+		*(*[56]byte)(data) = *(*[56]byte)(t[:])
+		binary.BigEndian.PutUint16(data[44:], uint16(n-40))
+	}
+	binary.BigEndian.PutUint32(data[sa.outerLen+sa.udpLen+4:], uint32(seq))
+	if sa.outerLen == packet.IPv4MinHeader {
 		sa.ipID++
-		h := data[:20]
-		copy(h, sa.outerTmpl[:20])
-		h[1] = tos
-		binary.BigEndian.PutUint16(h[2:], uint16(len(data)))
-		binary.BigEndian.PutUint16(h[4:], sa.ipID)
-		sum := sa.outerSum + uint32(tos) + uint32(len(data)) + uint32(sa.ipID)
+		data[1] = tos
+		binary.BigEndian.PutUint16(data[2:], uint16(n))
+		binary.BigEndian.PutUint16(data[4:], sa.ipID)
+		sum := sa.outerSum + uint32(tos) + uint32(n) + uint32(sa.ipID)
 		sum = sum>>16 + sum&0xffff
 		sum += sum >> 16
-		binary.BigEndian.PutUint16(h[10:], ^uint16(sum))
+		binary.BigEndian.PutUint16(data[10:], ^uint16(sum))
 		return
 	}
-	h := data[:40]
-	copy(h, sa.outerTmpl[:40])
-	h[0] = 0x60 | tos>>4
-	h[1] = tos << 4
-	binary.BigEndian.PutUint16(h[4:], uint16(len(data)-packet.IPv6Header))
+	data[0] = 0x60 | tos>>4
+	data[1] = tos << 4
+	binary.BigEndian.PutUint16(data[4:], uint16(n-packet.IPv6Header))
 }
 
 // FinishOutbound completes a packet after its op ran.
+// The packet is added to Counters at once.
 func (sa *SA) FinishOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
-	return sa.finishOutbound(p, w, op, true)
+	r := sa.finishOutbound(p, w, op, true)
+	sa.publishLocked()
+	return r
 }
 
 // finishOutbound is FinishOutbound; udpSum says whether the IPv6 outer UDP

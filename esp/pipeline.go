@@ -170,7 +170,7 @@ func (pl *Pipeline) Complete(wait bool) *Batch {
 		if b.Dir == Outbound {
 			r = sa.finishOutbound(b.Bufs[i], &b.work[i], op, !pl.SocketChecksums)
 		} else {
-			r = sa.FinishInbound(b.Bufs[i], &b.work[i], op)
+			r = sa.finishInbound(b.Bufs[i], &b.work[i], op)
 		}
 		if r != ReasonNone {
 			b.Reasons[i] = r
