@@ -37,6 +37,85 @@ func isIPv6ExtHeader(nh uint8) bool {
 // padding from a constant pattern: the inner packet itself is not moved
 // or copied.
 func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	return sa.prepareOutboundLocked(p, w, op)
+}
+
+// prepareOutboundLocked is PrepareOutbound; the tunnel-mode path is
+// written for the fewest instructions per packet, transport mode goes
+// through prepareTransportLocked.
+func (sa *SA) prepareOutboundLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	if sa.cfg.Mode != Tunnel || sa.hardExpired() {
+		return sa.prepareTransportLocked(p, w, op)
+	}
+	if sa.seq >= sa.reserved.next || sa.seq >= sa.maxSeq || sa.ivCount == 1<<32 {
+		// A reservation to make, the last number reached, or a new IV
+		// epoch to draw: the general path does them.
+		return sa.prepareTransportLocked(p, w, op)
+	}
+	data := p.Bytes()
+	var nh, tos uint8
+	switch packet.IPVersion(data) {
+	case 4:
+		ip := packet.IPv4(data)
+		if !ip.IsValid() || int(ip.TotalLength()) != len(data) {
+			return ReasonMalformed
+		}
+		nh, tos = packet.ProtoIPv4, data[1]
+	case 6:
+		ip := packet.IPv6(data)
+		if !ip.IsValid() || packet.IPv6Header+int(ip.PayloadLength()) != len(data) {
+			return ReasonMalformed
+		}
+		nh, tos = packet.ProtoIPv6, ip.TrafficClass()
+	default:
+		return ReasonMalformed
+	}
+	plen := len(data)
+	padLen := -(plen + TrailerLen) & sa.padMask
+	tail := padLen + sa.tailLen
+	if p.Headroom() < sa.front || p.Tailroom() < tail || sa.front+plen+tail > sa.limit {
+		return ReasonNoRoom
+	}
+	sa.seq++
+	seq := sa.seq
+	tr := p.Append(tail)
+	*(*[16]byte)(tr) = padPattern // tail is at least 18 bytes (see below)
+	tr[padLen] = byte(padLen)
+	tr[padLen+1] = nh
+	p.Prepend(sa.front)
+	data = p.Bytes()
+	sa.writeHeadersLocked(data, tos, seq)
+	off := sa.outerLen + sa.udpLen
+	iv := data[off+HeaderLen : sa.front]
+	if sa.info.AEAD {
+		// nextAEADIV, inline (the epoch has IVs left, checked above).
+		binary.BigEndian.PutUint64(iv, uint64(sa.ivEpoch)<<32|sa.ivCount)
+		sa.ivCount++
+	} else if len(iv) == 16 {
+		binary.BigEndian.PutUint64(iv[0:], sa.ivSalt)
+		binary.BigEndian.PutUint64(iv[8:], seq)
+		sa.ivGen.Encrypt(iv, iv)
+	}
+	if sa.testIV != nil {
+		copy(iv, sa.testIV)
+	}
+	end := len(data) - sa.info.ICVLen
+	op.Key, op.Dir, op.Status = sa.cfg.Key, cryptodev.Encrypt, cryptodev.StatusPending
+	op.Src = data[sa.front:end]
+	op.Dst = op.Src
+	op.Tag = data[end:]
+	op.IV = iv
+	op.AuthTrailer = nil
+	op.Hash, op.PSS, op.N = 0, false, 0
+	sa.fillAAD(w, op, data[off:off+HeaderLen], seq)
+	w.seq, w.espOff, w.n = seq, off, plen
+	return ReasonNone
+}
+
+// prepareTransportLocked is PrepareOutbound for every SA and packet:
+// transport mode, and tunnel mode when a lifetime, the last sequence
+// number or a reservation needs looking at.
+func (sa *SA) prepareTransportLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	if sa.hardExpired() {
 		return ReasonLifetime
 	}
@@ -80,7 +159,7 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 
 	info := sa.info
 	plen := len(data) - hl
-	padLen := -(plen + TrailerLen) & (info.BlockSize - 1) // block sizes are 4 or 16
+	padLen := -(plen + TrailerLen) & sa.padMask
 	outer, udp, ehl := sa.outerLen, sa.udpLen, sa.ehl
 	if outer == packet.IPv6Header {
 		limit += packet.IPv6Header
@@ -100,14 +179,11 @@ func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 
 	// Padding (RFC 4303 section 2.4: 1, 2, 3, ...), pad length and next
 	// header. The pattern is stored whole: what it writes beyond the
-	// padding is the trailer's and the ICV's room (at least 18 bytes),
-	// written next and by the engine.
+	// padding is the trailer's and the ICV's room (at least 18 bytes:
+	// every suite's ICV has 16 or more, newSA checks), written next and by
+	// the engine.
 	tr := p.Append(padLen + sa.tailLen)
-	if len(tr) >= len(padPattern) {
-		*(*[16]byte)(tr) = padPattern
-	} else {
-		copy(tr, padPattern[:padLen])
-	}
+	*(*[16]byte)(tr) = padPattern
 	tr[padLen] = byte(padLen)
 	tr[padLen+1] = nh
 

@@ -201,6 +201,10 @@ type SA struct {
 	// and what the trailer adds besides padding (pad length, next header,
 	// ICV).
 	outerLen, udpLen, ehl, tailLen int
+	// front is what a tunnel packet gets in front (outerLen + udpLen +
+	// ehl), limit the most its outer header's length field holds with the
+	// outer header included, padMask the block size less one.
+	front, limit, padMask int
 	// limited says that the SA has a lifetime (Config.Lifetime); without
 	// one, Prepare and Finish do not look at the counters.
 	limited bool
@@ -275,12 +279,21 @@ func newSA(cfg Config, out bool) (*SA, error) {
 	if cfg.Encap == EncapUDP {
 		sa.udpLen = packet.UDPHeader
 	}
+	sa.padMask = sa.info.BlockSize - 1 // 4 or 16
+	if sa.info.ICVLen < 16 {
+		// Prepare writes the padding pattern whole into the trailer's
+		// room (padPattern).
+		return nil, fmt.Errorf("esp: %v: an ICV shorter than 16 bytes is not supported", cfg.Alg)
+	}
+	sa.limit = 0xffff
 	if cfg.Mode == Tunnel {
 		sa.outerLen = packet.IPv4MinHeader
 		if cfg.Dst.Is6() {
 			sa.outerLen = packet.IPv6Header
+			sa.limit += packet.IPv6Header
 		}
 	}
+	sa.front = sa.outerLen + sa.udpLen + sa.ehl
 	return sa, nil
 }
 
@@ -343,7 +356,8 @@ func (sa *SA) newEpoch() {
 }
 
 // nextAEADIV returns the explicit IV of the next AEAD packet: epoch ||
-// counter (package doc). Only the owner calls it; it does not allocate.
+// counter (package doc). Only the owner calls it, with the lock held; it
+// does not allocate. prepareOutboundLocked has it inline.
 func (sa *SA) nextAEADIV() uint64 {
 	if sa.ivCount == 1<<32 {
 		sa.newEpoch()
@@ -565,11 +579,16 @@ func (sa *SA) account(n int) {
 	sa.pendPackets++
 	sa.pendBytes += uint64(n)
 	if sa.limited {
-		p, b := sa.totals()
-		lt := &sa.cfg.Lifetime
-		if (lt.SoftPackets != 0 && p >= lt.SoftPackets) || (lt.SoftBytes != 0 && b >= lt.SoftBytes) {
-			sa.softExpired.Store(true)
-		}
+		sa.checkSoftLocked()
+	}
+}
+
+// checkSoftLocked marks the SA for rekey if it crossed a soft lifetime.
+func (sa *SA) checkSoftLocked() {
+	p, b := sa.totals()
+	lt := &sa.cfg.Lifetime
+	if (lt.SoftPackets != 0 && p >= lt.SoftPackets) || (lt.SoftBytes != 0 && b >= lt.SoftBytes) {
+		sa.softExpired.Store(true)
 	}
 }
 
@@ -580,10 +599,9 @@ func (sa *SA) totals() (packets, bytes uint64) {
 }
 
 // hardExpired reports whether the hard lifetime is reached.
-func (sa *SA) hardExpired() bool {
-	if !sa.limited {
-		return false
-	}
+func (sa *SA) hardExpired() bool { return sa.limited && sa.hardExpiredSlow() }
+
+func (sa *SA) hardExpiredSlow() bool {
 	p, b := sa.totals()
 	lt := &sa.cfg.Lifetime
 	return (lt.HardPackets != 0 && p >= lt.HardPackets) || (lt.HardBytes != 0 && b >= lt.HardBytes)
