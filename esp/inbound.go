@@ -153,13 +153,7 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 		return sa.replayReason(seq)
 	}
 	start := pp.ESPOff + ehl
-	op.Key, op.Dir, op.Status = sa.cfg.Key, cryptodev.Decrypt, cryptodev.StatusPending
-	op.Src = data[start : start+ct]
-	op.Dst = op.Src
-	op.Tag = data[start+ct : pp.End]
-	op.IV = eh[HeaderLen:]
-	op.AuthTrailer = nil
-	op.Hash, op.PSS, op.N = 0, false, 0
+	fillOp(op, sa.cfg.Key, cryptodev.Decrypt, data[start:start+ct], data[start+ct:pp.End], eh[HeaderLen:])
 	sa.fillAAD(w, op, eh[:HeaderLen], seq)
 	w.seq, w.espOff, w.hdrLen, w.nhOff = seq, pp.ESPOff, pp.IPHdrLen, pp.NHOff
 	return ReasonNone

@@ -32,25 +32,29 @@ func isIPv6ExtHeader(nh uint8) bool {
 // transport mode the packet to protect. On a drop it returns the reason and
 // leaves p's data unspecified; the caller counts it (Pipeline does).
 //
-// In tunnel mode the headers come from the SA's template (one fixed-size
-// copy, then the packet's lengths, sequence number and IV) and the
-// padding from a constant pattern: the inner packet itself is not moved
-// or copied.
+// In tunnel mode the inner packet is neither moved nor copied: the
+// headers come from the SA's template (one fixed-size copy, then the
+// packet's lengths, sequence number and IV) and the padding from a
+// constant pattern.
 func (sa *SA) PrepareOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	return sa.prepareOutboundLocked(p, w, op)
 }
 
-// prepareOutboundLocked is PrepareOutbound; the tunnel-mode path is
-// written for the fewest instructions per packet, transport mode goes
-// through prepareTransportLocked.
+// prepareOutboundLocked is PrepareOutbound. The tunnel-mode path is
+// written for the fewest instructions per packet: every per-SA value is
+// computed when the SA is made, and what is rare (a lifetime, a
+// reservation, a new IV epoch) costs a comparison when it does not
+// happen.
 func (sa *SA) prepareOutboundLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
-	if sa.cfg.Mode != Tunnel || sa.hardExpired() {
+	if sa.cfg.Mode != Tunnel {
 		return sa.prepareTransportLocked(p, w, op)
 	}
-	if sa.seq >= sa.reserved.next || sa.seq >= sa.maxSeq || sa.ivCount == 1<<32 {
-		// A reservation to make, the last number reached, or a new IV
-		// epoch to draw: the general path does them.
-		return sa.prepareTransportLocked(p, w, op)
+	if sa.hardExpired() {
+		return ReasonLifetime
+	}
+	if sa.seq >= sa.maxSeq {
+		sa.exhausted.Store(true)
+		return ReasonSeqExhausted
 	}
 	data := p.Bytes()
 	var nh, tos uint8
@@ -73,104 +77,10 @@ func (sa *SA) prepareOutboundLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Re
 	plen := len(data)
 	padLen := -(plen + TrailerLen) & sa.padMask
 	tail := padLen + sa.tailLen
-	if p.Headroom() < sa.front || p.Tailroom() < tail || sa.front+plen+tail > sa.limit {
+	front := sa.front
+	if p.Headroom() < front || p.Tailroom() < tail || front+plen+tail > sa.limit {
 		return ReasonNoRoom
 	}
-	sa.seq++
-	seq := sa.seq
-	tr := p.Append(tail)
-	*(*[16]byte)(tr) = padPattern // tail is at least 18 bytes (see below)
-	tr[padLen] = byte(padLen)
-	tr[padLen+1] = nh
-	p.Prepend(sa.front)
-	data = p.Bytes()
-	sa.writeHeadersLocked(data, tos, seq)
-	off := sa.outerLen + sa.udpLen
-	iv := data[off+HeaderLen : sa.front]
-	if sa.info.AEAD {
-		// nextAEADIV, inline (the epoch has IVs left, checked above).
-		binary.BigEndian.PutUint64(iv, uint64(sa.ivEpoch)<<32|sa.ivCount)
-		sa.ivCount++
-	} else if len(iv) == 16 {
-		binary.BigEndian.PutUint64(iv[0:], sa.ivSalt)
-		binary.BigEndian.PutUint64(iv[8:], seq)
-		sa.ivGen.Encrypt(iv, iv)
-	}
-	if sa.testIV != nil {
-		copy(iv, sa.testIV)
-	}
-	end := len(data) - sa.info.ICVLen
-	op.Key, op.Dir, op.Status = sa.cfg.Key, cryptodev.Encrypt, cryptodev.StatusPending
-	op.Src = data[sa.front:end]
-	op.Dst = op.Src
-	op.Tag = data[end:]
-	op.IV = iv
-	op.AuthTrailer = nil
-	op.Hash, op.PSS, op.N = 0, false, 0
-	sa.fillAAD(w, op, data[off:off+HeaderLen], seq)
-	w.seq, w.espOff, w.n = seq, off, plen
-	return ReasonNone
-}
-
-// prepareTransportLocked is PrepareOutbound for every SA and packet:
-// transport mode, and tunnel mode when a lifetime, the last sequence
-// number or a reservation needs looking at.
-func (sa *SA) prepareTransportLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
-	if sa.hardExpired() {
-		return ReasonLifetime
-	}
-	if sa.seq >= sa.maxSeq {
-		sa.exhausted.Store(true)
-		return ReasonSeqExhausted
-	}
-	data := p.Bytes()
-	var nh, tos uint8
-	hl := 0         // transport: IP header length kept in front
-	limit := 0xffff // IPv4 total length, or IPv6 payload length
-	switch packet.IPVersion(data) {
-	case 4:
-		ip := packet.IPv4(data)
-		if !ip.IsValid() || int(ip.TotalLength()) != len(data) {
-			return ReasonMalformed
-		}
-		nh, tos = packet.ProtoIPv4, ip.TOS()
-		if sa.cfg.Mode == Transport {
-			if ip.FragmentOffset() != 0 || ip.MoreFragments() {
-				return ReasonUnsupported // RFC 4303 section 3.3.4: transport mode applies to whole datagrams
-			}
-			nh, hl = ip.Protocol(), ip.HeaderLength()
-		}
-	case 6:
-		ip := packet.IPv6(data)
-		if !ip.IsValid() || packet.IPv6Header+int(ip.PayloadLength()) != len(data) {
-			return ReasonMalformed
-		}
-		nh, tos = packet.ProtoIPv6, ip.TrafficClass()
-		if sa.cfg.Mode == Transport {
-			if isIPv6ExtHeader(ip.NextHeader()) {
-				return ReasonUnsupported
-			}
-			nh, hl = ip.NextHeader(), packet.IPv6Header
-			limit += packet.IPv6Header
-		}
-	default:
-		return ReasonMalformed
-	}
-
-	info := sa.info
-	plen := len(data) - hl
-	padLen := -(plen + TrailerLen) & sa.padMask
-	outer, udp, ehl := sa.outerLen, sa.udpLen, sa.ehl
-	if outer == packet.IPv6Header {
-		limit += packet.IPv6Header
-	}
-	if p.Headroom() < outer+udp+ehl || p.Tailroom() < padLen+sa.tailLen {
-		return ReasonNoRoom
-	}
-	if outer+hl+udp+ehl+plen+padLen+sa.tailLen > limit {
-		return ReasonNoRoom
-	}
-
 	if sa.seq >= sa.reserved.next && !sa.reserved.cover(sa.seq+1, sa.maxSeq) {
 		return sa.reserved.refusal()
 	}
@@ -182,26 +92,85 @@ func (sa *SA) prepareTransportLocked(p *packet.Buf, w *Work, op *cryptodev.Op) R
 	// padding is the trailer's and the ICV's room (at least 18 bytes:
 	// every suite's ICV has 16 or more, newSA checks), written next and by
 	// the engine.
-	tr := p.Append(padLen + sa.tailLen)
+	tr := p.Append(tail)
 	*(*[16]byte)(tr) = padPattern
 	tr[padLen] = byte(padLen)
 	tr[padLen+1] = nh
 
-	p.Prepend(outer + udp + ehl)
+	// Headers: the template, then the lengths and the sequence number.
+	// The DSCP and ECN bits are copied from the inner header (RFC 4301
+	// section 5.1.2.1, RFC 6040 normal mode); the outer IPv4 header never
+	// sets DF, so a too-big ESP packet can still be fragmented on its
+	// path.
+	p.Prepend(front)
 	data = p.Bytes()
-	off := outer + hl + udp
-	if hl == 0 {
-		sa.writeHeadersLocked(data, tos, seq)
-	} else {
-		sa.writeTransportHeaders(data, hl, udp, seq)
+	n := len(data)
+	t := &sa.hdrTmpl
+	switch sa.hdrKind {
+	case tmplV4:
+		copyWords(data[:28], t[:28])
+	case tmplV4UDP:
+		copyWords(data[:36], t[:36])
+		binary.BigEndian.PutUint16(data[24:], uint16(n-packet.IPv4MinHeader))
+	case tmplV6:
+		copyWords(data[:48], t[:48])
+	default:
+		copyWords(data[:56], t[:56])
+		binary.BigEndian.PutUint16(data[44:], uint16(n-packet.IPv6Header))
 	}
-	eh := data[off : off+ehl]
-	iv := eh[HeaderLen:]
+	off := sa.outerLen + sa.udpLen // the ESP header
+	binary.BigEndian.PutUint32(data[off+4:], uint32(seq))
+	if sa.outerLen == packet.IPv4MinHeader {
+		sa.ipID++
+		data[1] = tos
+		binary.BigEndian.PutUint16(data[2:], uint16(n))
+		binary.BigEndian.PutUint16(data[4:], sa.ipID)
+		sum := sa.outerSum + uint32(tos) + uint32(n) + uint32(sa.ipID)
+		sum = sum>>16 + sum&0xffff
+		sum += sum >> 16
+		binary.BigEndian.PutUint16(data[10:], ^uint16(sum))
+	} else {
+		data[0] = 0x60 | tos>>4
+		data[1] = tos << 4
+		binary.BigEndian.PutUint16(data[4:], uint16(n-packet.IPv6Header))
+	}
+
+	iv := data[off+HeaderLen : front]
+	if sa.info.AEAD && sa.ivCount < 1<<32 && sa.testIV == nil {
+		// nextAEADIV, inline: the epoch has IVs left.
+		binary.BigEndian.PutUint64(iv, uint64(sa.ivEpoch)<<32|sa.ivCount)
+		sa.ivCount++
+	} else {
+		sa.writeIVLocked(iv, seq)
+	}
+	end := n - sa.info.ICVLen
+	fillOp(op, sa.cfg.Key, cryptodev.Encrypt, data[front:end], data[end:], iv)
+	sa.fillAAD(w, op, data[off:off+HeaderLen], seq)
+	w.seq, w.espOff, w.n = seq, off, plen
+	return ReasonNone
+}
+
+// copyWords copies src into dst, of the same length, a multiple of 4, in
+// 8-byte words: for a header template it is cheaper than the memmove call
+// the compiler makes for a copy of a fixed-size array between slices.
+func copyWords(dst, src []byte) {
+	for len(src) >= 8 && len(dst) >= 8 {
+		binary.LittleEndian.PutUint64(dst, binary.LittleEndian.Uint64(src))
+		dst, src = dst[8:], src[8:]
+	}
+	if len(src) >= 4 && len(dst) >= 4 {
+		binary.LittleEndian.PutUint32(dst, binary.LittleEndian.Uint32(src))
+	}
+}
+
+// writeIVLocked writes a packet's IV: for an AEAD, the SA's epoch and
+// counter (nextAEADIV; RFC 4106 section 3.1 and RFC 7634 section 2 ask
+// only that it be unique under the key, so it does not depend on the
+// sequence number, whose persistence may fail, see the package doc); for
+// CBC, the sequence number encrypted under the SA's own IV key.
+func (sa *SA) writeIVLocked(iv []byte, seq uint64) {
 	switch {
-	case info.AEAD:
-		// RFC 4106 section 3.1 / RFC 7634 section 2 ask only that the IV
-		// be unique under the key: a random epoch and a counter, not the
-		// sequence number, whose persistence may fail (package doc).
+	case sa.info.AEAD:
 		binary.BigEndian.PutUint64(iv, sa.nextAEADIV())
 	case len(iv) == 16:
 		binary.BigEndian.PutUint64(iv[0:], sa.ivSalt)
@@ -211,32 +180,82 @@ func (sa *SA) prepareTransportLocked(p *packet.Buf, w *Work, op *cryptodev.Op) R
 	if sa.testIV != nil {
 		copy(iv, sa.testIV)
 	}
+}
 
-	// Every field of op is set (the op is reused batch after batch), one
-	// by one: cheaper than clearing the whole struct first.
-	end := len(data) - info.ICVLen
-	op.Key, op.Dir, op.Status = sa.cfg.Key, cryptodev.Encrypt, cryptodev.StatusPending
-	op.Src = data[off+ehl : end]
-	op.Dst = op.Src
-	op.Tag = data[end:]
+// fillOp describes a packet's crypto in op: every field is set (the op
+// is reused batch after batch), one by one, which is cheaper than
+// clearing the whole struct first.
+// The caller adds the associated data (fillAAD).
+func fillOp(op *cryptodev.Op, key *cryptodev.Key, dir cryptodev.Direction, text, tag, iv []byte) {
+	op.Key, op.Dir, op.Status = key, dir, cryptodev.StatusPending
+	op.Src = text
+	op.Dst = text
+	op.Tag = tag
 	op.IV = iv
 	op.AuthTrailer = nil
 	op.Hash, op.PSS, op.N = 0, false, 0
-	sa.fillAAD(w, op, eh[:HeaderLen], seq)
-	w.seq, w.espOff, w.n = seq, off, plen
-	return ReasonNone
 }
 
-// padPattern is ESP's padding (RFC 4303 section 2.4), as long as the
-// longest: 15 bytes for a 16-byte block, and a sixteenth.
-var padPattern = [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
+// prepareTransportLocked is PrepareOutbound in transport mode.
+func (sa *SA) prepareTransportLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	if sa.hardExpired() {
+		return ReasonLifetime
+	}
+	if sa.seq >= sa.maxSeq {
+		sa.exhausted.Store(true)
+		return ReasonSeqExhausted
+	}
+	data := p.Bytes()
+	var nh uint8
+	var hl int      // the IP header's length, kept in front
+	limit := 0xffff // IPv4 total length, or IPv6 payload length
+	switch packet.IPVersion(data) {
+	case 4:
+		ip := packet.IPv4(data)
+		if !ip.IsValid() || int(ip.TotalLength()) != len(data) {
+			return ReasonMalformed
+		}
+		if ip.FragmentOffset() != 0 || ip.MoreFragments() {
+			return ReasonUnsupported // RFC 4303 section 3.3.4: transport mode applies to whole datagrams
+		}
+		nh, hl = ip.Protocol(), ip.HeaderLength()
+	case 6:
+		ip := packet.IPv6(data)
+		if !ip.IsValid() || packet.IPv6Header+int(ip.PayloadLength()) != len(data) {
+			return ReasonMalformed
+		}
+		if isIPv6ExtHeader(ip.NextHeader()) {
+			return ReasonUnsupported
+		}
+		nh, hl = ip.NextHeader(), packet.IPv6Header
+		limit += packet.IPv6Header
+	default:
+		return ReasonMalformed
+	}
 
-// writeTransportHeaders moves the transport-mode IP header of hl bytes
-// to the front of data (ESP and, with udp, UDP go in between), writes
-// the ESP header's SPI and sequence number and the UDP header, and
-// updates the IP header's length, protocol and checksum.
-func (sa *SA) writeTransportHeaders(data []byte, hl, udp int, seq uint64) {
-	copy(data[:hl], data[udp+sa.ehl:udp+sa.ehl+hl]) // move the IP header forward
+	plen := len(data) - hl
+	padLen := -(plen + TrailerLen) & sa.padMask
+	udp, ehl := sa.udpLen, sa.ehl
+	if p.Headroom() < udp+ehl || p.Tailroom() < padLen+sa.tailLen {
+		return ReasonNoRoom
+	}
+	if hl+udp+ehl+plen+padLen+sa.tailLen > limit {
+		return ReasonNoRoom
+	}
+	if sa.seq >= sa.reserved.next && !sa.reserved.cover(sa.seq+1, sa.maxSeq) {
+		return sa.reserved.refusal()
+	}
+	sa.seq++
+	seq := sa.seq
+
+	tr := p.Append(padLen + sa.tailLen)
+	*(*[16]byte)(tr) = padPattern // as in tunnel mode
+	tr[padLen] = byte(padLen)
+	tr[padLen+1] = nh
+
+	p.Prepend(udp + ehl)
+	data = p.Bytes()
+	copy(data[:hl], data[udp+ehl:udp+ehl+hl]) // move the IP header forward
 	off := hl + udp
 	binary.BigEndian.PutUint32(data[off:], sa.cfg.SPI)
 	binary.BigEndian.PutUint32(data[off+4:], uint32(seq))
@@ -262,7 +281,18 @@ func (sa *SA) writeTransportHeaders(data []byte, hl, udp int, seq uint64) {
 	if udp > 0 {
 		packet.UDP(data[hl:]).Encode(sa.udpSrc, sa.udpDst, uint16(len(data)-hl))
 	}
+	iv := data[off+HeaderLen : off+ehl]
+	sa.writeIVLocked(iv, seq)
+	end := len(data) - sa.info.ICVLen
+	fillOp(op, sa.cfg.Key, cryptodev.Encrypt, data[off+ehl:end], data[end:], iv)
+	sa.fillAAD(w, op, data[off:off+HeaderLen], seq)
+	w.seq, w.espOff, w.n = seq, off, plen
+	return ReasonNone
 }
+
+// padPattern is ESP's padding (RFC 4303 section 2.4), as long as the
+// longest: 15 bytes for a 16-byte block, and a sixteenth.
+var padPattern = [16]byte{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}
 
 // fillAAD sets the op's associated data for the suite: the ESP header,
 // with the ESN high bits between SPI and sequence number for AEAD
@@ -324,44 +354,6 @@ func (sa *SA) buildOuterTemplate() {
 		sa.hdrKind++
 	}
 	binary.BigEndian.PutUint32(t[off:], sa.cfg.SPI)
-}
-
-// writeHeadersLocked writes a tunnel packet's headers into the front of
-// data, the whole ESP packet: the SA's template, then the outer header's
-// lengths (DSCP and ECN copied from the inner header's tos, RFC 4301
-// section 5.1.2.1, RFC 6040 normal mode; the outer IPv4 header never sets
-// DF, so a too-big ESP packet can still be fragmented on its path), the
-// UDP length and the sequence number. The IV is the caller's.
-func (sa *SA) writeHeadersLocked(data []byte, tos uint8, seq uint64) {
-	t := &sa.hdrTmpl
-	n := len(data)
-	switch sa.hdrKind {
-	case tmplV4:
-		*(*[28]byte)(data) = *(*[28]byte)(t[:])
-	case tmplV4UDP:
-		*(*[36]byte)(data) = *(*[36]byte)(t[:])
-		binary.BigEndian.PutUint16(data[24:], uint16(n-20))
-	case tmplV6:
-		*(*[48]byte)(data) = *(*[48]byte)(t[:])
-	case tmplV6UDP:
-		*(*[56]byte)(data) = *(*[56]byte)(t[:])
-		binary.BigEndian.PutUint16(data[44:], uint16(n-40))
-	}
-	binary.BigEndian.PutUint32(data[sa.outerLen+sa.udpLen+4:], uint32(seq))
-	if sa.outerLen == packet.IPv4MinHeader {
-		sa.ipID++
-		data[1] = tos
-		binary.BigEndian.PutUint16(data[2:], uint16(n))
-		binary.BigEndian.PutUint16(data[4:], sa.ipID)
-		sum := sa.outerSum + uint32(tos) + uint32(n) + uint32(sa.ipID)
-		sum = sum>>16 + sum&0xffff
-		sum += sum >> 16
-		binary.BigEndian.PutUint16(data[10:], ^uint16(sum))
-		return
-	}
-	data[0] = 0x60 | tos>>4
-	data[1] = tos << 4
-	binary.BigEndian.PutUint16(data[4:], uint16(n-packet.IPv6Header))
 }
 
 // FinishOutbound completes a packet after its op ran.
