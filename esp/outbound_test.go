@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/binary"
 	"fmt"
+	mrand "math/rand/v2"
 	"testing"
 
 	"github.com/sluicegw/sluice/cryptodev"
@@ -181,4 +182,36 @@ func checkTunnelPrepare(t *testing.T, alg cryptodev.Alg, outer6 bool, encap esp.
 // sameSlice reports whether a and b are the same bytes of memory.
 func sameSlice(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || &a[0] == &b[0])
+}
+
+// TestIPv4ChecksumValid: Parse's 20-byte header check agrees with the
+// general one (packet.IPv4.ChecksumValid) on valid headers, headers with
+// one bit or the checksum wrong, and the carries of all-ones words.
+func TestIPv4ChecksumValid(t *testing.T) {
+	rng := mrand.New(mrand.NewPCG(1, 2))
+	check := func(h []byte) {
+		t.Helper()
+		if got, want := esp.IPv4ChecksumValid(packet.IPv4(h)), packet.IPv4(h).ChecksumValid(); got != want {
+			t.Fatalf("%x: got %v, want %v", h, got, want)
+		}
+	}
+	for range 20000 {
+		h := make([]byte, 24)
+		for i := range h {
+			h[i] = byte(rng.Uint32())
+		}
+		h[0] = 0x45
+		if rng.IntN(4) == 0 {
+			for i := 2; i < 20; i++ {
+				h[i] = 0xff
+			}
+		}
+		h[10], h[11] = 0, 0
+		binary.BigEndian.PutUint16(h[10:], ^packet.Checksum(h[:20], 0))
+		check(h)
+		h[1+rng.IntN(19)] ^= 1 << rng.IntN(8) // not the version and header length
+		check(h)
+		h[0] = 0x46 // with an option word: the general path
+		check(h)
+	}
 }
