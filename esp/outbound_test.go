@@ -215,3 +215,68 @@ func TestIPv4ChecksumValid(t *testing.T) {
 		check(h)
 	}
 }
+
+// TestCountersAndSeqWhileSealing: while a pipeline seals batches, other
+// goroutines (the control socket, Prometheus) read the SA's counters and
+// sequence number: what they see never goes back, and once the batches
+// are done it is exact. The owner counts under the SA's lock and
+// publishes once per run of packets (SA.Unlock); with -race this also
+// checks that nothing it keeps per packet is read unlocked.
+func TestCountersAndSeqWhileSealing(t *testing.T) {
+	const batches, size = 200, 100
+	out, _ := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, esn: true})
+	q, _ := soft.New().NewQueue()
+	pl := esp.NewPipeline(q)
+	pool := packet.NewPool(benchBatch, 2048, 128)
+	bufs := make([]*packet.Buf, benchBatch)
+	pool.GetN(bufs)
+	inner := ipPacket(false, size-28)
+	b := esp.NewBatch(benchBatch)
+
+	done := make(chan struct{})
+	readerErr := make(chan error, 1)
+	go func() {
+		var lastP, lastB, lastS uint64
+		for {
+			p, by, s := out.Counters.Packets.Load(), out.Counters.Bytes.Load(), out.Seq()
+			if p < lastP || by < lastB || s < lastS {
+				readerErr <- fmt.Errorf("went back: packets %d->%d bytes %d->%d seq %d->%d", lastP, p, lastB, by, lastS, s)
+				return
+			}
+			if s < p {
+				readerErr <- fmt.Errorf("seq %d below packets counted %d", s, p)
+				return
+			}
+			lastP, lastB, lastS = p, by, s
+			select {
+			case <-done:
+				readerErr <- nil
+				return
+			default:
+			}
+		}
+	}()
+	for range batches {
+		b.Reset(esp.Outbound, benchBatch)
+		for i, p := range bufs {
+			p.Write(128, inner)
+			b.Bufs[i], b.SAs[i] = p, out
+		}
+		if err := pl.Run(b); err != nil {
+			t.Fatal(err)
+		}
+		for i, r := range b.Reasons {
+			if r != esp.ReasonNone {
+				t.Fatalf("packet %d: %v", i, r)
+			}
+		}
+	}
+	close(done)
+	if err := <-readerErr; err != nil {
+		t.Fatal(err)
+	}
+	const n = batches * benchBatch
+	if p, by, s := out.Counters.Packets.Load(), out.Counters.Bytes.Load(), out.Seq(); p != n || by != n*size || s != n {
+		t.Fatalf("packets %d bytes %d seq %d, want %d %d %d", p, by, s, n, n*size, n)
+	}
+}
