@@ -112,8 +112,10 @@ func (pl *Pipeline) Submit(b *Batch) error {
 	cb := b.crypto
 	cb.Reset(0)
 	cb.Ops = cb.Ops[:cap(cb.Ops)]
-	b.opPkt = b.opPkt[:0]
-	if len(b.work) < len(b.Bufs) {
+	// Indexed, not appended: an append writes the slice back to the
+	// batch at every packet.
+	opPkt := b.opPkt[:cap(b.opPkt)]
+	if len(b.work) < len(b.Bufs) || len(opPkt) < len(b.Bufs) {
 		panic("esp: batch larger than its capacity")
 	}
 	var lk runLock
@@ -139,10 +141,11 @@ func (pl *Pipeline) Submit(b *Batch) error {
 			sa.Counters.Drops.Inc(r)
 			continue
 		}
-		b.opPkt = append(b.opPkt, int32(i))
+		opPkt[nops] = int32(i)
 		nops++
 	}
 	lk.release()
+	b.opPkt = opPkt[:nops]
 	cb.Ops = cb.Ops[:nops]
 	cb.User = b
 	if err := pl.q.Submit(cb); err != nil {
