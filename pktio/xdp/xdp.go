@@ -190,9 +190,6 @@ func Open(ifname string, opts Options) (links []pktio.Link, err error) {
 	if queues > maxQueues {
 		return nil, fmt.Errorf("xdp: %d queues, at most %d", queues, maxQueues)
 	}
-	if len(opts.Fallback) != 0 && len(opts.Fallback) < queues {
-		return nil, fmt.Errorf("xdp: %d fallback links for %d queues", len(opts.Fallback), queues)
-	}
 	frames := opts.Frames
 	if frames <= 0 {
 		frames = DefaultFrames
@@ -266,10 +263,18 @@ func Open(ifname string, opts Options) (links []pktio.Link, err error) {
 			}
 			return nil, err
 		}
-		if len(opts.Fallback) != 0 {
-			l.fallback = opts.Fallback[q]
-		}
 		links = append(links, l)
+	}
+	if len(opts.Fallback) != 0 {
+		if len(opts.Fallback) < len(links) {
+			for _, l := range links {
+				l.Close()
+			}
+			return nil, fmt.Errorf("xdp: %d fallback links for %d queues", len(opts.Fallback), len(links))
+		}
+		for i, l := range links {
+			l.(*Link).fallback = opts.Fallback[i]
+		}
 	}
 	sh.res.start()
 	return links, nil

@@ -362,3 +362,51 @@ func TestShortBuffer(t *testing.T) {
 		t.Fatalf("Read with 8 bytes of headroom: %v, want ErrShortBuffer", err)
 	}
 }
+
+// Read and Write allocate nothing per packet (DESIGN.md decision 10).
+func TestAllocs(t *testing.T) {
+	e := setup(t, gw4, xdp.Options{Local: netip.AddrPortFrom(gw4, port), Queues: 1}, true)
+	x := e.links[0].(*xdp.Link)
+	pool := packet.NewPool(4, slot, headroom)
+	bufs := make([]*packet.Buf, 1)
+	pool.GetN(bufs)
+	from := netip.AddrPortFrom(gw4, port)
+	// Resolve the next hop first: until then packets take the fallback.
+	for seq := uint32(1); x.Stats().TxPackets.Load() == 0; seq++ {
+		espOut(bufs[0], from, e.peerAddr, 0x4000, seq, 64)
+		if _, err := x.Write(bufs); err != nil {
+			t.Fatal(err)
+		}
+		e.recv(t)
+		if seq > 1000 {
+			t.Fatal("the next hop was never resolved")
+		}
+	}
+	// Many runs, so that the resolver's refresh (once a second, on its
+	// own goroutine) cannot add up to one allocation per run.
+	const runs = 1000
+	espOut(bufs[0], from, e.peerAddr, 0x4000, 1, 64)
+	pkt := bytes.Clone(bufs[0].Bytes())
+	if a := testing.AllocsPerRun(runs, func() {
+		bufs[0].Reset(headroom - len(pkt))
+		copy(bufs[0].Append(len(pkt)), pkt)
+		if n, err := x.Write(bufs); n != 1 || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}); a != 0 {
+		t.Errorf("Write: %v allocations per packet", a)
+	}
+
+	for i := range runs + 1 {
+		e.send(t, gw4, linktest.ESP(0x5000, uint32(i+1), 64))
+	}
+	linktest.WaitFor(t, "the packets in the RX ring", func() bool { return xdp.RxPending(x) >= runs+1 })
+	if a := testing.AllocsPerRun(runs, func() {
+		bufs[0].Reset(headroom)
+		if n, err := x.Read(bufs); n != 1 || err != nil {
+			t.Fatalf("Read = %d, %v", n, err)
+		}
+	}); a != 0 {
+		t.Errorf("Read: %v allocations per packet", a)
+	}
+}

@@ -1,0 +1,9 @@
+package xdp
+
+import "sync/atomic"
+
+// RxPending is how many frames wait in l's RX ring (for tests that must
+// not block in Read).
+func RxPending(l *Link) int {
+	return int(atomic.LoadUint32(l.s.rx.prod) - l.s.rx.cached)
+}
