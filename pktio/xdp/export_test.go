@@ -7,3 +7,10 @@ import "sync/atomic"
 func RxPending(l *Link) int {
 	return int(atomic.LoadUint32(l.s.rx.prod) - l.s.rx.cached)
 }
+
+// SetGenericOnly makes Open attach the program in generic mode only, and
+// returns a function that undoes it.
+func SetGenericOnly() (undo func()) {
+	genericOnly = true
+	return func() { genericOnly = false }
+}

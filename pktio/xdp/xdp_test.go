@@ -410,3 +410,70 @@ func TestAllocs(t *testing.T) {
 		t.Errorf("Read: %v allocations per packet", a)
 	}
 }
+
+// With RawESP, IP protocol 50 to the gateway's address is delivered with
+// its IP header (as rawesp delivers it); without, it reaches the kernel.
+func TestRawESP(t *testing.T) {
+	for _, f := range families {
+		for _, raw := range []bool{true, false} {
+			name := f.name + "/steered"
+			if !raw {
+				name = f.name + "/passed"
+			}
+			t.Run(name, func(t *testing.T) {
+				e := setup(t, f.gw, xdp.Options{Local: netip.AddrPortFrom(f.gw, port), RawESP: raw}, false)
+				network := "ip4:50"
+				if f.gw.Is6() {
+					network = "ip6:50"
+				}
+				var kernel net.PacketConn
+				if err := e.gw.Do(func() (err error) {
+					kernel, err = net.ListenPacket(network, f.gw.String())
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { kernel.Close() })
+				var sender net.PacketConn
+				if err := e.peer.Do(func() (err error) {
+					sender, err = net.ListenPacket(network, f.peer.String())
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				t.Cleanup(func() { sender.Close() })
+				cols := make([]*linktest.Collector, len(e.links))
+				for i, l := range e.links {
+					cols[i] = linktest.Collect(t, l, headroom, slot)
+				}
+				want := linktest.ESP(0x6000, 1, 40)
+				if _, err := sender.WriteTo(want, &net.IPAddr{IP: f.gw.AsSlice()}); err != nil {
+					t.Fatal(err)
+				}
+				if raw {
+					p := collect(t, cols, 1)[0]
+					var pp esp.Parsed
+					if r := esp.Parse(p, []uint16{port}, &pp); r != esp.ReasonNone || pp.UDP || pp.SPI != 0x6000 ||
+						pp.Src != f.peer || pp.Dst != f.gw || !bytes.Equal(p[pp.ESPOff:], want) {
+						t.Fatalf("esp.Parse: %v, %+v (% x)", r, pp, p)
+					}
+					return
+				}
+				kernel.SetReadDeadline(time.Now().Add(linktest.Timeout))
+				buf := make([]byte, 2048)
+				n, _, err := kernel.ReadFrom(buf)
+				if err != nil {
+					t.Fatalf("kernel raw socket: %v", err)
+				}
+				if !bytes.HasSuffix(buf[:n], want) {
+					t.Errorf("kernel raw socket got % x", buf[:n])
+				}
+				for _, l := range e.links {
+					if s := l.Stats().Snapshot(); s.RxPackets != 0 {
+						t.Errorf("xdp link received %d packets", s.RxPackets)
+					}
+				}
+			})
+		}
+	}
+}
