@@ -3,9 +3,9 @@ package xdp_test
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
-	"net/netip"
 	"sync/atomic"
 	"testing"
 	"time"
