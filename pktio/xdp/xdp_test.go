@@ -31,6 +31,16 @@ var (
 	gw6, peer6 = netip.MustParseAddr("2001:db8::1"), netip.MustParseAddr("2001:db8::2")
 )
 
+// attachModes are the program's attachments the tests run in: native
+// (veth has XDP) and generic (forced, as on a driver without).
+var attachModes = []struct {
+	name    string
+	generic bool
+}{
+	{"native", false},
+	{"generic", true},
+}
+
 var families = []struct {
 	name     string
 	gw, peer netip.Addr
@@ -153,8 +163,22 @@ func (e *env) recv(t *testing.T) ([]byte, netip.AddrPort) {
 // (esp.Parse takes it), while IKE and NAT-keepalives on the same port
 // reach the kernel's socket, and nothing ESP does.
 func TestReceive(t *testing.T) {
-	for _, f := range families {
-		t.Run(f.name, func(t *testing.T) {
+	for _, m := range attachModes {
+		for _, f := range families {
+			t.Run(m.name+"/"+f.name, func(t *testing.T) {
+				if m.generic {
+					t.Cleanup(xdp.SetGenericOnly())
+				}
+				testReceive(t, f.gw, f.peer)
+			})
+		}
+	}
+}
+
+func testReceive(t *testing.T, gw, peer netip.Addr) {
+	f := struct{ gw, peer netip.Addr }{gw, peer}
+	{
+		{
 			e := setup(t, f.gw, xdp.Options{Local: netip.AddrPortFrom(netip.IPv6Unspecified(), port)}, true)
 			cols := make([]*linktest.Collector, len(e.links))
 			for i, l := range e.links {
@@ -205,7 +229,7 @@ func TestReceive(t *testing.T) {
 			if rx != 8 || drops != 0 {
 				t.Errorf("xdp links received %d, dropped %d", rx, drops)
 			}
-		})
+		}
 	}
 }
 
@@ -246,8 +270,22 @@ func espOut(b *packet.Buf, from, to netip.AddrPort, spi, seq uint32, n int) {
 // fallback socket before: the peer gets every packet either way, with a
 // UDP checksum the kernel accepts (IPv6 needs one).
 func TestSend(t *testing.T) {
-	for _, f := range families {
-		t.Run(f.name, func(t *testing.T) {
+	for _, m := range attachModes {
+		for _, f := range families {
+			t.Run(m.name+"/"+f.name, func(t *testing.T) {
+				if m.generic {
+					t.Cleanup(xdp.SetGenericOnly())
+				}
+				testSend(t, f.gw, f.peer)
+			})
+		}
+	}
+}
+
+func testSend(t *testing.T, gw, peer netip.Addr) {
+	f := struct{ gw, peer netip.Addr }{gw, peer}
+	{
+		{
 			e := setup(t, f.gw, xdp.Options{Local: netip.AddrPortFrom(f.gw, port)}, true)
 			x := e.links[0].(*xdp.Link)
 			pool := packet.NewPool(32, slot, headroom)
@@ -291,7 +329,7 @@ func TestSend(t *testing.T) {
 			if after.TxPackets-before.TxPackets+x.Fallbacks() < uint64(len(bufs)) || after.TxDrops() != 0 {
 				t.Errorf("stats before %+v after %+v, %d fallbacks", before, after, x.Fallbacks())
 			}
-		})
+		}
 	}
 }
 
@@ -476,4 +514,90 @@ func TestRawESP(t *testing.T) {
 			})
 		}
 	}
+}
+
+// With a wildcard Local, an address added to the interface after Open is
+// steered too (within the resolver's refresh); with a specific Local, ESP
+// to another address of the interface goes to the kernel.
+func TestAddresses(t *testing.T) {
+	other := netip.MustParseAddr("192.0.2.3")
+	t.Run("wildcard", func(t *testing.T) {
+		e := setup(t, gw4, xdp.Options{Local: netip.AddrPortFrom(netip.IPv4Unspecified(), port)}, true)
+		for _, l := range e.links {
+			linktest.Collect(t, l, headroom, slot)
+		}
+		linktest.Collect(t, e.sock, headroom, slot)
+		if err := e.gw.AddAddr(ifname, netip.MustParsePrefix("192.0.2.3/24")); err != nil {
+			t.Fatal(err)
+		}
+		seq := uint32(0)
+		linktest.WaitFor(t, "ESP to the new address on the XDP link", func() bool {
+			seq++
+			e.send(t, other, linktest.ESP(0x8000, seq, 20))
+			for _, l := range e.links {
+				if l.Stats().RxPackets.Load() > 0 {
+					return true
+				}
+			}
+			return false
+		})
+	})
+	t.Run("specific", func(t *testing.T) {
+		e := setup(t, gw4, xdp.Options{Local: netip.AddrPortFrom(gw4, port)}, true)
+		if err := e.gw.AddAddr(ifname, netip.MustParsePrefix("192.0.2.3/24")); err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range e.links {
+			linktest.Collect(t, l, headroom, slot)
+		}
+		kernel := linktest.Collect(t, e.sock, headroom, slot)
+		want := linktest.ESP(0x8000, 1, 20)
+		e.send(t, other, want)
+		if p := kernel.Next(t, nil); !bytes.HasSuffix(p, want) {
+			t.Errorf("kernel socket got % x", p)
+		}
+		for _, l := range e.links {
+			if n := l.Stats().RxPackets.Load(); n != 0 {
+				t.Errorf("xdp link received %d packets", n)
+			}
+		}
+	})
+}
+
+// A long burst recycles the TX frames through the completion ring: far
+// more packets than frames leave, every one is accounted for, and Write
+// never blocks for long.
+func TestSendBurst(t *testing.T) {
+	e := setup(t, gw4, xdp.Options{Local: netip.AddrPortFrom(gw4, port), Queues: 1, Frames: 256}, true)
+	x := e.links[0].(*xdp.Link)
+	pool := packet.NewPool(pktio.DefaultBatchSize, slot, headroom)
+	bufs := make([]*packet.Buf, pktio.DefaultBatchSize)
+	pool.GetN(bufs)
+	from := netip.AddrPortFrom(gw4, port)
+	for seq := uint32(1); x.Stats().TxPackets.Load() == 0; seq++ {
+		espOut(bufs[0], from, e.peerAddr, 0x9000, seq, 64)
+		if _, err := x.Write(bufs[:1]); err != nil {
+			t.Fatal(err)
+		}
+		e.recv(t)
+		if seq > 1000 {
+			t.Fatal("the next hop was never resolved")
+		}
+	}
+	before, fb := x.Stats().Snapshot(), x.Fallbacks()
+	const rounds = 100
+	for r := range rounds {
+		for i, b := range bufs {
+			espOut(b, from, e.peerAddr, 0x9000, uint32(r*len(bufs)+i), 1000)
+		}
+		if n, err := x.Write(bufs); n != len(bufs) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	after := x.Stats().Snapshot()
+	sent, full, fell := after.TxPackets-before.TxPackets, after.TxFull-before.TxFull, x.Fallbacks()-fb
+	if sent+full+fell != rounds*uint64(len(bufs)) || sent < 10*128 {
+		t.Errorf("%d sent, %d dropped for want of a frame, %d to the fallback, of %d (128 TX frames)", sent, full, fell, rounds*len(bufs))
+	}
+	t.Logf("%d sent, %d TxFull, %d fallback", sent, full, fell)
 }
