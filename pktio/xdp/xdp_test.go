@@ -5,6 +5,7 @@ import (
 	"context"
 	"net"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -600,4 +601,51 @@ func TestSendBurst(t *testing.T) {
 		t.Errorf("%d sent, %d dropped for want of a frame, %d to the fallback, of %d (128 TX frames)", sent, full, fell, rounds*len(bufs))
 	}
 	t.Logf("%d sent, %d TxFull, %d fallback", sent, full, fell)
+}
+
+// Open refuses with an error (the gateway's cue to fall back to sockets)
+// what it cannot serve: no port, no such interface, an interface that
+// already has an XDP program, an MTU that does not fit a frame.
+func TestOpenErrors(t *testing.T) {
+	e := setup(t, gw4, xdp.Options{Local: netip.AddrPortFrom(gw4, port)}, false)
+	open := func(ifn string, opts xdp.Options) error {
+		var ls []pktio.Link
+		err := e.gw.Do(func() (err error) {
+			ls, err = xdp.Open(ifn, opts)
+			return err
+		})
+		for _, l := range ls {
+			l.Close()
+		}
+		return err
+	}
+	local := netip.AddrPortFrom(gw4, port)
+	for _, c := range []struct {
+		name, ifn string
+		opts      xdp.Options
+		want      string
+	}{
+		{"no port", ifname, xdp.Options{Local: netip.AddrPortFrom(gw4, 0)}, "needs a port"},
+		{"no interface", "nothere0", xdp.Options{Local: local}, "interface nothere0"},
+		{"attached", ifname, xdp.Options{Local: local}, "attach program"},
+	} {
+		if err := open(c.ifn, c.opts); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: Open: %v, want an error with %q", c.name, err, c.want)
+		}
+	}
+	for _, l := range e.links {
+		l.Close()
+	}
+	if err := e.gw.Do(func() error {
+		l, err := netlink.LinkByName(ifname)
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetMTU(l, 9000)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := open(ifname, xdp.Options{Local: local}); err == nil || !strings.Contains(err.Error(), "MTU 9000") {
+		t.Errorf("MTU 9000: Open: %v", err)
+	}
 }
