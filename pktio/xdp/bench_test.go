@@ -103,7 +103,7 @@ func benchReceive(b *testing.B, kind string, flood bool, size int) {
 		b.Fatal(err)
 	}
 	var got atomic.Int64
-	var firstRx, lastRx atomic.Int64
+	var firstRx, lastRx, reads atomic.Int64
 	readerDone := make(chan struct{})
 	go func() {
 		defer close(readerDone)
@@ -115,6 +115,7 @@ func benchReceive(b *testing.B, kind string, flood bool, size int) {
 			if err != nil {
 				break
 			}
+			reads.Add(1)
 			if got.Add(int64(n)) == int64(n) {
 				firstRx.Store(time.Now().UnixNano())
 			}
@@ -146,6 +147,7 @@ func benchReceive(b *testing.B, kind string, flood bool, size int) {
 	b.ReportMetric(float64(cpu.Nanoseconds())/n, "cpu-ns/pkt")
 	b.ReportMetric(n/time.Duration(lastRx.Load()-firstRx.Load()).Seconds()/1e3, "kpps")
 	b.ReportMetric(1-n/float64(b.N), "loss")
+	b.ReportMetric(n/float64(reads.Load()), "pkts/read")
 }
 
 func processCPU() time.Duration { return rusage(unix.RUSAGE_SELF) }
