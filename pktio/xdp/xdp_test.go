@@ -652,3 +652,64 @@ func TestOpenErrors(t *testing.T) {
 		t.Errorf("MTU 9000: Open: %v", err)
 	}
 }
+
+// On a veth with two queues in use, Open binds a socket to each; flows
+// spread over both, and the two Links together deliver every packet.
+func TestQueues(t *testing.T) {
+	e := setup(t, gw4, xdp.Options{Local: netip.AddrPortFrom(gw4, port)}, false)
+	for _, l := range e.links {
+		l.Close()
+	}
+	const mq = "m0"
+	if out, err := e.gw.Exec(e.ctx, "ip", "link", "add", mq, "numtxqueues", "2", "numrxqueues", "2", "type", "veth",
+		"peer", "name", mq, "netns", e.peer.Name(), "numtxqueues", "2", "numrxqueues", "2"); err != nil {
+		t.Fatalf("%v: %s", err, out)
+	}
+	for _, a := range []struct {
+		ns *lab.Netns
+		p  string
+	}{{e.gw, "198.51.100.1/24"}, {e.peer, "198.51.100.2/24"}} {
+		if err := a.ns.LinkUp(mq); err != nil {
+			t.Fatal(err)
+		}
+		if err := a.ns.AddAddr(mq, netip.MustParsePrefix(a.p)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gw := netip.MustParseAddr("198.51.100.1")
+	var links []pktio.Link
+	if err := e.gw.Do(func() (err error) {
+		links, err = xdp.Open(mq, xdp.Options{Local: netip.AddrPortFrom(gw, port)})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(links) != 2 {
+		t.Fatalf("%d Links, want 2", len(links))
+	}
+	cols := make([]*linktest.Collector, len(links))
+	for i, l := range links {
+		cols[i] = linktest.Collect(t, l, headroom, slot)
+	}
+	const flows, per = 16, 4
+	for f := range flows {
+		c, err := e.peer.ListenUDP(netip.MustParseAddrPort("198.51.100.2:0"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range per {
+			if _, err := c.WriteToUDPAddrPort(linktest.ESP(uint32(0xa000+f), uint32(i+1), 30), netip.AddrPortFrom(gw, port)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		c.Close()
+	}
+	collect(t, cols, flows*per)
+	for i, l := range links {
+		n := l.Stats().RxPackets.Load()
+		t.Logf("queue %d (Link.Queue %d): %d packets", i, l.(*xdp.Link).Queue(), n)
+		if n == 0 {
+			t.Errorf("queue %d received nothing of %d flows", i, flows)
+		}
+	}
+}
