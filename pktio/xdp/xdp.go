@@ -454,6 +454,11 @@ func (l *Link) readRing(fd uintptr) bool {
 	atomic.StoreUint32(fill.prod, fp)
 	rx.cached = cons + n
 	atomic.StoreUint32(rx.cons, cons+n)
+	if fill.needWakeup() {
+		// A zero-copy driver that ran out of fill entries waits for
+		// this (copy mode never sets the flag).
+		unix.Syscall6(unix.SYS_RECVFROM, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	}
 	t.AddTo(&l.stats)
 	l.rout = out
 	return true
