@@ -14,3 +14,6 @@ func SetGenericOnly() (undo func()) {
 	genericOnly = true
 	return func() { genericOnly = false }
 }
+
+// FillNeedsWakeup reports the fill ring's need-wakeup flag.
+func FillNeedsWakeup(l *Link) bool { return l.s.fill.needWakeup() }
