@@ -15,11 +15,14 @@ package tls
 //     there are as many lanes as GOMAXPROCS and signatures use every core;
 //     an asynchronous engine spreads batches over its workers, so one lane
 //     splits what it collects into one batch per signing core (all cores
-//     but one, signCores) of at most maxPartOps ops, which the engine does
-//     not split further, and submits them all before waiting for any. The
-//     core left over serves the connections already open while a storm of
+//     but one, signCores) of at most partOps ops (one RSA signature; 16
+//     others), and submits them all before waiting for any. sched runs
+//     them on its asymmetric workers only: at most all cores but one, on
+//     threads at the lowest priority, so the runtime keeps a P and the
+//     kernel a core for the connections already open while a storm of
 //     handshakes waits for signatures (BENCHMARKS.md section j).
-//  4. Complete (the lane): each waiter gets a copy of its signature.
+//  4. Complete (the lane): as each batch comes back, in the order they
+//     were submitted, each of its waiters gets a copy of its signature.
 
 import (
 	"context"
@@ -41,10 +44,7 @@ const (
 	// its handshake (counted under "sign").
 	signQueueLen = 4096
 	// maxPartOps bounds the ops of one batch handed to an asynchronous
-	// engine: sched splits a batch over several workers only from twice
-	// its minimum chunk (16 ops) up, so a batch of at most 16 runs on one
-	// core, and the number of batches in flight is the number of cores
-	// signing.
+	// engine (partOps: RSA signatures go one per batch).
 	maxPartOps = 16
 	// maxSigLen is the Dst each op gets: an RSA-4096 signature.
 	maxSigLen = 512
@@ -203,7 +203,7 @@ func (q *signQueue) lane(cq cryptodev.Queue) {
 		// take a fair share of what waits, so the other lanes sign the
 		// rest in parallel. An asynchronous engine spreads the batch
 		// itself.
-		limit := min(maxSignBatch, q.split*maxPartOps)
+		limit := min(maxSignBatch, q.split*partOps(r.key.Alg()))
 		if !q.async {
 			lanes := int64(max(1, len(q.lanes)))
 			limit = int(min(int64(maxSignBatch), max(1, (q.depth.Load()+lanes-1)/lanes)))
@@ -236,15 +236,15 @@ func (q *signQueue) lane(cq cryptodev.Queue) {
 }
 
 // run signs reqs in one batch (or, for an asynchronous engine, in up to
-// len(bs) batches submitted together) and completes every request.
+// len(bs) batches submitted together) and completes every request: those
+// of each batch as soon as the engine returns it.
 func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, reqs []*signReq) {
 	n := len(reqs)
 	parts := min(len(bs), n)
 	per := (n + parts - 1) / parts
 	parts = (n + per - 1) / per
 	submitted := 0
-	var err error // the Submit that failed, or a lost batch
-	lost := false
+	var subErr error // the Submit that failed
 	for p := 0; p < parts; p++ {
 		lo, hi := p*per, min(n, (p+1)*per)
 		b := bs[p]
@@ -255,7 +255,7 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 			op.Key, op.Dir, op.Src, op.Hash, op.PSS = r.key, cryptodev.Sign, r.digest, r.hash, r.pss
 			op.Dst = dst[i*maxSigLen : (i+1)*maxSigLen]
 		}
-		if err = cq.Submit(b); err != nil {
+		if subErr = cq.Submit(b); subErr != nil {
 			break
 		}
 		submitted++
@@ -263,31 +263,50 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 		for m, cur := uint64(hi-lo), q.maxBatch.Load(); m > cur && !q.maxBatch.CompareAndSwap(cur, m); cur = q.maxBatch.Load() {
 		}
 	}
-	for range submitted {
-		if cq.Dequeue(true) == nil {
-			err, lost = errors.New("tls: batch lost by engine"), true
-			break
+	var lost error // a batch the engine did not return, failing it and the rest
+	for p := 0; p < parts; p++ {
+		lo, hi := p*per, min(n, (p+1)*per)
+		err := lost
+		if p >= submitted {
+			err = subErr
+		} else if lost == nil && cq.Dequeue(true) == nil {
+			lost = errors.New("tls: batch lost by engine")
+			err = lost
 		}
-	}
-	for i, r := range reqs {
-		p := i / per
-		if p >= submitted || lost {
-			r.err = fmt.Errorf("%w: engine %s: %w", errSign, q.eng.Name(), err)
-			close(r.done)
+		if err != nil {
+			for _, r := range reqs[lo:hi] {
+				r.err = fmt.Errorf("%w: engine %s: %w", errSign, q.eng.Name(), err)
+				close(r.done)
+			}
 			continue
 		}
-		op := &bs[p].Ops[i-p*per]
-		if op.Status != cryptodev.StatusOK {
-			r.err = fmt.Errorf("%w: %v key on engine %s: %v", errSign, r.key.Alg(), q.eng.Name(), op.Status)
-		} else {
-			r.sig = append([]byte(nil), op.Dst[:op.N]...)
-			q.ops.Add(1)
+		for i, r := range reqs[lo:hi] {
+			op := &bs[p].Ops[i]
+			if op.Status != cryptodev.StatusOK {
+				r.err = fmt.Errorf("%w: %v key on engine %s: %v", errSign, r.key.Alg(), q.eng.Name(), op.Status)
+			} else {
+				r.sig = append([]byte(nil), op.Dst[:op.N]...)
+				q.ops.Add(1)
+			}
+			close(r.done)
 		}
-		close(r.done)
 	}
 	for _, b := range bs[:parts] {
 		b.Reset(0) // drop the digests and keys
 	}
+}
+
+// partOps is how many signatures with a key of type alg one batch handed
+// to an asynchronous engine holds: one for RSA, whose signature takes
+// milliseconds, maxPartOps for the rest. A batch comes back whole, so a
+// batch of 16 RSA-4096 signatures would hold 15 finished handshakes back
+// for about 100 ms and then release them together: a burst of handshake
+// work queued ahead of the open connections' requests.
+func partOps(alg cryptodev.Alg) int {
+	if alg.RSABits() > 0 {
+		return 1
+	}
+	return maxPartOps
 }
 
 // engineKey is one private key held by an engine, with its public half.
