@@ -33,6 +33,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
 )
@@ -327,11 +328,49 @@ type handshakeSigner struct {
 func (s *handshakeSigner) Public() crypto.PublicKey { return s.k.pub }
 
 // Sign implements crypto.Signer; rand is ignored (the engine draws its
-// own randomness).
+// own randomness). Under a listener's handshakeCtx, the wait ends at the
+// handshake's deadline or when the Service closes.
 func (s *handshakeSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	hash, pss, err := cryptodev.SignParams(s.k.key.Alg(), digest, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSign, err)
 	}
-	return s.k.q.sign(s.ctx, s.k.key, digest, hash, pss)
+	ctx := s.ctx
+	if lim, ok := ctx.Value(limitsKey{}).(*handshakeLimits); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, lim.deadline)
+		defer cancel()
+		defer context.AfterFunc(lim.svc, cancel)()
+	}
+	return s.k.q.sign(ctx, s.k.key, digest, hash, pss)
+}
+
+// handshakeCtx is the context a listener's handshake runs under. It is
+// never cancelled, so crypto/tls arms nothing to cancel it by (a context
+// that can end costs every handshake a timer, a cancellation registered
+// with its parent and an AfterFunc); the connection's deadline bounds the
+// handshake's I/O instead. What bounds a signature's wait, the only other
+// place a handshake blocks, it carries as a value for handshakeSigner.
+type handshakeCtx struct {
+	lim handshakeLimits
+}
+
+// handshakeLimits bound a handshake's signature: its deadline, and the
+// Service's context, which Close cancels.
+type handshakeLimits struct {
+	deadline time.Time
+	svc      context.Context
+}
+
+// limitsKey is the context key of a handshake's *handshakeLimits.
+type limitsKey struct{}
+
+func (*handshakeCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*handshakeCtx) Done() <-chan struct{}       { return nil }
+func (*handshakeCtx) Err() error                  { return nil }
+func (c *handshakeCtx) Value(key any) any {
+	if _, ok := key.(limitsKey); ok {
+		return &c.lim
+	}
+	return nil
 }
