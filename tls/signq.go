@@ -112,9 +112,10 @@ func newSignQueue(eng cryptodev.Engine) (*signQueue, error) {
 	n := procs
 	if q.async {
 		// The queueing engine signs on all cores but one: one lane hands
-		// it at most signCores batches at a time, none big enough for the
-		// engine to split further, so a storm of handshakes leaves a core
-		// to the connections already open (see the package doc).
+		// it at most signCores batches at a time, which it runs on its
+		// asymmetric workers (as many, at the lowest priority), so a storm
+		// of handshakes leaves a core to the connections already open (see
+		// the package doc).
 		n = 1
 		q.split = signCores(procs)
 	}
