@@ -19,8 +19,8 @@
 // (sched), splitting what it collected into a batch per signing core
 // (one op per batch for RSA, whose signatures take milliseconds) and
 // submitting them together. sched runs signatures only on its asymmetric
-// workers: all cores but one, each a thread at the lowest priority (nice
-// 19), so the runtime keeps a P and the kernel a core for the connections
+// workers: all cores but one, each a thread at a low priority (nice
+// 10), so the runtime keeps a P and the kernel a core for the connections
 // already open. That is the choice between the two: soft makes the most
 // handshakes per second, sched keeps open connections' requests at their
 // idle latency during a storm of expensive handshakes (BENCHMARKS.md

@@ -18,8 +18,8 @@ package tls
 //     but one, signCores) of at most partOps ops (one RSA signature; 16
 //     others), and submits them all before waiting for any. sched runs
 //     them on its asymmetric workers only: at most all cores but one, on
-//     threads at the lowest priority, so the runtime keeps a P and the
-//     kernel a core for the connections already open while a storm of
+//     threads at a low priority (nice 10), so the runtime keeps a P
+//     and the kernel a core for the connections already open while a storm of
 //     handshakes waits for signatures (BENCHMARKS.md section j).
 //  4. Complete (the lane): as each batch comes back, in the order they
 //     were submitted, each of its waiters gets a copy of its signature.
@@ -113,7 +113,7 @@ func newSignQueue(eng cryptodev.Engine) (*signQueue, error) {
 	if q.async {
 		// The queueing engine signs on all cores but one: one lane hands
 		// it at most signCores batches at a time, which it runs on its
-		// asymmetric workers (as many, at the lowest priority), so a storm
+		// asymmetric workers (as many, at a low priority), so a storm
 		// of handshakes leaves a core to the connections already open (see
 		// the package doc).
 		n = 1

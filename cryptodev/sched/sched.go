@@ -31,7 +31,7 @@
 //
 // Asymmetric ops (Sign, Agree) are the exception to "all cores": they have
 // a work list of their own, served only by the asymmetric workers (at most
-// all cores but one, on threads at the lowest priority; see Engine), and
+// all cores but one, on threads at a low priority; see Engine), and
 // submitters do not help with them.
 //
 // Ordering and fairness. A submitter has one ring, the completion order.
@@ -120,10 +120,10 @@ const minChunkOps = 16
 // list and workers of their own. An asymmetric worker is a goroutine
 // locked to its OS thread, whose scheduling priority it lowers to nice
 // asymNice: an RSA-4096 signature takes milliseconds of one core, and
-// the kernel then runs every other thread of the process (the
-// goroutines serving open connections, the symmetric workers) before
-// it, so a storm of handshakes takes the CPU the rest leaves, not the
-// CPU the rest needs. There are at most Workers - 1 of them, so that at
+// the kernel then runs the other threads of the process (the goroutines
+// serving open connections, the symmetric workers) first, so a storm of
+// handshakes takes mostly the CPU the rest leaves, not the CPU the rest
+// needs. There are at most Workers - 1 of them, so that at
 // least one of the runtime's Ps (GOMAXPROCS) stays with other
 // goroutines however many signatures wait; submitters never run
 // asymmetric chunks themselves (help), and symmetric workers never claim
@@ -425,14 +425,17 @@ func (e *Engine) work(id int) {
 	}
 }
 
-// asymNice is the nice value of the asymmetric workers' threads: the
-// lowest priority of the normal scheduling class. Unlike SCHED_IDLE, it
-// still gets a small share of a core that other threads keep busy, so
-// handshakes slow down under load but do not stop.
-const asymNice = 19
+// asymNice is the nice value of the asymmetric workers' threads. Against
+// a thread at nice 0 the kernel gives it about a tenth of a core they both
+// want, and a woken thread at nice 0 preempts it. Not lower (nice 19 gets
+// 1.5%, SCHED_IDLE less): a thread that holds one of the runtime's Ps
+// must run to stop for the garbage collector's stop-the-world phases, so
+// a starved signer would stall the whole process, data path included,
+// for as long as the kernel keeps it off the cores.
+const asymNice = 10
 
 // workAsym is an asymmetric worker goroutine's loop: on a thread of its
-// own at the lowest priority, it claims and runs asymmetric chunks, and
+// own at a low priority, it claims and runs asymmetric chunks, and
 // parks when there are none. It does not spin: its ops take milliseconds,
 // and a locked thread that yields hands its P to another thread.
 func (e *Engine) workAsym(id int) {
