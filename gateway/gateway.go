@@ -58,6 +58,8 @@ type Gateway struct {
 
 	stateMu    sync.Mutex
 	stateFiles map[string]*stateFile // by path
+	// stateWriter records inbound SAs' bounds off the data path.
+	stateWriter stateWriter
 
 	tls tlsState // the TLS listeners and origins (tls.go)
 	// totals sums the counters of each tunnel's SAs, retired ones

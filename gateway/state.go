@@ -137,6 +137,16 @@ func loadReserved(path string) (uint64, error) {
 // writeReserved records upTo: it writes a temporary file, syncs it, renames
 // it into place and syncs the directory.
 func writeReserved(path string, upTo uint64) error {
+	if err := replaceReserved(path, upTo); err != nil {
+		return err
+	}
+	return syncDir(filepath.Dir(path))
+}
+
+// replaceReserved is writeReserved but for the directory's fsync: the file
+// holds upTo or its old content whatever happens, and holds upTo for sure
+// once the directory is synced (stateWriter does that once for many).
+func replaceReserved(path string, upTo uint64) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -151,13 +161,6 @@ func writeReserved(path string, upTo uint64) error {
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)
-	}
-	if err == nil {
-		var d *os.File
-		if d, err = os.Open(filepath.Dir(path)); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
 	}
 	return err
 }
@@ -204,8 +207,9 @@ var errStateLoad = errors.New("cannot read the state file")
 var errStateGone = errors.New("state file record retired")
 
 // open starts a runtime on the file: it returns the bound to start from
-// (at least seq), recorded before it returns.
-func (f *stateFile) open(seq uint64) (uint64, error) {
+// (at least seq), recorded before it returns with ahead more: what the
+// runtime may use before it records again.
+func (f *stateFile) open(seq, ahead uint64) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gone {
@@ -216,10 +220,11 @@ func (f *stateFile) open(seq uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: %w", errStateLoad, err)
 	}
 	seq = max(seq, w, f.recorded)
-	if err := writeReserved(f.path, seq); err != nil {
+	v := max(seq+ahead, f.recorded)
+	if err := writeReserved(f.path, v); err != nil {
 		return 0, err
 	}
-	f.recorded = seq
+	f.recorded = v
 	f.live++
 	return seq, nil
 }
@@ -235,6 +240,24 @@ func (f *stateFile) record(upTo uint64) error {
 	}
 	f.recorded = v
 	return nil
+}
+
+// recordNoDirSync is record for the writer of a group (stateWriter): the
+// file is replaced but the directory not synced, which the writer does
+// once for the group before it grants anything. It returns the bound
+// written, or errStateGone if the file's last runtime has retired.
+func (f *stateFile) recordNoDirSync(upTo uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone {
+		return 0, errStateGone
+	}
+	v := max(upTo, f.recorded)
+	if err := replaceReserved(f.path, v); err != nil {
+		return 0, err
+	}
+	f.recorded = v
+	return v, nil
 }
 
 // bound returns the highest bound recorded in f.
@@ -276,26 +299,10 @@ func (f *stateFile) retire(final uint64, log *slog.Logger) {
 // reserver returns the SeqReserve function of an SA: it records the bound
 // in f and keeps h up to date. It runs with the SA's lock held, so its own
 // state (when it last logged) needs no other.
-func reserver(f *stateFile, h *sad.StateHealth, log *slog.Logger, what []any) func(uint64) error {
-	var lastLog time.Time
+func reserver(f *stateFile, h *health) func(uint64) error {
 	return func(upTo uint64) error {
 		err := f.record(upTo)
-		if err == nil {
-			if h.Failing.Swap(false) {
-				log.Info("sequence-number reservation recorded again; the SA carries traffic", what...)
-			}
-			return nil
-		}
-		h.Failures.Add(1)
-		msg := err.Error()
-		h.LastError.Store(&msg)
-		first := !h.Failing.Swap(true)
-		if now := time.Now(); first || now.Sub(lastLog) >= StateLogInterval {
-			lastLog = now
-			log.Error("cannot record the sequence-number reservation in the state directory; "+
-				"the SA drops its packets (seq_reserve_failed) until it can",
-				append(what, "file", f.path, "failures", h.Failures.Load(), "err", err)...)
-		}
+		h.note(f.path, err)
 		return err
 	}
 }
@@ -313,11 +320,19 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 		return nil, nil, nil
 	}
 	path := seqStatePath(dir, sa, d)
+	// An inbound SA of its own (not leased by a HA group) is leased by
+	// the state directory's writer (statewriter.go): its first step is
+	// recorded here, the next ones ahead, off its lane.
+	leased := d == esp.Inbound && cfg.Lease == nil
+	var ahead uint64
+	if leased {
+		ahead = esp.ReplayReserveMin
+	}
 	f := g.stateFile(path)
-	seq, err := f.open(cfg.Seq)
+	seq, err := f.open(cfg.Seq, ahead)
 	for errors.Is(err, errStateGone) {
 		f = g.stateFile(path)
-		seq, err = f.open(cfg.Seq)
+		seq, err = f.open(cfg.Seq, ahead)
 	}
 	if err != nil {
 		if errors.Is(err, errStateLoad) {
@@ -332,7 +347,15 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 	if d == esp.Inbound {
 		dirName = "in"
 	}
-	h := new(sad.StateHealth)
-	cfg.SeqReserve = reserver(f, h, g.log, []any{"sa", name, "spi", ike.ESPSPI(sa.SPI), "direction", dirName})
-	return h, f, nil
+	h := &health{h: new(sad.StateHealth), log: g.log, what: []any{"sa", name, "spi", ike.ESPSPI(sa.SPI), "direction", dirName}}
+	if !leased {
+		cfg.SeqReserve = reserver(f, h)
+		return h.h, f, nil
+	}
+	e := &leasedState{f: f, health: *h}
+	e.lease = esp.NewLeaseWith(func(upTo uint64) { g.stateWriter.ask(e, upTo) },
+		esp.LeaseOptions{Step: stateLeaseStep, StepMax: stateLeaseStepMax, Wait: stateLeaseWait})
+	e.lease.Grant(seq + ahead)
+	cfg.Lease = e.lease
+	return h.h, f, nil
 }

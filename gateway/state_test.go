@@ -114,6 +114,24 @@ func testGateway(t *testing.T, stateDir string) (*Gateway, *logBuffer) {
 		engines: map[string]cryptodev.Engine{"": soft.New()}}, logs
 }
 
+// waitWriter waits until g's state writer has recorded every bound asked
+// for (statewriter.go).
+func waitWriter(t *testing.T, g *Gateway) {
+	t.Helper()
+	w := &g.stateWriter
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		running := w.running
+		w.mu.Unlock()
+		if !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the state writer did not finish in 10s")
+		}
+	}
+}
+
 func openTest(t *testing.T, g *Gateway, name string, d esp.Direction) *sad.SA {
 	t.Helper()
 	s, err := g.openSA(g.cfg, &g.cfg.Tunnels[0], name, d)
@@ -317,7 +335,9 @@ func TestReplayAcrossRestart(t *testing.T) {
 			t.Fatalf("packet %d: %v", i+1, reason)
 		}
 	}
-	// Restart: the first runtime is gone; a new one from the same file.
+	// Restart: the first runtime is gone (its writer done); a new one
+	// from the same file.
+	waitWriter(t, g1)
 	g2, _ := testGateway(t, dir)
 	in2 := openTest(t, g2, "i", esp.Inbound)
 	for i, pkt := range sent {
@@ -413,6 +433,7 @@ func TestRetiredSARecordsFinalState(t *testing.T) {
 	in3 := openTest(t, g, "i", esp.Inbound)
 	sa := withTunnelAddrs(*g.cfg.SA("i"), g.cfg.Tunnels[0].Local, g.cfg.Tunnels[0].Peer, esp.Inbound)
 	path := seqStatePath(dir, &sa, esp.Inbound)
+	waitWriter(t, g)
 	before, err := loadReserved(path)
 	if err != nil {
 		t.Fatal(err)
@@ -442,11 +463,11 @@ func TestStateFileShared(t *testing.T) {
 		}
 		return v
 	}
-	if s, err := a.open(0); err != nil || s != 0 {
+	if s, err := a.open(0, 0); err != nil || s != 0 {
 		t.Fatalf("first open: %d, %v", s, err)
 	}
 	a.record(1000)
-	if s, err := a.open(10); err != nil || s != 1000 {
+	if s, err := a.open(10, 0); err != nil || s != 1000 {
 		t.Fatalf("second open: %d, %v; want 1000", s, err)
 	}
 	a.record(50) // the older runtime's next bound, below the other's
@@ -463,14 +484,14 @@ func TestStateFileShared(t *testing.T) {
 	}
 	// The record is gone with its last runtime; the next one starts from
 	// the file.
-	if _, err := a.open(0); !errors.Is(err, errStateGone) {
+	if _, err := a.open(0, 0); !errors.Is(err, errStateGone) {
 		t.Errorf("open of a retired record: %v", err)
 	}
 	c := g.stateFile(path)
 	if c == a || len(g.stateFiles) != 1 {
 		t.Fatalf("record not replaced: %d records", len(g.stateFiles))
 	}
-	if s, err := c.open(0); err != nil || s != 700 {
+	if s, err := c.open(0, 0); err != nil || s != 700 {
 		t.Errorf("open after retirement: %d, %v; want 700", s, err)
 	}
 }

@@ -1,0 +1,232 @@
+package gateway
+
+// The writer of inbound reservations (DESIGN.md decision 7, state.go):
+// an inbound SA with durable state is leased (esp.Lease) by the state
+// directory instead of recording its bounds itself, so that no write and
+// no fsync happen on a data-path lane with the SA's lock held.
+//
+//  1. Ask: the SA, on its lane and with its lock held, asks for the next
+//     bound when half of its step is left (esp.Lease). The ask only joins
+//     the writer's queue and, if no writer runs, starts one.
+//  2. Write: the writer takes every ask queued so far (one group) and, for
+//     each state file, writes the bound to a temporary file, fsyncs it and
+//     renames it into place (state.go: writeReserved's steps).
+//  3. Commit: one fsync of the state directory makes every rename of the
+//     group durable (group commit: n records cost n+1 fsyncs instead of
+//     2n).
+//  4. Grant: each SA's lease is granted what its file now holds durably.
+//     The SA accepts nothing above a granted bound, so whatever the
+//     writer was doing when the process died, each file holds at least
+//     every number that may have been accepted (the old bound or the new
+//     one: a rename is all or nothing).
+//
+// Asks made while a group is written form the next group. The writer
+// ends when the queue is empty; a group with failures (the directory
+// went away, the disk is full) is retried after stateRetry, and its SAs
+// drop what reaches their bound at once (esp.Lease.Fail) instead of
+// waiting, each failure counted and logged as for outbound records.
+
+import (
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/sluicegw/sluice/esp"
+	"github.com/sluicegw/sluice/sad"
+)
+
+// Inbound leases from the state directory: a step aims at stateLeaseStep
+// of traffic (one record per SA every one to four such, as the
+// synchronous records before them), up to stateLeaseStepMax, and a packet
+// that reaches an ungranted bound (a burst far faster than the step was
+// sized for) waits up to stateLeaseWait for its record.
+const (
+	stateLeaseStep    = 2 * time.Second
+	stateLeaseStepMax = 20 * time.Second
+	stateLeaseWait    = 100 * time.Millisecond
+)
+
+// stateRetry is how long the writer waits before it retries records that
+// failed.
+var stateRetry = 100 * time.Millisecond
+
+// stateWriter records the bounds inbound SAs ask for, in groups, off the
+// data path. The zero value is ready; it has no goroutine while nothing is
+// asked.
+type stateWriter struct {
+	mu      sync.Mutex
+	queue   []*leasedState // asks waiting for the next group
+	spare   []*leasedState // the last group's slice, reused
+	running bool
+	// testHook, if set (by tests), runs at each step of a group with the
+	// step's name: "write" before a file is written, "renamed" after a
+	// group's files are in place, "synced" after the directory fsync,
+	// before the grants.
+	testHook func(step string)
+}
+
+// leasedState is one inbound SA runtime's durable lease.
+type leasedState struct {
+	f     *stateFile
+	lease *esp.Lease
+	health
+	// Guarded by stateWriter.mu.
+	upTo   uint64 // the highest bound asked for
+	queued bool
+}
+
+// health keeps an SA's StateHealth and logs its failures: the first at
+// once, then at most every StateLogInterval while they last. One goroutine
+// at a time calls note (the SA's owner, or the writer).
+type health struct {
+	h       *sad.StateHealth
+	log     *slog.Logger
+	what    []any
+	lastLog time.Time
+}
+
+// note records the outcome of a record of the SA's bound in file path.
+func (s *health) note(path string, err error) {
+	h := s.h
+	if err == nil {
+		if h.Failing.Swap(false) {
+			s.log.Info("sequence-number reservation recorded again; the SA carries traffic", s.what...)
+		}
+		return
+	}
+	h.Failures.Add(1)
+	msg := err.Error()
+	h.LastError.Store(&msg)
+	first := !h.Failing.Swap(true)
+	if now := time.Now(); first || now.Sub(s.lastLog) >= StateLogInterval {
+		s.lastLog = now
+		s.log.Error("cannot record the sequence-number reservation in the state directory; "+
+			"the SA drops its packets (seq_reserve_failed) until it can",
+			append(s.what, "file", path, "failures", h.Failures.Load(), "err", err)...)
+	}
+}
+
+// ask queues a bound of e for the next group. It runs on the SA's lane
+// with the SA's lock held: it takes only the writer's lock, briefly, and
+// never waits for a write.
+func (w *stateWriter) ask(e *leasedState, upTo uint64) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e.upTo = max(e.upTo, upTo)
+	if !e.queued {
+		e.queued = true
+		w.queue = append(w.queue, e)
+	}
+	if !w.running {
+		w.running = true
+		go w.run()
+	}
+}
+
+// run writes groups until none is queued.
+func (w *stateWriter) run() {
+	var failed []*leasedState
+	for {
+		w.mu.Lock()
+		for _, e := range failed {
+			if !e.queued {
+				e.queued = true
+				w.queue = append(w.queue, e)
+			}
+		}
+		failed = failed[:0]
+		group := w.queue
+		if len(group) == 0 {
+			w.running = false
+			w.mu.Unlock()
+			return
+		}
+		w.queue = w.spare[:0]
+		want := make([]uint64, len(group))
+		for i, e := range group {
+			e.queued = false
+			want[i] = e.upTo
+		}
+		w.mu.Unlock()
+
+		failed = w.commit(group, want, failed)
+
+		w.mu.Lock()
+		clear(group)
+		w.spare = group[:0]
+		w.mu.Unlock()
+		if len(failed) > 0 {
+			time.Sleep(stateRetry)
+		}
+	}
+}
+
+// commit records one group: want[i] for group[i]. It grants every SA whose
+// bound is durable and appends the others to failed.
+func (w *stateWriter) commit(group []*leasedState, want []uint64, failed []*leasedState) []*leasedState {
+	hook := w.testHook
+	if hook == nil {
+		hook = func(string) {}
+	}
+	// 2. Write each file once, with the highest bound its SAs ask for
+	// (more than one runtime may write a file: stateFile).
+	errs := make([]error, len(group))
+	done := map[*stateFile]int{} // file -> the group index that wrote it
+	var dir string
+	for i, e := range group {
+		v := want[i]
+		for j, o := range group {
+			if o.f == e.f {
+				v = max(v, want[j])
+			}
+		}
+		if j, ok := done[e.f]; ok {
+			errs[i], want[i] = errs[j], want[j]
+			continue
+		}
+		done[e.f] = i
+		hook("write")
+		want[i], errs[i] = e.f.recordNoDirSync(v)
+		dir = filepath.Dir(e.f.path)
+	}
+	hook("renamed")
+	// 3. One fsync of the directory makes the group's renames durable.
+	var dirErr error
+	if dir != "" {
+		dirErr = syncDir(dir)
+	}
+	hook("synced")
+	// 4. Grant what is durable.
+	for i, e := range group {
+		err := errs[i]
+		if err == nil {
+			err = dirErr
+		}
+		if errs[i] == errStateGone {
+			continue // the SA is gone: nothing to grant or retry
+		}
+		e.note(e.f.path, err)
+		e.lease.Fail(err != nil)
+		if err != nil {
+			failed = append(failed, e)
+			continue
+		}
+		e.lease.Grant(want[i])
+	}
+	return failed
+}
+
+// syncDir fsyncs a directory, making the renames in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
