@@ -518,6 +518,7 @@ func (g *Gateway) Close() error {
 	for _, e := range g.engines {
 		errs = append(errs, e.Close())
 	}
+	g.stateWriter.slots.close()
 	if g.stateLock != nil {
 		g.stateLock.Close()
 	}

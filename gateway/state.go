@@ -137,16 +137,6 @@ func loadReserved(path string) (uint64, error) {
 // writeReserved records upTo: it writes a temporary file, syncs it, renames
 // it into place and syncs the directory.
 func writeReserved(path string, upTo uint64) error {
-	if err := replaceReserved(path, upTo); err != nil {
-		return err
-	}
-	return syncDir(filepath.Dir(path))
-}
-
-// replaceReserved is writeReserved but for the directory's fsync: the file
-// holds upTo or its old content whatever happens, and holds upTo for sure
-// once the directory is synced (stateWriter does that once for many).
-func replaceReserved(path string, upTo uint64) error {
 	tmp := path + ".tmp"
 	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
 	if err != nil {
@@ -161,6 +151,22 @@ func replaceReserved(path string, upTo uint64) error {
 	}
 	if err == nil {
 		err = os.Rename(tmp, path)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(path))
+	}
+	return err
+}
+
+// syncDir fsyncs a directory, making the renames in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
@@ -180,6 +186,7 @@ type stateFile struct {
 	live     int    // runtimes that write it and have not retired
 	final    uint64 // the highest final state of those retired since live was 0
 	gone     bool   // the last runtime retired and the record left the gateway's map
+	slotCopy int    // the copy of its slot the next recordSlot writes
 }
 
 // stateFile returns the gateway's record of the file at path. A record
@@ -242,22 +249,33 @@ func (f *stateFile) record(upTo uint64) error {
 	return nil
 }
 
-// recordNoDirSync is record for the writer of a group (stateWriter): the
-// file is replaced but the directory not synced, which the writer does
+// recordSlot is record for the writer of a group (stateWriter): the bound
+// goes to the file's slot (stateslots.go), in the copy not written last,
+// and is durable once the writer has synced the slot file, which it does
 // once for the group before it grants anything. It returns the bound
 // written, or errStateGone if the file's last runtime has retired.
-func (f *stateFile) recordNoDirSync(upTo uint64) (uint64, error) {
+func (f *stateFile) recordSlot(upTo uint64) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gone {
 		return 0, errStateGone
 	}
 	v := max(upTo, f.recorded)
-	if err := replaceReserved(f.path, v); err != nil {
+	if err := f.g.stateWriter.slots.write(f.path, f.slotCopy, v); err != nil {
 		return 0, err
 	}
+	f.slotCopy ^= 1
 	f.recorded = v
 	return v, nil
+}
+
+// unsynced says that the slot file's sync failed after recordSlot: the
+// copy written may not be durable, so the next record writes it again
+// rather than the other, which holds the last durable bound.
+func (f *stateFile) unsynced() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slotCopy ^= 1
 }
 
 // bound returns the highest bound recorded in f.
@@ -285,6 +303,11 @@ func (f *stateFile) retire(final uint64, log *slog.Logger) {
 	}
 	if err := writeReserved(f.path, f.final); err != nil {
 		log.Warn("cannot record the final sequence state of a retired SA; the reserved bound stays (up to one "+
+			"reservation step of the peer's packets may be refused if the SA is installed again)", "file", f.path, "err", err)
+	} else if err := f.g.stateWriter.slots.release(f.path); err != nil {
+		// The file holds the final state, the slot a reserved bound
+		// above it: a start takes the higher.
+		log.Warn("cannot free the slot of a retired SA; its reserved bound stays (up to one "+
 			"reservation step of the peer's packets may be refused if the SA is installed again)", "file", f.path, "err", err)
 	}
 	// The file holds all there is to know: the record goes.
@@ -328,11 +351,20 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 	if leased {
 		ahead = esp.ReplayReserveMin
 	}
-	f := g.stateFile(path)
-	seq, err := f.open(cfg.Seq, ahead)
-	for errors.Is(err, errStateGone) {
+	// The slot file holds the bounds the writer recorded (stateslots.go):
+	// a start takes the higher of it and the SA's own file.
+	slots := &g.stateWriter.slots
+	err := slots.open(dir)
+	var seq uint64
+	var f *stateFile
+	if err == nil {
+		start := max(cfg.Seq, slots.bound(path))
 		f = g.stateFile(path)
-		seq, err = f.open(cfg.Seq, ahead)
+		seq, err = f.open(start, ahead)
+		for errors.Is(err, errStateGone) {
+			f = g.stateFile(path)
+			seq, err = f.open(start, ahead)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, errStateLoad) {

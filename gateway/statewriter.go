@@ -8,17 +8,16 @@ package gateway
 //  1. Ask: the SA, on its lane and with its lock held, asks for the next
 //     bound when half of its step is left (esp.Lease). The ask only joins
 //     the writer's queue and, if no writer runs, starts one.
-//  2. Write: the writer takes every ask queued so far (one group) and, for
-//     each state file, writes the bound to a temporary file, fsyncs it and
-//     renames it into place (state.go: writeReserved's steps).
-//  3. Commit: one fsync of the state directory makes every rename of the
-//     group durable (group commit: n records cost n+1 fsyncs instead of
-//     2n).
-//  4. Grant: each SA's lease is granted what its file now holds durably.
+//  2. Write: the writer takes every ask queued so far (one group) and
+//     writes each state file's bound into its slot of the slot file
+//     (stateslots.go), in the copy not written last.
+//  3. Commit: one fdatasync of the slot file makes the whole group
+//     durable (group commit).
+//  4. Grant: each SA's lease is granted what its slot now holds durably.
 //     The SA accepts nothing above a granted bound, so whatever the
-//     writer was doing when the process died, each file holds at least
-//     every number that may have been accepted (the old bound or the new
-//     one: a rename is all or nothing).
+//     writer was doing when the process died, the slot's other copy or
+//     the new one (a torn copy fails its CRC) or the SA's own file holds
+//     at least every number that may have been accepted.
 //
 // Asks made while a group is written form the next group. The writer
 // ends when the queue is empty; a group with failures (the directory
@@ -28,8 +27,6 @@ package gateway
 
 import (
 	"log/slog"
-	"os"
-	"path/filepath"
 	"sync"
 	"time"
 
@@ -60,6 +57,7 @@ type stateWriter struct {
 	queue   []*leasedState // asks waiting for the next group
 	spare   []*leasedState // the last group's slice, reused
 	running bool
+	slots   slotFile // where the bounds go
 	// testHook, if set (by tests), runs at each step of a group with the
 	// step's name: "write" before a file is written, "renamed" after a
 	// group's files are in place, "synced" after the directory fsync,
@@ -174,7 +172,6 @@ func (w *stateWriter) commit(group []*leasedState, want []uint64, failed []*leas
 	// (more than one runtime may write a file: stateFile).
 	errs := make([]error, len(group))
 	done := map[*stateFile]int{} // file -> the group index that wrote it
-	var dir string
 	for i, e := range group {
 		v := want[i]
 		for j, o := range group {
@@ -188,24 +185,27 @@ func (w *stateWriter) commit(group []*leasedState, want []uint64, failed []*leas
 		}
 		done[e.f] = i
 		hook("write")
-		want[i], errs[i] = e.f.recordNoDirSync(v)
-		dir = filepath.Dir(e.f.path)
+		want[i], errs[i] = e.f.recordSlot(v)
 	}
-	hook("renamed")
-	// 3. One fsync of the directory makes the group's renames durable.
-	var dirErr error
-	if dir != "" {
-		dirErr = syncDir(dir)
+	hook("written")
+	// 3. One fdatasync of the slot file makes the group durable.
+	syncErr := w.slots.sync()
+	if syncErr != nil {
+		for i, e := range group {
+			if j := done[e.f]; j == i && errs[i] == nil {
+				e.f.unsynced()
+			}
+		}
 	}
 	hook("synced")
 	// 4. Grant what is durable.
 	for i, e := range group {
 		err := errs[i]
 		if err == nil {
-			err = dirErr
+			err = syncErr
 		}
-		if errs[i] == errStateGone {
-			continue // the SA is gone: nothing to grant or retry
+		if errs[i] == errStateGone || err == errSlotsClosed {
+			continue // the SA or the gateway is gone: nothing to grant or retry
 		}
 		e.note(e.f.path, err)
 		e.lease.Fail(err != nil)
@@ -216,17 +216,4 @@ func (w *stateWriter) commit(group []*leasedState, want []uint64, failed []*leas
 		e.lease.Grant(want[i])
 	}
 	return failed
-}
-
-// syncDir fsyncs a directory, making the renames in it durable.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	err = d.Sync()
-	if cerr := d.Close(); err == nil {
-		err = cerr
-	}
-	return err
 }
