@@ -222,8 +222,9 @@ func (r *reservation) coverLeased(seq, limit uint64) bool {
 	// Wait for the grant (LeaseOptions.Wait): in steady traffic the ask
 	// made half a step ago is granted before the SA gets here, so only a
 	// burst much faster than the step was sized for waits.
+	deadline := time.Now().Add(r.lease.opts.Wait)
 	for range r.lease.opts.Wait / leasePoll {
-		if r.lease.failing.Load() {
+		if r.lease.failing.Load() || time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(leasePoll)

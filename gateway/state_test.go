@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -493,5 +494,90 @@ func TestStateFileShared(t *testing.T) {
 	}
 	if s, err := c.open(0, 0); err != nil || s != 700 {
 		t.Errorf("open after retirement: %d, %v; want 700", s, err)
+	}
+}
+
+// TestStateWriterDies: the state writer dies mid-way through a group
+// (before it writes a slot; after it wrote the slots, with the copy it
+// wrote then lost or torn as a crash before the fdatasync may leave it;
+// after the fdatasync, before it granted), the SA goes on until it reaches
+// its granted bound, and a restart from the state directory refuses every
+// packet the first instance accepted (DESIGN.md decision 7).
+func TestStateWriterDies(t *testing.T) {
+	for _, point := range []string{"write", "written", "synced"} {
+		t.Run(point, func(t *testing.T) {
+			dir := t.TempDir()
+			r := newESPRunner(t)
+			peer := peerSA(t, dir)
+			g1, _ := testGateway(t, dir)
+			in1 := openTest(t, g1, "i", esp.Inbound)
+			var accepted [][]byte
+			highest := uint64(0)
+			send := func() esp.Reason {
+				pkt := r.seal(peer, innerPacket(0))
+				reason := r.open(in1.SA, pkt)
+				if reason == esp.ReasonNone {
+					accepted = append(accepted, pkt)
+					highest = peer.Seq()
+				}
+				return reason
+			}
+			// Some groups recorded and granted: the bound is in the slot
+			// file, above what the SA's own file holds.
+			for range 300 {
+				if reason := send(); reason != esp.ReasonNone {
+					t.Fatalf("seq %d with the writer alive: %v", peer.Seq(), reason)
+				}
+			}
+			waitWriter(t, g1)
+			sa := withTunnelAddrs(*g1.cfg.SA("i"), g1.cfg.Tunnels[0].Local, g1.cfg.Tunnels[0].Peer, esp.Inbound)
+			path := seqStatePath(dir, &sa, esp.Inbound)
+			var died sync.WaitGroup
+			died.Add(1)
+			g1.stateWriter.testHook = func(step string) {
+				if step != point {
+					return
+				}
+				if step == "written" {
+					// The copy just written never reached the disk, or
+					// reached it torn.
+					w := &g1.stateWriter
+					i := w.slots.slots[slotKeyOf(path)]
+					c := g1.stateFiles[path].slotCopy ^ 1
+					w.slots.f.WriteAt(bytes.Repeat([]byte{0xa5}, copySize), int64(i*slotSize+c*copySize))
+				}
+				died.Done()
+				runtime.Goexit()
+			}
+			// The SA carries on up to its granted bound, then refuses.
+			refused := 0
+			for refused < 3 {
+				switch reason := send(); reason {
+				case esp.ReasonNone:
+					refused = 0
+				case esp.ReasonSeqReserve:
+					refused++
+				default:
+					t.Fatalf("seq %d after the writer died: %v", peer.Seq(), reason)
+				}
+				if peer.Seq() > 1<<20 {
+					t.Fatal("the SA never stopped at its bound")
+				}
+			}
+			died.Wait()
+			// Restart from what is on disk.
+			g2, _ := testGateway(t, dir)
+			in2 := openTest(t, g2, "i", esp.Inbound)
+			if b := in2.SA.Seq(); b < highest {
+				t.Fatalf("restarted at %d below seq %d, which the first instance accepted", b, highest)
+			}
+			for i, pkt := range accepted {
+				if reason := r.open(in2.SA, pkt); reason != esp.ReasonReplay {
+					t.Fatalf("accepted packet %d of %d (highest seq %d) replayed after the restart: %v, want replay",
+						i+1, len(accepted), highest, reason)
+				}
+			}
+			t.Logf("writer died at %q: %d packets accepted, restart at %d", point, len(accepted), in2.SA.Seq())
+		})
 	}
 }
