@@ -26,12 +26,15 @@ const (
 	ReplayReserveMax = SeqReserveBlock
 )
 
-// Each inbound record is a synchronous write and fsync in the data path,
-// with the SA's lock held: the step grows until a record lasts at least
-// reserveGrowBelow, so that many tunnels at moderate rates (200 tunnels
-// at 180 packets/s each in `sluice bench tunnel`) do not spend their time
-// in fsync (with 100 ms and 1 s here, 200 tunnels carried 0.34 of one
-// tunnel's rate; with these, 0.83).
+// A record through Config.SeqReserve is a synchronous write and fsync in
+// the data path, with the SA's lock held: the step grows until a record
+// lasts at least reserveGrowBelow, so that many tunnels at moderate rates
+// (200 tunnels at 180 packets/s each in `sluice bench tunnel`) do not
+// spend their time in fsync (with 100 ms and 1 s here, 200 tunnels
+// carried 0.34 of one tunnel's rate; with these, 0.83). The gateway leases
+// its inbound SAs' reservations instead (Lease, LeaseOptions), recorded
+// ahead by a writer off the data path; outbound ones record once per
+// SeqReserveBlock.
 const (
 	reserveGrowBelow   = time.Second
 	reserveShrinkAbove = 10 * time.Second
