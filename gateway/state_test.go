@@ -581,3 +581,65 @@ func TestStateWriterDies(t *testing.T) {
 		})
 	}
 }
+
+// TestStateWriterFails: when the writer cannot record an inbound SA's
+// bound, the SA's health shows it (failures counted, the error kept, one
+// log line), the packets that reach the ungranted bound are dropped as
+// seq_reserve_failed without waiting, and once the slot file can be
+// written again the writer's retry records and grants the bound and the
+// SA carries traffic again.
+func TestStateWriterFails(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	peer := peerSA(t, dir)
+	g, logs := testGateway(t, dir)
+	in := openTest(t, g, "i", esp.Inbound)
+	defer func(old time.Duration) { stateRetry = old }(stateRetry)
+	stateRetry = time.Millisecond
+	// The slot file becomes unwritable: a read-only descriptor in its place.
+	w := &g.stateWriter
+	ro, err := os.Open(filepath.Join(dir, slotFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.slots.mu.Lock()
+	rw := w.slots.f
+	w.slots.f = ro
+	w.slots.mu.Unlock()
+	refused := 0
+	for refused < 5 {
+		pkt := r.seal(peer, innerPacket(0))
+		switch reason := r.open(in.SA, pkt); reason {
+		case esp.ReasonNone:
+		case esp.ReasonSeqReserve:
+			refused++
+		default:
+			t.Fatalf("seq %d: %v", peer.Seq(), reason)
+		}
+		if peer.Seq() > 10000 {
+			t.Fatal("no packet refused with the slot file unwritable")
+		}
+	}
+	info := saInfo(in, "in")
+	if !info.StateFailing || info.StateFailures == 0 || info.StateError == "" {
+		t.Fatalf("SA info with the slot file unwritable: failing %v, failures %d, error %q", info.StateFailing, info.StateFailures, info.StateError)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
+		t.Fatalf("%d error lines, want 1:\n%s", n, logs)
+	}
+	// Writable again: the retry grants, the SA carries traffic.
+	w.slots.mu.Lock()
+	w.slots.f = rw
+	w.slots.mu.Unlock()
+	ro.Close()
+	waitWriter(t, g)
+	if reason := r.open(in.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
+		t.Fatalf("after the slot file recovered: %v", reason)
+	}
+	if info := saInfo(in, "in"); info.StateFailing {
+		t.Fatal("the SA still shows failing after a record succeeded")
+	}
+	if !strings.Contains(logs.String(), "recorded again") {
+		t.Fatalf("no recovery line:\n%s", logs)
+	}
+}
