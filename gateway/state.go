@@ -343,13 +343,17 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 		return nil, nil, nil
 	}
 	path := seqStatePath(dir, sa, d)
-	// An inbound SA of its own (not leased by a HA group) is leased by
-	// the state directory's writer (statewriter.go): its first step is
-	// recorded here, the next ones ahead, off its lane.
-	leased := d == esp.Inbound && cfg.Lease == nil
+	// An SA of its own (not leased by a HA group) is leased by the state
+	// directory's writer (statewriter.go): its first step is recorded
+	// here, the next ones ahead, off its lane. A HA group's SA records
+	// beside its lease, on its lane (esp.Config.SeqReserve).
+	leased := cfg.Lease == nil
 	var ahead uint64
-	if leased {
+	switch {
+	case leased && d == esp.Inbound:
 		ahead = esp.ReplayReserveMin
+	case leased:
+		ahead = esp.SeqReserveBlock
 	}
 	// The slot file holds the bounds the writer recorded (stateslots.go):
 	// a start takes the higher of it and the SA's own file.

@@ -199,10 +199,13 @@ func TestStateFailsAtRunTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openTest(t, g, "o", esp.Outbound)
-	reserve := s.SA.Config().SeqReserve
-	if reserve == nil || s.State == nil {
+	if s.State == nil {
 		t.Fatal("outbound SA keeps no state")
 	}
+	// The synchronous records of a HA group's SAs (esp.Config.SeqReserve;
+	// TestStateWriterFails has the writer's).
+	sa := withTunnelAddrs(*g.cfg.SA("o"), g.cfg.Tunnels[0].Local, g.cfg.Tunnels[0].Peer, esp.Outbound)
+	reserve := reserver(g.stateFile(seqStatePath(dir, &sa, esp.Outbound)), &health{h: s.State, log: g.log, what: []any{"sa", "o"}})
 	if err := reserve(100); err != nil {
 		t.Fatal(err)
 	}
