@@ -3,17 +3,25 @@ package gateway
 // Durable sequence-number state (DESIGN.md decision 7). sluice's SAs are
 // keyed by configuration, so a restarted gateway meets the same keys again.
 // One mechanism serves both directions: before an SA goes past its last
-// reservation it records a new upper bound here, durably (esp.Config
-// SeqReserve), and at start the SA begins at the recorded bound:
+// reservation it records a new upper bound here, durably (esp.Lease, or
+// esp.Config.SeqReserve), and at start the SA begins at the recorded bound:
 //   - outbound, its sequence numbers start above every one used before;
 //   - inbound, its replay window starts with everything up to the bound
 //     treated as received, so no packet is accepted twice across restarts
-//     (a crash costs at most one reservation step of the peer's
-//     legitimate packets; see esp.ReplayReserveMin).
+//     (a crash costs at most one and a half reservation steps of the
+//     peer's legitimate packets, the step ahead and what was left of the
+//     one before: 96 at low rates, a few seconds' worth at high ones; see
+//     stateLeaseStep).
+// An SA's first bound is recorded in its own file when it is opened; the
+// next ones are recorded ahead of use by the state writer, many SAs' in
+// one fdatasync of the slot file, and granted to the SA once durable
+// (statewriter.go, stateslots.go), so no record is written on a lane with
+// an SA's lock held; a start takes the higher of the two. (A HA group's
+// SAs record beside their lease, on their lane: esp.Config.SeqReserve.)
 // When an SA is retired (clean shutdown, deletion, a reload that takes it
 // out) it records its exact state in place of the reserved bound
-// (stateFile.retire), so a clean restart, or the same SA installed again,
-// costs nothing.
+// (stateFile.retire) and frees its slot, so a clean restart, or the same
+// SA installed again, costs nothing.
 //
 // AEAD nonces do not depend on this state (package esp's doc): losing it
 // costs replay protection and sequence-number continuity, never a nonce.

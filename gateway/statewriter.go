@@ -34,11 +34,13 @@ import (
 	"github.com/sluicegw/sluice/sad"
 )
 
-// Inbound leases from the state directory: a step aims at stateLeaseStep
-// of traffic (one record per SA every one to four such, as the
-// synchronous records before them), up to stateLeaseStepMax, and a packet
-// that reaches an ungranted bound (a burst far faster than the step was
-// sized for) waits up to stateLeaseWait for its record.
+// Leases from the state directory: an inbound step aims at stateLeaseStep
+// of traffic (it doubles while asks come faster than every half of it and
+// halves when they come slower than twice it, so in steady traffic an SA
+// asks every one to four seconds, at least ReplayReserveMin numbers at a
+// time), up to stateLeaseStepMax; an outbound step is esp.SeqReserveBlock.
+// A packet that reaches an ungranted bound (a burst far faster than the
+// step was sized for) waits up to stateLeaseWait for its record.
 const (
 	stateLeaseStep    = 2 * time.Second
 	stateLeaseStepMax = 20 * time.Second
