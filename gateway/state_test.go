@@ -294,6 +294,19 @@ func (r *espRunner) open(sa *esp.SA, pkt []byte) esp.Reason {
 	return b.Reasons[0]
 }
 
+// openWaiting is open for a packet of an SA leased by g's state writer
+// that must be accepted: one refused at an ungranted bound (the writer's
+// fdatasync took longer than the SA waits, as on a loaded machine) is
+// opened again once the writer is done.
+func (r *espRunner) openWaiting(g *Gateway, sa *esp.SA, pkt []byte) esp.Reason {
+	reason := r.open(sa, pkt)
+	for i := 0; i < 3 && reason == esp.ReasonSeqReserve; i++ {
+		waitWriter(r.t, g)
+		reason = r.open(sa, pkt)
+	}
+	return reason
+}
+
 func innerPacket(i int) []byte {
 	b := make([]byte, 20+8+16)
 	packet.IPv4(b).Encode(&packet.IPv4Fields{Length: uint16(len(b)), TTL: 64, Protocol: packet.ProtoUDP,
@@ -335,7 +348,7 @@ func TestReplayAcrossRestart(t *testing.T) {
 	for i := range 50 {
 		pkt := r.seal(peer, innerPacket(i))
 		sent = append(sent, pkt)
-		if reason := r.open(in1.SA, pkt); reason != esp.ReasonNone {
+		if reason := r.openWaiting(g1, in1.SA, pkt); reason != esp.ReasonNone {
 			t.Fatalf("packet %d: %v", i+1, reason)
 		}
 	}
@@ -356,7 +369,7 @@ func TestReplayAcrossRestart(t *testing.T) {
 	lost := 0
 	for peer.Seq() < bound+20 {
 		pkt := r.seal(peer, innerPacket(0))
-		reason := r.open(in2.SA, pkt)
+		reason := r.openWaiting(g2, in2.SA, pkt)
 		switch {
 		case peer.Seq() <= bound && reason == esp.ReasonReplay:
 			lost++
@@ -408,7 +421,7 @@ func TestRetiredSARecordsFinalState(t *testing.T) {
 	for i := range 30 {
 		pkt := r.seal(peer, innerPacket(i))
 		sent = append(sent, pkt)
-		if reason := r.open(in1.SA, pkt); reason != esp.ReasonNone {
+		if reason := r.openWaiting(g, in1.SA, pkt); reason != esp.ReasonNone {
 			t.Fatalf("packet %d: %v", i+1, reason)
 		}
 		r.seal(out1.SA, innerPacket(i))
@@ -422,7 +435,7 @@ func TestRetiredSARecordsFinalState(t *testing.T) {
 			t.Fatalf("packet %d replayed after the SA came back: %v, want replay", i+1, reason)
 		}
 	}
-	if reason := r.open(in2.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
+	if reason := r.openWaiting(g, in2.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
 		t.Fatalf("the peer's next packet after the SA came back: %v, want accepted", reason)
 	}
 	if out2 := openTest(t, g, "o", esp.Outbound); out2.SA.Seq() != 30 {
@@ -432,7 +445,7 @@ func TestRetiredSARecordsFinalState(t *testing.T) {
 	// A newer SA of the same file (in3) has taken it over when in2 retires:
 	// in2 must not undo in3's reservation.
 	for range 100 {
-		r.open(in2.SA, r.seal(peer, innerPacket(0)))
+		r.openWaiting(g, in2.SA, r.seal(peer, innerPacket(0)))
 	}
 	in3 := openTest(t, g, "i", esp.Inbound)
 	sa := withTunnelAddrs(*g.cfg.SA("i"), g.cfg.Tunnels[0].Local, g.cfg.Tunnels[0].Peer, esp.Inbound)
@@ -516,9 +529,15 @@ func TestStateWriterDies(t *testing.T) {
 			in1 := openTest(t, g1, "i", esp.Inbound)
 			var accepted [][]byte
 			highest := uint64(0)
+			alive := true
 			send := func() esp.Reason {
 				pkt := r.seal(peer, innerPacket(0))
-				reason := r.open(in1.SA, pkt)
+				var reason esp.Reason
+				if alive {
+					reason = r.openWaiting(g1, in1.SA, pkt)
+				} else {
+					reason = r.open(in1.SA, pkt)
+				}
 				if reason == esp.ReasonNone {
 					accepted = append(accepted, pkt)
 					highest = peer.Seq()
@@ -535,6 +554,7 @@ func TestStateWriterDies(t *testing.T) {
 			waitWriter(t, g1)
 			sa := withTunnelAddrs(*g1.cfg.SA("i"), g1.cfg.Tunnels[0].Local, g1.cfg.Tunnels[0].Peer, esp.Inbound)
 			path := seqStatePath(dir, &sa, esp.Inbound)
+			alive = false
 			var died sync.WaitGroup
 			died.Add(1)
 			g1.stateWriter.testHook = func(step string) {
@@ -554,7 +574,7 @@ func TestStateWriterDies(t *testing.T) {
 			}
 			// The SA carries on up to its granted bound, then refuses.
 			refused := 0
-			for refused < 3 {
+			for refused < 1 {
 				switch reason := send(); reason {
 				case esp.ReasonNone:
 					refused = 0
@@ -644,5 +664,46 @@ func TestStateWriterFails(t *testing.T) {
 	}
 	if !strings.Contains(logs.String(), "recorded again") {
 		t.Fatalf("no recovery line:\n%s", logs)
+	}
+}
+
+// TestSlotFileRemoved: the slot file removed under a running gateway (the
+// state directory emptied) is made again, with every slot's bound, at the
+// writer's next sync, so a restart still refuses every packet accepted.
+func TestSlotFileRemoved(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	peer := peerSA(t, dir)
+	g, _ := testGateway(t, dir)
+	in1 := openTest(t, g, "i", esp.Inbound)
+	var accepted [][]byte
+	send := func(n int) {
+		for range n {
+			pkt := r.seal(peer, innerPacket(0))
+			if reason := r.openWaiting(g, in1.SA, pkt); reason != esp.ReasonNone {
+				t.Fatalf("seq %d: %v (%+v)", peer.Seq(), reason, saInfo(in1, "in"))
+			}
+			accepted = append(accepted, pkt)
+		}
+	}
+	send(300)
+	waitWriter(t, g)
+	if err := os.Remove(filepath.Join(dir, slotFileName)); err != nil {
+		t.Fatal(err)
+	}
+	send(300)
+	waitWriter(t, g)
+	if _, err := os.Stat(filepath.Join(dir, slotFileName)); err != nil {
+		t.Fatalf("the slot file was not made again: %v", err)
+	}
+	g2, _ := testGateway(t, dir)
+	in2 := openTest(t, g2, "i", esp.Inbound)
+	if b := in2.SA.Seq(); b < peer.Seq() {
+		t.Fatalf("restarted at %d below seq %d, which the first instance accepted", b, peer.Seq())
+	}
+	for i, pkt := range accepted {
+		if reason := r.open(in2.SA, pkt); reason != esp.ReasonReplay {
+			t.Fatalf("accepted packet %d replayed after the restart: %v, want replay", i+1, reason)
+		}
 	}
 }

@@ -31,6 +31,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"syscall"
 )
 
 // slotFileName is the slot file in the state directory.
@@ -55,8 +56,9 @@ func slotKeyOf(path string) slotKey {
 type slotFile struct {
 	mu     sync.Mutex
 	f      *os.File
+	dir    string
 	err    error              // opening or reading it failed
-	bounds map[slotKey]uint64 // what the file held when it was read, by key
+	bounds map[slotKey]uint64 // the highest bound read or written, by key
 	slots  map[slotKey]int    // the slot of each key, while its state file holds it
 	free   []int
 	n      int // slots in the file
@@ -103,7 +105,7 @@ func (s *slotFile) read(dir string) error {
 			s.free = append(s.free, i)
 		}
 	}
-	s.f = f
+	s.f, s.dir = f, dir
 	return nil
 }
 
@@ -160,15 +162,61 @@ func (s *slotFile) write(path string, c int, v uint64) error {
 	return err
 }
 
-// sync makes every write before it durable.
+// sync makes every write before it durable. If the file was removed
+// (the state directory emptied or deleted under the gateway), what it
+// synced went nowhere: it makes a new file holding every slot's last
+// bound and syncs that, or fails while it cannot.
 func (s *slotFile) sync() error {
 	s.mu.Lock()
-	f := s.f
-	s.mu.Unlock()
-	if f == nil {
+	defer s.mu.Unlock()
+	if s.f == nil {
 		return errSlotsClosed
 	}
-	return f.Sync()
+	if err := s.f.Sync(); err != nil {
+		return err
+	}
+	var st syscall.Stat_t
+	if err := syscall.Fstat(int(s.f.Fd()), &st); err != nil {
+		return err
+	}
+	if st.Nlink > 0 {
+		return nil
+	}
+	if err := s.recreateLocked(); err != nil {
+		return fmt.Errorf("gateway: %s was removed and cannot be made again: %w", slotFileName, err)
+	}
+	return nil
+}
+
+// recreateLocked replaces a removed slot file with a new one that holds,
+// in the same slots, the highest bound written to each, and syncs it and
+// its directory. s.mu is held.
+func (s *slotFile) recreateLocked() error {
+	path := filepath.Join(s.dir, slotFileName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE|os.O_TRUNC, 0o600)
+	if err != nil {
+		return err
+	}
+	b := make([]byte, s.n*slotSize)
+	for k, i := range s.slots {
+		encodeCopy(b[i*slotSize:], k, s.bounds[k])
+		encodeCopy(b[i*slotSize+copySize:], k, s.bounds[k])
+	}
+	_, err = f.WriteAt(b, 0)
+	if err == nil {
+		err = f.Sync()
+	}
+	if err == nil {
+		err = syncDir(s.dir)
+	}
+	if err != nil {
+		f.Close()
+		os.Remove(path)
+		return err
+	}
+	s.f.Close()
+	s.f = f
+	return nil
 }
 
 // release empties path's slot, syncs it and frees it: its state file now

@@ -40,11 +40,13 @@ import (
 // asks every one to four seconds, at least ReplayReserveMin numbers at a
 // time), up to stateLeaseStepMax; an outbound step is esp.SeqReserveBlock.
 // A packet that reaches an ungranted bound (a burst far faster than the
-// step was sized for) waits up to stateLeaseWait for its record.
+// step was sized for) waits up to stateLeaseWait for its record, as long
+// as an fdatasync may take on a loaded machine (the records on the lane
+// before waited for theirs however long they took).
 const (
 	stateLeaseStep    = 2 * time.Second
 	stateLeaseStepMax = 20 * time.Second
-	stateLeaseWait    = 100 * time.Millisecond
+	stateLeaseWait    = 500 * time.Millisecond
 )
 
 // stateRetry is how long the writer waits before it retries records that
