@@ -219,8 +219,12 @@ func (s *slotFile) recreateLocked() error {
 	return nil
 }
 
-// release empties path's slot, syncs it and frees it: its state file now
-// holds all there is to know. A slot that cannot be emptied stays taken.
+// release empties path's slot and frees it: its state file now holds all
+// there is to know. It does not sync: a crash before the writer's next
+// sync leaves the slot's bound, above the final state (a restart then
+// refuses up to a step of the peer's packets, as after any crash), and
+// whatever takes the slot next is granted only after a sync, which makes
+// the emptying durable with it. A slot that cannot be emptied stays taken.
 func (s *slotFile) release(path string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -231,9 +235,6 @@ func (s *slotFile) release(path string) error {
 	}
 	var b [slotSize]byte
 	if _, err := s.f.WriteAt(b[:], int64(i*slotSize)); err != nil {
-		return fmt.Errorf("gateway: %s: %w", slotFileName, err)
-	}
-	if err := s.f.Sync(); err != nil {
 		return fmt.Errorf("gateway: %s: %w", slotFileName, err)
 	}
 	delete(s.slots, k)
