@@ -427,7 +427,11 @@ func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState) bool {
 	} else {
 		d.dir = 1
 		d.tag = 0
-		copy(unsafe.Slice((*byte)(&d.tag_in[0]), len(d.tag_in)), op.Tag)
+		if len(op.Tag) == 16 {
+			*(*[16]byte)(unsafe.Pointer(&d.tag_in[0])) = [16]byte(op.Tag)
+		} else {
+			copy(unsafe.Slice((*byte)(&d.tag_in[0]), len(d.tag_in)), op.Tag)
+		}
 	}
 	d.status = 0
 	return true
