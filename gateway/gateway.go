@@ -14,6 +14,7 @@ import (
 	"runtime"
 	"sort"
 	"sync"
+	"sync/atomic"
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/cryptodev"
@@ -58,6 +59,9 @@ type Gateway struct {
 
 	stateMu    sync.Mutex
 	stateFiles map[string]*stateFile // by path
+	// closing, set by Close, gathers the final states of the SAs it
+	// retires for one sync.
+	closing atomic.Pointer[finalStates]
 	// stateWriter records inbound SAs' bounds off the data path.
 	stateWriter stateWriter
 
@@ -514,7 +518,12 @@ func (g *Gateway) Close() error {
 		g.dp.Close()
 	}
 	g.cancel()
+	// The SAs' final states are written as they retire and made durable
+	// together (finalStates).
+	fs := &finalStates{}
+	g.closing.Store(fs)
 	g.store.Close()
+	fs.sync(&g.stateWriter.slots, g.log)
 	for _, e := range g.engines {
 		errs = append(errs, e.Close())
 	}

@@ -707,3 +707,75 @@ func TestSlotFileRemoved(t *testing.T) {
 		}
 	}
 }
+
+// TestCloseSyncsFinalStatesOnce: the SAs a closing gateway retires write
+// their exact final states with one syncfs for all of them, and keep their
+// slots (a bound above the final state) until that sync is done, so a crash
+// before it still starts each SA above what it used.
+func TestCloseSyncsFinalStatesOnce(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	peer := peerSA(t, dir)
+	g, _ := testGateway(t, dir)
+	in := openTest(t, g, "i", esp.Inbound)
+	out := openTest(t, g, "o", esp.Outbound)
+	for i := range 30 {
+		if reason := r.openWaiting(g, in.SA, r.seal(peer, innerPacket(i))); reason != esp.ReasonNone {
+			t.Fatalf("packet %d: %v", i+1, reason)
+		}
+		r.seal(out.SA, innerPacket(i))
+	}
+	waitWriter(t, g)
+	paths := map[string]esp.Direction{}
+	for _, d := range []esp.Direction{esp.Inbound, esp.Outbound} {
+		name := map[esp.Direction]string{esp.Inbound: "i", esp.Outbound: "o"}[d]
+		sa := withTunnelAddrs(*g.cfg.SA(name), g.cfg.Tunnels[0].Local, g.cfg.Tunnels[0].Peer, d)
+		paths[seqStatePath(dir, &sa, d)] = d
+	}
+
+	bounds := map[string]uint64{}
+	for p := range paths {
+		bounds[p] = max(g.stateWriter.slots.bound(p), loadedBound(t, p))
+		if bounds[p] <= 30 {
+			t.Fatalf("%s: bound %d before retiring, want above 30", p, bounds[p])
+		}
+	}
+
+	fs := &finalStates{}
+	g.closing.Store(fs)
+	in.Retired()
+	out.Retired()
+	for p := range paths {
+		// A crash now restarts from the bound.
+		if v := max(g.stateWriter.slots.bound(p), loadedBound(t, p)); v != bounds[p] {
+			t.Errorf("%s: %d before the sync; want the reserved bound %d until the final state is durable", p, v, bounds[p])
+		}
+	}
+	fs.sync(&g.stateWriter.slots, g.log)
+	if fs.syncs != 2 {
+		t.Errorf("%d syncs for %d final states, want 2", fs.syncs, len(paths))
+	}
+	for p := range paths {
+		if v, err := loadReserved(p); err != nil || v != 30 {
+			t.Errorf("%s after the sync: %d, %v; want the final state 30", p, v, err)
+		}
+		if b := g.stateWriter.slots.bound(p); b != 0 {
+			t.Errorf("%s: slot still holds %d after the sync", p, b)
+		}
+		if _, err := os.Stat(p + finalSuffix); !os.IsNotExist(err) {
+			t.Errorf("%s%s left behind: %v", p, finalSuffix, err)
+		}
+	}
+	if out2 := openTest(t, g, "o", esp.Outbound); out2.SA.Seq() != 30 {
+		t.Errorf("outbound SA installed again starts after %d, want 30", out2.SA.Seq())
+	}
+}
+
+func loadedBound(t *testing.T, path string) uint64 {
+	t.Helper()
+	v, err := loadReserved(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
