@@ -440,14 +440,22 @@ func (l *Link) readRing(fd uintptr) bool {
 	out := 0
 	for i := range n {
 		d := rx.descs[(cons+i)&rx.mask]
-		if end := d.Addr + uint64(d.Len); end <= uint64(len(s.umem)) && d.Len <= frameSize {
-			if l.deliver(s.umem[d.Addr:end], l.rbufs[out], t) {
+		// The descriptor is the kernel's: it must lie inside one
+		// receive frame before it is sliced, and only a receive frame
+		// goes back to the fill ring.
+		base := d.Addr &^ (frameSize - 1)
+		if base >= uint64(s.rxFrames*frameSize) {
+			t.RxErrors++
+			continue
+		}
+		if d.Addr-base+uint64(d.Len) <= frameSize {
+			if l.deliver(s.umem[d.Addr:d.Addr+uint64(d.Len)], l.rbufs[out], t) {
 				out++
 			}
 		} else {
 			t.RxErrors++
 		}
-		fill.addrs[fp&fill.mask] = d.Addr &^ (frameSize - 1)
+		fill.addrs[fp&fill.mask] = base
 		fp++
 	}
 	fill.cached = fp
@@ -659,8 +667,16 @@ func (l *Link) waitFrame(fd uintptr, prod uint32) bool {
 func (l *Link) reap() {
 	c := &l.s.comp
 	prod := atomic.LoadUint32(c.prod)
+	lo, hi := uint64(l.s.rxFrames*frameSize), uint64(len(l.s.umem))
 	for ; c.cached != prod; c.cached++ {
-		l.free = append(l.free, c.addrs[c.cached&c.mask]&^(frameSize-1))
+		// The kernel's address: only a TX frame, and never more than
+		// there are, goes back to the free list.
+		a := c.addrs[c.cached&c.mask] &^ (frameSize - 1)
+		if a < lo || a >= hi || len(l.free) == cap(l.free) {
+			l.wtally.TxErrors++
+			continue
+		}
+		l.free = append(l.free, a)
 	}
 	atomic.StoreUint32(c.cons, c.cached)
 }
