@@ -594,6 +594,7 @@ func (l *Link) writeRing(fd uintptr) bool {
 			l.nfb++
 			continue
 		}
+		h.markUsed()
 		if len(l.free) == 0 && !l.waitFrame(fd, prod) {
 			t.TxFull++
 			continue
