@@ -212,6 +212,10 @@ type SA struct {
 	// owner counts here, under the lock, and publishes with one atomic
 	// add per run of packets (Unlock), not per packet.
 	pendPackets, pendBytes uint64
+	// Outbound packets prepared and not yet finished, counted only when
+	// limited: a hard lifetime counts them too, so that packets in flight
+	// (a batch, batches queued at an engine) cannot carry the SA past it.
+	flightPackets, flightBytes uint64
 
 	ivGen        cipher.Block // CBC IV generator (outbound)
 	ivSalt       uint64
@@ -603,8 +607,25 @@ func (sa *SA) hardExpired() bool { return sa.limited && sa.hardExpiredSlow() }
 
 func (sa *SA) hardExpiredSlow() bool {
 	p, b := sa.totals()
+	p, b = p+sa.flightPackets, b+sa.flightBytes
 	lt := &sa.cfg.Lifetime
 	return (lt.HardPackets != 0 && p >= lt.HardPackets) || (lt.HardBytes != 0 && b >= lt.HardBytes)
+}
+
+// takeOffLocked counts an outbound packet of a limited SA as in flight
+// (see flightPackets).
+func (sa *SA) takeOffLocked(n int) {
+	sa.flightPackets++
+	sa.flightBytes += uint64(n)
+}
+
+// landLocked ends an outbound packet's flight: it was finished, or it
+// will never be.
+func (sa *SA) landLocked(w *Work) {
+	if sa.limited {
+		sa.flightPackets--
+		sa.flightBytes -= uint64(w.n)
+	}
 }
 
 // Work is a packet's state between Prepare and Finish. The caller keeps one
