@@ -1,6 +1,9 @@
 package xdp
 
 import (
+	"bytes"
+	"log/slog"
+	"net/netip"
 	"sync/atomic"
 	"testing"
 
@@ -95,5 +98,38 @@ func TestBadCompletions(t *testing.T) {
 	}
 	if got := l.wtally.TxErrors; got != uint64(n) {
 		t.Errorf("TxErrors tally = %d, want %d", got, n)
+	}
+}
+
+// When the kernel takes no TX frame back (a driver that stopped sending,
+// an interface gone down), Write waits for a free frame once, not once per
+// packet: the packets after the first that found none are dropped at once
+// (TxFull), so that a batch costs one txWait, not one per packet.
+func TestWriteWaitsOnce(t *testing.T) {
+	l := fakeLink(64)
+	dst := netip.MustParseAddr("192.0.2.2")
+	r := newResolver(nil, 0, slog.New(slog.DiscardHandler))
+	d := &dest{}
+	r.snap.Store(&map[netip.Addr]hop{dst: {probe: &d.probe, used: &d.used}})
+	l.sh = &shared{res: r}
+	l.fb = make([]*packet.Buf, 2*l.s.txFrames)
+	for i := range l.s.txFrames {
+		l.free = append(l.free, uint64((l.s.rxFrames+i)*frameSize))
+	}
+	pkt := frame(dst, packet.ProtoUDP, 4500, make([]byte, 64))[ethLen:]
+	bufs := make([]*packet.Buf, 2*l.s.txFrames)
+	for i := range bufs {
+		bufs[i] = packet.NewBuf(bytes.Clone(pkt), 0, len(pkt))
+	}
+	l.wbufs = bufs
+	l.writeRing(0)
+	if got, want := l.wtally.TxPackets, uint64(l.s.txFrames); got != want {
+		t.Errorf("TxPackets = %d, want %d", got, want)
+	}
+	if got, want := l.wtally.TxFull, uint64(len(bufs)-l.s.txFrames); got != want {
+		t.Errorf("TxFull = %d, want %d", got, want)
+	}
+	if l.stalls != 1 {
+		t.Errorf("Write waited %d times for a TX frame that never came, want 1", l.stalls)
 	}
 }

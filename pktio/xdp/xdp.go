@@ -150,6 +150,7 @@ type Link struct {
 	wtally  pktio.Tally
 	writeFn func(fd uintptr) bool
 	free    []uint64 // TX frames not in the kernel's hands
+	stalls  uint64   // waits for a TX frame that ended empty-handed
 	fb      []*packet.Buf
 	nfb     int
 }
@@ -581,6 +582,7 @@ func (l *Link) writeRing(fd uintptr) bool {
 	t := &l.wtally
 	l.reap()
 	prod := tx.cached
+	starved := false // a wait for a free frame came back empty: wait no more in this call
 	for _, b := range l.wbufs {
 		data := b.Bytes()
 		total, dst, ok := outer(data)
@@ -595,7 +597,11 @@ func (l *Link) writeRing(fd uintptr) bool {
 			continue
 		}
 		h.markUsed()
-		if len(l.free) == 0 && !l.waitFrame(fd, prod) {
+		if len(l.free) == 0 {
+			l.reap()
+		}
+		if len(l.free) == 0 && (starved || !l.waitFrame(fd, prod)) {
+			starved = true
 			t.TxFull++
 			continue
 		}
@@ -658,6 +664,7 @@ func (l *Link) waitFrame(fd uintptr, prod uint32) bool {
 		if deadline.IsZero() {
 			deadline = now.Add(txWait)
 		} else if now.After(deadline) {
+			l.stalls++
 			return false
 		}
 		runtime.Gosched()
