@@ -32,6 +32,9 @@ type hop struct {
 	mac   [6]byte
 	probe *atomic.Bool
 	used  *atomic.Bool // set by Write, taken by the resolver's refresh
+	// kernel says that the destination is the kernel's until the next
+	// refresh: its route leaves by another interface, or there is none.
+	kernel bool
 }
 
 // markUsed tells the resolver that Write sent to the destination (a load
@@ -78,8 +81,10 @@ func newResolver(h *netlink.Handle, ifindex int, log *slog.Logger) *resolver {
 	return r
 }
 
-// lookup returns the next hop of dst, or false after asking the resolver
-// to find it. It does not allocate.
+// lookup returns the next hop of dst, or false: after asking the
+// resolver to find it if it is new or its neighbour unknown, without
+// asking if the last refresh found it is the kernel's. It does not
+// allocate.
 func (r *resolver) lookup(dst netip.Addr) (hop, bool) {
 	h, ok := (*r.snap.Load())[dst]
 	if !ok {
@@ -87,8 +92,10 @@ func (r *resolver) lookup(dst netip.Addr) (hop, bool) {
 		case r.ask <- dst:
 		default:
 		}
+		return h, false
 	}
-	return h, ok
+	h.markUsed()
+	return h, !h.kernel
 }
 
 func (r *resolver) start() {
@@ -196,7 +203,11 @@ func (r *resolver) refresh() {
 	for dst, d := range r.wanted {
 		routes, err := r.h.RouteGet(dst.AsSlice())
 		if err != nil || len(routes) == 0 || routes[0].LinkIndex != r.ifindex {
-			continue // no route, or not out of this interface: the kernel's
+			// No route, or not out of this interface: the kernel's
+			// until the next refresh (asking sooner would change
+			// nothing).
+			m[dst] = hop{probe: &d.probe, used: &d.used, kernel: true}
+			continue
 		}
 		nh := dst
 		if gw, ok := netip.AddrFromSlice(routes[0].Gw); ok && !gw.IsUnspecified() {

@@ -596,7 +596,6 @@ func (l *Link) writeRing(fd uintptr) bool {
 			l.nfb++
 			continue
 		}
-		h.markUsed()
 		if len(l.free) == 0 {
 			l.reap()
 		}
