@@ -323,3 +323,55 @@ func TestHardLifetimeInBatch(t *testing.T) {
 		}
 	}
 }
+
+// Inbound too, a hard lifetime counts the packets prepared and not yet
+// finished: two batches in flight open no more than the limit allows.
+func TestHardLifetimeInboundInBatch(t *testing.T) {
+	for _, lt := range []esp.Lifetime{{HardPackets: 3}, {HardBytes: 250}} {
+		out, in := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, lt: lt})
+		h := newHarness(t)
+		var sealed [][]byte
+		for range 8 {
+			esp.SetLifetimeCounters(out, 0, 0)
+			ct, r := h.seal(out, ipPacket(false, 100-28))
+			if r != esp.ReasonNone {
+				t.Fatal(r)
+			}
+			sealed = append(sealed, ct)
+		}
+		q, _ := soft.New().NewQueue()
+		pl := esp.NewPipeline(q)
+		pool := packet.NewPool(16, 2048, 128)
+		for k := range 2 {
+			b := esp.NewBatch(8)
+			b.Reset(esp.Inbound, 4)
+			for i := range b.Bufs {
+				p := pool.Get()
+				p.Write(128, sealed[4*k+i])
+				b.Bufs[i], b.SAs[i] = p, in
+				if r := esp.Parse(p.Bytes(), nil, &b.Parsed[i]); r != esp.ReasonNone {
+					t.Fatal(r)
+				}
+			}
+			if err := pl.Submit(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		opened := 0
+		for range 2 {
+			b := pl.Complete(true)
+			for _, r := range b.Reasons {
+				switch r {
+				case esp.ReasonNone:
+					opened++
+				case esp.ReasonLifetime:
+				default:
+					t.Fatalf("%+v: %v", lt, r)
+				}
+			}
+		}
+		if opened != 3 || in.Counters.Packets.Load() != 3 {
+			t.Errorf("%+v: %d packets opened (%d counted) of 8 in two batches in flight, want 3", lt, opened, in.Counters.Packets.Load())
+		}
+	}
+}

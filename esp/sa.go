@@ -212,9 +212,9 @@ type SA struct {
 	// owner counts here, under the lock, and publishes with one atomic
 	// add per run of packets (Unlock), not per packet.
 	pendPackets, pendBytes uint64
-	// Outbound packets prepared and not yet finished, counted only when
-	// limited: a hard lifetime counts them too, so that packets in flight
-	// (a batch, batches queued at an engine) cannot carry the SA past it.
+	// Packets prepared and not yet finished, counted only when limited:
+	// a hard lifetime counts them too, so that packets in flight (a
+	// batch, batches queued at an engine) cannot carry the SA past it.
 	flightPackets, flightBytes uint64
 
 	ivGen        cipher.Block // CBC IV generator (outbound)
@@ -612,15 +612,15 @@ func (sa *SA) hardExpiredSlow() bool {
 	return (lt.HardPackets != 0 && p >= lt.HardPackets) || (lt.HardBytes != 0 && b >= lt.HardBytes)
 }
 
-// takeOffLocked counts an outbound packet of a limited SA as in flight
-// (see flightPackets).
+// takeOffLocked counts a packet of a limited SA as in flight (see
+// flightPackets).
 func (sa *SA) takeOffLocked(n int) {
 	sa.flightPackets++
 	sa.flightBytes += uint64(n)
 }
 
-// landLocked ends an outbound packet's flight: it was finished, or it
-// will never be.
+// landLocked ends a packet's flight: it was finished, or it will never
+// be.
 func (sa *SA) landLocked(w *Work) {
 	if sa.limited {
 		sa.flightPackets--
@@ -637,7 +637,7 @@ type Work struct {
 	espOff int      // ESP header offset within the packet data
 	hdrLen int      // inbound transport: length of the IP header kept
 	nhOff  int      // inbound transport: where the next header byte is in it
-	n      int      // plaintext length accounted
+	n      int      // plaintext length accounted (outbound); inbound, the ciphertext length in flight (limited SAs)
 }
 
 // Seq returns the full sequence number assigned (outbound) or inferred
