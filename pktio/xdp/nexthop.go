@@ -145,21 +145,17 @@ func (r *resolver) run() {
 }
 
 // want adds dst to the wanted destinations, or notes that it is still
-// wanted. When maxDests are followed, those Write has not used for
-// idleAfter make room; if none has, dst waits for a later ask.
+// wanted. When maxDests are followed, dst waits for an ask after a
+// refresh has forgotten the idle ones (forget).
 func (r *resolver) want(dst netip.Addr) {
 	now := r.now()
 	if d, ok := r.wanted[dst]; ok {
 		d.last = now
 		return
 	}
-	if len(r.wanted) >= maxDests {
-		r.forget(now)
-		if len(r.wanted) >= maxDests {
-			return
-		}
+	if len(r.wanted) < maxDests {
+		r.wanted[dst] = &dest{last: now}
 	}
-	r.wanted[dst] = &dest{last: now}
 }
 
 // forget drops the wanted destinations Write has not used or asked about
