@@ -173,6 +173,12 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 	fillOp(op, sa.cfg.Key, cryptodev.Decrypt, data[start:start+ct], data[start+ct:pp.End], eh[HeaderLen:])
 	sa.fillAAD(w, op, eh[:HeaderLen], seq)
 	w.seq, w.espOff, w.hdrLen, w.nhOff = seq, pp.ESPOff, pp.IPHdrLen, pp.NHOff
+	if sa.limited {
+		// In flight until Finish, counted by its ciphertext's length
+		// (an upper bound of the plaintext Finish counts).
+		w.n = ct
+		sa.takeOffLocked(ct)
+	}
 	return ReasonNone
 }
 
@@ -188,6 +194,7 @@ func (sa *SA) FinishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 // finishInbound is FinishInbound; the packet is counted by the next
 // publishLocked (Unlock).
 func (sa *SA) finishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	sa.landLocked(w)
 	switch op.Status {
 	case cryptodev.StatusOK:
 	case cryptodev.StatusAuthFailed:

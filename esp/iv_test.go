@@ -81,7 +81,7 @@ func TestAEADIVNormalPath(t *testing.T) {
 // TestAEADIVEpochRollover: after 2^32 packets under one epoch the SA draws
 // another, never the same one again, and the counter restarts below it.
 func TestAEADIVEpochRollover(t *testing.T) {
-	// The first draw, then the same value again (refused), then a new one.
+	// The first draw; the rollover takes the next epoch, not a draw.
 	defer esp.SetRandom(bytes.NewReader([]byte{0, 0, 0, 7, 0, 0, 0, 7, 0, 0, 0, 9}))()
 	h := newHarness(t)
 	out, in := saPair(t, pairOpts{alg: cryptodev.ChaCha20Poly1305, esn: true})
@@ -97,7 +97,32 @@ func TestAEADIVEpochRollover(t *testing.T) {
 			t.Fatal(r)
 		}
 	}
-	if ivs[0] != 7<<32|0xffffffff || ivs[1] != 9<<32 {
-		t.Fatalf("IVs across the rollover: %#016x, %#016x; want 0x00000007ffffffff, 0x0000000900000000", ivs[0], ivs[1])
+	if ivs[0] != 7<<32|0xffffffff || ivs[1] != 8<<32 {
+		t.Fatalf("IVs across the rollover: %#016x, %#016x; want 0x00000007ffffffff, 0x0000000800000000", ivs[0], ivs[1])
+	}
+}
+
+// TestAEADIVEpochsDistinctInInstance: within one SA instance the IVs are
+// distinct by construction (package doc), across any number of 2^32-packet
+// rollovers, even when the random source would hand back an epoch the
+// instance used before.
+func TestAEADIVEpochsDistinctInInstance(t *testing.T) {
+	defer esp.SetRandom(bytes.NewReader(bytes.Repeat([]byte{0, 0, 0, 7, 0, 0, 0, 9}, 8)))()
+	h := newHarness(t)
+	out, _ := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, esn: true})
+	seen := map[uint64]int{}
+	for i := range 8 {
+		if i%2 == 1 {
+			esp.SetIVCount(out, 1<<32-1) // the last IV of the epoch, then a rollover
+		}
+		pkt, r := h.seal(out, ipPacket(false, 40))
+		if r != esp.ReasonNone {
+			t.Fatal(r)
+		}
+		iv := sealedIV(pkt)
+		if prev, dup := seen[iv]; dup {
+			t.Fatalf("packet %d repeats IV %#016x of packet %d", i, iv, prev)
+		}
+		seen[iv] = i
 	}
 }

@@ -147,6 +147,9 @@ func (sa *SA) prepareOutboundLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Re
 	fillOp(op, sa.cfg.Key, cryptodev.Encrypt, data[front:end], data[end:], iv)
 	sa.fillAAD(w, op, data[off:off+HeaderLen], seq)
 	w.seq, w.espOff, w.n = seq, off, plen
+	if sa.limited {
+		sa.takeOffLocked(plen)
+	}
 	return ReasonNone
 }
 
@@ -287,6 +290,9 @@ func (sa *SA) prepareTransportLocked(p *packet.Buf, w *Work, op *cryptodev.Op) R
 	fillOp(op, sa.cfg.Key, cryptodev.Encrypt, data[off+ehl:end], data[end:], iv)
 	sa.fillAAD(w, op, data[off:off+HeaderLen], seq)
 	w.seq, w.espOff, w.n = seq, off, plen
+	if sa.limited {
+		sa.takeOffLocked(plen)
+	}
 	return ReasonNone
 }
 
@@ -368,6 +374,7 @@ func (sa *SA) FinishOutbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 // checksum is needed (false when a socket sends the packet and the kernel
 // computes its own).
 func (sa *SA) finishOutbound(p *packet.Buf, w *Work, op *cryptodev.Op, udpSum bool) Reason {
+	sa.landLocked(w)
 	if op.Status != cryptodev.StatusOK {
 		return ReasonCryptoError
 	}

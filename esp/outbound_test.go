@@ -280,3 +280,98 @@ func TestCountersAndSeqWhileSealing(t *testing.T) {
 		t.Fatalf("packets %d bytes %d seq %d, want %d %d %d", p, by, s, n, n*size, n)
 	}
 }
+
+// A hard lifetime stops an SA at its limit even within a batch, and across
+// batches in flight at once: the packets prepared and not yet finished
+// count, not only the finished ones.
+func TestHardLifetimeInBatch(t *testing.T) {
+	for _, lt := range []esp.Lifetime{{HardPackets: 3}, {HardBytes: 250}} {
+		out, _ := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, lt: lt})
+		q, _ := soft.New().NewQueue()
+		pl := esp.NewPipeline(q)
+		pool := packet.NewPool(16, 2048, 128)
+		inner := ipPacket(false, 100-28)
+		var bs []*esp.Batch
+		for range 2 {
+			b := esp.NewBatch(8)
+			b.Reset(esp.Outbound, 4)
+			for i := range b.Bufs {
+				p := pool.Get()
+				p.Write(128, inner)
+				b.Bufs[i], b.SAs[i] = p, out
+			}
+			if err := pl.Submit(b); err != nil {
+				t.Fatal(err)
+			}
+			bs = append(bs, b)
+		}
+		sealed := 0
+		for range bs {
+			b := pl.Complete(true)
+			for _, r := range b.Reasons {
+				switch r {
+				case esp.ReasonNone:
+					sealed++
+				case esp.ReasonLifetime:
+				default:
+					t.Fatalf("%+v: %v", lt, r)
+				}
+			}
+		}
+		if sealed != 3 || out.Counters.Packets.Load() != 3 {
+			t.Errorf("%+v: %d packets sealed (%d counted) of 8 in two batches in flight, want 3", lt, sealed, out.Counters.Packets.Load())
+		}
+	}
+}
+
+// Inbound too, a hard lifetime counts the packets prepared and not yet
+// finished: two batches in flight open no more than the limit allows.
+func TestHardLifetimeInboundInBatch(t *testing.T) {
+	for _, lt := range []esp.Lifetime{{HardPackets: 3}, {HardBytes: 250}} {
+		out, in := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, lt: lt})
+		h := newHarness(t)
+		var sealed [][]byte
+		for range 8 {
+			esp.SetLifetimeCounters(out, 0, 0)
+			ct, r := h.seal(out, ipPacket(false, 100-28))
+			if r != esp.ReasonNone {
+				t.Fatal(r)
+			}
+			sealed = append(sealed, ct)
+		}
+		q, _ := soft.New().NewQueue()
+		pl := esp.NewPipeline(q)
+		pool := packet.NewPool(16, 2048, 128)
+		for k := range 2 {
+			b := esp.NewBatch(8)
+			b.Reset(esp.Inbound, 4)
+			for i := range b.Bufs {
+				p := pool.Get()
+				p.Write(128, sealed[4*k+i])
+				b.Bufs[i], b.SAs[i] = p, in
+				if r := esp.Parse(p.Bytes(), nil, &b.Parsed[i]); r != esp.ReasonNone {
+					t.Fatal(r)
+				}
+			}
+			if err := pl.Submit(b); err != nil {
+				t.Fatal(err)
+			}
+		}
+		opened := 0
+		for range 2 {
+			b := pl.Complete(true)
+			for _, r := range b.Reasons {
+				switch r {
+				case esp.ReasonNone:
+					opened++
+				case esp.ReasonLifetime:
+				default:
+					t.Fatalf("%+v: %v", lt, r)
+				}
+			}
+		}
+		if opened != 3 || in.Counters.Packets.Load() != 3 {
+			t.Errorf("%+v: %d packets opened (%d counted) of 8 in two batches in flight, want 3", lt, opened, in.Counters.Packets.Load())
+		}
+	}
+}

@@ -151,6 +151,7 @@ func (pl *Pipeline) Submit(b *Batch) error {
 	if err := pl.q.Submit(cb); err != nil {
 		for _, i := range b.opPkt {
 			lk.to(b.SAs[i])
+			b.SAs[i].landLocked(&b.work[i])
 			b.Reasons[i] = ReasonQueueFull
 			b.SAs[i].Counters.Drops.Inc(ReasonQueueFull)
 		}

@@ -28,13 +28,14 @@
 //
 //	IV = epoch (32 random bits, drawn when the SA is made) || counter (32 bits)
 //
-// where the counter counts the packets this SA instance sealed and a fresh
-// epoch is drawn (different from the current one) every 2^32 packets. Within
-// one instance the IVs are distinct by construction; they repeat under a key
-// only if two epoch draws under that key coincide, whatever happened to the
-// state on disk. With n draws under one key over its whole life (one per
-// start, restart, reload or control-socket install of an SA with that key,
-// plus one per 2^32 packets), the probability of any repeat is at most the
+// where the counter counts the packets this SA instance sealed and the
+// epoch moves on by one every 2^32 packets (a fresh one is drawn, different
+// from the current one, when a leased SA resumes). Within one instance the
+// IVs are distinct by construction (until a Resume); they repeat under a key
+// only if the epochs of two draws under that key meet, whatever happened to
+// the state on disk. With n epochs used under one key over its whole life
+// (one per start, restart, reload or control-socket install of an SA with
+// that key, plus one per 2^32 packets), the probability of any repeat is at most the
 // birthday bound n(n-1)/2^33 < n^2/2^33: about 1.2e-4 after 10,000
 // restarts, 1.2e-8 after 100. The receiver takes the IV from the packet, so
 // this is invisible on the wire. The sequence number keeps its own job
@@ -212,6 +213,10 @@ type SA struct {
 	// owner counts here, under the lock, and publishes with one atomic
 	// add per run of packets (Unlock), not per packet.
 	pendPackets, pendBytes uint64
+	// Packets prepared and not yet finished, counted only when limited:
+	// a hard lifetime counts them too, so that packets in flight (a
+	// batch, batches queued at an engine) cannot carry the SA past it.
+	flightPackets, flightBytes uint64
 
 	ivGen        cipher.Block // CBC IV generator (outbound)
 	ivSalt       uint64
@@ -360,7 +365,10 @@ func (sa *SA) newEpoch() {
 // does not allocate. prepareOutboundLocked has it inline.
 func (sa *SA) nextAEADIV() uint64 {
 	if sa.ivCount == 1<<32 {
-		sa.newEpoch()
+		// The next epoch, not a new draw: a draw may return one this
+		// instance used before.
+		sa.ivEpoch++
+		sa.ivCount = 0
 	}
 	iv := uint64(sa.ivEpoch)<<32 | sa.ivCount
 	sa.ivCount++
@@ -603,8 +611,25 @@ func (sa *SA) hardExpired() bool { return sa.limited && sa.hardExpiredSlow() }
 
 func (sa *SA) hardExpiredSlow() bool {
 	p, b := sa.totals()
+	p, b = p+sa.flightPackets, b+sa.flightBytes
 	lt := &sa.cfg.Lifetime
 	return (lt.HardPackets != 0 && p >= lt.HardPackets) || (lt.HardBytes != 0 && b >= lt.HardBytes)
+}
+
+// takeOffLocked counts a packet of a limited SA as in flight (see
+// flightPackets).
+func (sa *SA) takeOffLocked(n int) {
+	sa.flightPackets++
+	sa.flightBytes += uint64(n)
+}
+
+// landLocked ends a packet's flight: it was finished, or it will never
+// be.
+func (sa *SA) landLocked(w *Work) {
+	if sa.limited {
+		sa.flightPackets--
+		sa.flightBytes -= uint64(w.n)
+	}
 }
 
 // Work is a packet's state between Prepare and Finish. The caller keeps one
@@ -616,7 +641,7 @@ type Work struct {
 	espOff int      // ESP header offset within the packet data
 	hdrLen int      // inbound transport: length of the IP header kept
 	nhOff  int      // inbound transport: where the next header byte is in it
-	n      int      // plaintext length accounted
+	n      int      // plaintext length accounted (outbound); inbound, the ciphertext length in flight (limited SAs)
 }
 
 // Seq returns the full sequence number assigned (outbound) or inferred

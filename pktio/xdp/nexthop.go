@@ -15,6 +15,7 @@ const (
 	refreshEvery = time.Second           // every known destination's route and neighbour are looked up again
 	askGap       = 20 * time.Millisecond // at most one lookup round per gap when Write asks
 	maxDests     = 4096                  // destinations the resolver follows
+	idleAfter    = time.Minute           // a destination Write has not used for this long is forgotten
 	askQueue     = 64                    // pending asks; more are dropped (and asked again by the next Write)
 )
 
@@ -30,6 +31,24 @@ const usableNUD = netlink.NUD_REACHABLE | netlink.NUD_STALE | netlink.NUD_DELAY 
 type hop struct {
 	mac   [6]byte
 	probe *atomic.Bool
+	used  *atomic.Bool // set by Write, taken by the resolver's refresh
+	// kernel says that the destination is the kernel's until the next
+	// refresh: its route leaves by another interface, or there is none.
+	kernel bool
+}
+
+// markUsed tells the resolver that Write sent to the destination (a load
+// only, once the flag is set, so the cache line stays shared).
+func (h hop) markUsed() {
+	if !h.used.Load() {
+		h.used.Store(true)
+	}
+}
+
+// dest is what the resolver goroutine keeps of a wanted destination.
+type dest struct {
+	probe, used atomic.Bool
+	last        time.Time // when Write last used or asked about it
 }
 
 // resolver keeps, for the destinations Write asked about, the MAC address
@@ -45,7 +64,8 @@ type resolver struct {
 	done    chan struct{}
 	ended   chan struct{}
 	started bool
-	wanted  map[netip.Addr]*atomic.Bool // the resolver goroutine's own
+	wanted  map[netip.Addr]*dest // the resolver goroutine's own
+	now     func() time.Time     // time.Now; tests replace it
 	// addrs, if set, refreshes the program's addresses with each round.
 	addrs func()
 }
@@ -54,15 +74,17 @@ func newResolver(h *netlink.Handle, ifindex int, log *slog.Logger) *resolver {
 	r := &resolver{
 		h: h, ifindex: ifindex, log: log,
 		ask: make(chan netip.Addr, askQueue), done: make(chan struct{}), ended: make(chan struct{}),
-		wanted: map[netip.Addr]*atomic.Bool{},
+		wanted: map[netip.Addr]*dest{}, now: time.Now,
 	}
 	m := map[netip.Addr]hop{}
 	r.snap.Store(&m)
 	return r
 }
 
-// lookup returns the next hop of dst, or false after asking the resolver
-// to find it. It does not allocate.
+// lookup returns the next hop of dst, or false: after asking the
+// resolver to find it if it is new or its neighbour unknown, without
+// asking if the last refresh found it is the kernel's. It does not
+// allocate.
 func (r *resolver) lookup(dst netip.Addr) (hop, bool) {
 	h, ok := (*r.snap.Load())[dst]
 	if !ok {
@@ -70,8 +92,10 @@ func (r *resolver) lookup(dst netip.Addr) (hop, bool) {
 		case r.ask <- dst:
 		default:
 		}
+		return h, false
 	}
-	return h, ok
+	h.markUsed()
+	return h, !h.kernel
 }
 
 func (r *resolver) start() {
@@ -102,9 +126,7 @@ func (r *resolver) run() {
 		case <-r.done:
 			return
 		case dst := <-r.ask:
-			if _, ok := r.wanted[dst]; !ok && len(r.wanted) < maxDests {
-				r.wanted[dst] = new(atomic.Bool)
-			}
+			r.want(dst)
 			if armed {
 				continue
 			}
@@ -122,9 +144,37 @@ func (r *resolver) run() {
 	}
 }
 
+// want adds dst to the wanted destinations, or notes that it is still
+// wanted. When maxDests are followed, dst waits for an ask after a
+// refresh has forgotten the idle ones (forget).
+func (r *resolver) want(dst netip.Addr) {
+	now := r.now()
+	if d, ok := r.wanted[dst]; ok {
+		d.last = now
+		return
+	}
+	if len(r.wanted) < maxDests {
+		r.wanted[dst] = &dest{last: now}
+	}
+}
+
+// forget drops the wanted destinations Write has not used or asked about
+// for idleAfter.
+func (r *resolver) forget(now time.Time) {
+	for dst, d := range r.wanted {
+		if d.used.Swap(false) {
+			d.last = now
+		}
+		if now.Sub(d.last) > idleAfter {
+			delete(r.wanted, dst)
+		}
+	}
+}
+
 // refresh looks up every wanted destination's route and next hop and
 // publishes a new snapshot.
 func (r *resolver) refresh() {
+	r.forget(r.now())
 	if r.addrs != nil {
 		r.addrs()
 	}
@@ -146,10 +196,14 @@ func (r *resolver) refresh() {
 		table[ip.Unmap()] = entry{[6]byte(n.HardwareAddr), n.State}
 	}
 	m := make(map[netip.Addr]hop, len(r.wanted))
-	for dst, probe := range r.wanted {
+	for dst, d := range r.wanted {
 		routes, err := r.h.RouteGet(dst.AsSlice())
 		if err != nil || len(routes) == 0 || routes[0].LinkIndex != r.ifindex {
-			continue // no route, or not out of this interface: the kernel's
+			// No route, or not out of this interface: the kernel's
+			// until the next refresh (asking sooner would change
+			// nothing).
+			m[dst] = hop{probe: &d.probe, used: &d.used, kernel: true}
+			continue
 		}
 		nh := dst
 		if gw, ok := netip.AddrFromSlice(routes[0].Gw); ok && !gw.IsUnspecified() {
@@ -160,9 +214,9 @@ func (r *resolver) refresh() {
 			continue
 		}
 		if e.state&(netlink.NUD_REACHABLE|netlink.NUD_PERMANENT) == 0 {
-			probe.Store(true)
+			d.probe.Store(true)
 		}
-		m[dst] = hop{mac: e.mac, probe: probe}
+		m[dst] = hop{mac: e.mac, probe: &d.probe, used: &d.used}
 	}
 	r.snap.Store(&m)
 }

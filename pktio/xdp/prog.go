@@ -54,7 +54,8 @@ func native32(b [4]byte) int32 { return int32(binary.NativeEndian.Uint32(b[:])) 
 // index) the frames that are
 //
 //   - IPv4 (IHL 5, not a fragment) or IPv6 (UDP or ESP directly after
-//     the fixed header) to an address in addrs,
+//     the fixed header, not to an IPv4-mapped address) to an address in
+//     addrs,
 //   - UDP to port whose length leaves at least four payload bytes and
 //     whose first four payload bytes are not zero (ESP, not IKE's non-ESP
 //     marker; a one-byte NAT-keepalive is too short), or, if rawESP, IP
@@ -131,7 +132,13 @@ func program(xsks, addrs *ebpf.Map, port uint16, rawESP bool) asm.Instructions {
 		asm.JNE.Imm(val, 0x60, "pass"),
 		asm.LoadMem(val, pData, v6Dst, asm.DWord),
 		asm.StoreMem(asm.RFP, keyOff, val, asm.DWord),
-		asm.LoadMem(val, pData, v6Dst+8, asm.DWord),
+		// An IPv4-mapped destination (::ffff:a.b.c.d) would match an
+		// IPv4 address's key; the kernel delivers no such packet
+		// (RFC 4291 section 2.5.5.2), so neither does the program.
+		asm.JNE.Imm(val, 0, "v6notmapped"),
+		asm.LoadMem(val, pData, v6Dst+8, asm.Word),
+		asm.JEq.Imm32(val, native32([4]byte{0, 0, 0xff, 0xff}), "pass"),
+		asm.LoadMem(val, pData, v6Dst+8, asm.DWord).WithSymbol("v6notmapped"),
 		asm.StoreMem(asm.RFP, keyOff+8, val, asm.DWord),
 		asm.LoadMem(proto, pData, v6Next, asm.Byte),
 		asm.JNE.Imm(proto, protoUDP, "v6notudp"),

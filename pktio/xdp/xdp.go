@@ -150,6 +150,7 @@ type Link struct {
 	wtally  pktio.Tally
 	writeFn func(fd uintptr) bool
 	free    []uint64 // TX frames not in the kernel's hands
+	stalls  uint64   // waits for a TX frame that ended empty-handed
 	fb      []*packet.Buf
 	nfb     int
 }
@@ -440,14 +441,22 @@ func (l *Link) readRing(fd uintptr) bool {
 	out := 0
 	for i := range n {
 		d := rx.descs[(cons+i)&rx.mask]
-		if end := d.Addr + uint64(d.Len); end <= uint64(len(s.umem)) && d.Len <= frameSize {
-			if l.deliver(s.umem[d.Addr:end], l.rbufs[out], t) {
+		// The descriptor is the kernel's: it must lie inside one
+		// receive frame before it is sliced, and only a receive frame
+		// goes back to the fill ring.
+		base := d.Addr &^ (frameSize - 1)
+		if base >= uint64(s.rxFrames*frameSize) {
+			t.RxErrors++
+			continue
+		}
+		if d.Addr-base+uint64(d.Len) <= frameSize {
+			if l.deliver(s.umem[d.Addr:d.Addr+uint64(d.Len)], l.rbufs[out], t) {
 				out++
 			}
 		} else {
 			t.RxErrors++
 		}
-		fill.addrs[fp&fill.mask] = d.Addr &^ (frameSize - 1)
+		fill.addrs[fp&fill.mask] = base
 		fp++
 	}
 	fill.cached = fp
@@ -573,6 +582,7 @@ func (l *Link) writeRing(fd uintptr) bool {
 	t := &l.wtally
 	l.reap()
 	prod := tx.cached
+	starved := false // a wait for a free frame came back empty: wait no more in this call
 	for _, b := range l.wbufs {
 		data := b.Bytes()
 		total, dst, ok := outer(data)
@@ -586,7 +596,11 @@ func (l *Link) writeRing(fd uintptr) bool {
 			l.nfb++
 			continue
 		}
-		if len(l.free) == 0 && !l.waitFrame(fd, prod) {
+		if len(l.free) == 0 {
+			l.reap()
+		}
+		if len(l.free) == 0 && (starved || !l.waitFrame(fd, prod)) {
+			starved = true
 			t.TxFull++
 			continue
 		}
@@ -649,6 +663,7 @@ func (l *Link) waitFrame(fd uintptr, prod uint32) bool {
 		if deadline.IsZero() {
 			deadline = now.Add(txWait)
 		} else if now.After(deadline) {
+			l.stalls++
 			return false
 		}
 		runtime.Gosched()
@@ -659,8 +674,16 @@ func (l *Link) waitFrame(fd uintptr, prod uint32) bool {
 func (l *Link) reap() {
 	c := &l.s.comp
 	prod := atomic.LoadUint32(c.prod)
+	lo, hi := uint64(l.s.rxFrames*frameSize), uint64(len(l.s.umem))
 	for ; c.cached != prod; c.cached++ {
-		l.free = append(l.free, c.addrs[c.cached&c.mask]&^(frameSize-1))
+		// The kernel's address: only a TX frame, and never more than
+		// there are, goes back to the free list.
+		a := c.addrs[c.cached&c.mask] &^ (frameSize - 1)
+		if a < lo || a >= hi || len(l.free) == cap(l.free) {
+			l.wtally.TxErrors++
+			continue
+		}
+		l.free = append(l.free, a)
 	}
 	atomic.StoreUint32(c.cons, c.cached)
 }
