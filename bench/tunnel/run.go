@@ -59,8 +59,8 @@ type Options struct {
 	Algs    []string // sluice's algorithms
 	// Links are sluice's ESP links ([udp] link, Links); empty: LinkAuto,
 	// the default a user gets.
-	Links []string
-	Sizes   []int    // inner IPv4 packet bytes of the UDP floods
+	Links   []string
+	Sizes   []int // inner IPv4 packet bytes of the UDP floods
 	Tunnels []int
 	// Workers are sluice's data-plane workers; empty: its default only.
 	Workers  []int
