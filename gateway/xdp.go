@@ -77,8 +77,10 @@ type ESPLinkInfo struct {
 	Socket LinkCounters  `json:"socket"`
 }
 
-// LinkCounters are the packets and bytes a set of links moved, and their
-// drops.
+// LinkCounters are the packets and bytes a set of links moved, and what
+// they did not: RxDrops counts what was received and not delivered as a
+// packet (IKE and NAT-keepalives on a UDP socket included), TxDrops the
+// packets not sent.
 type LinkCounters struct {
 	RxPackets uint64 `json:"rx_packets"`
 	RxBytes   uint64 `json:"rx_bytes"`
