@@ -195,3 +195,28 @@ func TestXDPLinkUnavailable(t *testing.T) {
 		t.Errorf("%v:\n%s", err, p.Output())
 	}
 }
+
+// TestXDPStrongSwan: with [udp] link left at its default (auto), the
+// gateway opposite strongSwan 5.9.8 (kernel-libipsec, ESP in UDP) takes
+// AF_XDP on its veth; IKE still reaches its UDP socket (the XDP program
+// passes it to the kernel), the Child SA comes up, and ping and iperf3
+// both ways go through AF_XDP.
+func TestXDPStrongSwan(t *testing.T) {
+	requireCharon(t)
+	b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk"})
+	before := b.gw.espLink()
+	if before.Kind != "xdp" || before.Config != "auto" {
+		t.Fatalf("ESP link %+v: want auto to take AF_XDP on the veth", before)
+	}
+	ch := b.establish()
+	b.traffic("over AF_XDP", true)
+	b.checkCharonSPIs(ch)
+	l := b.gw.espLink()
+	rx, tx := l.XDP.RxPackets-before.XDP.RxPackets, l.XDP.TxPackets-before.XDP.TxPackets
+	srx := l.Socket.RxPackets - before.Socket.RxPackets
+	t.Logf("AF_XDP rx %d tx %d, UDP sockets rx %d tx %d", rx, tx, srx, l.Socket.TxPackets-before.Socket.TxPackets)
+	// 20 pings each way, and iperf3 both ways: far more than 40 each.
+	if rx < 40 || tx < 40 || srx > rx/100 {
+		t.Errorf("AF_XDP received %d and sent %d ESP packets, the UDP sockets received %d: want the ESP on AF_XDP", rx, tx, srx)
+	}
+}
