@@ -885,7 +885,7 @@ func espLinkLine(l *gateway.ESPLinkInfo) string {
 		s += "; " + l.Why
 	}
 	if x := l.XDP; x != nil {
-		s += fmt.Sprintf("\n  AF_XDP   rx %d tx %d packets; not delivered rx %d, dropped tx %d", x.RxPackets, x.TxPackets, x.RxDrops, x.TxDrops)
+		s += fmt.Sprintf("\n  AF_XDP   rx %d tx %d packets; not delivered rx %d, dropped tx %d, handed to the sockets %d", x.RxPackets, x.TxPackets, x.RxDrops, x.TxDrops, l.Fallbacks)
 	}
 	u := l.Socket
 	s += fmt.Sprintf("\n  sockets  rx %d tx %d packets; not delivered rx %d (IKE, keepalives, drops), dropped tx %d", u.RxPackets, u.TxPackets, u.RxDrops, u.TxDrops)

@@ -75,7 +75,14 @@ type ESPLinkInfo struct {
 	// XDP sums the AF_XDP sockets' counters, Socket the UDP sockets'.
 	XDP    *LinkCounters `json:"xdp,omitempty"`
 	Socket LinkCounters  `json:"socket"`
+	// Fallbacks are the packets the AF_XDP sockets handed to the UDP
+	// sockets to send (a next hop not yet resolved).
+	Fallbacks uint64 `json:"fallbacks,omitempty"`
 }
+
+// fallbackCounter is an AF_XDP link that counts what it handed to its
+// fallback (pktio/xdp's Link).
+type fallbackCounter interface{ Fallbacks() uint64 }
 
 // LinkCounters are the packets and bytes a set of links moved, and what
 // they did not: RxDrops counts what was received and not delivered as a
@@ -124,6 +131,11 @@ func (g *Gateway) ESPLink() (ESPLinkInfo, bool) {
 	if len(e.xdp) > 0 {
 		c := sumCounters(e.xdp)
 		info.XDP = &c
+	}
+	for _, x := range e.xdp {
+		if f, ok := x.(fallbackCounter); ok {
+			info.Fallbacks += f.Fallbacks()
+		}
 	}
 	return info, true
 }

@@ -211,11 +211,14 @@ func TestESPLinkXDPError(t *testing.T) {
 	}
 }
 
-// countingLink is a pipe end that counts the packets written to it.
+// countingLink is a pipe end that counts the packets written to it, and
+// says it handed 7 to its fallback.
 type countingLink struct {
 	pktio.Link
 	wrote int
 }
+
+func (c *countingLink) Fallbacks() uint64 { return 7 }
 
 func (c *countingLink) Write(bufs []*packet.Buf) (int, error) {
 	c.wrote += len(bufs)
@@ -289,8 +292,8 @@ func TestESPLinkXDP(t *testing.T) {
 	if !ok || info.Kind != "xdp" || info.Config != "auto" || info.Mode != "copy, native" || info.Interface != "wan0" || info.Queues != 2 {
 		t.Errorf("ESPLink %+v", info)
 	}
-	if info.XDP == nil || info.XDP.TxPackets != 5 || info.Socket.RxPackets != 3 || info.Socket.TxPackets != 1 {
-		t.Errorf("ESPLink counters: xdp %+v, socket %+v", info.XDP, info.Socket)
+	if info.XDP == nil || info.XDP.TxPackets != 5 || info.Socket.RxPackets != 3 || info.Socket.TxPackets != 1 || info.Fallbacks != 14 {
+		t.Errorf("ESPLink counters: xdp %+v, socket %+v, fallbacks %d", info.XDP, info.Socket, info.Fallbacks)
 	}
 	if out := logs.String(); !strings.Contains(out, `msg="ESP link: AF_XDP" link=xdp config=auto interface=wan0 mode="copy, native" queues=2 sockets=3`) {
 		t.Errorf("log:\n%s", out)
