@@ -16,9 +16,9 @@ func TestStatsESPLink(t *testing.T) {
 		l    gateway.ESPLinkInfo
 		want []string
 	}{
-		{gateway.ESPLinkInfo{Config: "auto", Kind: "xdp", Mode: "copy, native", Interface: "wan0", Queues: 2,
+		{gateway.ESPLinkInfo{Config: "auto", Kind: "xdp", Mode: "copy native", Interface: "wan0", Queues: 2,
 			XDP: &gateway.LinkCounters{RxPackets: 1000, TxPackets: 900}, Socket: gateway.LinkCounters{RxPackets: 3, TxPackets: 2, RxDrops: 4}},
-			[]string{`ESP link: xdp (copy, native) on wan0, 2 queue(s), [udp] link = "auto"`, "AF_XDP   rx 1000 tx 900 packets", "sockets  rx 3 tx 2 packets; not delivered rx 4"}},
+			[]string{`ESP link: xdp (copy native) on wan0, 2 queue(s), [udp] link = "auto"`, "AF_XDP   rx 1000 tx 900 packets", "sockets  rx 3 tx 2 packets; not delivered rx 4"}},
 		{gateway.ESPLinkInfo{Config: "auto", Kind: "socket", Why: "AF_XDP: lo, which holds 127.0.0.1, is a loopback interface"},
 			[]string{`ESP link: socket, [udp] link = "auto"; AF_XDP: lo, which holds 127.0.0.1, is a loopback interface`, "sockets  rx 0 tx 0"}},
 	} {

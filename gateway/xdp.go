@@ -21,7 +21,6 @@ package gateway
 // entry a TUN lane got.
 
 import (
-	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -34,6 +33,7 @@ import (
 	"github.com/sluicegw/sluice/dataplane"
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/pktio"
+	"github.com/sluicegw/sluice/pktio/xdp"
 )
 
 // xdpRequest is what the gateway asks of pktio/xdp for one interface.
@@ -47,14 +47,15 @@ type xdpRequest struct {
 }
 
 // xdpOpen attaches the XDP program to ifname and opens its AF_XDP
-// sockets; xdpMode describes an open one ("copy, native"). They are
-// pktio/xdp's Open and Mode, variables so that tests can put a link
-// that fails, or one in memory, in their place.
+// sockets, one per receive queue in use; xdpMode describes an open one
+// ("copy native"). They are pktio/xdp's Open and Mode, variables so that
+// tests can put a link that fails, or one in memory, in their place.
+// Open runs in the gateway's network namespace (Start's).
 var (
 	xdpOpen = func(ifname string, r xdpRequest) ([]pktio.Link, error) {
-		return nil, errors.New("gateway: this build has no AF_XDP link (package pktio/xdp)")
+		return xdp.Open(ifname, xdp.Options{Local: r.Local, Fallback: r.Fallback, Log: r.Log})
 	}
-	xdpMode = func(pktio.Link) string { return "" }
+	xdpMode = xdp.Mode
 )
 
 // ESPLinkInfo says which link carries ESP in UDP, and its counters.
@@ -63,8 +64,8 @@ type ESPLinkInfo struct {
 	Config string `json:"config"`
 	// Kind is the link chosen: "xdp" or "socket".
 	Kind string `json:"kind"`
-	// Mode is the AF_XDP mode with Kind "xdp" ("copy, native", "zerocopy,
-	// native", "copy, generic").
+	// Mode is the AF_XDP mode with Kind "xdp" (pktio/xdp.Mode: "copy
+	// native", "zerocopy native", "copy generic").
 	Mode string `json:"mode,omitempty"`
 	// Interface is where the XDP program is attached, and Queues how
 	// many AF_XDP sockets it has (one per receive queue).
@@ -192,8 +193,8 @@ func (g *Gateway) tryXDP(cfg *config.Gateway, socks []pktio.Link) (string, []pkt
 		fb[i] = &serialLink{Link: s}
 	}
 	req := xdpRequest{Local: cfg.UDP.Listen, Log: g.Logger("dataplane")}
-	// pktio/xdp takes Fallback[i] for queue i: give as many as any
-	// interface could have queues, round robin over the sockets.
+	// pktio/xdp takes Fallback[i] for queue i (Open's queues are fewer
+	// than maxXDPQueues): round robin over the sockets.
 	for i := range maxXDPQueues {
 		req.Fallback = append(req.Fallback, fb[i%len(fb)])
 	}

@@ -242,7 +242,7 @@ func TestESPLinkXDP(t *testing.T) {
 			xdpNear, xdpFar = append(xdpNear, &countingLink{Link: a}), append(xdpFar, b)
 		}
 		return xdpNear, nil
-	}, "copy, native")
+	}, "copy native")
 	g, logs := espTestGateway()
 	socks, sockFar := testSockets(t, 3)
 	net, err := g.openESPLinks(xdpTestConfig(t, "[udp]\nlisten = \"0.0.0.0:4500\"\n"), socks)
@@ -289,13 +289,13 @@ func TestESPLinkXDP(t *testing.T) {
 		t.Errorf("fallback: %d, %v", n, err)
 	}
 	info, ok := g.ESPLink()
-	if !ok || info.Kind != "xdp" || info.Config != "auto" || info.Mode != "copy, native" || info.Interface != "wan0" || info.Queues != 2 {
+	if !ok || info.Kind != "xdp" || info.Config != "auto" || info.Mode != "copy native" || info.Interface != "wan0" || info.Queues != 2 {
 		t.Errorf("ESPLink %+v", info)
 	}
 	if info.XDP == nil || info.XDP.TxPackets != 5 || info.Socket.RxPackets != 3 || info.Socket.TxPackets != 1 || info.Fallbacks != 14 {
 		t.Errorf("ESPLink counters: xdp %+v, socket %+v, fallbacks %d", info.XDP, info.Socket, info.Fallbacks)
 	}
-	if out := logs.String(); !strings.Contains(out, `msg="ESP link: AF_XDP" link=xdp config=auto interface=wan0 mode="copy, native" queues=2 sockets=3`) {
+	if out := logs.String(); !strings.Contains(out, `msg="ESP link: AF_XDP" link=xdp config=auto interface=wan0 mode="copy native" queues=2 sockets=3`) {
 		t.Errorf("log:\n%s", out)
 	}
 }

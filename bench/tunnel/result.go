@@ -67,7 +67,7 @@ type Cell struct {
 	// for the other systems.
 	Link string `json:"link,omitempty"`
 	// LinkGot is the link both gateways reported once up: "socket", or
-	// "xdp" with its AF_XDP mode ("xdp copy, native"); "A ...; B ..."
+	// "xdp" with its AF_XDP mode ("xdp copy native"); "A ...; B ..."
 	// when they differ. It is set on the results, not on the cells a run
 	// starts from.
 	LinkGot string `json:"link_got,omitempty"`

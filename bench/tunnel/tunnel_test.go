@@ -84,17 +84,17 @@ func TestCellsLinks(t *testing.T) {
 // TestLinkGot: the link column says what both gateways reported: the
 // AF_XDP mode, or the sockets (and that auto fell back).
 func TestLinkGot(t *testing.T) {
-	xdp := &gateway.ESPLinkInfo{Config: "xdp", Kind: "xdp", Mode: "copy, native", Interface: "wan0", Queues: 1}
+	xdp := &gateway.ESPLinkInfo{Config: "xdp", Kind: "xdp", Mode: "copy native", Interface: "wan0", Queues: 1}
 	sock := &gateway.ESPLinkInfo{Config: "socket", Kind: "socket"}
 	auto := &gateway.ESPLinkInfo{Config: "auto", Kind: "socket", Why: "AF_XDP: no"}
 	for _, tc := range []struct {
 		a, b *gateway.ESPLinkInfo
 		want string
 	}{
-		{xdp, xdp, "xdp copy, native"},
+		{xdp, xdp, "xdp copy native"},
 		{sock, sock, "socket"},
 		{auto, auto, "socket"},
-		{xdp, auto, "A xdp copy, native; B socket"},
+		{xdp, auto, "A xdp copy native; B socket"},
 		{nil, nil, "?"},
 	} {
 		if got := linkGot([2]*gateway.ESPLinkInfo{tc.a, tc.b}); got != tc.want {
@@ -242,7 +242,7 @@ func TestParsers(t *testing.T) {
 // sampleDoc is a run of sluice and wireguard-go at one and ten tunnels.
 func sampleDoc() *Document {
 	var rs []Result
-	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkAuto, LinkGot: "xdp copy, native"}
+	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkAuto, LinkGot: "xdp copy native"}
 	w1 := Cell{System: WireGuard, Encap: "udp", Engine: "-", Alg: WireGuardAlg, Tunnels: 1}
 	add := func(c Cell, size int, m string, v float64) {
 		rs = append(rs, Result{Cell: c, Size: size, Metric: m, Value: v, Unit: Units[m], Spread: Spread{Min: v * 0.9, Max: v * 1.1, N: 3}})
@@ -295,7 +295,7 @@ func TestRatios(t *testing.T) {
 			t.Errorf("%s %v %d: %v (met %v), want %v (met %v)", target, c, size, r.Value, r.Met, want, met)
 		}
 	}
-	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkAuto, LinkGot: "xdp copy, native"}
+	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkAuto, LinkGot: "xdp copy native"}
 	w10 := Cell{System: WireGuard, Encap: "udp", Engine: "-", Alg: WireGuardAlg, Tunnels: 10}
 	check("tcp1", s1, 0, 2, true)
 	check("tcp1_per_cpu", s1, 0, 2, true)
@@ -319,7 +319,7 @@ func TestTable(t *testing.T) {
 	d := sampleDoc()
 	var tb Table
 	h := strings.Split(tb.Header(), "\n")
-	c := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkXDP, LinkGot: "xdp copy, native"}
+	c := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkXDP, LinkGot: "xdp copy native"}
 	for i := range d.Results {
 		if d.Results[i].System == Sluice && d.Results[i].Tunnels == 1 {
 			d.Results[i].Cell = c
@@ -340,7 +340,7 @@ func TestTable(t *testing.T) {
 			t.Errorf("row width %d, header %d:\n%s\n%s", len(row), len(h[1]), h[1], row)
 		}
 	}
-	if !strings.Contains(h[1], "link") || !strings.Contains(rows[0], "xdp copy, native") || !strings.Contains(rows[2], "xdp copy, native") {
+	if !strings.Contains(h[1], "link") || !strings.Contains(rows[0], "xdp copy native") || !strings.Contains(rows[2], "xdp copy native") {
 		t.Errorf("no link column:\n%s\n%s", strings.Join(h, "\n"), strings.Join(rows, "\n"))
 	}
 	if !strings.Contains(rows[0], "2.000") || !strings.Contains(rows[0], "0.100") || !strings.Contains(rows[2], "1400") || !strings.Contains(rows[2], "100000") {
