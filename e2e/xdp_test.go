@@ -16,26 +16,13 @@ import (
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
-// withLink is cfg's text with [udp] link = link.
-func withLink(t *testing.T, cfg *gwConfig, link string) string {
-	t.Helper()
-	text := cfg.render()
-	if !strings.Contains(text, "[udp]\n") {
-		t.Fatalf("configuration without [udp]:\n%s", text)
-	}
-	return strings.Replace(text, "[udp]\n", "[udp]\nlink = '"+link+"'\n", 1)
-}
-
 // startPairLink is startPair with [udp] link = link on both gateways.
 func startPairLink(t *testing.T, wan [2]netip.Prefix, cfgs [2]*gwConfig, link string) *testbed {
 	t.Helper()
-	tb := newTestbed(t, wan)
-	for i, s := range tb.sites {
-		cfgs[i].StateDir = filepath.Join(tb.dir, "state-"+s.name)
-		s.writeConfigText(withLink(t, cfgs[i], link))
-		s.run()
+	for _, c := range cfgs {
+		c.Link = link
 	}
-	return tb
+	return startPair(t, wan, cfgs)
 }
 
 // espLink is the site's ESPLink, failing the test without one.
@@ -158,7 +145,8 @@ func TestXDPLinkUnavailable(t *testing.T) {
 	file := filepath.Join(dir, "gateway.toml")
 	sock := filepath.Join(dir, "gateway.sock")
 	write := func(link string) {
-		if err := os.WriteFile(file, []byte(withLink(t, cfg, link)), 0o600); err != nil {
+		cfg.Link = link
+		if err := os.WriteFile(file, []byte(cfg.render()), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}
