@@ -133,6 +133,11 @@ type Link struct {
 	fellBack atomic.Uint64
 	closed   atomic.Bool
 	once     sync.Once
+	// rmu and wmu are held by Read and Write around their use of the
+	// rings, and by Close before it unmaps them. (Closing the file
+	// already waits for a ring access in progress, but through runtime
+	// semaphores the race detector does not see.)
+	rmu, wmu sync.Mutex
 
 	// Read's state (one reader at a time).
 	rbufs  []*packet.Buf
@@ -179,8 +184,9 @@ func Open(ifname string, opts Options) (links []pktio.Link, err error) {
 	if len(attrs.HardwareAddr) != 6 {
 		return nil, fmt.Errorf("xdp: interface %s is not Ethernet", ifname)
 	}
-	if attrs.MTU+ethLen > frameSize {
-		return nil, fmt.Errorf("xdp: interface %s: MTU %d does not fit a %d-byte frame", ifname, attrs.MTU, frameSize)
+	if attrs.MTU+ethLen > frameSize-unix.XDP_PACKET_HEADROOM {
+		return nil, fmt.Errorf("xdp: interface %s: MTU %d does not fit a %d-byte frame after the kernel's %d bytes of headroom",
+			ifname, attrs.MTU, frameSize, unix.XDP_PACKET_HEADROOM)
 	}
 	queues := opts.Queues
 	auto := queues <= 0
@@ -189,9 +195,6 @@ func Open(ifname string, opts Options) (links []pktio.Link, err error) {
 	}
 	if queues > maxQueues {
 		return nil, fmt.Errorf("xdp: %d queues, at most %d", queues, maxQueues)
-	}
-	if len(opts.Fallback) != 0 && len(opts.Fallback) < queues {
-		return nil, fmt.Errorf("xdp: %d fallback links for %d queues", len(opts.Fallback), queues)
 	}
 	frames := opts.Frames
 	if frames <= 0 {
@@ -266,10 +269,18 @@ func Open(ifname string, opts Options) (links []pktio.Link, err error) {
 			}
 			return nil, err
 		}
-		if len(opts.Fallback) != 0 {
-			l.fallback = opts.Fallback[q]
-		}
 		links = append(links, l)
+	}
+	if len(opts.Fallback) != 0 {
+		if len(opts.Fallback) < len(links) {
+			for _, l := range links {
+				l.Close()
+			}
+			return nil, fmt.Errorf("xdp: %d fallback links for %d queues", len(opts.Fallback), len(links))
+		}
+		for i, l := range links {
+			l.(*Link).fallback = opts.Fallback[i]
+		}
 	}
 	sh.res.start()
 	return links, nil
@@ -360,8 +371,12 @@ func (l *Link) Close() error {
 	l.once.Do(func() {
 		l.closed.Store(true)
 		l.sh.att.xsks.Delete(uint32(l.queue))
-		l.f.Close() // returns once no ring access is in progress
+		l.f.Close() // unblocks a Read
+		l.rmu.Lock()
+		l.wmu.Lock()
 		l.s.unmapAll()
+		l.wmu.Unlock()
+		l.rmu.Unlock()
 		l.sh.release()
 	})
 	return nil
@@ -376,6 +391,8 @@ func (l *Link) wrap(err error) error {
 
 // Read implements pktio.Link.Read: see the package comment.
 func (l *Link) Read(bufs []*packet.Buf) (int, error) {
+	l.rmu.Lock()
+	defer l.rmu.Unlock()
 	if l.closed.Load() {
 		return 0, pktio.ErrClosed
 	}
@@ -390,13 +407,14 @@ func (l *Link) Read(bufs []*packet.Buf) (int, error) {
 		return 0, pktio.ErrShortBuffer
 	}
 	l.rbufs = bufs[:k]
-	defer func() { l.rbufs = nil }()
 	for {
 		l.rout = 0
 		if err := l.rc.Read(l.readFn); err != nil {
+			l.rbufs = nil
 			return 0, l.wrap(err)
 		}
 		if l.rout > 0 {
+			l.rbufs = nil
 			return l.rout, nil
 		}
 	}
@@ -436,6 +454,11 @@ func (l *Link) readRing(fd uintptr) bool {
 	atomic.StoreUint32(fill.prod, fp)
 	rx.cached = cons + n
 	atomic.StoreUint32(rx.cons, cons+n)
+	if fill.needWakeup() {
+		// A zero-copy driver that ran out of fill entries waits for
+		// this (copy mode never sets the flag).
+		unix.Syscall6(unix.SYS_RECVFROM, fd, 0, 0, unix.MSG_DONTWAIT, 0, 0)
+	}
 	t.AddTo(&l.stats)
 	l.rout = out
 	return true
@@ -511,6 +534,8 @@ func (l *Link) deliver(frame []byte, b *packet.Buf, t *pktio.Tally) bool {
 
 // Write implements pktio.Link.Write: see the package comment.
 func (l *Link) Write(bufs []*packet.Buf) (int, error) {
+	l.wmu.Lock()
+	defer l.wmu.Unlock()
 	if l.closed.Load() {
 		return 0, pktio.ErrClosed
 	}
