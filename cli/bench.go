@@ -88,7 +88,7 @@ type benchCommon struct {
 func (c *benchCommon) flags(cmd *cobra.Command) {
 	f := cmd.Flags()
 	f.StringSliceVar(&c.engines, "engines", []string{bench.Raw, "soft", "sched"},
-		"engines to measure: raw (Go's crypto called directly, the baseline), a library's own loop where linked in (ipsecmb-c, bench crypto only), registered engines ("+strings.Join(cryptodev.Engines(), ", ")+") and sched over one (sched:ENGINE)")
+		"engines to measure: raw (Go's crypto called directly, the baseline), a library's own loop where linked in (ipsecmb-c; in bench esp, encap of one size), registered engines ("+strings.Join(cryptodev.Engines(), ", ")+") and sched over one (sched:ENGINE)")
 	f.IntVar(&c.batch, "batch", 64, "ops (packets) per batch")
 	f.IntVar(&c.inFlight, "inflight", bench.DefaultInFlight, "batches each submitter keeps in flight on an asynchronous engine")
 	f.DurationVar(&c.duration, "duration", 2*time.Second, "measured time of each run (after a short warm-up)")
@@ -580,6 +580,9 @@ again and again. Combinations with more workers than tunnels are skipped.
 
 The raw rows seal (or copy and open) the same ESP payloads (inner packet,
 padding, trailer) with the tunnels' ciphers directly, one goroutine per worker.
+A library's own loop, where linked in (ipsecmb-c: intel-ipsec-mb driven from
+C), seals the same payloads for the encap rows of one size: the floor of its
+engine, as raw is soft's.
 
 Size is the inner IP packet in bytes (28 to 9000), or imix: 7:4:1 packets of
 64, 576 and 1500 bytes (the simple IMIX, mean 354.33 bytes). Gbit/s counts

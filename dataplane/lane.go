@@ -90,6 +90,7 @@ type lane struct {
 
 	pipes []*pipe // one per engine, in the order of Dataplane.engines
 	last  *pipe   // pipe of the last packet (most batches have one SA)
+	grp   *grouper
 
 	bufs   []*packet.Buf // read buffers; have of them hold pool buffers
 	have   int
@@ -102,7 +103,7 @@ type lane struct {
 
 func newLane(d *Dataplane, index int, name string, l Link, plain bool) (*lane, error) {
 	n := max(batchSize, l.BatchSize())
-	ln := &lane{d: d, index: index, name: name, link: l, plain: plain, bufs: make([]*packet.Buf, n)}
+	ln := &lane{d: d, index: index, name: name, link: l, plain: plain, bufs: make([]*packet.Buf, n), grp: newGrouper(n)}
 	if plain && d.cfg.NewClassifier != nil {
 		ln.classify = d.cfg.NewClassifier()
 	}
@@ -278,6 +279,7 @@ func (ln *lane) submit(pp *pipe) {
 	if b == nil {
 		return
 	}
+	ln.grp.group(b)
 	if err := pp.pl.Submit(b.Batch); err != nil {
 		ln.emit(b) // every packet is marked dropped
 		pp.free = append(pp.free, b)

@@ -28,3 +28,6 @@ func SetLeaseClock(now func() time.Time) (restore func()) {
 	leaseNow = now
 	return func() { leaseNow = old }
 }
+
+// IPv4ChecksumValid is Parse's check of an outer IPv4 header's checksum.
+var IPv4ChecksumValid = ipv4ChecksumValid

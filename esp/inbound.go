@@ -43,7 +43,7 @@ func Parse(data []byte, natt []uint16, pp *Parsed) Reason {
 	switch packet.IPVersion(data) {
 	case 4:
 		ip := packet.IPv4(data)
-		if !ip.IsValid() || !ip.ChecksumValid() {
+		if !ip.IsValid() || !ipv4ChecksumValid(ip) {
 			return ReasonMalformed
 		}
 		if ip.MoreFragments() || ip.FragmentOffset() != 0 {
@@ -117,6 +117,23 @@ func Parse(data []byte, natt []uint16, pp *Parsed) Reason {
 	return ReasonNone
 }
 
+// ipv4ChecksumValid is packet.IPv4.ChecksumValid, with the common
+// 20-byte header summed in five 32-bit words (their sum folds to the sum
+// of the 16-bit words, RFC 1071 section 2).
+func ipv4ChecksumValid(ip packet.IPv4) bool {
+	if ip.HeaderLength() != packet.IPv4MinHeader || len(ip) < packet.IPv4MinHeader {
+		return ip.ChecksumValid()
+	}
+	s := uint64(binary.BigEndian.Uint32(ip[0:])) + uint64(binary.BigEndian.Uint32(ip[4:])) +
+		uint64(binary.BigEndian.Uint32(ip[8:])) + uint64(binary.BigEndian.Uint32(ip[12:])) +
+		uint64(binary.BigEndian.Uint32(ip[16:]))
+	s = s>>32 + s&0xffffffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	s = s>>16 + s&0xffff
+	return s == 0xffff
+}
+
 func hasPort(ports []uint16, p uint16) bool {
 	for _, x := range ports {
 		if x == p {
@@ -144,7 +161,7 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 	ct := pp.End - pp.ESPOff - ehl - info.ICVLen
 	// RFC 4303 section 2.4: the ciphertext ends on a 4-byte boundary, and on
 	// the cipher's block boundary for block ciphers.
-	if ct < TrailerLen || ct%info.BlockSize != 0 {
+	if ct < TrailerLen || ct&sa.padMask != 0 {
 		return ReasonBadLength
 	}
 	eh := data[pp.ESPOff : pp.ESPOff+ehl]
@@ -152,12 +169,8 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 	if !ok {
 		return sa.replayReason(seq)
 	}
-	*op = cryptodev.Op{Key: sa.cfg.Key, Dir: cryptodev.Decrypt}
 	start := pp.ESPOff + ehl
-	op.Src = data[start : start+ct]
-	op.Dst = op.Src
-	op.Tag = data[start+ct : pp.End]
-	op.IV = eh[HeaderLen:]
+	fillOp(op, sa.cfg.Key, cryptodev.Decrypt, data[start:start+ct], data[start+ct:pp.End], eh[HeaderLen:])
 	sa.fillAAD(w, op, eh[:HeaderLen], seq)
 	w.seq, w.espOff, w.hdrLen, w.nhOff = seq, pp.ESPOff, pp.IPHdrLen, pp.NHOff
 	return ReasonNone
@@ -165,8 +178,16 @@ func (sa *SA) PrepareInbound(p *packet.Buf, pp *Parsed, w *Work, op *cryptodev.O
 
 // FinishInbound completes a packet after its op ran. On success p's data is
 // the inner IP packet (tunnel mode) or the rebuilt IP packet (transport
-// mode).
+// mode). The packet is added to Counters at once.
 func (sa *SA) FinishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	r := sa.finishInbound(p, w, op)
+	sa.publishLocked()
+	return r
+}
+
+// finishInbound is FinishInbound; the packet is counted by the next
+// publishLocked (Unlock).
+func (sa *SA) finishInbound(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
 	switch op.Status {
 	case cryptodev.StatusOK:
 	case cryptodev.StatusAuthFailed:

@@ -310,3 +310,97 @@ func TestLeaseSlowStandby(t *testing.T) {
 		t.Errorf("%d packets dropped waiting for a grant in steady state: the steps did not grow to the standby's 2 ms", waitedLate)
 	}
 }
+
+// TestLeaseWait: with LeaseOptions.Wait, a packet that reaches an
+// ungranted bound waits for the grant of the ask outstanding instead of
+// being dropped (a grantor that writes to disk answers in milliseconds),
+// and while the grantor reports failure (Lease.Fail) it is dropped at once
+// however soon the grant would come.
+func TestLeaseWait(t *testing.T) {
+	h := newHarness(t)
+	out, in1 := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, window: 128})
+	delay := 20 * time.Millisecond
+	var lease *esp.Lease
+	lease = esp.NewLeaseWith(func(upTo uint64) {
+		time.AfterFunc(delay, func() { lease.Grant(upTo) })
+	}, esp.LeaseOptions{Step: time.Second, StepMax: 10 * time.Second, Wait: time.Minute})
+	cfg := in1.Config()
+	cfg.Lease = lease
+	in, err := esp.NewInbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Nothing granted: the first packet waits for its grant.
+	pkt, _ := h.seal(out, ipPacket(false, 10))
+	if _, r := h.open(in, pkt); r != esp.ReasonNone {
+		t.Fatalf("first packet, its grant 20 ms after the ask: %v, want it accepted after the wait", r)
+	}
+	bound := lease.Granted()
+	for out.Seq() < bound {
+		pkt, _ := h.seal(out, ipPacket(false, 10))
+		if _, r := h.open(in, pkt); r != esp.ReasonNone {
+			t.Fatalf("seq %d under the bound %d: %v", out.Seq(), bound, r)
+		}
+	}
+	// The grantor fails: the grant of the next ask comes, but a packet
+	// above the bound does not wait for it.
+	for deadline := time.Now().Add(10 * time.Second); lease.Granted() == bound; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) { // the ask made half a step ago
+			t.Fatal("the ask made half a step before the bound was not granted in 10 s")
+		}
+	}
+	bound = lease.Granted()
+	lease.Fail(true)
+	delay = 200 * time.Millisecond
+	for out.Seq() <= bound {
+		pkt, _ := h.seal(out, ipPacket(false, 10))
+		granted := lease.Granted()
+		_, r := h.open(in, pkt)
+		switch {
+		case out.Seq() <= granted && r != esp.ReasonNone:
+			t.Fatalf("seq %d: %v", out.Seq(), r)
+		case out.Seq() > granted && r != esp.ReasonSeqReserve:
+			t.Fatalf("seq %d above the bound %d while the grantor fails: %v, want %v at once", out.Seq(), granted, r, esp.ReasonSeqReserve)
+		}
+	}
+}
+
+// TestLeaseStepOption: LeaseOptions.Step makes an inbound lease's steps
+// aim at that much traffic: at 10,000 packets a second for ten seconds
+// (a fake clock), a lease aiming at 2 s asks a few times, where a
+// standby's (LeaseStep, 3 ms) asks hundreds of times.
+func TestLeaseStepOption(t *testing.T) {
+	h := newHarness(t)
+	asks := func(o *esp.LeaseOptions) int {
+		out, in1 := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, window: 128})
+		now := time.Unix(0, 0)
+		defer esp.SetLeaseClock(func() time.Time { return now })()
+		n := 0
+		var lease *esp.Lease
+		ask := func(upTo uint64) { n++; lease.Grant(upTo) }
+		if o == nil {
+			lease = esp.NewLease(ask)
+		} else {
+			lease = esp.NewLeaseWith(ask, *o)
+		}
+		cfg := in1.Config()
+		cfg.Lease = lease
+		in, err := esp.NewInbound(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for range 100000 {
+			now = now.Add(100 * time.Microsecond)
+			pkt, _ := h.seal(out, ipPacket(false, 10))
+			if _, r := h.open(in, pkt); r != esp.ReasonNone {
+				t.Fatalf("seq %d: %v", out.Seq(), r)
+			}
+		}
+		return n
+	}
+	standby, disk := asks(nil), asks(&esp.LeaseOptions{Step: 2 * time.Second, StepMax: 20 * time.Second})
+	t.Logf("asks in 10 s at 10,000/s: %d aiming at LeaseStep, %d aiming at 2 s", standby, disk)
+	if disk > 20 || disk >= standby/10 {
+		t.Errorf("a lease aiming at 2 s asked %d times in 10 s (a standby's %d)", disk, standby)
+	}
+}

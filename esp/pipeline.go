@@ -80,11 +80,15 @@ func (pl *Pipeline) Queue() cryptodev.Queue { return pl.q }
 // runLock holds the lock of the SA of the current run of packets.
 type runLock struct{ sa *SA }
 
-// to makes sa the locked SA, releasing the previous one.
+// to makes sa the locked SA, releasing the previous one. It inlines: a
+// packet of the current run costs a comparison.
 func (l *runLock) to(sa *SA) {
-	if l.sa == sa {
-		return
+	if l.sa != sa {
+		l.switchTo(sa)
 	}
+}
+
+func (l *runLock) switchTo(sa *SA) {
 	if l.sa != nil {
 		l.sa.Unlock()
 	}
@@ -108,8 +112,10 @@ func (pl *Pipeline) Submit(b *Batch) error {
 	cb := b.crypto
 	cb.Reset(0)
 	cb.Ops = cb.Ops[:cap(cb.Ops)]
-	b.opPkt = b.opPkt[:0]
-	if len(b.work) < len(b.Bufs) {
+	// Indexed, not appended: an append writes the slice back to the
+	// batch at every packet.
+	opPkt := b.opPkt[:cap(b.opPkt)]
+	if len(b.work) < len(b.Bufs) || len(opPkt) < len(b.Bufs) {
 		panic("esp: batch larger than its capacity")
 	}
 	var lk runLock
@@ -126,7 +132,7 @@ func (pl *Pipeline) Submit(b *Batch) error {
 		op := &cb.Ops[nops]
 		var r Reason
 		if b.Dir == Outbound {
-			r = sa.PrepareOutbound(p, &b.work[i], op)
+			r = sa.prepareOutboundLocked(p, &b.work[i], op)
 		} else {
 			r = sa.PrepareInbound(p, &b.Parsed[i], &b.work[i], op)
 		}
@@ -135,10 +141,11 @@ func (pl *Pipeline) Submit(b *Batch) error {
 			sa.Counters.Drops.Inc(r)
 			continue
 		}
-		b.opPkt = append(b.opPkt, int32(i))
+		opPkt[nops] = int32(i)
 		nops++
 	}
 	lk.release()
+	b.opPkt = opPkt[:nops]
 	cb.Ops = cb.Ops[:nops]
 	cb.User = b
 	if err := pl.q.Submit(cb); err != nil {
@@ -163,14 +170,21 @@ func (pl *Pipeline) Complete(wait bool) *Batch {
 	}
 	b := cb.User.(*Batch)
 	var lk runLock
+	udpSum := !pl.SocketChecksums
 	for k, i := range b.opPkt {
 		sa, op := b.SAs[i], &cb.Ops[k]
 		lk.to(sa)
 		var r Reason
 		if b.Dir == Outbound {
-			r = sa.finishOutbound(b.Bufs[i], &b.work[i], op, !pl.SocketChecksums)
+			if op.Status == cryptodev.StatusOK && (!udpSum || sa.udpLen == 0) && !sa.limited {
+				// finishOutbound's work for most packets: count them.
+				sa.pendPackets++
+				sa.pendBytes += uint64(b.work[i].n)
+				continue
+			}
+			r = sa.finishOutbound(b.Bufs[i], &b.work[i], op, udpSum)
 		} else {
-			r = sa.FinishInbound(b.Bufs[i], &b.work[i], op)
+			r = sa.finishInbound(b.Bufs[i], &b.work[i], op)
 		}
 		if r != ReasonNone {
 			b.Reasons[i] = r

@@ -26,12 +26,15 @@ const (
 	ReplayReserveMax = SeqReserveBlock
 )
 
-// Each inbound record is a synchronous write and fsync in the data path,
-// with the SA's lock held: the step grows until a record lasts at least
-// reserveGrowBelow, so that many tunnels at moderate rates (200 tunnels
-// at 180 packets/s each in `sluice bench tunnel`) do not spend their time
-// in fsync (with 100 ms and 1 s here, 200 tunnels carried 0.34 of one
-// tunnel's rate; with these, 0.83).
+// A record through Config.SeqReserve is a synchronous write and fsync in
+// the data path, with the SA's lock held: the step grows until a record
+// lasts at least reserveGrowBelow, so that many tunnels at moderate rates
+// (200 tunnels at 180 packets/s each in `sluice bench tunnel`) do not
+// spend their time in fsync (with 100 ms and 1 s here, 200 tunnels
+// carried 0.34 of one tunnel's rate; with these, 0.83). The gateway leases
+// its inbound SAs' reservations instead (Lease, LeaseOptions), recorded
+// ahead by a writer off the data path; outbound ones record once per
+// SeqReserveBlock.
 const (
 	reserveGrowBelow   = time.Second
 	reserveShrinkAbove = 10 * time.Second
@@ -60,20 +63,57 @@ const (
 
 // A Lease grants an SA sequence-number bounds from outside and
 // asynchronously, in place of Config.SeqReserve: a hot standby records
-// each bound before the owner goes past it (package ha). The SA asks for
-// the next bound (ask, which must not block) when half of the current one
-// is left, so that while the standby answers in time the data path never
-// waits; a packet beyond the granted bound is dropped (ReasonSeqReserve),
-// never held.
+// each bound before the owner goes past it (package ha), or a writer
+// records it in a file and fsyncs it, several SAs' bounds at once (the
+// gateway's state directory). The SA asks for the next bound (ask, which
+// must not block) when half of the current one is left, so that while the
+// grantor answers in time the data path never waits and no record is
+// written with the SA's lock held; a packet beyond the granted bound is
+// dropped (ReasonSeqReserve), or, with LeaseOptions.Wait, waits that long
+// for the grant first.
 type Lease struct {
 	ask     func(upTo uint64)
 	granted atomic.Uint64
+	failing atomic.Bool // the grantor cannot record (Fail): nothing waits
+	opts    LeaseOptions
+}
+
+// LeaseOptions set how a lease's SA asks. The zero value is a standby's:
+// inbound steps of LeaseStep of traffic, up to LeaseStepMax, and no wait.
+type LeaseOptions struct {
+	// Step is the time of traffic an inbound step aims to cover, and
+	// StepMax the most it covers however slow the grants are: a grantor
+	// that writes each bound to disk asks for longer steps than a
+	// standby, so that it writes less often. Zero means LeaseStep and
+	// LeaseStepMax.
+	Step, StepMax time.Duration
+	// Wait is how long a packet that reaches an ungranted bound waits for
+	// its grant (the SA's lock held) before it is dropped; zero drops it
+	// at once. Nothing waits while the grantor reports failure (Fail).
+	Wait time.Duration
 }
 
 // NewLease makes a lease whose SA calls ask, on its owner's goroutine with
 // its lock held, for each new bound. ask must not block and must not take
 // the SA's lock; Grant may be called from within it.
 func NewLease(ask func(upTo uint64)) *Lease { return &Lease{ask: ask} }
+
+// NewLeaseWith is NewLease with options.
+func NewLeaseWith(ask func(upTo uint64), o LeaseOptions) *Lease {
+	if o.Step <= 0 {
+		o.Step = LeaseStep
+	}
+	if o.StepMax < o.Step {
+		o.StepMax = max(o.Step, LeaseStepMax)
+	}
+	return &Lease{ask: ask, opts: o}
+}
+
+// Fail tells the lease that its grantor cannot record bounds for now
+// (failing) or can again: while it fails, a packet at an ungranted bound
+// is dropped at once instead of waiting (LeaseOptions.Wait). Any
+// goroutine may call it.
+func (l *Lease) Fail(failing bool) { l.failing.Store(failing) }
 
 // Grant raises the bound the SA may use (outbound) or accept (inbound) up
 // to upTo. Any goroutine may call it; a lower bound than the current one
@@ -178,6 +218,31 @@ func (r *reservation) cover(seq, limit uint64) bool {
 // at the next such point (or at every packet while an ask is
 // outstanding, which costs an atomic load).
 func (r *reservation) coverLeased(seq, limit uint64) bool {
+	ok := r.coverLeasedOnce(seq, limit)
+	if ok || r.fenced || r.lease.opts.Wait <= 0 {
+		return ok
+	}
+	// Wait for the grant (LeaseOptions.Wait): in steady traffic the ask
+	// made half a step ago is granted before the SA gets here, so only a
+	// burst much faster than the step was sized for waits.
+	deadline := time.Now().Add(r.lease.opts.Wait)
+	for range r.lease.opts.Wait / leasePoll {
+		if r.lease.failing.Load() || time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(leasePoll)
+		if r.coverLeasedOnce(seq, limit) {
+			return true
+		}
+	}
+	return false
+}
+
+// leasePoll is how often a packet waiting for a grant looks at it.
+const leasePoll = 50 * time.Microsecond
+
+// coverLeasedOnce is coverLeased without the wait.
+func (r *reservation) coverLeasedOnce(seq, limit uint64) bool {
 	if r.fenced {
 		r.next = 0
 		return false
@@ -191,7 +256,11 @@ func (r *reservation) coverLeased(seq, limit uint64) bool {
 	if r.asked <= r.upTo && (seq > r.upTo || r.upTo-seq < r.step/LeaseAskAhead) && r.upTo < limit {
 		now := leaseNow()
 		if r.min != r.max && !r.at.IsZero() {
-			target := min(max(LeaseStep, LeaseLeadFactor*r.lat), LeaseStepMax)
+			step, stepMax := LeaseStep, LeaseStepMax
+			if o := &r.lease.opts; o.Step > 0 {
+				step, stepMax = o.Step, o.StepMax
+			}
+			target := min(max(step, LeaseLeadFactor*r.lat), stepMax)
 			switch d := now.Sub(r.at); {
 			case d < target/2 && r.step < r.max:
 				r.step *= 2

@@ -57,6 +57,7 @@ import (
 
 	"github.com/sluicegw/sluice/cryptodev"
 	"github.com/sluicegw/sluice/esp/replay"
+	"github.com/sluicegw/sluice/packet"
 )
 
 // Mode is tunnel or transport (RFC 4303 section 3.1).
@@ -161,7 +162,9 @@ type Config struct {
 const SeqReserveBlock = 1 << 20
 
 // Counters are an SA's statistics. The SA's owner writes them; anyone may
-// read them.
+// read them. Packets and Bytes grow once per run of packets (when the
+// owner unlocks the SA, see SA.Unlock), not per packet; the exported
+// Finish methods publish at once.
 type Counters struct {
 	Packets atomic.Uint64 // packets sealed or opened
 	Bytes   atomic.Uint64 // their plaintext bytes (inner packet or transport payload)
@@ -184,11 +187,32 @@ type SA struct {
 	maxSeq   uint64
 	window   *replay.Window
 	ipID     uint16
-	// Outbound tunnel: the outer header with every per-SA field filled in,
-	// and the one's complement sum of its constant IPv4 words, so a packet
-	// costs a copy and three additions (RFC 1624).
-	outerTmpl    [40]byte
-	outerSum     uint32
+	// Outbound tunnel: the headers every packet starts with (outer IP,
+	// UDP with EncapUDP, the ESP header's SPI) with every per-SA field
+	// filled in, their layout, and the one's complement sum of the
+	// constant IPv4 words, so a packet costs one fixed-size copy, its
+	// lengths, sequence number and IV, and three additions for the IPv4
+	// checksum (RFC 1624).
+	hdrTmpl  [tmplMax]byte
+	hdrKind  uint8
+	outerSum uint32
+	// Per-SA constants of Prepare: the outer IP header's length (tunnel
+	// mode), the UDP header's (EncapUDP), the ESP header's with the IV,
+	// and what the trailer adds besides padding (pad length, next header,
+	// ICV).
+	outerLen, udpLen, ehl, tailLen int
+	// front is what a tunnel packet gets in front (outerLen + udpLen +
+	// ehl), limit the most its outer header's length field holds with the
+	// outer header included, padMask the block size less one.
+	front, limit, padMask int
+	// limited says that the SA has a lifetime (Config.Lifetime); without
+	// one, Prepare and Finish do not look at the counters.
+	limited bool
+	// Packets and bytes processed and not yet added to Counters: the
+	// owner counts here, under the lock, and publishes with one atomic
+	// add per run of packets (Unlock), not per packet.
+	pendPackets, pendBytes uint64
+
 	ivGen        cipher.Block // CBC IV generator (outbound)
 	ivSalt       uint64
 	ivEpoch      uint32    // AEAD (outbound): random high half of the explicit IV (package doc)
@@ -248,6 +272,28 @@ func newSA(cfg Config, out bool) (*SA, error) {
 		sa.cfg.TTL = 64
 	}
 	sa.outerSrc, sa.outerDst, sa.udpSrc, sa.udpDst = sa.cfg.Src, sa.cfg.Dst, sa.cfg.SPort, sa.cfg.DPort
+	lt := &sa.cfg.Lifetime
+	sa.limited = lt.SoftPackets != 0 || lt.HardPackets != 0 || lt.SoftBytes != 0 || lt.HardBytes != 0
+	sa.ehl = HeaderLen + sa.info.IVLen
+	sa.tailLen = TrailerLen + sa.info.ICVLen
+	if cfg.Encap == EncapUDP {
+		sa.udpLen = packet.UDPHeader
+	}
+	sa.padMask = sa.info.BlockSize - 1 // 4 or 16
+	if sa.info.ICVLen < 16 {
+		// Prepare writes the padding pattern whole into the trailer's
+		// room (padPattern).
+		return nil, fmt.Errorf("esp: %v: an ICV shorter than 16 bytes is not supported", cfg.Alg)
+	}
+	sa.limit = 0xffff
+	if cfg.Mode == Tunnel {
+		sa.outerLen = packet.IPv4MinHeader
+		if cfg.Dst.Is6() {
+			sa.outerLen = packet.IPv6Header
+			sa.limit += packet.IPv6Header
+		}
+	}
+	sa.front = sa.outerLen + sa.udpLen + sa.ehl
 	return sa, nil
 }
 
@@ -310,7 +356,8 @@ func (sa *SA) newEpoch() {
 }
 
 // nextAEADIV returns the explicit IV of the next AEAD packet: epoch ||
-// counter (package doc). Only the owner calls it; it does not allocate.
+// counter (package doc). Only the owner calls it, with the lock held; it
+// does not allocate. prepareOutboundLocked has it inline.
 func (sa *SA) nextAEADIV() uint64 {
 	if sa.ivCount == 1<<32 {
 		sa.newEpoch()
@@ -391,8 +438,22 @@ func (sa *SA) Encap() Encap { return sa.cfg.Encap }
 // run of packets, never across the crypto of an asynchronous engine.
 func (sa *SA) Lock() { sa.mu.Lock() }
 
-// Unlock releases the SA's lock.
-func (sa *SA) Unlock() { sa.mu.Unlock() }
+// Unlock adds the packets processed under the lock to Counters and
+// releases the lock.
+func (sa *SA) Unlock() {
+	sa.publishLocked()
+	sa.mu.Unlock()
+}
+
+// publishLocked adds the packets and bytes counted since the last call to
+// Counters: one atomic add each per run of packets instead of per packet.
+func (sa *SA) publishLocked() {
+	if sa.pendPackets != 0 {
+		sa.Counters.Packets.Add(sa.pendPackets)
+		sa.Counters.Bytes.Add(sa.pendBytes)
+		sa.pendPackets, sa.pendBytes = 0, 0
+	}
+}
 
 // Outbound reports the SA's direction.
 func (sa *SA) Outbound() bool { return sa.out }
@@ -511,25 +572,39 @@ func (sa *SA) Overhead(n int) int {
 	return o
 }
 
-// account adds a processed packet to the counters and marks the SA for
-// rekey when it crosses a soft lifetime.
+// account adds a processed packet to the counts the next Unlock publishes
+// (publishLocked) and marks the SA for rekey when it crosses a soft
+// lifetime. The owner calls it with the lock held.
 func (sa *SA) account(n int) {
-	c := &sa.Counters
-	p := c.Packets.Load() + 1
-	b := c.Bytes.Load() + uint64(n)
-	c.Packets.Store(p)
-	c.Bytes.Store(b)
+	sa.pendPackets++
+	sa.pendBytes += uint64(n)
+	if sa.limited {
+		sa.checkSoftLocked()
+	}
+}
+
+// checkSoftLocked marks the SA for rekey if it crossed a soft lifetime.
+func (sa *SA) checkSoftLocked() {
+	p, b := sa.totals()
 	lt := &sa.cfg.Lifetime
 	if (lt.SoftPackets != 0 && p >= lt.SoftPackets) || (lt.SoftBytes != 0 && b >= lt.SoftBytes) {
 		sa.softExpired.Store(true)
 	}
 }
 
+// totals returns the packets and bytes processed so far, published or
+// not. The owner calls it with the lock held.
+func (sa *SA) totals() (packets, bytes uint64) {
+	return sa.Counters.Packets.Load() + sa.pendPackets, sa.Counters.Bytes.Load() + sa.pendBytes
+}
+
 // hardExpired reports whether the hard lifetime is reached.
-func (sa *SA) hardExpired() bool {
+func (sa *SA) hardExpired() bool { return sa.limited && sa.hardExpiredSlow() }
+
+func (sa *SA) hardExpiredSlow() bool {
+	p, b := sa.totals()
 	lt := &sa.cfg.Lifetime
-	return (lt.HardPackets != 0 && sa.Counters.Packets.Load() >= lt.HardPackets) ||
-		(lt.HardBytes != 0 && sa.Counters.Bytes.Load() >= lt.HardBytes)
+	return (lt.HardPackets != 0 && p >= lt.HardPackets) || (lt.HardBytes != 0 && b >= lt.HardBytes)
 }
 
 // Work is a packet's state between Prepare and Finish. The caller keeps one

@@ -58,6 +58,8 @@ type Gateway struct {
 
 	stateMu    sync.Mutex
 	stateFiles map[string]*stateFile // by path
+	// stateWriter records inbound SAs' bounds off the data path.
+	stateWriter stateWriter
 
 	tls tlsState // the TLS listeners and origins (tls.go)
 	// totals sums the counters of each tunnel's SAs, retired ones
@@ -365,7 +367,7 @@ func (g *Gateway) openEntry(engine string, sa *config.SA, name string, dir esp.D
 // SA whose keys can be installed again (a configured one) needs it: the
 // state file is what keeps the SA, installed again after a restart, from
 // reusing a sequence number or accepting a packet twice, and each record
-// is a write and fsync on a data-path lane (esp/reserve.go).
+// is a write and fsync (off the data path, statewriter.go, but a cost).
 func (g *Gateway) openRuntime(engine string, sa *config.SA, name string, dir esp.Direction, durable bool) (*sad.SA, error) {
 	cfg, err := ESPConfig(g.engines[engine], sa)
 	if err != nil {
@@ -523,6 +525,7 @@ func (g *Gateway) Close() error {
 	for _, e := range g.engines {
 		errs = append(errs, e.Close())
 	}
+	g.stateWriter.slots.close()
 	if g.stateLock != nil {
 		g.stateLock.Close()
 	}

@@ -21,7 +21,7 @@ package gateway
 //     ikeDataPlane (ike_dataplane.go), the one place where Child SAs go
 //     into the SAD. A negotiated pair keeps no state file (its keys are
 //     never installed again, so the state would protect nothing, and each
-//     record is an fsync on a lane). The Endpoint holds the Delete of a
+//     record would cost the state writer an fdatasync). The Endpoint holds the Delete of a
 //     rekeyed SA for ike.Config.RekeyDeleteDelay, so ESP already sealed
 //     under it arrives; behind a NAT it sends NAT-keepalives ([ike]
 //     keep_alive) when the child's outbound SA sent nothing.

@@ -3,17 +3,25 @@ package gateway
 // Durable sequence-number state (DESIGN.md decision 7). sluice's SAs are
 // keyed by configuration, so a restarted gateway meets the same keys again.
 // One mechanism serves both directions: before an SA goes past its last
-// reservation it records a new upper bound here, durably (esp.Config
-// SeqReserve), and at start the SA begins at the recorded bound:
+// reservation it records a new upper bound here, durably (esp.Lease, or
+// esp.Config.SeqReserve), and at start the SA begins at the recorded bound:
 //   - outbound, its sequence numbers start above every one used before;
 //   - inbound, its replay window starts with everything up to the bound
 //     treated as received, so no packet is accepted twice across restarts
-//     (a crash costs at most one reservation step of the peer's
-//     legitimate packets; see esp.ReplayReserveMin).
+//     (a crash costs at most one and a half reservation steps of the
+//     peer's legitimate packets, the step ahead and what was left of the
+//     one before: 96 at low rates, a few seconds' worth at high ones; see
+//     stateLeaseStep).
+// An SA's first bound is recorded in its own file when it is opened; the
+// next ones are recorded ahead of use by the state writer, many SAs' in
+// one fdatasync of the slot file, and granted to the SA once durable
+// (statewriter.go, stateslots.go), so no record is written on a lane with
+// an SA's lock held; a start takes the higher of the two. (A HA group's
+// SAs record beside their lease, on their lane: esp.Config.SeqReserve.)
 // When an SA is retired (clean shutdown, deletion, a reload that takes it
 // out) it records its exact state in place of the reserved bound
-// (stateFile.retire), so a clean restart, or the same SA installed again,
-// costs nothing.
+// (stateFile.retire) and frees its slot, so a clean restart, or the same
+// SA installed again, costs nothing.
 //
 // AEAD nonces do not depend on this state (package esp's doc): losing it
 // costs replay protection and sequence-number continuity, never a nonce.
@@ -153,11 +161,20 @@ func writeReserved(path string, upTo uint64) error {
 		err = os.Rename(tmp, path)
 	}
 	if err == nil {
-		var d *os.File
-		if d, err = os.Open(filepath.Dir(path)); err == nil {
-			err = d.Sync()
-			d.Close()
-		}
+		err = syncDir(filepath.Dir(path))
+	}
+	return err
+}
+
+// syncDir fsyncs a directory, making the renames in it durable.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	err = d.Sync()
+	if cerr := d.Close(); err == nil {
+		err = cerr
 	}
 	return err
 }
@@ -177,6 +194,7 @@ type stateFile struct {
 	live     int    // runtimes that write it and have not retired
 	final    uint64 // the highest final state of those retired since live was 0
 	gone     bool   // the last runtime retired and the record left the gateway's map
+	slotCopy int    // the copy of its slot the next recordSlot writes
 }
 
 // stateFile returns the gateway's record of the file at path. A record
@@ -204,8 +222,9 @@ var errStateLoad = errors.New("cannot read the state file")
 var errStateGone = errors.New("state file record retired")
 
 // open starts a runtime on the file: it returns the bound to start from
-// (at least seq), recorded before it returns.
-func (f *stateFile) open(seq uint64) (uint64, error) {
+// (at least seq), recorded before it returns with ahead more: what the
+// runtime may use before it records again.
+func (f *stateFile) open(seq, ahead uint64) (uint64, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.gone {
@@ -216,10 +235,11 @@ func (f *stateFile) open(seq uint64) (uint64, error) {
 		return 0, fmt.Errorf("%w: %w", errStateLoad, err)
 	}
 	seq = max(seq, w, f.recorded)
-	if err := writeReserved(f.path, seq); err != nil {
+	v := max(seq+ahead, f.recorded)
+	if err := writeReserved(f.path, v); err != nil {
 		return 0, err
 	}
-	f.recorded = seq
+	f.recorded = v
 	f.live++
 	return seq, nil
 }
@@ -235,6 +255,35 @@ func (f *stateFile) record(upTo uint64) error {
 	}
 	f.recorded = v
 	return nil
+}
+
+// recordSlot is record for the writer of a group (stateWriter): the bound
+// goes to the file's slot (stateslots.go), in the copy not written last,
+// and is durable once the writer has synced the slot file, which it does
+// once for the group before it grants anything. It returns the bound
+// written, or errStateGone if the file's last runtime has retired.
+func (f *stateFile) recordSlot(upTo uint64) (uint64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.gone {
+		return 0, errStateGone
+	}
+	v := max(upTo, f.recorded)
+	if err := f.g.stateWriter.slots.write(f.path, f.slotCopy, v); err != nil {
+		return 0, err
+	}
+	f.slotCopy ^= 1
+	f.recorded = v
+	return v, nil
+}
+
+// unsynced says that the slot file's sync failed after recordSlot: the
+// copy written may not be durable, so the next record writes it again
+// rather than the other, which holds the last durable bound.
+func (f *stateFile) unsynced() {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.slotCopy ^= 1
 }
 
 // bound returns the highest bound recorded in f.
@@ -263,6 +312,11 @@ func (f *stateFile) retire(final uint64, log *slog.Logger) {
 	if err := writeReserved(f.path, f.final); err != nil {
 		log.Warn("cannot record the final sequence state of a retired SA; the reserved bound stays (up to one "+
 			"reservation step of the peer's packets may be refused if the SA is installed again)", "file", f.path, "err", err)
+	} else if err := f.g.stateWriter.slots.release(f.path); err != nil {
+		// The file holds the final state, the slot a reserved bound
+		// above it: a start takes the higher.
+		log.Warn("cannot free the slot of a retired SA; its reserved bound stays (up to one "+
+			"reservation step of the peer's packets may be refused if the SA is installed again)", "file", f.path, "err", err)
 	}
 	// The file holds all there is to know: the record goes.
 	f.gone = true
@@ -276,26 +330,10 @@ func (f *stateFile) retire(final uint64, log *slog.Logger) {
 // reserver returns the SeqReserve function of an SA: it records the bound
 // in f and keeps h up to date. It runs with the SA's lock held, so its own
 // state (when it last logged) needs no other.
-func reserver(f *stateFile, h *sad.StateHealth, log *slog.Logger, what []any) func(uint64) error {
-	var lastLog time.Time
+func reserver(f *stateFile, h *health) func(uint64) error {
 	return func(upTo uint64) error {
 		err := f.record(upTo)
-		if err == nil {
-			if h.Failing.Swap(false) {
-				log.Info("sequence-number reservation recorded again; the SA carries traffic", what...)
-			}
-			return nil
-		}
-		h.Failures.Add(1)
-		msg := err.Error()
-		h.LastError.Store(&msg)
-		first := !h.Failing.Swap(true)
-		if now := time.Now(); first || now.Sub(lastLog) >= StateLogInterval {
-			lastLog = now
-			log.Error("cannot record the sequence-number reservation in the state directory; "+
-				"the SA drops its packets (seq_reserve_failed) until it can",
-				append(what, "file", f.path, "failures", h.Failures.Load(), "err", err)...)
-		}
+		h.note(f.path, err)
 		return err
 	}
 }
@@ -313,11 +351,32 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 		return nil, nil, nil
 	}
 	path := seqStatePath(dir, sa, d)
-	f := g.stateFile(path)
-	seq, err := f.open(cfg.Seq)
-	for errors.Is(err, errStateGone) {
+	// An SA of its own (not leased by a HA group) is leased by the state
+	// directory's writer (statewriter.go): its first step is recorded
+	// here, the next ones ahead, off its lane. A HA group's SA records
+	// beside its lease, on its lane (esp.Config.SeqReserve).
+	leased := cfg.Lease == nil
+	var ahead uint64
+	switch {
+	case leased && d == esp.Inbound:
+		ahead = esp.ReplayReserveMin
+	case leased:
+		ahead = esp.SeqReserveBlock
+	}
+	// The slot file holds the bounds the writer recorded (stateslots.go):
+	// a start takes the higher of it and the SA's own file.
+	slots := &g.stateWriter.slots
+	err := slots.open(dir)
+	var seq uint64
+	var f *stateFile
+	if err == nil {
+		start := max(cfg.Seq, slots.bound(path))
 		f = g.stateFile(path)
-		seq, err = f.open(cfg.Seq)
+		seq, err = f.open(start, ahead)
+		for errors.Is(err, errStateGone) {
+			f = g.stateFile(path)
+			seq, err = f.open(start, ahead)
+		}
 	}
 	if err != nil {
 		if errors.Is(err, errStateLoad) {
@@ -332,7 +391,15 @@ func (g *Gateway) withState(cfg *esp.Config, sa *config.SA, name string, d esp.D
 	if d == esp.Inbound {
 		dirName = "in"
 	}
-	h := new(sad.StateHealth)
-	cfg.SeqReserve = reserver(f, h, g.log, []any{"sa", name, "spi", ike.ESPSPI(sa.SPI), "direction", dirName})
-	return h, f, nil
+	h := &health{h: new(sad.StateHealth), log: g.log, what: []any{"sa", name, "spi", ike.ESPSPI(sa.SPI), "direction", dirName}}
+	if !leased {
+		cfg.SeqReserve = reserver(f, h)
+		return h.h, f, nil
+	}
+	e := &leasedState{f: f, health: *h}
+	e.lease = esp.NewLeaseWith(func(upTo uint64) { g.stateWriter.ask(e, upTo) },
+		esp.LeaseOptions{Step: stateLeaseStep, StepMax: stateLeaseStepMax, Wait: stateLeaseWait})
+	e.lease.Grant(seq + ahead)
+	cfg.Lease = e.lease
+	return h.h, f, nil
 }

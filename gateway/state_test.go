@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -114,6 +115,24 @@ func testGateway(t *testing.T, stateDir string) (*Gateway, *logBuffer) {
 		engines: map[string]cryptodev.Engine{"": soft.New()}}, logs
 }
 
+// waitWriter waits until g's state writer has recorded every bound asked
+// for (statewriter.go).
+func waitWriter(t *testing.T, g *Gateway) {
+	t.Helper()
+	w := &g.stateWriter
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		w.mu.Lock()
+		running := w.running
+		w.mu.Unlock()
+		if !running {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the state writer did not finish in 10s")
+		}
+	}
+}
+
 func openTest(t *testing.T, g *Gateway, name string, d esp.Direction) *sad.SA {
 	t.Helper()
 	s, err := g.openSA(g.cfg, &g.cfg.Tunnels[0], name, d)
@@ -180,10 +199,13 @@ func TestStateFailsAtRunTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openTest(t, g, "o", esp.Outbound)
-	reserve := s.SA.Config().SeqReserve
-	if reserve == nil || s.State == nil {
+	if s.State == nil {
 		t.Fatal("outbound SA keeps no state")
 	}
+	// The synchronous records of a HA group's SAs (esp.Config.SeqReserve;
+	// TestStateWriterFails has the writer's).
+	sa := withTunnelAddrs(*g.cfg.SA("o"), g.cfg.Tunnels[0].Local, g.cfg.Tunnels[0].Peer, esp.Outbound)
+	reserve := reserver(g.stateFile(seqStatePath(dir, &sa, esp.Outbound)), &health{h: s.State, log: g.log, what: []any{"sa", "o"}})
 	if err := reserve(100); err != nil {
 		t.Fatal(err)
 	}
@@ -272,6 +294,19 @@ func (r *espRunner) open(sa *esp.SA, pkt []byte) esp.Reason {
 	return b.Reasons[0]
 }
 
+// openWaiting is open for a packet of an SA leased by g's state writer
+// that must be accepted: one refused at an ungranted bound (the writer's
+// fdatasync took longer than the SA waits, as on a loaded machine) is
+// opened again once the writer is done.
+func (r *espRunner) openWaiting(g *Gateway, sa *esp.SA, pkt []byte) esp.Reason {
+	reason := r.open(sa, pkt)
+	for i := 0; i < 3 && reason == esp.ReasonSeqReserve; i++ {
+		waitWriter(r.t, g)
+		reason = r.open(sa, pkt)
+	}
+	return reason
+}
+
 func innerPacket(i int) []byte {
 	b := make([]byte, 20+8+16)
 	packet.IPv4(b).Encode(&packet.IPv4Fields{Length: uint16(len(b)), TTL: 64, Protocol: packet.ProtoUDP,
@@ -313,11 +348,13 @@ func TestReplayAcrossRestart(t *testing.T) {
 	for i := range 50 {
 		pkt := r.seal(peer, innerPacket(i))
 		sent = append(sent, pkt)
-		if reason := r.open(in1.SA, pkt); reason != esp.ReasonNone {
+		if reason := r.openWaiting(g1, in1.SA, pkt); reason != esp.ReasonNone {
 			t.Fatalf("packet %d: %v", i+1, reason)
 		}
 	}
-	// Restart: the first runtime is gone; a new one from the same file.
+	// Restart: the first runtime is gone (its writer done); a new one
+	// from the same file.
+	waitWriter(t, g1)
 	g2, _ := testGateway(t, dir)
 	in2 := openTest(t, g2, "i", esp.Inbound)
 	for i, pkt := range sent {
@@ -332,7 +369,7 @@ func TestReplayAcrossRestart(t *testing.T) {
 	lost := 0
 	for peer.Seq() < bound+20 {
 		pkt := r.seal(peer, innerPacket(0))
-		reason := r.open(in2.SA, pkt)
+		reason := r.openWaiting(g2, in2.SA, pkt)
 		switch {
 		case peer.Seq() <= bound && reason == esp.ReasonReplay:
 			lost++
@@ -384,7 +421,7 @@ func TestRetiredSARecordsFinalState(t *testing.T) {
 	for i := range 30 {
 		pkt := r.seal(peer, innerPacket(i))
 		sent = append(sent, pkt)
-		if reason := r.open(in1.SA, pkt); reason != esp.ReasonNone {
+		if reason := r.openWaiting(g, in1.SA, pkt); reason != esp.ReasonNone {
 			t.Fatalf("packet %d: %v", i+1, reason)
 		}
 		r.seal(out1.SA, innerPacket(i))
@@ -398,7 +435,7 @@ func TestRetiredSARecordsFinalState(t *testing.T) {
 			t.Fatalf("packet %d replayed after the SA came back: %v, want replay", i+1, reason)
 		}
 	}
-	if reason := r.open(in2.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
+	if reason := r.openWaiting(g, in2.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
 		t.Fatalf("the peer's next packet after the SA came back: %v, want accepted", reason)
 	}
 	if out2 := openTest(t, g, "o", esp.Outbound); out2.SA.Seq() != 30 {
@@ -408,11 +445,12 @@ func TestRetiredSARecordsFinalState(t *testing.T) {
 	// A newer SA of the same file (in3) has taken it over when in2 retires:
 	// in2 must not undo in3's reservation.
 	for range 100 {
-		r.open(in2.SA, r.seal(peer, innerPacket(0)))
+		r.openWaiting(g, in2.SA, r.seal(peer, innerPacket(0)))
 	}
 	in3 := openTest(t, g, "i", esp.Inbound)
 	sa := withTunnelAddrs(*g.cfg.SA("i"), g.cfg.Tunnels[0].Local, g.cfg.Tunnels[0].Peer, esp.Inbound)
 	path := seqStatePath(dir, &sa, esp.Inbound)
+	waitWriter(t, g)
 	before, err := loadReserved(path)
 	if err != nil {
 		t.Fatal(err)
@@ -442,11 +480,11 @@ func TestStateFileShared(t *testing.T) {
 		}
 		return v
 	}
-	if s, err := a.open(0); err != nil || s != 0 {
+	if s, err := a.open(0, 0); err != nil || s != 0 {
 		t.Fatalf("first open: %d, %v", s, err)
 	}
 	a.record(1000)
-	if s, err := a.open(10); err != nil || s != 1000 {
+	if s, err := a.open(10, 0); err != nil || s != 1000 {
 		t.Fatalf("second open: %d, %v; want 1000", s, err)
 	}
 	a.record(50) // the older runtime's next bound, below the other's
@@ -463,14 +501,209 @@ func TestStateFileShared(t *testing.T) {
 	}
 	// The record is gone with its last runtime; the next one starts from
 	// the file.
-	if _, err := a.open(0); !errors.Is(err, errStateGone) {
+	if _, err := a.open(0, 0); !errors.Is(err, errStateGone) {
 		t.Errorf("open of a retired record: %v", err)
 	}
 	c := g.stateFile(path)
 	if c == a || len(g.stateFiles) != 1 {
 		t.Fatalf("record not replaced: %d records", len(g.stateFiles))
 	}
-	if s, err := c.open(0); err != nil || s != 700 {
+	if s, err := c.open(0, 0); err != nil || s != 700 {
 		t.Errorf("open after retirement: %d, %v; want 700", s, err)
+	}
+}
+
+// TestStateWriterDies: the state writer dies mid-way through a group
+// (before it writes a slot; after it wrote the slots, with the copy it
+// wrote then lost or torn as a crash before the fdatasync may leave it;
+// after the fdatasync, before it granted), the SA goes on until it reaches
+// its granted bound, and a restart from the state directory refuses every
+// packet the first instance accepted (DESIGN.md decision 7).
+func TestStateWriterDies(t *testing.T) {
+	for _, point := range []string{"write", "written", "synced"} {
+		t.Run(point, func(t *testing.T) {
+			dir := t.TempDir()
+			r := newESPRunner(t)
+			peer := peerSA(t, dir)
+			g1, _ := testGateway(t, dir)
+			in1 := openTest(t, g1, "i", esp.Inbound)
+			var accepted [][]byte
+			highest := uint64(0)
+			alive := true
+			send := func() esp.Reason {
+				pkt := r.seal(peer, innerPacket(0))
+				var reason esp.Reason
+				if alive {
+					reason = r.openWaiting(g1, in1.SA, pkt)
+				} else {
+					reason = r.open(in1.SA, pkt)
+				}
+				if reason == esp.ReasonNone {
+					accepted = append(accepted, pkt)
+					highest = peer.Seq()
+				}
+				return reason
+			}
+			// Some groups recorded and granted: the bound is in the slot
+			// file, above what the SA's own file holds.
+			for range 300 {
+				if reason := send(); reason != esp.ReasonNone {
+					t.Fatalf("seq %d with the writer alive: %v", peer.Seq(), reason)
+				}
+			}
+			waitWriter(t, g1)
+			sa := withTunnelAddrs(*g1.cfg.SA("i"), g1.cfg.Tunnels[0].Local, g1.cfg.Tunnels[0].Peer, esp.Inbound)
+			path := seqStatePath(dir, &sa, esp.Inbound)
+			alive = false
+			var died sync.WaitGroup
+			died.Add(1)
+			g1.stateWriter.testHook = func(step string) {
+				if step != point {
+					return
+				}
+				if step == "written" {
+					// The copy just written never reached the disk, or
+					// reached it torn.
+					w := &g1.stateWriter
+					i := w.slots.slots[slotKeyOf(path)]
+					c := g1.stateFiles[path].slotCopy ^ 1
+					w.slots.f.WriteAt(bytes.Repeat([]byte{0xa5}, copySize), int64(i*slotSize+c*copySize))
+				}
+				died.Done()
+				runtime.Goexit()
+			}
+			// The SA carries on up to its granted bound, then refuses.
+			refused := 0
+			for refused < 1 {
+				switch reason := send(); reason {
+				case esp.ReasonNone:
+					refused = 0
+				case esp.ReasonSeqReserve:
+					refused++
+				default:
+					t.Fatalf("seq %d after the writer died: %v", peer.Seq(), reason)
+				}
+				if peer.Seq() > 1<<20 {
+					t.Fatal("the SA never stopped at its bound")
+				}
+			}
+			died.Wait()
+			// Restart from what is on disk.
+			g2, _ := testGateway(t, dir)
+			in2 := openTest(t, g2, "i", esp.Inbound)
+			if b := in2.SA.Seq(); b < highest {
+				t.Fatalf("restarted at %d below seq %d, which the first instance accepted", b, highest)
+			}
+			for i, pkt := range accepted {
+				if reason := r.open(in2.SA, pkt); reason != esp.ReasonReplay {
+					t.Fatalf("accepted packet %d of %d (highest seq %d) replayed after the restart: %v, want replay",
+						i+1, len(accepted), highest, reason)
+				}
+			}
+			t.Logf("writer died at %q: %d packets accepted, restart at %d", point, len(accepted), in2.SA.Seq())
+		})
+	}
+}
+
+// TestStateWriterFails: when the writer cannot record an inbound SA's
+// bound, the SA's health shows it (failures counted, the error kept, one
+// log line), the packets that reach the ungranted bound are dropped as
+// seq_reserve_failed without waiting, and once the slot file can be
+// written again the writer's retry records and grants the bound and the
+// SA carries traffic again.
+func TestStateWriterFails(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	peer := peerSA(t, dir)
+	g, logs := testGateway(t, dir)
+	in := openTest(t, g, "i", esp.Inbound)
+	defer func(old time.Duration) { stateRetry = old }(stateRetry)
+	stateRetry = time.Millisecond
+	// The slot file becomes unwritable: a read-only descriptor in its place.
+	w := &g.stateWriter
+	ro, err := os.Open(filepath.Join(dir, slotFileName))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.slots.mu.Lock()
+	rw := w.slots.f
+	w.slots.f = ro
+	w.slots.mu.Unlock()
+	refused := 0
+	for refused < 5 {
+		pkt := r.seal(peer, innerPacket(0))
+		switch reason := r.open(in.SA, pkt); reason {
+		case esp.ReasonNone:
+		case esp.ReasonSeqReserve:
+			refused++
+		default:
+			t.Fatalf("seq %d: %v", peer.Seq(), reason)
+		}
+		if peer.Seq() > 10000 {
+			t.Fatal("no packet refused with the slot file unwritable")
+		}
+	}
+	info := saInfo(in, "in")
+	if !info.StateFailing || info.StateFailures == 0 || info.StateError == "" {
+		t.Fatalf("SA info with the slot file unwritable: failing %v, failures %d, error %q", info.StateFailing, info.StateFailures, info.StateError)
+	}
+	if n := strings.Count(logs.String(), "level=ERROR"); n != 1 {
+		t.Fatalf("%d error lines, want 1:\n%s", n, logs)
+	}
+	// Writable again: the retry grants, the SA carries traffic.
+	w.slots.mu.Lock()
+	w.slots.f = rw
+	w.slots.mu.Unlock()
+	ro.Close()
+	waitWriter(t, g)
+	if reason := r.open(in.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
+		t.Fatalf("after the slot file recovered: %v", reason)
+	}
+	if info := saInfo(in, "in"); info.StateFailing {
+		t.Fatal("the SA still shows failing after a record succeeded")
+	}
+	if !strings.Contains(logs.String(), "recorded again") {
+		t.Fatalf("no recovery line:\n%s", logs)
+	}
+}
+
+// TestSlotFileRemoved: the slot file removed under a running gateway (the
+// state directory emptied) is made again, with every slot's bound, at the
+// writer's next sync, so a restart still refuses every packet accepted.
+func TestSlotFileRemoved(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	peer := peerSA(t, dir)
+	g, _ := testGateway(t, dir)
+	in1 := openTest(t, g, "i", esp.Inbound)
+	var accepted [][]byte
+	send := func(n int) {
+		for range n {
+			pkt := r.seal(peer, innerPacket(0))
+			if reason := r.openWaiting(g, in1.SA, pkt); reason != esp.ReasonNone {
+				t.Fatalf("seq %d: %v (%+v)", peer.Seq(), reason, saInfo(in1, "in"))
+			}
+			accepted = append(accepted, pkt)
+		}
+	}
+	send(300)
+	waitWriter(t, g)
+	if err := os.Remove(filepath.Join(dir, slotFileName)); err != nil {
+		t.Fatal(err)
+	}
+	send(300)
+	waitWriter(t, g)
+	if _, err := os.Stat(filepath.Join(dir, slotFileName)); err != nil {
+		t.Fatalf("the slot file was not made again: %v", err)
+	}
+	g2, _ := testGateway(t, dir)
+	in2 := openTest(t, g2, "i", esp.Inbound)
+	if b := in2.SA.Seq(); b < peer.Seq() {
+		t.Fatalf("restarted at %d below seq %d, which the first instance accepted", b, peer.Seq())
+	}
+	for i, pkt := range accepted {
+		if reason := r.open(in2.SA, pkt); reason != esp.ReasonReplay {
+			t.Fatalf("accepted packet %d replayed after the restart: %v, want replay", i+1, reason)
+		}
 	}
 }

@@ -126,6 +126,15 @@ func (p *Pins) Addr(b []byte) uintptr {
 	return uintptr(ptr)
 }
 
+// Covers reports whether the n bytes at address u (n at least 1) lie in
+// the arena Addr or InArena found last, so that their address may go to C
+// as it is. It is Addr's fast path, small enough for the compiler to
+// inline into an engine's descriptor fill; on false, call Addr.
+func (p *Pins) Covers(u, n uintptr) bool {
+	// lo <= u < hi and 1 <= n <= hi-u, in unsigned arithmetic.
+	return u-p.lo < p.hi-p.lo && n-1 < p.hi-u
+}
+
 // InArena reports whether the n bytes at ptr lie in one pinned arena, and
 // remembers the arena if they do.
 func (p *Pins) InArena(ptr unsafe.Pointer, n int) bool {

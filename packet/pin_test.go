@@ -81,3 +81,43 @@ func TestPins(t *testing.T) {
 		t.Errorf("after Unpin: %+v", pins)
 	}
 }
+
+// TestPinsCovers: Covers holds for non-empty ranges inside the arena found
+// last and for nothing else, the zero Pins and empty ranges included.
+func TestPinsCovers(t *testing.T) {
+	p := NewPool(8, 2048, 128)
+	b := p.Get()
+	defer p.PutN([]*Buf{b})
+	var pins Pins
+	slot := b.Slot()
+	u := uintptr(unsafe.Pointer(&slot[0]))
+	if pins.Covers(u, 1) {
+		t.Fatal("the zero Pins covers memory")
+	}
+	pins.Addr(slot[:16])
+	lo, hi := pins.lo, pins.hi
+	for _, c := range []struct {
+		u, n uintptr
+		want bool
+	}{
+		{u, 1, true},
+		{u, uintptr(len(slot)), true},
+		{lo, hi - lo, true},
+		{hi - 1, 1, true},
+		{hi - 1, 2, false},
+		{hi, 1, false},
+		{lo - 1, 1, false},
+		{lo - 1, 2, false},
+		{u, 0, false},
+		{lo, hi - lo + 1, false},
+		{lo + 1, ^uintptr(0), false},
+	} {
+		if got := pins.Covers(c.u, c.n); got != c.want {
+			t.Errorf("Covers(lo%+d, %d) = %v, want %v", int(c.u-lo), c.n, got, c.want)
+		}
+	}
+	pins.Unpin()
+	if pins.Covers(u, 1) {
+		t.Error("Covers after Unpin")
+	}
+}

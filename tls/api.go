@@ -354,6 +354,15 @@ func (s *Service) Close() error {
 		e.closeConns()
 	}
 	s.wg.Wait()
+	// The signing lanes end before any key is destroyed: a lane may still
+	// be signing for a handshake that gave up waiting.
+	done := map[*engineRef]bool{}
+	for _, r := range s.engines {
+		if !done[r] {
+			done[r] = true
+			r.q.close()
+		}
+	}
 	for _, e := range s.eps {
 		e.state.Load().store.release()
 	}
@@ -361,13 +370,7 @@ func (s *Service) Close() error {
 	for _, ss := range s.statics {
 		ss.root.Close()
 	}
-	done := map[*engineRef]bool{}
-	for _, r := range s.engines {
-		if done[r] {
-			continue
-		}
-		done[r] = true
-		r.q.close()
+	for r := range done {
 		if r.owned {
 			r.eng.Close()
 		}

@@ -16,14 +16,15 @@
 // wait, up to 64, into one cryptodev.Batch on a queue of their own (see
 // signq.go): as many lanes as GOMAXPROCS for a synchronous engine (soft,
 // openssl), so signing uses every core; one lane for an asynchronous one
-// (sched), splitting what it collected into a batch per signing core and
-// submitting them together, so the engine spreads the work over all cores
-// but one. That is the choice between the two: soft makes the most
-// handshakes per second, sched keeps a core for the connections already
-// open, whose requests then wait far less during a storm of expensive
-// handshakes (an RSA-4096 storm on 2 cores: p50 150 µs, against 12 ms with
-// soft and 5.6 ms when sched signed on every core;
-// BENCHMARKS.md section j).
+// (sched), splitting what it collected into a batch per signing core
+// (one op per batch for RSA, whose signatures take milliseconds) and
+// submitting them together. sched runs signatures only on its asymmetric
+// workers: all cores but one, each a thread at a low priority (nice
+// 10), so the runtime keeps a P and the kernel a core for the connections
+// already open. That is the choice between the two: soft makes the most
+// handshakes per second, sched keeps open connections' requests at their
+// idle latency during a storm of expensive handshakes (BENCHMARKS.md
+// section j; issue 21).
 // A full queue fails the handshake, counted under "sign". A Reload's
 // replaced keys are destroyed in their engine only once no handshake that
 // began before it can still sign with them.

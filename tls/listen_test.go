@@ -6,6 +6,8 @@ import (
 	"strconv"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // TestListenFamilies: an IPv4 listen address accepts IPv4 only, "[::]"
@@ -85,3 +87,38 @@ type addrConn struct {
 }
 
 func (c *addrConn) RemoteAddr() net.Addr { return c.remote }
+
+// TestListenNoKeepAlive: accepted connections have no TCP keepalives (Go
+// turns them on by default, at four setsockopt calls a connection; the
+// idle and handshake timeouts end connections whose peer has gone).
+func TestListenNoKeepAlive(t *testing.T) {
+	ln, err := listenTCP("127.0.0.1:0", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := net.Dial("tcp", ln.Addr().String()); err == nil {
+			defer c.Close()
+			c.Read(make([]byte, 1))
+		}
+	}()
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	rc, err := c.(*net.TCPConn).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var on int
+	var serr error
+	rc.Control(func(fd uintptr) { on, serr = unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_KEEPALIVE) })
+	if serr != nil {
+		t.Fatal(serr)
+	}
+	if on != 0 {
+		t.Errorf("SO_KEEPALIVE is %d on an accepted connection, want 0", on)
+	}
+}

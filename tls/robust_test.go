@@ -2,6 +2,7 @@ package tls
 
 import (
 	"context"
+	"crypto"
 	"crypto/rand"
 	gotls "crypto/tls"
 	"errors"
@@ -12,8 +13,11 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/sluicegw/sluice/cryptodev"
 )
 
 // robustSite is a static listener with short timeouts and a small limit.
@@ -272,5 +276,102 @@ func TestMaxConnsPerSource(t *testing.T) {
 	}
 	if st := statsOf(t, s, "web"); st.RefusedPerSource != 1 || st.Refused != 0 || st.Open != limit+1 {
 		t.Fatalf("%+v", st)
+	}
+}
+
+// stallEngine is soft whose handshake queues hold every batch until
+// release is closed: a signature that does not come.
+type stallEngine struct {
+	cryptodev.AsymEngine
+	release chan struct{}
+	held    atomic.Int32 // batches waiting for release
+}
+
+func (e *stallEngine) NewQueue() (cryptodev.Queue, error) {
+	q, err := e.AsymEngine.NewQueue()
+	return &stallQueue{Queue: q, e: e}, err
+}
+
+type stallQueue struct {
+	cryptodev.Queue
+	e *stallEngine
+}
+
+func (q *stallQueue) Submit(b *cryptodev.Batch) error {
+	q.e.held.Add(1)
+	<-q.e.release
+	return q.Queue.Submit(b)
+}
+
+// TestStalledSignature: a handshake whose signature does not come fails
+// at the handshake timeout, counted as a timeout.
+func TestStalledSignature(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "root")
+	cert := ca.issue(t, dir, "site", "ecdsa", false, "site.test")
+	soft, err := cryptodev.Open("soft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { soft.Close() })
+	eng := &stallEngine{AsymEngine: soft.(cryptodev.AsymEngine), release: make(chan struct{})}
+	s := startServiceOpts(t, Config{Listeners: []ListenerConfig{{
+		Name: "web", Listen: "127.0.0.1:0", Certs: []Cert{cert}, Backend: "static:" + dir,
+		HandshakeTimeout: 300 * time.Millisecond,
+	}}}, Options{Engine: func(string) (cryptodev.Engine, error) { return eng, nil }})
+	t.Cleanup(func() { close(eng.release) }) // before Close, which waits for the lanes
+	if c, err := goClient(t, addrOf(t, s, "web"), "site.test", ca, nil); err == nil {
+		c.Close()
+		t.Fatal("handshake succeeded without a signature")
+	}
+	if eng.held.Load() == 0 {
+		t.Fatal("the handshake did not ask for a signature")
+	}
+	waitFor(t, "a timeout", func() bool { return statsOf(t, s, "web").HandshakeFailures["timeout"] == 1 })
+}
+
+// TestSignerLimits: under a listener's handshake context (never
+// cancelled itself), a signature's wait ends at the handshake's deadline
+// and when the Service's context ends.
+func TestSignerLimits(t *testing.T) {
+	eng := openEngine(t, "soft")
+	priv := genKey(t, "ecdsa")
+	key, err := eng.(cryptodev.AsymEngine).NewPrivateKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer key.Destroy()
+	// No lane: requests wait in the queue for ever.
+	q := &signQueue{eng: eng, reqs: make(chan *signReq, 4), quit: make(chan struct{}), split: 1}
+	ek := &engineKey{key: key, pub: priv.Public(), q: q}
+	d := make([]byte, 32)
+	svc, stop := context.WithCancel(context.Background())
+	defer stop()
+	for _, c := range []struct {
+		deadline time.Duration
+		cancel   bool
+		want     error
+	}{{50 * time.Millisecond, false, context.DeadlineExceeded}, {time.Hour, true, context.Canceled}} {
+		hctx := &handshakeCtx{lim: handshakeLimits{deadline: time.Now().Add(c.deadline), svc: svc}}
+		res := make(chan error, 1)
+		go func() {
+			_, err := (&handshakeSigner{k: ek, ctx: hctx}).Sign(nil, d, crypto.SHA256)
+			res <- err
+		}()
+		if c.cancel {
+			waitFor(t, "the request to wait", func() bool { return q.depth.Load() == 2 })
+			stop()
+		}
+		select {
+		case err := <-res:
+			if !errors.Is(err, c.want) {
+				t.Errorf("deadline in %v, cancel %v: %v, want %v", c.deadline, c.cancel, err, c.want)
+			}
+		case <-time.After(10 * time.Second):
+			t.Fatalf("deadline in %v, cancel %v: the signer still waits", c.deadline, c.cancel)
+		}
+	}
+	if hctx := (&handshakeCtx{}); hctx.Done() != nil || hctx.Err() != nil {
+		t.Error("a handshake context can be cancelled")
 	}
 }

@@ -118,7 +118,11 @@ func listenTCP(listen string, dual bool) (net.Listener, error) {
 			network = "tcp6"
 		}
 	}
-	return net.Listen(network, net.JoinHostPort(host, port))
+	// No TCP keepalives (Go turns them on for accepted connections by
+	// default, four setsockopt calls each): as with nginx, idle and
+	// handshake timeouts end connections whose peer has gone.
+	lc := net.ListenConfig{KeepAlive: -1}
+	return lc.Listen(context.Background(), network, net.JoinHostPort(host, port))
 }
 
 // start publishes st and starts the accept loop and, for a listener with
@@ -352,13 +356,27 @@ func (e *endpoint) serve(c net.Conn, src netip.Addr) {
 // then the backend.
 func (e *endpoint) terminate(raw net.Conn) {
 	st := e.acquire()
-	ctx, cancel := context.WithTimeout(e.svc.ctx, st.lc.HandshakeTimeout)
+	// The connection's deadline bounds the handshake's I/O, and the
+	// context, which is never cancelled, carries the bounds of a
+	// signature's wait: a resumption signs nothing and so sets up no
+	// timer and no cancellation (see handshakeCtx).
+	hctx := &handshakeCtx{lim: handshakeLimits{deadline: time.Now().Add(st.lc.HandshakeTimeout), svc: e.svc.ctx}}
+	raw.SetDeadline(hctx.lim.deadline)
 	tc := gotls.Server(raw, st.tls)
-	err := tc.HandshakeContext(ctx)
-	cancel()
+	err := tc.HandshakeContext(hctx)
 	st.store.release()
+	if err == nil {
+		err = raw.SetDeadline(time.Time{})
+	}
 	if err != nil {
-		e.handshakeFailed(raw.RemoteAddr(), classify(err, ctx), err)
+		reason := classify(err, nil)
+		if !time.Now().Before(hctx.lim.deadline) {
+			// crypto/tls flattens a signer's error into text: a
+			// signature that outlived the handshake is known by the
+			// clock.
+			reason = failTimeout
+		}
+		e.handshakeFailed(raw.RemoteAddr(), reason, err)
 		return
 	}
 	e.ctr.handshakes.Add(1)

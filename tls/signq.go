@@ -15,11 +15,14 @@ package tls
 //     there are as many lanes as GOMAXPROCS and signatures use every core;
 //     an asynchronous engine spreads batches over its workers, so one lane
 //     splits what it collects into one batch per signing core (all cores
-//     but one, signCores) of at most maxPartOps ops, which the engine does
-//     not split further, and submits them all before waiting for any. The
-//     core left over serves the connections already open while a storm of
+//     but one, signCores) of at most partOps ops (one RSA signature; 16
+//     others), and submits them all before waiting for any. sched runs
+//     them on its asymmetric workers only: at most all cores but one, on
+//     threads at a low priority (nice 10), so the runtime keeps a P
+//     and the kernel a core for the connections already open while a storm of
 //     handshakes waits for signatures (BENCHMARKS.md section j).
-//  4. Complete (the lane): each waiter gets a copy of its signature.
+//  4. Complete (the lane): as each batch comes back, in the order they
+//     were submitted, each of its waiters gets a copy of its signature.
 
 import (
 	"context"
@@ -30,6 +33,7 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/sluicegw/sluice/cryptodev"
 )
@@ -41,10 +45,7 @@ const (
 	// its handshake (counted under "sign").
 	signQueueLen = 4096
 	// maxPartOps bounds the ops of one batch handed to an asynchronous
-	// engine: sched splits a batch over several workers only from twice
-	// its minimum chunk (16 ops) up, so a batch of at most 16 runs on one
-	// core, and the number of batches in flight is the number of cores
-	// signing.
+	// engine (partOps: RSA signatures go one per batch).
 	maxPartOps = 16
 	// maxSigLen is the Dst each op gets: an RSA-4096 signature.
 	maxSigLen = 512
@@ -111,9 +112,10 @@ func newSignQueue(eng cryptodev.Engine) (*signQueue, error) {
 	n := procs
 	if q.async {
 		// The queueing engine signs on all cores but one: one lane hands
-		// it at most signCores batches at a time, none big enough for the
-		// engine to split further, so a storm of handshakes leaves a core
-		// to the connections already open (see the package doc).
+		// it at most signCores batches at a time, which it runs on its
+		// asymmetric workers (as many, at a low priority), so a storm
+		// of handshakes leaves a core to the connections already open (see
+		// the package doc).
 		n = 1
 		q.split = signCores(procs)
 	}
@@ -203,7 +205,7 @@ func (q *signQueue) lane(cq cryptodev.Queue) {
 		// take a fair share of what waits, so the other lanes sign the
 		// rest in parallel. An asynchronous engine spreads the batch
 		// itself.
-		limit := min(maxSignBatch, q.split*maxPartOps)
+		limit := min(maxSignBatch, q.split*partOps(r.key.Alg()))
 		if !q.async {
 			lanes := int64(max(1, len(q.lanes)))
 			limit = int(min(int64(maxSignBatch), max(1, (q.depth.Load()+lanes-1)/lanes)))
@@ -236,15 +238,15 @@ func (q *signQueue) lane(cq cryptodev.Queue) {
 }
 
 // run signs reqs in one batch (or, for an asynchronous engine, in up to
-// len(bs) batches submitted together) and completes every request.
+// len(bs) batches submitted together) and completes every request: those
+// of each batch as soon as the engine returns it.
 func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, reqs []*signReq) {
 	n := len(reqs)
 	parts := min(len(bs), n)
 	per := (n + parts - 1) / parts
 	parts = (n + per - 1) / per
 	submitted := 0
-	var err error // the Submit that failed, or a lost batch
-	lost := false
+	var subErr error // the Submit that failed
 	for p := 0; p < parts; p++ {
 		lo, hi := p*per, min(n, (p+1)*per)
 		b := bs[p]
@@ -255,7 +257,7 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 			op.Key, op.Dir, op.Src, op.Hash, op.PSS = r.key, cryptodev.Sign, r.digest, r.hash, r.pss
 			op.Dst = dst[i*maxSigLen : (i+1)*maxSigLen]
 		}
-		if err = cq.Submit(b); err != nil {
+		if subErr = cq.Submit(b); subErr != nil {
 			break
 		}
 		submitted++
@@ -263,31 +265,50 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 		for m, cur := uint64(hi-lo), q.maxBatch.Load(); m > cur && !q.maxBatch.CompareAndSwap(cur, m); cur = q.maxBatch.Load() {
 		}
 	}
-	for range submitted {
-		if cq.Dequeue(true) == nil {
-			err, lost = errors.New("tls: batch lost by engine"), true
-			break
+	var lost error // a batch the engine did not return, failing it and the rest
+	for p := 0; p < parts; p++ {
+		lo, hi := p*per, min(n, (p+1)*per)
+		err := lost
+		if p >= submitted {
+			err = subErr
+		} else if lost == nil && cq.Dequeue(true) == nil {
+			lost = errors.New("tls: batch lost by engine")
+			err = lost
 		}
-	}
-	for i, r := range reqs {
-		p := i / per
-		if p >= submitted || lost {
-			r.err = fmt.Errorf("%w: engine %s: %w", errSign, q.eng.Name(), err)
-			close(r.done)
+		if err != nil {
+			for _, r := range reqs[lo:hi] {
+				r.err = fmt.Errorf("%w: engine %s: %w", errSign, q.eng.Name(), err)
+				close(r.done)
+			}
 			continue
 		}
-		op := &bs[p].Ops[i-p*per]
-		if op.Status != cryptodev.StatusOK {
-			r.err = fmt.Errorf("%w: %v key on engine %s: %v", errSign, r.key.Alg(), q.eng.Name(), op.Status)
-		} else {
-			r.sig = append([]byte(nil), op.Dst[:op.N]...)
-			q.ops.Add(1)
+		for i, r := range reqs[lo:hi] {
+			op := &bs[p].Ops[i]
+			if op.Status != cryptodev.StatusOK {
+				r.err = fmt.Errorf("%w: %v key on engine %s: %v", errSign, r.key.Alg(), q.eng.Name(), op.Status)
+			} else {
+				r.sig = append([]byte(nil), op.Dst[:op.N]...)
+				q.ops.Add(1)
+			}
+			close(r.done)
 		}
-		close(r.done)
 	}
 	for _, b := range bs[:parts] {
 		b.Reset(0) // drop the digests and keys
 	}
+}
+
+// partOps is how many signatures with a key of type alg one batch handed
+// to an asynchronous engine holds: one for RSA, whose signature takes
+// milliseconds, maxPartOps for the rest. A batch comes back whole, so a
+// batch of 16 RSA-4096 signatures would hold 15 finished handshakes back
+// for about 100 ms and then release them together: a burst of handshake
+// work queued ahead of the open connections' requests.
+func partOps(alg cryptodev.Alg) int {
+	if alg.RSABits() > 0 {
+		return 1
+	}
+	return maxPartOps
 }
 
 // engineKey is one private key held by an engine, with its public half.
@@ -308,11 +329,49 @@ type handshakeSigner struct {
 func (s *handshakeSigner) Public() crypto.PublicKey { return s.k.pub }
 
 // Sign implements crypto.Signer; rand is ignored (the engine draws its
-// own randomness).
+// own randomness). Under a listener's handshakeCtx, the wait ends at the
+// handshake's deadline or when the Service closes.
 func (s *handshakeSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpts) ([]byte, error) {
 	hash, pss, err := cryptodev.SignParams(s.k.key.Alg(), digest, opts)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errSign, err)
 	}
-	return s.k.q.sign(s.ctx, s.k.key, digest, hash, pss)
+	ctx := s.ctx
+	if lim, ok := ctx.Value(limitsKey{}).(*handshakeLimits); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, lim.deadline)
+		defer cancel()
+		defer context.AfterFunc(lim.svc, cancel)()
+	}
+	return s.k.q.sign(ctx, s.k.key, digest, hash, pss)
+}
+
+// handshakeCtx is the context a listener's handshake runs under. It is
+// never cancelled, so crypto/tls arms nothing to cancel it by (a context
+// that can end costs every handshake a timer, a cancellation registered
+// with its parent and an AfterFunc); the connection's deadline bounds the
+// handshake's I/O instead. What bounds a signature's wait, the only other
+// place a handshake blocks, it carries as a value for handshakeSigner.
+type handshakeCtx struct {
+	lim handshakeLimits
+}
+
+// handshakeLimits bound a handshake's signature: its deadline, and the
+// Service's context, which Close cancels.
+type handshakeLimits struct {
+	deadline time.Time
+	svc      context.Context
+}
+
+// limitsKey is the context key of a handshake's *handshakeLimits.
+type limitsKey struct{}
+
+func (*handshakeCtx) Deadline() (time.Time, bool) { return time.Time{}, false }
+func (*handshakeCtx) Done() <-chan struct{}       { return nil }
+func (*handshakeCtx) Err() error                  { return nil }
+func (c *handshakeCtx) Value(key any) any {
+	if _, ok := key.(limitsKey); ok {
+		return &c.lim
+	}
+	return nil
 }

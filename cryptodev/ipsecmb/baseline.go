@@ -18,8 +18,8 @@ import (
 
 // SealLoop is the library's own limit on this machine, as sluice bench
 // crypto's raw row is Go's: batches of AES-GCM seals in place over C
-// memory laid out as the bench lays out its arena, submitted and flushed
-// by a loop written in C through the same job API the engine uses, so
+// memory laid out as the bench lays out its arena, sealed by a loop
+// written in C through the same functions the engine calls, so
 // that the engine can be measured against it. It is for one goroutine.
 type SealLoop struct {
 	mgr   *C.IMB_MGR

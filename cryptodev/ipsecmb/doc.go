@@ -9,8 +9,11 @@
 // batch costs one cgo call: Go fills a C array of op descriptors with the
 // addresses of the ops' data, which lies in pinned memory (package packet
 // pins its arenas for their life; other memory is pinned with a
-// runtime.Pinner for the length of the call), and C submits one job per op
-// and flushes. Keys are expanded once, in C memory (AES key schedules, GCM
+// runtime.Pinner for the length of the call). C calls the library's
+// direct single-buffer functions for AES-GCM (the job manager has no
+// multi-buffer lanes for GCM and only adds its checks, queue and copies:
+// about 25 ns per op at 64 bytes) and submits one job per op, then
+// flushes, for the other suites. Keys are expanded once, in C memory (AES key schedules, GCM
 // hash keys, HMAC inner and outer states), and zeroed on Destroy.
 //
 // Suites: AES-GCM-128/192/256, ChaCha20-Poly1305, AES-CBC with

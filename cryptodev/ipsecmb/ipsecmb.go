@@ -281,16 +281,23 @@ func (p *processor) Process(ops []cryptodev.Op) {
 	p.grow(len(ops))
 	descs := unsafe.Slice(p.c.descs, p.c.n)
 	n := 0
+	var lastKey *cryptodev.Key
+	var lastKS *keyState
 	for i := range ops {
 		op := &ops[i]
 		if op.Dir >= cryptodev.Sign {
 			op.Status = cryptodev.StatusUnsupported
 			continue
 		}
-		var ks *keyState
-		if op.Key != nil {
-			ks, _ = op.Key.State().(*keyState)
+		// A batch's ops mostly share a key (an SA's): look its state up
+		// once.
+		if op.Key != lastKey || lastKey == nil {
+			lastKey, lastKS = op.Key, nil
+			if op.Key != nil {
+				lastKS, _ = op.Key.State().(*keyState)
+			}
 		}
+		ks := lastKS
 		if ks == nil || ks.c == nil {
 			op.Status = cryptodev.StatusInvalid
 			continue
@@ -312,6 +319,13 @@ func (p *processor) Process(ops []cryptodev.Op) {
 		p.ran += n
 	}
 	p.pins.Unpin()
+	if n == len(ops) {
+		// Every op went to C, in order: idx is the identity.
+		for j := range ops {
+			ops[j].Status = cryptodev.Status(descs[j].status)
+		}
+		return
+	}
 	for j := range n {
 		ops[p.idx[j]].Status = cryptodev.Status(descs[j].status)
 	}
@@ -348,9 +362,19 @@ func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState) bool {
 		if len(op.AAD) > len(d.aad) {
 			return false
 		}
-		copy(unsafe.Slice((*byte)(&d.iv[0]), 4), ks.salt[:])
-		copy(unsafe.Slice((*byte)(&d.iv[4]), 8), op.IV)
-		d.aad_len = C.uint8_t(copy(unsafe.Slice((*byte)(&d.aad[0]), len(d.aad)), op.AAD))
+		// Fixed-size stores rather than copy's calls: check has made
+		// IV 8 bytes, and ESP's AAD is 8 or 12.
+		*(*[4]byte)(unsafe.Pointer(&d.iv[0])) = ks.salt
+		*(*[8]byte)(unsafe.Pointer(&d.iv[4])) = [8]byte(op.IV)
+		switch len(op.AAD) {
+		case 8:
+			*(*[8]byte)(unsafe.Pointer(&d.aad[0])) = [8]byte(op.AAD)
+		case 12:
+			*(*[12]byte)(unsafe.Pointer(&d.aad[0])) = [12]byte(op.AAD)
+		default:
+			copy(unsafe.Slice((*byte)(&d.aad[0]), len(d.aad)), op.AAD)
+		}
+		d.aad_len = C.uint8_t(len(op.AAD))
 	} else {
 		// ICV over AAD || IV || data, hashed from memory in one run:
 		// ESP's layout, encrypted in place, no ESN bits after the data.
@@ -377,8 +401,17 @@ func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState) bool {
 	d.key = C.uintptr_t(uintptr(unsafe.Pointer(ks.c)))
 	d.len = C.uint32_t(n)
 	if n > 0 {
-		d.src = p.addr(op.Src)
-		d.dst = p.addr(op.Dst)
+		// Covers is Addr's inlined fast path: packet memory in the
+		// arena of the op before.
+		if u := start(op.Src); p.pins.Covers(u, uintptr(n)) {
+			d.src = C.uintptr_t(u)
+		} else {
+			d.src = p.addr(op.Src)
+		}
+		d.dst = d.src
+		if start(op.Dst) != start(op.Src) {
+			d.dst = p.addr(op.Dst)
+		}
 	} else {
 		// The library wants addresses even for no data.
 		d.src = C.uintptr_t(uintptr(unsafe.Pointer(&d.tag_out[0])))
@@ -386,11 +419,19 @@ func (p *processor) fill(d *C.smb_op, op *cryptodev.Op, ks *keyState) bool {
 	}
 	if enc {
 		d.dir = 0
-		d.tag = p.addr(op.Tag)
+		if u := start(op.Tag); p.pins.Covers(u, uintptr(len(op.Tag))) {
+			d.tag = C.uintptr_t(u)
+		} else {
+			d.tag = p.addr(op.Tag)
+		}
 	} else {
 		d.dir = 1
 		d.tag = 0
-		copy(unsafe.Slice((*byte)(&d.tag_in[0]), len(d.tag_in)), op.Tag)
+		if len(op.Tag) == 16 {
+			*(*[16]byte)(unsafe.Pointer(&d.tag_in[0])) = [16]byte(op.Tag)
+		} else {
+			copy(unsafe.Slice((*byte)(&d.tag_in[0]), len(d.tag_in)), op.Tag)
+		}
 	}
 	d.status = 0
 	return true

@@ -151,6 +151,69 @@ func TestESPLayout(t *testing.T) {
 	}
 }
 
+// TestSkippedOps: ops the engine does not hand to C (a nil key, a bad
+// IV, a signature) between ones it does, of two keys, get their own
+// statuses, and the others theirs, in place.
+func TestSkippedOps(t *testing.T) {
+	e := open(t)
+	defer e.Close()
+	pool := packet.NewPool(64, 2048, 64)
+	alg := cryptodev.AES128GCM16
+	var keys [2]*cryptodev.Key
+	for i := range keys {
+		ek := make([]byte, alg.EncKeyLen())
+		ek[0] = byte(i)
+		k, err := e.NewKey(alg, ek, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer k.Destroy()
+		keys[i] = k
+	}
+	sizes := []int{64, 64, 64, 64, 64, 64, 64}
+	ops, bufs := espOps(t, pool, keys[0], cryptodev.Encrypt, sizes)
+	defer pool.PutN(bufs)
+	for i := range ops {
+		ops[i].Key = keys[i/2%2]
+	}
+	want := make([][]byte, len(ops))
+	p, err := e.(*Engine).NewProcessor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	p.Process(ops)
+	for i := range ops {
+		if ops[i].Status != cryptodev.StatusOK {
+			t.Fatalf("op %d: %v", i, ops[i].Status)
+		}
+		want[i] = append([]byte(nil), bufs[i].Bytes()...)
+		ops[i].Dir, ops[i].Status = cryptodev.Decrypt, cryptodev.StatusPending
+	}
+	ops[1].Key = nil
+	iv := ops[3].IV
+	ops[3].IV = iv[:4]
+	ops[4].Tag[0] ^= 1
+	ops[5].Dir = cryptodev.Sign
+	ran := p.(*processor).ran
+	p.Process(ops)
+	wantSt := []cryptodev.Status{cryptodev.StatusOK, cryptodev.StatusInvalid, cryptodev.StatusOK,
+		cryptodev.StatusInvalid, cryptodev.StatusAuthFailed, cryptodev.StatusUnsupported, cryptodev.StatusOK}
+	for i := range ops {
+		if ops[i].Status != wantSt[i] {
+			t.Errorf("op %d: %v, want %v", i, ops[i].Status, wantSt[i])
+		}
+	}
+	if got := p.(*processor).ran - ran; got != 4 {
+		t.Errorf("the library ran %d ops, want 4", got)
+	}
+	for _, i := range []int{0, 2, 6} {
+		if bytes.Equal(bufs[i].Bytes(), want[i]) {
+			t.Errorf("op %d: not decrypted", i)
+		}
+	}
+}
+
 // TestAllocs: a batch in pool memory costs no allocation and no pinning.
 func TestAllocs(t *testing.T) {
 	e := open(t)

@@ -13,8 +13,8 @@ import (
 //	bits  0-5   chunks claimed by workers (or by an abort)
 //	bits  6-11  chunks done
 //	bits 12-17  chunks in all (the batch's split, fixed at Submit)
-//	bit  18     work list: 0 encryption, 1 decryption
-//	bits 19-31  stateTag, so that a word another engine left behind is
+//	bits 18-19  work list: 0 encryption, 1 decryption, 2 asymmetric
+//	bits 20-31  stateTag, so that a word another engine left behind is
 //	            never mistaken for claimable work
 //
 // The batch is queued while claimed == 0, claimed while claimed > 0, and
@@ -29,28 +29,42 @@ import (
 // the queue to notify through the batch itself: Submit records the queue as
 // the batch's Private().Owner.
 const (
-	chunkBits   = 6
-	maxChunks   = 1<<chunkBits - 1
-	chunkMask   = maxChunks
-	doneShift   = chunkBits
-	totalShift  = 2 * chunkBits
-	dirShift    = 3 * chunkBits
-	tagShift    = dirShift + 1
-	stateTag    = 0x15c5 << tagShift
-	tagMask     = (1<<32 - 1) >> tagShift << tagShift
-	dirEnc      = 0
-	dirDec      = 1
-	claimOne    = 1
-	doneOne     = 1 << doneShift
-	cacheLine   = 64
-	padUint64   = cacheLine - 8
-	padTwoWords = cacheLine - 16
+	chunkBits     = 6
+	maxChunks     = 1<<chunkBits - 1
+	chunkMask     = maxChunks
+	doneShift     = chunkBits
+	totalShift    = 2 * chunkBits
+	dirShift      = 3 * chunkBits
+	dirBits       = 2
+	tagShift      = dirShift + dirBits
+	stateTag      = 0x5c5 << tagShift
+	tagMask       = (1<<32 - 1) >> tagShift << tagShift
+	dirEnc        = 0
+	dirDec        = 1
+	dirAsym       = 2 // Sign and Agree: only the asymmetric workers claim these
+	numDirs       = 3
+	claimOne      = 1
+	doneOne       = 1 << doneShift
+	cacheLine     = 64
+	padUint64     = cacheLine - 8
+	padThreeWords = cacheLine - 24
 )
 
 func claimedOf(s uint32) uint32 { return s & chunkMask }
 func doneOf(s uint32) uint32    { return s >> doneShift & chunkMask }
 func totalOf(s uint32) uint32   { return s >> totalShift & chunkMask }
-func dirOf(s uint32) uint32     { return s >> dirShift & 1 }
+func dirOf(s uint32) uint32     { return s >> dirShift & (1<<dirBits - 1) }
+
+// dirOfOp is the work list of a batch whose first op has direction d.
+func dirOfOp(d cryptodev.Direction) uint32 {
+	switch d {
+	case cryptodev.Encrypt:
+		return dirEnc
+	case cryptodev.Sign, cryptodev.Agree:
+		return dirAsym
+	}
+	return dirDec
+}
 
 // isDone reports whether every chunk of the batch is done.
 func isDone(s uint32) bool { return doneOf(s) == totalOf(s) }
@@ -97,8 +111,8 @@ type queue struct {
 	_       [padUint64]byte
 	pubHead atomic.Uint64 // written by the submitter on Dequeue
 	_       [padUint64]byte
-	cursor  [2]atomic.Uint64 // written by workers
-	_       [padTwoWords]byte
+	cursor  [numDirs]atomic.Uint64 // written by workers
+	_       [padThreeWords]byte
 
 	// waiting is set by a submitter about to park in Dequeue(true); the
 	// worker that completes the head batch clears it and sends on wake.
@@ -136,11 +150,12 @@ func (q *queue) Submit(b *cryptodev.Batch) error {
 		return cryptodev.ErrQueueFull
 	}
 	n := len(b.Ops)
-	total := q.e.chunks(n)
-	s := uint32(stateTag) | total<<totalShift
-	if n > 0 && b.Ops[0].Dir != cryptodev.Encrypt {
-		s |= dirDec << dirShift
+	dir := uint32(dirEnc)
+	if n > 0 {
+		dir = dirOfOp(b.Ops[0].Dir)
 	}
+	total := q.e.chunks(n, dir)
+	s := uint32(stateTag) | total<<totalShift | dir<<dirShift
 	p := b.Private()
 	p.Owner = q
 	// The Store publishes b (ops, owner) to any worker whose claim CAS
@@ -155,7 +170,11 @@ func (q *queue) Submit(b *cryptodev.Batch) error {
 		// accepted, so this is not an error.
 		return nil
 	}
-	q.e.wakeWorkers(total)
+	if dir == dirAsym {
+		q.e.asym.wakeUp(total)
+	} else {
+		q.e.sym.wakeUp(total)
+	}
 	return nil
 }
 
@@ -195,9 +214,10 @@ const (
 	yieldWaits = 16
 )
 
-// waitDone blocks until the state word st says done. While any chunk in
-// its own ring is unclaimed, the submitter runs it itself, as a VPP worker
-// runs frames in its crypto dequeue: its core would otherwise idle.
+// waitDone blocks until the state word st says done. While any chunk of a
+// symmetric batch in its own ring is unclaimed, the submitter runs it
+// itself, as a VPP worker runs frames in its crypto dequeue: its core would
+// otherwise idle. Asymmetric chunks it leaves to the asymmetric workers.
 func (q *queue) waitDone(st *atomic.Uint32) {
 	for !isDone(st.Load()) && !q.e.closed.Load() && q.help() {
 	}
@@ -296,19 +316,21 @@ func (q *queue) claim(dir uint32) (b *cryptodev.Batch, k, total uint32, ok bool)
 	return nil, 0, 0, false
 }
 
-// help claims the oldest unclaimed chunk in the submitter's own ring, of
-// either direction, and runs it. It reports whether it found one.
+// help claims the oldest unclaimed chunk of a symmetric batch (either
+// direction) in the submitter's own ring and runs it. It reports whether it
+// found one. Asymmetric batches are never helped: they run only on the
+// low-priority asymmetric workers (see Engine).
 func (q *queue) help() bool {
 	for p := q.head; p < q.tail; p++ {
 		b := q.ring[p&q.mask].Load()
 		st := &b.Private().State
 		for {
 			s := st.Load()
-			if !claimable(s, dirOf(s)) {
+			if dirOf(s) == dirAsym || !claimable(s, dirOf(s)) {
 				break
 			}
 			if st.CompareAndSwap(s, s+claimOne) {
-				q.e.run(b, claimedOf(s), totalOf(s), q.proc)
+				q.e.run(b, claimedOf(s), totalOf(s), q.proc, true)
 				return true
 			}
 		}

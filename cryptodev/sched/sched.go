@@ -29,6 +29,11 @@
 //     worker does in its crypto dequeue; then it spins briefly and parks
 //     until the worker finishing its head batch wakes it.
 //
+// Asymmetric ops (Sign, Agree) are the exception to "all cores": they have
+// a work list of their own, served only by the asymmetric workers (at most
+// all cores but one, on threads at a low priority; see Engine), and
+// submitters do not help with them.
+//
 // Ordering and fairness. A submitter has one ring, the completion order.
 // Its encryption and decryption work lists are the two subsequences of that
 // ring made of the batches whose first op encrypts, respectively does not;
@@ -91,6 +96,10 @@ type Options struct {
 	// Inner is the synchronous engine whose Processors run the ops; nil
 	// means soft.New(). The sched engine owns it and closes it on Close.
 	Inner cryptodev.ProcessorEngine
+	// AsymWorkers is the number of asymmetric workers, the only
+	// goroutines that run Sign and Agree ops; 0 means all cores but one
+	// (Workers - 1, at least 1). See Engine.
+	AsymWorkers int
 }
 
 // DefaultQueueDepth is the per-submitter bound when Options.QueueDepth is 0.
@@ -106,12 +115,32 @@ const minChunkOps = 16
 
 // Engine is the asynchronous queueing software engine. It is safe for
 // concurrent use; each Queue is for one goroutine.
+//
+// Asymmetric ops (Sign, Agree: a batch whose first op is one) have a work
+// list and workers of their own. An asymmetric worker is a goroutine
+// locked to its OS thread, whose scheduling priority it lowers to nice
+// asymNice: an RSA-4096 signature takes milliseconds of one core, and
+// the kernel then runs the other threads of the process (the goroutines
+// serving open connections, the symmetric workers) first, so a storm of
+// handshakes takes mostly the CPU the rest leaves, not the CPU the rest
+// needs. There are at most Workers - 1 of them, so that at
+// least one of the runtime's Ps (GOMAXPROCS) stays with other
+// goroutines however many signatures wait; submitters never run
+// asymmetric chunks themselves (help), and symmetric workers never claim
+// them. A batch of asymmetric ops is split into up to AsymWorkers chunks
+// of any size (one op is milliseconds of work).
 type Engine struct {
 	workers int
 	depth   int
 	inner   cryptodev.ProcessorEngine
 	name    string
 	procs   []cryptodev.Processor // one per worker
+
+	asymWorkers int
+	asymProcs   []cryptodev.Processor // one per asymmetric worker
+	// asymNiced counts the asymmetric workers whose thread's priority
+	// was lowered (it is not where the system forbids it).
+	asymNiced atomic.Int32
 
 	// queues is the copy-on-write list of open submitter queues that
 	// workers scan. mu serialises its writers (NewQueue, unregister,
@@ -124,10 +153,8 @@ type Engine struct {
 	closeOnce sync.Once
 	wg        sync.WaitGroup
 
-	// idle counts workers parked (or about to park) on wake; Submit sends
-	// a token per chunk, up to that many.
-	idle atomic.Int32
-	wake chan struct{}
+	// sym and asym are where idle symmetric and asymmetric workers park.
+	sym, asym pool
 
 	// onChunk, when set (by tests, before any work), is called by the
 	// worker after it ran ops [lo, hi) of b.
@@ -159,6 +186,12 @@ func newEngine(opts Options) (*Engine, error) {
 	if opts.QueueDepth == 0 {
 		opts.QueueDepth = DefaultQueueDepth
 	}
+	if opts.AsymWorkers < 0 {
+		return nil, fmt.Errorf("sched: AsymWorkers is %d; want 0 (all cores but one) or more", opts.AsymWorkers)
+	}
+	if opts.AsymWorkers == 0 {
+		opts.AsymWorkers = max(1, opts.Workers-1)
+	}
 	name := Name
 	if opts.Inner == nil {
 		opts.Inner = soft.New()
@@ -168,31 +201,40 @@ func newEngine(opts Options) (*Engine, error) {
 		name += ":" + n
 	}
 	e := &Engine{
-		workers: opts.Workers,
-		depth:   opts.QueueDepth,
-		inner:   opts.Inner,
-		name:    name,
-		quit:    make(chan struct{}),
-		wake:    make(chan struct{}, opts.Workers),
+		workers:     opts.Workers,
+		asymWorkers: opts.AsymWorkers,
+		depth:       opts.QueueDepth,
+		inner:       opts.Inner,
+		name:        name,
+		quit:        make(chan struct{}),
+		sym:         pool{wake: make(chan struct{}, opts.Workers)},
+		asym:        pool{wake: make(chan struct{}, opts.AsymWorkers)},
 	}
-	for range e.workers {
+	for i := range e.workers + e.asymWorkers {
 		p, err := e.inner.NewProcessor()
 		if err != nil {
-			for _, p := range e.procs {
+			for _, p := range append(e.procs, e.asymProcs...) {
 				p.Close()
 			}
 			return nil, fmt.Errorf("sched: %s: %w", e.inner.Name(), err)
 		}
-		e.procs = append(e.procs, p)
+		if i < e.workers {
+			e.procs = append(e.procs, p)
+		} else {
+			e.asymProcs = append(e.asymProcs, p)
+		}
 	}
 	e.queues.Store(new([]*queue))
 	return e, nil
 }
 
 func (e *Engine) start() {
-	e.wg.Add(e.workers)
+	e.wg.Add(e.workers + e.asymWorkers)
 	for i := range e.workers {
 		go e.work(i)
+	}
+	for i := range e.asymWorkers {
+		go e.workAsym(i)
 	}
 }
 
@@ -203,14 +245,17 @@ func (e *Engine) Supports(a cryptodev.Alg) bool { return e.inner.Supports(a) }
 
 // Describe says how many workers run which inner engine's code.
 func (e *Engine) Describe() string {
-	return fmt.Sprintf("%d workers over %s", e.workers, cryptodev.Describe(e.inner))
+	return fmt.Sprintf("%d workers and %d asymmetric (low priority) over %s", e.workers, e.asymWorkers, cryptodev.Describe(e.inner))
 }
 
 // Inner returns the synchronous engine whose code the workers run.
 func (e *Engine) Inner() cryptodev.ProcessorEngine { return e.inner }
 
-// Workers returns the number of worker goroutines.
+// Workers returns the number of (symmetric) worker goroutines.
 func (e *Engine) Workers() int { return e.workers }
+
+// AsymWorkers returns the number of asymmetric worker goroutines.
+func (e *Engine) AsymWorkers() int { return e.asymWorkers }
 
 // NewKey expands a key as the inner engine does; the handle names this
 // engine. Destroying it zeroes the material through the inner key.
@@ -294,7 +339,7 @@ func (e *Engine) Close() error {
 		e.mu.Unlock()
 		close(e.quit)
 		e.wg.Wait()
-		for _, p := range e.procs {
+		for _, p := range append(e.procs, e.asymProcs...) {
 			p.Close()
 		}
 		e.inner.Close()
@@ -307,20 +352,33 @@ func (e *Engine) Close() error {
 	return nil
 }
 
-// chunks is how many pieces a batch of n ops is split into: one per worker
-// at most, none smaller than minChunkOps unless the batch is.
-func (e *Engine) chunks(n int) uint32 {
+// chunks is how many pieces a batch of n ops of work list dir is split
+// into: symmetric ones one per worker at most, none smaller than
+// minChunkOps unless the batch is; asymmetric ones one per asymmetric
+// worker at most, of any size.
+func (e *Engine) chunks(n int, dir uint32) uint32 {
 	if n == 0 {
 		return 0
+	}
+	if dir == dirAsym {
+		return uint32(max(1, min(n, e.asymWorkers, maxChunks)))
 	}
 	return uint32(max(1, min(n/minChunkOps, e.workers, maxChunks)))
 }
 
-// wakeWorkers wakes up to n parked workers.
-func (e *Engine) wakeWorkers(n uint32) {
-	for idle := e.idle.Load(); idle > 0 && n > 0; idle, n = idle-1, n-1 {
+// pool is where the idle workers of one kind park.
+type pool struct {
+	// idle counts workers parked (or about to park) on wake; Submit sends
+	// a token per chunk, up to that many.
+	idle atomic.Int32
+	wake chan struct{}
+}
+
+// wakeUp wakes up to n parked workers.
+func (p *pool) wakeUp(n uint32) {
+	for idle := p.idle.Load(); idle > 0 && n > 0; idle, n = idle-1, n-1 {
 		select {
-		case e.wake <- struct{}{}:
+		case p.wake <- struct{}{}:
 		default:
 			return // enough tokens are pending already
 		}
@@ -355,15 +413,68 @@ func (e *Engine) work(id int) {
 		// Announce idleness, then look once more: a Submit that published
 		// its batch before seeing idle > 0 is found here (both sides use
 		// sequentially consistent atomics, so one sees the other).
-		e.idle.Add(1)
+		e.sym.idle.Add(1)
 		if !w.step() {
 			select {
-			case <-e.wake:
+			case <-e.sym.wake:
 			case <-e.quit:
 			}
 		}
-		e.idle.Add(-1)
+		e.sym.idle.Add(-1)
 		spins = 0
+	}
+}
+
+// asymNice is the nice value of the asymmetric workers' threads. Against
+// a thread at nice 0 the kernel gives it about a tenth of a core they both
+// want, and a woken thread at nice 0 preempts it. Not lower (nice 19 gets
+// 1.5%, SCHED_IDLE less): a thread that holds one of the runtime's Ps
+// must run to stop for the garbage collector's stop-the-world phases, so
+// a starved signer would stall the whole process, data path included,
+// for as long as the kernel keeps it off the cores.
+const asymNice = 10
+
+// workAsym is an asymmetric worker goroutine's loop: on a thread of its
+// own at a low priority, it claims and runs asymmetric chunks, and
+// parks when there are none. It does not spin: its ops take milliseconds,
+// and a locked thread that yields hands its P to another thread.
+func (e *Engine) workAsym(id int) {
+	defer e.wg.Done()
+	// The thread is never unlocked: it ends with the goroutine, so its
+	// lowered priority never reaches other goroutines.
+	runtime.LockOSThread()
+	if lowerThreadPriority(asymNice) {
+		e.asymNiced.Add(1)
+	}
+	p := e.asymProcs[id]
+	next := id
+	step := func() bool {
+		qs := *e.queues.Load()
+		n := len(qs)
+		for i := range n {
+			qi := (next + i) % n
+			b, k, total, ok := qs[qi].claim(dirAsym)
+			if !ok {
+				continue
+			}
+			next = qi + 1
+			e.run(b, k, total, p, false)
+			return true
+		}
+		return false
+	}
+	for !e.closed.Load() {
+		if step() {
+			continue
+		}
+		e.asym.idle.Add(1)
+		if !step() {
+			select {
+			case <-e.asym.wake:
+			case <-e.quit:
+			}
+		}
+		e.asym.idle.Add(-1)
 	}
 }
 
@@ -398,7 +509,7 @@ func (w *worker) step() bool {
 			}
 			w.next = qi + 1
 			w.dir = dir ^ 1 // serve the other direction next
-			w.e.run(b, k, total, w.p)
+			w.e.run(b, k, total, w.p, true)
 			return true
 		}
 	}
@@ -406,8 +517,9 @@ func (w *worker) step() bool {
 }
 
 // run processes chunk k of the total chunks of b, which the caller has
-// claimed, and counts it done.
-func (e *Engine) run(b *cryptodev.Batch, k, total uint32, p cryptodev.Processor) {
+// claimed, and counts it done. yield lets the submitter it woke run at
+// once (not from a locked thread: yielding there hands the P away).
+func (e *Engine) run(b *cryptodev.Batch, k, total uint32, p cryptodev.Processor, yield bool) {
 	n := len(b.Ops)
 	lo := int(k) * n / int(total)
 	hi := int(k+1) * n / int(total)
@@ -415,7 +527,7 @@ func (e *Engine) run(b *cryptodev.Batch, k, total uint32, p cryptodev.Processor)
 	if e.onChunk != nil {
 		e.onChunk(b, lo, hi)
 	}
-	if finish(b) {
+	if finish(b) && yield {
 		// The submitter we woke is next in line on this processor (the
 		// runtime puts it in runnext) but would wait for a preemption
 		// while we find more work: let it collect its batch and submit

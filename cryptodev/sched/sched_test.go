@@ -283,7 +283,7 @@ func TestParkedSubmitter(t *testing.T) {
 	parked("after Close")
 	p, _ := soft.New().NewProcessor()
 	for _, c := range claims {
-		e.run(b, c[0], c[1], p)
+		e.run(b, c[0], c[1], p, true)
 	}
 	select {
 	case d := <-got:
