@@ -28,6 +28,7 @@ type tunnelOptions struct {
 	systems  []string
 	engines  []string
 	algs     []string
+	links    []string
 	sizes    []int
 	tunnels  []int
 	workers  []int
@@ -52,14 +53,21 @@ joined by a veth (192.0.2.1/24 and 192.0.2.2/24). Tunnel k carries
 
   veth          no tunnel: traffic goes to B's WAN address (the ceiling)
   sluice        two 'sluice run' daemons with the defaults a user gets: ESP in
-                UDP 4500, --engines and --algs as given, workers only when
-                --workers is given; N tunnels are N tunnels with their own SAs
+                UDP 4500, --engines, --algs and --links as given, workers only
+                when --workers is given; N tunnels are N tunnels with their
+                own SAs
   wireguard-go  two wireguard-go daemons (built with go install at a pinned
                 version when none is on PATH), configured over their UAPI
                 socket, MTU 1420; N tunnels are one peer with N allowed-IP
                 prefixes
 
-For each cell (system, engine, algorithm, workers, tunnels), --repeat times:
+--links sets the gateways' [udp] link: auto (the default: AF_XDP where its
+program loads, the UDP sockets otherwise), socket (recvmmsg/sendmmsg) or xdp
+(AF_XDP on the WAN veth); '--links socket,xdp' measures both in one run. The
+table's link column says what the gateways reported: "socket", or "xdp" with
+its AF_XDP mode (copy or zerocopy; native or generic XDP).
+
+For each cell (system, engine, algorithm, link, workers, tunnels), --repeat times:
 TCP throughput with one stream and with four (iperf3, through tunnel 0), ping
 (ICMP, 100 echoes 10 ms apart), UDP echo round trips at a fixed rate
 (--latency-rate, spread over all tunnels; p50, p99, p99.9), and a UDP flood
@@ -80,6 +88,7 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags or without root.`,
 	f.StringSliceVar(&o.systems, "systems", tunnel.Systems, "systems to measure: veth, sluice, wireguard-go")
 	f.StringSliceVar(&o.engines, "engines", []string{"soft"}, "sluice's crypto engines (registered: "+strings.Join(cryptodev.Engines(), ", ")+")")
 	f.StringSliceVar(&o.algs, "algs", []string{"aes128gcm16"}, "sluice's ESP algorithms (strongSwan keywords)")
+	f.StringSliceVar(&o.links, "links", []string{tunnel.LinkAuto}, "sluice's ESP links ([udp] link): auto, socket, xdp; several measure each in the same run")
 	f.IntSliceVar(&o.sizes, "sizes", []int{64, 512, 1024, 1400}, fmt.Sprintf("inner IPv4 packet bytes of the UDP floods (%d to %d)", tunnel.MinSize, tunnel.MaxSize))
 	f.IntSliceVar(&o.tunnels, "tunnels", []int{1}, fmt.Sprintf("tunnel counts (1 to %d)", tunnel.MaxTunnels))
 	f.IntSliceVar(&o.workers, "workers", nil, "sluice's data-plane workers (default: not set, the gateway's default)")
@@ -99,7 +108,7 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags or without root.`,
 // options turns the flags into tunnel.Options and checks them.
 func (o *tunnelOptions) options() (tunnel.Options, error) {
 	to := tunnel.Options{
-		Systems: o.systems, Engines: o.engines, Algs: o.algs, Sizes: o.sizes, Tunnels: o.tunnels, Workers: o.workers,
+		Systems: o.systems, Engines: o.engines, Algs: o.algs, Links: o.links, Sizes: o.sizes, Tunnels: o.tunnels, Workers: o.workers,
 		Duration: o.duration, Repeat: o.repeat, LatencyRate: o.latRate,
 		GatewayArgv: gatewayArgv, WireGuard: o.wg,
 	}

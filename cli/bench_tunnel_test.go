@@ -41,6 +41,7 @@ func TestBenchTunnelFlags(t *testing.T) {
 		{[]string{"--workers", "0"}, "--workers"},
 		{[]string{"--duration", "10ms"}, "--duration"},
 		{[]string{"--repeat", "0"}, "--repeat"},
+		{[]string{"--links", "socket,dpdk"}, `--links: unknown link "dpdk"`},
 		{[]string{"--sizes", "abc"}, "sizes"},
 		{[]string{"extra"}, "unknown command"},
 	} {

@@ -858,6 +858,9 @@ func printStats(w io.Writer, st gateway.Stats, v ctlView) error {
 	if err := printESPStats(w, st, v); err != nil {
 		return err
 	}
+	if l := st.ESPLink; l != nil {
+		fmt.Fprintln(w, espLinkLine(l))
+	}
 	if st.IKE != nil {
 		if err := printIKEStats(w, st.IKE.Stats); err != nil {
 			return err
@@ -868,6 +871,25 @@ func printStats(w io.Writer, st gateway.Stats, v ctlView) error {
 	}
 	fmt.Fprintln(w)
 	return printTLSTable(w, st.TLS, v)
+}
+
+// espLinkLine says which link carries ESP in UDP ([udp] link), and what
+// each kind of link moved.
+func espLinkLine(l *gateway.ESPLinkInfo) string {
+	s := "\nESP link: " + l.Kind
+	if l.Kind == "xdp" {
+		s += fmt.Sprintf(" (%s) on %s, %d queue(s)", l.Mode, l.Interface, l.Queues)
+	}
+	s += fmt.Sprintf(", [udp] link = %q", l.Config)
+	if l.Why != "" {
+		s += "; " + l.Why
+	}
+	if x := l.XDP; x != nil {
+		s += fmt.Sprintf("\n  AF_XDP   rx %d tx %d packets; not delivered rx %d, dropped tx %d, handed to the sockets %d", x.RxPackets, x.TxPackets, x.RxDrops, x.TxDrops, l.Fallbacks)
+	}
+	u := l.Socket
+	s += fmt.Sprintf("\n  sockets  rx %d tx %d packets; not delivered rx %d (IKE, keepalives, drops), dropped tx %d", u.RxPackets, u.TxPackets, u.RxDrops, u.TxDrops)
+	return s
 }
 
 // printTLSStats prints the TLS table with every column, for sluice demo

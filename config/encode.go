@@ -67,11 +67,13 @@ type FileTUN struct {
 	Queues    int      `toml:"queues,omitempty"`
 }
 
-// FileUDP is the [udp] section. GSO and GRO are on unless set to false.
+// FileUDP is the [udp] section. GSO and GRO are on unless set to false;
+// Link is "auto" when empty.
 type FileUDP struct {
 	Listen string `toml:"listen,omitempty"` // "0.0.0.0:4500"
 	GSO    *bool  `toml:"gso,omitempty"`
 	GRO    *bool  `toml:"gro,omitempty"`
+	Link   string `toml:"link,omitempty"` // "auto" (the default), "xdp" or "socket"
 }
 
 // FileRawESP is the [rawesp] section.

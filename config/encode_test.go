@@ -111,7 +111,7 @@ func TestEncodeExamples(t *testing.T) {
 		{"testdata/gateway-valid.toml", &File{
 			Gateway: FileGateway{Workers: 8, Engine: "sched", ControlSocket: "/tmp/sluice-test.sock", Metrics: "[::1]:9100", LogLevel: "debug", Oversize: "drop"},
 			TUN:     &FileTUN{Name: "gw0", MTU: 1400, Addresses: []string{"10.1.0.1/24", "2001:db8:1::1/64"}, Queues: 4},
-			UDP:     &FileUDP{Listen: "192.0.2.1:4501", GSO: new(true), GRO: new(true)},
+			UDP:     &FileUDP{Listen: "192.0.2.1:4501", GSO: new(true), Link: "socket"},
 			RawESP:  &FileRawESP{Listen: "::"},
 			Tunnels: []FileTunnel{
 				{Name: "to-b", Local: "192.0.2.1", Peer: "192.0.2.2", Encap: "udp", PeerPort: 4600, Remote: []string{"10.2.0.0/24", "10.20.0.0/16"},

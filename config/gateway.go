@@ -179,7 +179,23 @@ type UDP struct {
 	// on unless set to false (the gateway falls back, and says so once,
 	// where the kernel lacks them).
 	GSO, GRO bool
+	// Link is how ESP in UDP is received and sent: LinkAuto (the
+	// default), LinkXDP or LinkSocket. The socket is open with every
+	// link: IKE, NAT-keepalives and what AF_XDP cannot send use it.
+	Link string
 }
+
+// The values of [udp] link.
+const (
+	// LinkAuto uses AF_XDP on the interface(s) that carry the gateway's
+	// ESP where its program loads, and the UDP sockets elsewhere; the
+	// gateway logs which it chose and why.
+	LinkAuto = "auto"
+	// LinkXDP uses AF_XDP or fails to start.
+	LinkXDP = "xdp"
+	// LinkSocket uses the UDP sockets only (recvmmsg/sendmmsg).
+	LinkSocket = "socket"
+)
 
 // RawESP is the [rawesp] section: the socket of IP protocol 50.
 type RawESP struct {
@@ -782,7 +798,11 @@ var udpRules = newSection(reflect.TypeFor[FileUDP](),
 	field("listen", parsedText(parseListenPort), netip.AddrPort{}, func(u *UDP) *netip.AddrPort { return &u.Listen }),
 	field("gso", flag(), true, func(u *UDP) *bool { return &u.GSO }),
 	field("gro", flag(), true, func(u *UDP) *bool { return &u.GRO }),
+	field("link", choice("ESP link", udpLinks, "auto, to use AF_XDP where its program loads and the UDP sockets elsewhere (the default); xdp, AF_XDP or no start; socket, the UDP sockets only"), LinkAuto, func(u *UDP) *string { return &u.Link }),
 )
+
+// udpLinks are the values of [udp] link.
+var udpLinks = []string{LinkAuto, LinkXDP, LinkSocket}
 
 // rawESPRules are the keys of [rawesp]; a listen left out is chosen by
 // sockets.
@@ -1277,7 +1297,8 @@ func (d *gwDecoder) sockets() {
 		return netip.IPv4Unspecified()
 	}
 	if need[EncapUDP] && g.UDP == nil && !d.failed("udp") {
-		g.UDP = &UDP{GSO: true, GRO: true}
+		u := udpRules.defaults()
+		g.UDP = &u
 	}
 	if g.UDP != nil && !g.UDP.Listen.IsValid() {
 		g.UDP.Listen = netip.AddrPortFrom(unspecified(need6[EncapUDP]), DefaultUDPPort)

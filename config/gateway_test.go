@@ -96,7 +96,7 @@ func TestGatewayValid(t *testing.T) {
 	if !reflect.DeepEqual(g.TUN, wantTUN) {
 		t.Errorf("[tun]: got %+v, want %+v", g.TUN, wantTUN)
 	}
-	if want := (UDP{Listen: netip.MustParseAddrPort("192.0.2.1:4501"), GSO: true, GRO: true}); g.UDP == nil || *g.UDP != want {
+	if want := (UDP{Listen: netip.MustParseAddrPort("192.0.2.1:4501"), GSO: true, GRO: true, Link: LinkSocket}); g.UDP == nil || *g.UDP != want {
 		t.Errorf("[udp]: got %+v, want %+v", g.UDP, want)
 	}
 	if g.RawESP == nil || g.RawESP.Listen != netip.IPv6Unspecified() {
@@ -175,7 +175,7 @@ func TestGatewayDefaults(t *testing.T) {
 		t.Errorf("[tun] defaults: %+v", g.TUN)
 	}
 	// A tunnel uses encap = "udp" (the default), so [udp] is supplied.
-	if g.UDP == nil || *g.UDP != (UDP{Listen: netip.MustParseAddrPort("0.0.0.0:4500"), GSO: true, GRO: true}) {
+	if g.UDP == nil || *g.UDP != (UDP{Listen: netip.MustParseAddrPort("0.0.0.0:4500"), GSO: true, GRO: true, Link: LinkAuto}) {
 		t.Errorf("[udp] default: %+v", g.UDP)
 	}
 	if g.RawESP != nil {
@@ -294,7 +294,7 @@ func TestGatewayErrors(t *testing.T) {
 		{"inline gateway", "gateway = { workers = -1 }\n" + tun1 + sas1, []wantErr{{1, "gateway.workers", "out of range"}}},
 		{"unknown gateway key", "[gateway]\nthreads = 4\n" + tun1 + sas1, []wantErr{{2, "gateway.threads", "unknown key (valid: workers, engine, control_socket, metrics, log_level, log_format, log_levels, oversize, state_dir)"}}},
 		{"unknown tun key", "[tun]\nnmae = \"x\"\n" + tun1 + sas1, []wantErr{{2, "tun.nmae", "valid: name, mtu, addresses, queues"}}},
-		{"unknown udp key", "[udp]\nport = 4500\n" + tun1 + sas1, []wantErr{{2, "udp.port", "valid: listen, gso, gro"}}},
+		{"unknown udp key", "[udp]\nport = 4500\n" + tun1 + sas1, []wantErr{{2, "udp.port", "valid: listen, gso, gro, link"}}},
 		{"unknown rawesp key", "[rawesp]\nlisten = \"0.0.0.0\"\nproto = 50\n" + tun1 + sas1, []wantErr{{3, "rawesp.proto", "valid: listen"}}},
 		{"unknown tunnel key", tun1 + "peerport = 4500\n" + sas1, []wantErr{{8, "tunnel[1].peerport", "valid: name, local, peer, encap, peer_port"}}},
 		{"tunnel key case", tun1 + "MTU = 1400\n" + sas1, []wantErr{{8, "tunnel[1].MTU", "did you mean mtu?"}}},
@@ -305,6 +305,9 @@ func TestGatewayErrors(t *testing.T) {
 		{"workers string", "[gateway]\nworkers = \"4\"\n" + tun1 + sas1, []wantErr{{2, "gateway.workers", "want an integer, got string"}}},
 		{"engine integer", "[gateway]\nengine = 1\n" + tun1 + sas1, []wantErr{{2, "gateway.engine", "want a string, got integer"}}},
 		{"gso string", "[udp]\ngso = \"yes\"\n" + tun1 + sas1, []wantErr{{2, "udp.gso", "want a boolean"}}},
+		{"udp link unknown", "[udp]\nlisten = \"0.0.0.0:4500\"\nlink = \"dpdk\"\n" + tun1 + sas1, []wantErr{{3, "udp.link", `unknown ESP link "dpdk" (valid: auto, to use AF_XDP where its program loads and the UDP sockets elsewhere (the default); xdp, AF_XDP or no start; socket, the UDP sockets only)`}}},
+		{"udp link case", "[udp]\nlink = \"XDP\"\n" + tun1 + sas1, []wantErr{{2, "udp.link", `unknown ESP link "XDP"`}}},
+		{"udp link bool", "[udp]\nlink = true\n" + tun1 + sas1, []wantErr{{2, "udp.link", "want a string"}}},
 		{"addresses string", "[tun]\naddresses = \"10.1.0.1/24\"\n" + tun1 + sas1, []wantErr{{2, "tun.addresses", `want an array of strings, got string (write addresses = ["10.1.0.1/24"])`}}},
 		{"addresses element", "[tun]\naddresses = [\"10.1.0.1/24\", 10]\n" + tun1 + sas1, []wantErr{{2, "tun.addresses[2]", "want a string, got integer"}}},
 		{"in bare string", strings.Replace(tun1, `in = ["i"]`, `in = "i"`, 1) + sas1, []wantErr{{7, "tunnel[1].in", `got string (write in = ["b-to-a"])`}}},
@@ -832,5 +835,40 @@ func TestGatewayByteOrderMark(t *testing.T) {
 	_, err = ParseGateway("bad.toml", []byte("\xef\xbb\xbf[gateway]\nworkers = \"many\"\n"))
 	if err == nil || !strings.Contains(err.Error(), "\nbad.toml:2:11: gateway.workers:") {
 		t.Errorf("error after a byte-order mark: %v", err)
+	}
+}
+
+// TestUDPLink: [udp] link reads auto, xdp and socket (auto when left
+// out, also in the [udp] supplied for a tunnel), and the encoder writes
+// it back only when it is not the default.
+func TestUDPLink(t *testing.T) {
+	for _, tc := range []struct{ text, want, encoded string }{
+		{"", LinkAuto, ""},
+		{"[udp]\nlisten = \"0.0.0.0:4500\"\n", LinkAuto, ""},
+		{"[udp]\nlink = \"auto\"\n", LinkAuto, ""},
+		{"[udp]\nlink = \"xdp\"\n", LinkXDP, `link = 'xdp'`},
+		{"[udp]\nlink = \"socket\"\n", LinkSocket, `link = 'socket'`},
+	} {
+		g, err := ParseGateway("link.toml", []byte(tc.text+tun1+sas1))
+		if err != nil {
+			t.Fatalf("%q: %v", tc.text, err)
+		}
+		if g.UDP == nil || g.UDP.Link != tc.want {
+			t.Fatalf("%q: [udp] %+v, want link %q", tc.text, g.UDP, tc.want)
+		}
+		text, err := g.ToFile().Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.Contains(string(text), "link = "); got != (tc.encoded != "") || !strings.Contains(string(text), tc.encoded) {
+			t.Errorf("%q encodes to\n%s\nwant %q", tc.text, text, tc.encoded)
+		}
+		g2, err := ParseGateway("link2.toml", text)
+		if err != nil {
+			t.Fatalf("%q: encoded text: %v", tc.text, err)
+		}
+		if g2.UDP.Link != tc.want {
+			t.Errorf("%q: round trip link %q, want %q", tc.text, g2.UDP.Link, tc.want)
+		}
 	}
 }

@@ -343,7 +343,11 @@ type gwConfig struct {
 	StateDir string
 	TUN      []netip.Prefix
 	UDP      netip.AddrPort // [udp] listen, if valid
-	RawESP   netip.Addr     // [rawesp] listen, if valid
+	// Link is [udp] link; "" leaves the default (auto: AF_XDP on wan0).
+	// A test that captures ESP with a packet socket on a gateway's
+	// interface sets "socket": AF_XDP's packets pass no packet socket.
+	Link     string
+	RawESP   netip.Addr // [rawesp] listen, if valid
 	Tunnels  []tunnelConfig
 	Policies []policyConfig
 	SAs      []saConfig
@@ -392,7 +396,7 @@ func (c *gwConfig) render() string {
 		IKE:     c.IKE,
 	}
 	if c.UDP.IsValid() {
-		f.UDP = &config.FileUDP{Listen: c.UDP.String()}
+		f.UDP = &config.FileUDP{Listen: c.UDP.String(), Link: c.Link}
 	}
 	if c.RawESP.IsValid() {
 		f.RawESP = &config.FileRawESP{Listen: c.RawESP.String()}

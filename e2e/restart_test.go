@@ -30,6 +30,9 @@ import (
 func TestRestartFromConfig(t *testing.T) {
 	requireTool(t, "ping")
 	cfgs := pairConfigs(t, pairOptions{wan: wan4})
+	for _, c := range cfgs {
+		c.Link = "socket" // the capture below reads wan0 with a packet socket, which AF_XDP's packets pass by
+	}
 	tb := startPair(t, wan4, cfgs)
 	a, b := tb.sites[0], tb.sites[1]
 	ctx := tb.ctx
@@ -174,6 +177,9 @@ func TestRestartFromConfig(t *testing.T) {
 // a nonce.
 func TestNoNonceReuseAcrossCrashes(t *testing.T) {
 	cfgs := pairConfigs(t, pairOptions{wan: wan4})
+	for _, c := range cfgs {
+		c.Link = "socket" // the capture below reads wan0 with a packet socket, which AF_XDP's packets pass by
+	}
 	tb := startPair(t, wan4, cfgs)
 	b := tb.sites[1]
 	ctx := tb.ctx

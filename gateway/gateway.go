@@ -72,6 +72,7 @@ type Gateway struct {
 	ike    ikeState // the IKE connections (ike.go)
 	ha     haState  // the hot-standby pair, with [ha] (ha.go)
 	vip    vipState // virtual IPs: pools, and ours on the TUN device (vip.go)
+	esp    espLinks // the links of ESP in UDP: sockets, AF_XDP (xdp.go)
 
 	// Fixed for the process (a change needs a restart), so read without
 	// mu: data-plane workers, the default engine, the state directory.
@@ -180,8 +181,14 @@ func Start(ctx context.Context, cfg *config.Gateway, log *slog.Logger) (g *Gatew
 			return nil, fmt.Errorf("gateway: udp %v: %w", cfg.UDP.Listen, err)
 		}
 		for _, l := range ls {
-			netLinks = append(netLinks, l)
 			closers = append(closers, func() { l.Close() })
+		}
+		netLinks, err = g.openESPLinks(cfg, ls)
+		for _, l := range g.esp.xdp {
+			closers = append(closers, func() { l.Close() })
+		}
+		if err != nil {
+			return nil, err
 		}
 		// IKE on the NAT-T port leaves from the first socket of the group.
 		g.ike.natt = ls[0].(*udp.Conn)

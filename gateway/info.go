@@ -75,6 +75,9 @@ type Stats struct {
 	Tunnels []TunnelStats `json:"tunnels,omitempty"`
 	// HA is the hot-standby pair's status, with [ha].
 	HA *ha.Status `json:"ha,omitempty"`
+	// ESPLink says which link carries ESP in UDP ([udp] link), with
+	// [udp].
+	ESPLink *ESPLinkInfo `json:"esp_link,omitempty"`
 }
 
 func saInfo(s *sad.SA, dir string) SAInfo {
@@ -168,6 +171,9 @@ func (g *Gateway) Stats() Stats {
 	}
 	if hs, ok := g.HAStatus(); ok {
 		st.HA = &hs
+	}
+	if l, ok := g.ESPLink(); ok {
+		st.ESPLink = &l
 	}
 	st.Config = absPath(g.Config().File)
 	return st

@@ -53,9 +53,9 @@ var Units = map[string]string{
 }
 
 // Cell names one configuration under test: a system with its engine,
-// algorithm, tunnel count and workers. Fields that do not apply are empty
-// (or 0): veth has no algorithm, wireguard-go no engine, and Workers 0 is
-// the system's default.
+// algorithm, ESP link, tunnel count and workers. Fields that do not apply
+// are empty (or 0): veth has no algorithm, wireguard-go no engine and
+// neither a link, and Workers 0 is the system's default.
 type Cell struct {
 	System  string `json:"system"`
 	Encap   string `json:"encap"`  // "udp" for both tunnels, "-" for veth
@@ -63,7 +63,25 @@ type Cell struct {
 	Alg     string `json:"alg"`
 	Tunnels int    `json:"tunnels"`
 	Workers int    `json:"workers"` // 0: the default (sluice: one per core)
+	// Link is sluice's [udp] link (LinkAuto, LinkSocket, LinkXDP); ""
+	// for the other systems.
+	Link string `json:"link,omitempty"`
+	// LinkGot is the link both gateways reported once up: "socket", or
+	// "xdp" with its AF_XDP mode ("xdp copy native"); "A ...; B ..."
+	// when they differ. It is set on the results, not on the cells a run
+	// starts from.
+	LinkGot string `json:"link_got,omitempty"`
 }
+
+// The values of Cell.Link: sluice's [udp] link.
+const (
+	LinkAuto   = "auto"   // AF_XDP where it loads, the UDP sockets otherwise (the default)
+	LinkSocket = "socket" // the UDP sockets (recvmmsg/sendmmsg)
+	LinkXDP    = "xdp"    // AF_XDP, or the gateway does not start
+)
+
+// Links lists the values of Cell.Link.
+var Links = []string{LinkAuto, LinkSocket, LinkXDP}
 
 // WithTunnels returns c with n tunnels.
 func (c Cell) WithTunnels(n int) Cell {
@@ -71,7 +89,7 @@ func (c Cell) WithTunnels(n int) Cell {
 	return c
 }
 
-// String is a short label: "sluice soft aes128gcm16 x10 w2".
+// String is a short label: "sluice soft aes128gcm16 xdp x10 w2".
 func (c Cell) String() string {
 	s := c.System
 	if c.Engine != "" && c.Engine != "-" {
@@ -79,6 +97,9 @@ func (c Cell) String() string {
 	}
 	if c.Alg != "" && c.Alg != "-" {
 		s += " " + c.Alg
+	}
+	if c.Link != "" {
+		s += " " + c.Link
 	}
 	if c.Tunnels > 1 {
 		s += fmt.Sprintf(" x%d", c.Tunnels)

@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/bench"
+	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -56,7 +57,10 @@ type Options struct {
 	Systems []string
 	Engines []string // sluice's engines
 	Algs    []string // sluice's algorithms
-	Sizes   []int    // inner IPv4 packet bytes of the UDP floods
+	// Links are sluice's ESP links ([udp] link, Links); empty: LinkAuto,
+	// the default a user gets.
+	Links   []string
+	Sizes   []int // inner IPv4 packet bytes of the UDP floods
 	Tunnels []int
 	// Workers are sluice's data-plane workers; empty: its default only.
 	Workers  []int
@@ -82,7 +86,7 @@ const (
 
 // Cells returns the cells of a run, in the order they run: veth (one
 // tunnel count, it has no tunnels), then sluice by engine, algorithm,
-// workers and tunnels, then wireguard-go by tunnels.
+// link, workers and tunnels, then wireguard-go by tunnels.
 func (o *Options) Cells() []Cell {
 	var cs []Cell
 	workers := o.Workers
@@ -94,11 +98,17 @@ func (o *Options) Cells() []Cell {
 		case Veth:
 			cs = append(cs, Cell{System: Veth, Encap: "-", Engine: "-", Alg: "-", Tunnels: 1})
 		case Sluice:
+			links := o.Links
+			if len(links) == 0 {
+				links = []string{LinkAuto}
+			}
 			for _, e := range o.Engines {
 				for _, a := range o.Algs {
-					for _, w := range workers {
-						for _, n := range o.Tunnels {
-							cs = append(cs, Cell{System: Sluice, Encap: "udp", Engine: e, Alg: a, Tunnels: n, Workers: w})
+					for _, l := range links {
+						for _, w := range workers {
+							for _, n := range o.Tunnels {
+								cs = append(cs, Cell{System: Sluice, Encap: "udp", Engine: e, Alg: a, Link: l, Tunnels: n, Workers: w})
+							}
 						}
 					}
 				}
@@ -154,6 +164,11 @@ func (o *Options) Check() error {
 	for _, w := range o.Workers {
 		if w < 1 || w > 1024 {
 			return fmt.Errorf("--workers %d: want 1 to 1024", w)
+		}
+	}
+	for _, l := range o.Links {
+		if !slices.Contains(Links, l) {
+			return fmt.Errorf("--links: unknown link %q (want %s)", l, strings.Join(Links, ", "))
 		}
 	}
 	if slices.Contains(o.Systems, Sluice) && (len(o.Engines) == 0 || len(o.Algs) == 0) {
@@ -247,7 +262,7 @@ func Run(ctx context.Context, o Options, obs Observer) (*Document, error) {
 		note("TCP and ping go through tunnel 0 only; UDP floods and latency probes are spread round robin over all tunnels")
 	}
 	for _, c := range cells {
-		rs, err := runCell(ctx, o, c, wgExe, obs)
+		rs, err := runCell(ctx, o, &c, wgExe, note, obs)
 		doc.Results = append(doc.Results, rs...)
 		if err != nil {
 			if ctx.Err() != nil {
@@ -261,8 +276,11 @@ func Run(ctx context.Context, o Options, obs Observer) (*Document, error) {
 	return doc, nil
 }
 
-// runCell sets up one cell, measures it and removes it.
-func runCell(ctx context.Context, o Options, c Cell, wgExe string, obs Observer) (rs []Result, err error) {
+// runCell sets up one cell, measures it and removes it. It sets the
+// cell's LinkGot from what the gateways report, and notes why an auto
+// link took the UDP sockets.
+func runCell(ctx context.Context, o Options, cp *Cell, wgExe string, note func(string, ...any), obs Observer) (rs []Result, err error) {
+	c := *cp
 	l := lab.New(&lab.Options{Log: o.Log})
 	defer func() {
 		if cerr := l.Close(); cerr != nil {
@@ -278,8 +296,16 @@ func runCell(ctx context.Context, o Options, c Cell, wgExe string, obs Observer)
 	paths := []Path{{Src: wan[0].Addr(), Dst: wan[1].Addr()}}
 	switch c.System {
 	case Sluice:
-		pids, err = startSluice(ctx, t, c, o.GatewayArgv)
+		var links [2]*gateway.ESPLinkInfo
+		pids, links, err = startSluice(ctx, t, c, o.GatewayArgv)
 		paths = tunnelPaths(c.Tunnels)
+		c.LinkGot = linkGot(links)
+		*cp = c
+		for i, l := range links {
+			if l != nil && l.Why != "" && l.Config == LinkAuto {
+				note("sluice link auto: gateway %s took the UDP sockets: %s", []string{"A", "B"}[i], l.Why)
+			}
+		}
 	case WireGuard:
 		pids, err = startWireGuard(ctx, t, wgExe, c.Tunnels)
 		paths = tunnelPaths(c.Tunnels)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/cryptodev"
+	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -86,7 +87,7 @@ func SluiceConfigs(cell Cell, stateDirs [2]string) ([2][]byte, error) {
 		f := &config.File{
 			Gateway: config.FileGateway{Engine: cell.Engine, LogLevel: "warn", StateDir: stateDirs[i], Workers: cell.Workers},
 			TUN:     &config.FileTUN{Name: sluiceTUN},
-			UDP:     &config.FileUDP{Listen: netip.AddrPortFrom(wan[i].Addr(), 4500).String()},
+			UDP:     &config.FileUDP{Listen: netip.AddrPortFrom(wan[i].Addr(), 4500).String(), Link: fileLink(cell.Link)},
 			SAs:     sas,
 		}
 		for k := range cell.Tunnels {
@@ -107,54 +108,86 @@ func SluiceConfigs(cell Cell, stateDirs [2]string) ([2][]byte, error) {
 	return out, nil
 }
 
+// fileLink is a cell's link as the configuration file writes it: left
+// out for the default.
+func fileLink(l string) string {
+	if l == LinkAuto {
+		return ""
+	}
+	return l
+}
+
+// linkGot describes the ESP links two gateways reported (Cell.LinkGot).
+func linkGot(ls [2]*gateway.ESPLinkInfo) string {
+	desc := func(l *gateway.ESPLinkInfo) string {
+		switch {
+		case l == nil:
+			return "?"
+		case l.Kind == LinkXDP && l.Mode != "":
+			return l.Kind + " " + l.Mode
+		}
+		return l.Kind
+	}
+	a, b := desc(ls[0]), desc(ls[1])
+	if a == b {
+		return a
+	}
+	return "A " + a + "; B " + b
+}
+
 // startSluice writes the configurations, starts a `sluice run` daemon in
 // each namespace and waits until both have their TUN device and answer on
-// their control socket. It returns the daemons' pids.
-func startSluice(ctx context.Context, t *topology, cell Cell, argv func(args ...string) ([]string, error)) ([]int, error) {
+// their control socket. It returns the daemons' pids and the ESP links
+// they report.
+func startSluice(ctx context.Context, t *topology, cell Cell, argv func(args ...string) ([]string, error)) (pids []int, links [2]*gateway.ESPLinkInfo, err error) {
 	if argv == nil {
-		return nil, fmt.Errorf("bench: no way to start a sluice gateway (GatewayArgv is not set)")
+		return nil, links, fmt.Errorf("bench: no way to start a sluice gateway (GatewayArgv is not set)")
 	}
 	dir, err := t.lab.Dir()
 	if err != nil {
-		return nil, err
+		return nil, links, err
 	}
 	var states [2]string
 	for i, n := range []string{"state-a", "state-b"} {
 		states[i] = filepath.Join(dir, n)
 		if err := os.Mkdir(states[i], 0o700); err != nil {
-			return nil, err
+			return nil, links, err
 		}
 	}
 	texts, err := SluiceConfigs(cell, states)
 	if err != nil {
-		return nil, err
+		return nil, links, err
 	}
-	var pids []int
 	for i, name := range []string{"a", "b"} {
 		file := filepath.Join(dir, "gateway-"+name+".toml")
 		if err := os.WriteFile(file, texts[i], 0o600); err != nil {
-			return nil, err
+			return nil, links, err
 		}
 		if _, err := config.ParseGateway(file, texts[i]); err != nil {
-			return nil, fmt.Errorf("bench: the generated configuration of gateway %s: %w", name, err)
+			return nil, links, fmt.Errorf("bench: the generated configuration of gateway %s: %w", name, err)
 		}
 		sock := filepath.Join(dir, "gateway-"+name+".sock")
 		args, err := argv("run", "-c", file, "--socket", sock)
 		if err != nil {
-			return nil, err
+			return nil, links, err
 		}
 		ns := t.ns[i]
 		p, err := t.lab.Start(ns, "sluice gateway "+name, args, &lab.ProcOptions{LogFile: filepath.Join(dir, "gateway-"+name+".log")})
 		if err != nil {
-			return nil, err
+			return nil, links, err
 		}
 		if err := ns.WaitLink(ctx, sluiceTUN, upWait, p); err != nil {
-			return nil, err
+			return nil, links, err
 		}
 		if err := lab.WaitControl(ctx, sock, upWait, p); err != nil {
-			return nil, err
+			return nil, links, err
 		}
+		st, err := lab.ControlStats(ctx, sock)
+		if err != nil {
+			return nil, links, err
+		}
+		links[i] = st.ESPLink
 		pids = append(pids, p.Pid())
 	}
-	return pids, nil
+	return pids, links, nil
 }

@@ -1,8 +1,10 @@
 package tunnel
 
 // The terminal output: one table with a row per cell (TCP, ping, latency)
-// and a row per cell and size (UDP floods), then the ratios sluice /
-// wireguard-go that the project's targets are stated in.
+// and a row per cell and size (UDP floods), each naming the ESP link the
+// gateways reported (sluice: "socket", or "xdp" with its AF_XDP mode),
+// then the ratios sluice / wireguard-go that the project's targets are
+// stated in.
 
 import (
 	"fmt"
@@ -17,9 +19,9 @@ type Table struct{}
 
 // Header is the table's header lines.
 func (Table) Header() string {
-	return fmt.Sprintf("%-36s %5s %7s %7s %8s %5s %7s %7s %7s %8s %7s %9s %6s %8s\n%-36s %5s %7s %7s %8s %5s %7s %7s %7s %8s %7s %9s %6s %8s",
-		"", "", "TCP 1", "TCP 4", "TCP 1", "gw", "ping", "lat", "lat", "lat", "UDP", "UDP", "UDP", "UDP",
-		"cell", "size", "Gbit/s", "Gbit/s", "Gb/cpu-s", "cores", "avg ms", "p50 us", "p99 us", "p99.9 us", "Gbit/s", "pps", "loss%", "Gb/cpu-s")
+	return fmt.Sprintf("%-36s %-20s %5s %7s %7s %8s %5s %7s %7s %7s %8s %7s %9s %6s %8s\n%-36s %-20s %5s %7s %7s %8s %5s %7s %7s %7s %8s %7s %9s %6s %8s",
+		"", "ESP", "", "TCP 1", "TCP 4", "TCP 1", "gw", "ping", "lat", "lat", "lat", "UDP", "UDP", "UDP", "UDP",
+		"cell", "link", "size", "Gbit/s", "Gbit/s", "Gb/cpu-s", "cores", "avg ms", "p50 us", "p99 us", "p99.9 us", "Gbit/s", "pps", "loss%", "Gb/cpu-s")
 }
 
 // Rows formats one cell's results: its size-independent row, then one row
@@ -40,12 +42,15 @@ func (Table) Rows(c Cell, rs []Result) []string {
 		}
 	}
 	slices.Sort(sizes)
-	label := c.String()
-	out := []string{fmt.Sprintf("%-36s %5s %7s %7s %8s %5s %7s %7s %7s %8s %7s %9s %6s %8s", label, "-",
+	label, link := c.String(), c.LinkGot
+	if link == "" {
+		link = "-"
+	}
+	out := []string{fmt.Sprintf("%-36s %-20s %5s %7s %7s %8s %5s %7s %7s %7s %8s %7s %9s %6s %8s", label, link, "-",
 		get(0, TCP1, "%.3f"), get(0, TCP4, "%.3f"), get(0, TCP1PerCPU, "%.2f"), get(0, GatewayCPU, "%.2f"),
 		get(0, PingAvg, "%.3f"), get(0, LatP50, "%.0f"), get(0, LatP99, "%.0f"), get(0, LatP999, "%.0f"), "", "", "", "")}
 	for _, s := range sizes {
-		out = append(out, fmt.Sprintf("%-36s %5d %7s %7s %8s %5s %7s %7s %7s %8s %7s %9s %6s %8s", label, s,
+		out = append(out, fmt.Sprintf("%-36s %-20s %5d %7s %7s %8s %5s %7s %7s %7s %8s %7s %9s %6s %8s", label, link, s,
 			"", "", "", "", "", "", "", "",
 			get(s, UDPRate, "%.3f"), get(s, UDPPPS, "%.0f"), get(s, UDPLoss, "%.1f"), get(s, UDPPerCPU, "%.2f")))
 	}

@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/sluicegw/sluice/config"
+	"github.com/sluicegw/sluice/gateway"
 )
 
 func testOptions() Options {
@@ -48,6 +50,57 @@ func TestCells(t *testing.T) {
 	if s := (Cell{System: Sluice, Engine: "soft", Alg: "aes128gcm16", Tunnels: 10, Workers: 2}).String(); s != "sluice soft aes128gcm16 x10 w2" {
 		t.Errorf("label %q", s)
 	}
+	if s := (Cell{System: Sluice, Engine: "soft", Alg: "aes128gcm16", Link: LinkXDP, Tunnels: 10}).String(); s != "sluice soft aes128gcm16 xdp x10" {
+		t.Errorf("label %q", s)
+	}
+}
+
+// TestCellsLinks: --links socket,xdp measures sluice once per link, in
+// one run beside veth and wireguard-go, which have no link of their own.
+func TestCellsLinks(t *testing.T) {
+	o := testOptions()
+	o.Engines, o.Tunnels = []string{"soft"}, []int{1}
+	o.Links = []string{LinkSocket, LinkXDP}
+	cs := o.Cells()
+	if len(cs) != 1+2+1 {
+		t.Fatalf("%d cells, want 4: %v", len(cs), cs)
+	}
+	if cs[0].Link != "" || cs[3].Link != "" {
+		t.Errorf("veth or wireguard-go cell with a link: %v", cs)
+	}
+	if cs[1].Link != LinkSocket || cs[2].Link != LinkXDP || cs[1].System != Sluice || cs[2].System != Sluice {
+		t.Errorf("sluice cells %+v and %+v, want socket then xdp", cs[1], cs[2])
+	}
+	o.Links = nil
+	if cs := o.Cells(); cs[1].Link != LinkAuto {
+		t.Errorf("no --links: cell %+v, want link auto (the default a user gets)", cs[1])
+	}
+	o.Links = []string{"dpdk"}
+	if err := o.Check(); err == nil || !strings.Contains(err.Error(), "--links") {
+		t.Errorf("unknown link: %v", err)
+	}
+}
+
+// TestLinkGot: the link column says what both gateways reported: the
+// AF_XDP mode, or the sockets (and that auto fell back).
+func TestLinkGot(t *testing.T) {
+	xdp := &gateway.ESPLinkInfo{Config: "xdp", Kind: "xdp", Mode: "copy native", Interface: "wan0", Queues: 1}
+	sock := &gateway.ESPLinkInfo{Config: "socket", Kind: "socket"}
+	auto := &gateway.ESPLinkInfo{Config: "auto", Kind: "socket", Why: "AF_XDP: no"}
+	for _, tc := range []struct {
+		a, b *gateway.ESPLinkInfo
+		want string
+	}{
+		{xdp, xdp, "xdp copy native"},
+		{sock, sock, "socket"},
+		{auto, auto, "socket"},
+		{xdp, auto, "A xdp copy native; B socket"},
+		{nil, nil, "?"},
+	} {
+		if got := linkGot([2]*gateway.ESPLinkInfo{tc.a, tc.b}); got != tc.want {
+			t.Errorf("linkGot(%+v, %+v) = %q, want %q", tc.a, tc.b, got, tc.want)
+		}
+	}
 }
 
 func TestCheck(t *testing.T) {
@@ -64,6 +117,7 @@ func TestCheck(t *testing.T) {
 		"no tunnels":     func(o *Options) { o.Tunnels = nil },
 		"tunnels 300":    func(o *Options) { o.Tunnels = []int{300} },
 		"workers 0":      func(o *Options) { o.Workers = []int{0} },
+		"unknown link":   func(o *Options) { o.Links = []string{"kernel"} },
 		"no engines":     func(o *Options) { o.Engines = nil },
 		"rate 0":         func(o *Options) { o.LatencyRate = 0 },
 	} {
@@ -80,8 +134,9 @@ func TestCheck(t *testing.T) {
 // other.
 func TestSluiceConfigs(t *testing.T) {
 	for _, c := range []Cell{
-		{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 200},
-		{System: Sluice, Encap: "udp", Engine: "sched", Alg: "aes128-sha256", Tunnels: 1, Workers: 2},
+		{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 200, Link: LinkAuto},
+		{System: Sluice, Encap: "udp", Engine: "sched", Alg: "aes128-sha256", Tunnels: 1, Workers: 2, Link: LinkXDP},
+		{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkSocket},
 	} {
 		texts, err := SluiceConfigs(c, [2]string{"/tmp/state-a", "/tmp/state-b"})
 		if err != nil {
@@ -97,6 +152,12 @@ func TestSluiceConfigs(t *testing.T) {
 			}
 			if g.Workers != c.Workers || g.Engine != c.Engine || g.UDP == nil || !g.UDP.GSO || !g.UDP.GRO { // the defaults: both on
 				t.Errorf("%v: %s: workers %d engine %q udp %+v: want the cell's and the defaults", c, name, g.Workers, g.Engine, g.UDP)
+			}
+			if g.UDP.Link != c.Link {
+				t.Errorf("%v: %s: [udp] link %q, want the cell's %q", c, name, g.UDP.Link, c.Link)
+			}
+			if c.Link == LinkAuto && bytes.Contains(texts[i], []byte("link")) {
+				t.Errorf("%v: %s: link written although auto is the default", c, name)
 			}
 			last := g.Tunnels[len(g.Tunnels)-1]
 			k := c.Tunnels - 1
@@ -181,7 +242,7 @@ func TestParsers(t *testing.T) {
 // sampleDoc is a run of sluice and wireguard-go at one and ten tunnels.
 func sampleDoc() *Document {
 	var rs []Result
-	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1}
+	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkAuto, LinkGot: "xdp copy native"}
 	w1 := Cell{System: WireGuard, Encap: "udp", Engine: "-", Alg: WireGuardAlg, Tunnels: 1}
 	add := func(c Cell, size int, m string, v float64) {
 		rs = append(rs, Result{Cell: c, Size: size, Metric: m, Value: v, Unit: Units[m], Spread: Spread{Min: v * 0.9, Max: v * 1.1, N: 3}})
@@ -234,7 +295,7 @@ func TestRatios(t *testing.T) {
 			t.Errorf("%s %v %d: %v (met %v), want %v (met %v)", target, c, size, r.Value, r.Met, want, met)
 		}
 	}
-	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1}
+	s1 := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkAuto, LinkGot: "xdp copy native"}
 	w10 := Cell{System: WireGuard, Encap: "udp", Engine: "-", Alg: WireGuardAlg, Tunnels: 10}
 	check("tcp1", s1, 0, 2, true)
 	check("tcp1_per_cpu", s1, 0, 2, true)
@@ -258,7 +319,12 @@ func TestTable(t *testing.T) {
 	d := sampleDoc()
 	var tb Table
 	h := strings.Split(tb.Header(), "\n")
-	c := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1}
+	c := Cell{System: Sluice, Encap: "udp", Engine: "soft", Alg: "aes128gcm16", Tunnels: 1, Link: LinkXDP, LinkGot: "xdp copy native"}
+	for i := range d.Results {
+		if d.Results[i].System == Sluice && d.Results[i].Tunnels == 1 {
+			d.Results[i].Cell = c
+		}
+	}
 	var mine []Result
 	for _, r := range d.Results {
 		if r.Cell == c {
@@ -273,6 +339,9 @@ func TestTable(t *testing.T) {
 		if len(row) != len(h[1]) {
 			t.Errorf("row width %d, header %d:\n%s\n%s", len(row), len(h[1]), h[1], row)
 		}
+	}
+	if !strings.Contains(h[1], "link") || !strings.Contains(rows[0], "xdp copy native") || !strings.Contains(rows[2], "xdp copy native") {
+		t.Errorf("no link column:\n%s\n%s", strings.Join(h, "\n"), strings.Join(rows, "\n"))
 	}
 	if !strings.Contains(rows[0], "2.000") || !strings.Contains(rows[0], "0.100") || !strings.Contains(rows[2], "1400") || !strings.Contains(rows[2], "100000") {
 		t.Errorf("rows:\n%s", strings.Join(rows, "\n"))
@@ -298,6 +367,17 @@ func TestJSONShape(t *testing.T) {
 	}
 	want := []string{"system", "encap", "engine", "alg", "size", "tunnels", "workers", "metric", "value", "unit", "spread"}
 	for _, r := range doc.Results {
+		if r["system"] == Sluice {
+			// sluice's cells name the link asked for and the link got.
+			want := append(slices.Clone(want), "link", "link_got")
+			for _, k := range want[len(want)-2:] {
+				if _, ok := r[k]; !ok {
+					t.Errorf("sluice result lacks %q: %v", k, r)
+				}
+			}
+			delete(r, "link")
+			delete(r, "link_got")
+		}
 		if len(r) != len(want) {
 			t.Errorf("result has %d fields, want %d: %v", len(r), len(want), r)
 		}
