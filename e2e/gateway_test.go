@@ -343,7 +343,8 @@ type gwConfig struct {
 	StateDir string
 	TUN      []netip.Prefix
 	UDP      netip.AddrPort // [udp] listen, if valid
-	// Link is [udp] link; "" leaves the default (auto: AF_XDP on wan0).
+	// Link is [udp] link; "" leaves the default (auto: the UDP sockets on a
+	// veth, where AF_XDP binds in copy mode only).
 	// A test that captures ESP with a packet socket on a gateway's
 	// interface sets "socket": AF_XDP's packets pass no packet socket.
 	Link     string

@@ -388,6 +388,8 @@ type ssOptions struct {
 	// with eapID, charon's eap_id and password, and sluice's type = "eap"
 	// secret for it (gwPassword).
 	eap, eapID, eapPassword, gwPassword string
+	// link is sluice's [udp] link; "" leaves the default.
+	link string
 }
 
 // ssDNs are the identities of a test with ssOptions.dn: charon's, sluice's.
@@ -553,7 +555,7 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 	b.gw = &site{tb: &testbed{t: t, ctx: ctx, lab: l, dir: dir}, name: "gw", ns: gwNS, wan: b.gwAddr,
 		cfgPath: filepath.Join(dir, "gateway-gw.toml"), sock: filepath.Join(dir, "gw.sock"), logPath: filepath.Join(dir, "gateway-gw.log")}
 	lab.LogOnFailure(t, "sluice log", b.gw.logPath, 40)
-	cfg := &gwConfig{TUN: []netip.Prefix{ssInner[1]}, UDP: netip.AddrPortFrom(b.gwAddr, 4500), Connections: []connConfig{cc}}
+	cfg := &gwConfig{TUN: []netip.Prefix{ssInner[1]}, UDP: netip.AddrPortFrom(b.gwAddr, 4500), Connections: []connConfig{cc}, Link: o.link}
 	if o.dpd != "" {
 		cfg.IKE = &config.FileIKE{RetransmitTimeout: "250ms", RetransmitTries: 2}
 	}

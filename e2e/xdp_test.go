@@ -184,17 +184,17 @@ func TestXDPLinkUnavailable(t *testing.T) {
 	}
 }
 
-// TestXDPStrongSwan: with [udp] link left at its default (auto), the
-// gateway opposite strongSwan 5.9.8 (kernel-libipsec, ESP in UDP) takes
-// AF_XDP on its veth; IKE still reaches its UDP socket (the XDP program
+// TestXDPStrongSwan: with [udp] link = "xdp", the gateway opposite
+// strongSwan 5.9.8 (kernel-libipsec, ESP in UDP) takes AF_XDP on its veth
+// (auto would not: copy mode); IKE still reaches its UDP socket (the XDP program
 // passes it to the kernel), the Child SA comes up, and ping and iperf3
 // both ways go through AF_XDP.
 func TestXDPStrongSwan(t *testing.T) {
 	requireCharon(t)
-	b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk"})
+	b := newSSBed(t, ssOptions{esp: "aes128gcm16", auth: "psk", link: "xdp"})
 	before := b.gw.espLink()
-	if before.Kind != "xdp" || before.Config != "auto" {
-		t.Fatalf("ESP link %+v: want auto to take AF_XDP on the veth", before)
+	if before.Kind != "xdp" || before.Config != "xdp" {
+		t.Fatalf("ESP link %+v: want AF_XDP on the veth", before)
 	}
 	ch := b.establish()
 	b.traffic("over AF_XDP", true)

@@ -5,8 +5,9 @@ package gateway
 //	socket  the UDP sockets of udp.OpenN (recvmmsg/sendmmsg), one per worker
 //	xdp     AF_XDP sockets (pktio/xdp) on the interface that carries the
 //	        gateway's ESP, one per receive queue, or no start
-//	auto    xdp where its program loads, the UDP sockets otherwise, with
-//	        one log line that says which and why
+//	auto    xdp where its program loads and its sockets bind zero-copy,
+//	        the UDP sockets otherwise (copy mode, as on veth, costs TCP
+//	        more than it saves), with one log line that says which and why
 //
 // The UDP sockets are open with every link. Under AF_XDP they still
 // receive IKE on the NAT-T port, NAT-keepalives and any ESP that arrives
@@ -171,6 +172,17 @@ func (g *Gateway) openESPLinks(cfg *config.Gateway, socks []pktio.Link) ([]datap
 		return plain("AF_XDP: " + err.Error()), nil
 	}
 	mode := xdpMode(xls[0])
+	if asked == config.LinkAuto && !strings.HasPrefix(mode, "zerocopy") {
+		// Copy mode copies every frame and gives up the sockets' GSO and
+		// GRO: on veth it carried 0.63x the sockets' TCP (1.7x their
+		// 64-byte packet rate) in `sluice bench tunnel` (BENCHMARKS.md r).
+		// auto takes AF_XDP only where the driver binds zero-copy.
+		for _, x := range xls {
+			x.Close()
+		}
+		return plain(fmt.Sprintf("AF_XDP on %s binds in %s mode only, which carries less TCP than the sockets "+
+			"(link = \"xdp\" takes it anyway)", ifname, mode)), nil
+	}
 	g.esp.xdp = xls
 	g.esp.info = ESPLinkInfo{Config: asked, Kind: config.LinkXDP, Mode: mode, Interface: ifname, Queues: len(xls)}
 	g.log.Info("ESP link: AF_XDP", "link", config.LinkXDP, "config", asked, "interface", ifname, "mode", mode,

@@ -191,6 +191,47 @@ func TestESPLinkAutoFallsBack(t *testing.T) {
 	}
 }
 
+// TestESPLinkAutoSkipsCopyMode: auto leaves AF_XDP sockets that bound in
+// copy mode (closed again) for the UDP sockets and says why; link = "xdp"
+// takes them.
+func TestESPLinkAutoSkipsCopyMode(t *testing.T) {
+	fakeInterfaces(t)
+	for _, tc := range []struct{ udp, kind string }{
+		{"[udp]\nlisten = \"192.0.2.1:4500\"\n", "socket"},
+		{"[udp]\nlisten = \"192.0.2.1:4500\"\nlink = \"xdp\"\n", "xdp"},
+	} {
+		var opened []pktio.Link
+		withXDP(t, func(string, xdpRequest) ([]pktio.Link, error) {
+			a, _ := pipe.New(4)
+			t.Cleanup(func() { a.Close() })
+			opened = []pktio.Link{a}
+			return opened, nil
+		}, "copy native")
+		g, logs := espTestGateway()
+		socks, _ := testSockets(t, 2)
+		if _, err := g.openESPLinks(xdpTestConfig(t, tc.udp), socks); err != nil {
+			t.Fatal(err)
+		}
+		info, _ := g.ESPLink()
+		if info.Kind != tc.kind {
+			t.Errorf("%q: ESPLink %+v, want %s", tc.udp, info, tc.kind)
+		}
+		_, err := opened[0].Write(nil)
+		closed := errors.Is(err, pktio.ErrClosed)
+		if tc.kind == "socket" {
+			const why = "AF_XDP on wan0 binds in copy native mode only, which carries less TCP than the sockets (link = \"xdp\" takes it anyway)"
+			if info.Why != why || !strings.Contains(logs.String(), "why=") {
+				t.Errorf("why %q, want %q; log:\n%s", info.Why, why, logs.String())
+			}
+			if !closed {
+				t.Errorf("the copy-mode AF_XDP link auto left is still open (Write: %v)", err)
+			}
+		} else if closed {
+			t.Error("link = \"xdp\" closed its AF_XDP link")
+		}
+	}
+}
+
 // TestESPLinkXDPError: link = "xdp" where AF_XDP cannot be had is an
 // error at start naming the file, line and field, and the reason.
 func TestESPLinkXDPError(t *testing.T) {
@@ -242,7 +283,7 @@ func TestESPLinkXDP(t *testing.T) {
 			xdpNear, xdpFar = append(xdpNear, &countingLink{Link: a}), append(xdpFar, b)
 		}
 		return xdpNear, nil
-	}, "copy native")
+	}, "zerocopy native")
 	g, logs := espTestGateway()
 	socks, sockFar := testSockets(t, 3)
 	net, err := g.openESPLinks(xdpTestConfig(t, "[udp]\nlisten = \"0.0.0.0:4500\"\n"), socks)
@@ -289,13 +330,13 @@ func TestESPLinkXDP(t *testing.T) {
 		t.Errorf("fallback: %d, %v", n, err)
 	}
 	info, ok := g.ESPLink()
-	if !ok || info.Kind != "xdp" || info.Config != "auto" || info.Mode != "copy native" || info.Interface != "wan0" || info.Queues != 2 {
+	if !ok || info.Kind != "xdp" || info.Config != "auto" || info.Mode != "zerocopy native" || info.Interface != "wan0" || info.Queues != 2 {
 		t.Errorf("ESPLink %+v", info)
 	}
 	if info.XDP == nil || info.XDP.TxPackets != 5 || info.Socket.RxPackets != 3 || info.Socket.TxPackets != 1 || info.Fallbacks != 14 {
 		t.Errorf("ESPLink counters: xdp %+v, socket %+v, fallbacks %d", info.XDP, info.Socket, info.Fallbacks)
 	}
-	if out := logs.String(); !strings.Contains(out, `msg="ESP link: AF_XDP" link=xdp config=auto interface=wan0 mode="copy native" queues=2 sockets=3`) {
+	if out := logs.String(); !strings.Contains(out, `msg="ESP link: AF_XDP" link=xdp config=auto interface=wan0 mode="zerocopy native" queues=2 sockets=3`) {
 		t.Errorf("log:\n%s", out)
 	}
 }
