@@ -54,10 +54,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	wgtun "golang.zx2c4.com/wireguard/tun"
@@ -84,16 +85,30 @@ type device struct {
 // Queue is one queue of a TUN device as a pktio.Link.
 type Queue struct {
 	dev   *device
-	tun   wgtun.Device
+	tun   wgtun.Device // creation, the MTU watch and Close
+	rc    syscall.RawConn
 	index int
 	batch int
 
-	// Reader's scratch.
-	rbufs [][]byte
-	sizes []int
-	// Writer's scratch.
-	wbufs [][]byte
-	heads [][]byte // groHeads buffers of headBufSize bytes (see Write)
+	// Reader's state: readv puts the virtio-net header into vhdr, the
+	// packet into the first buffer and what does not fit into spill.
+	vhdr   [VirtioHeaderRoom]byte
+	spill  []byte
+	riov   [3]unix.Iovec
+	rn     int
+	rerr   unix.Errno
+	readFn func(fd uintptr) bool
+	sp     superPacket
+
+	// Writer's state.
+	wpkts     [][]byte     // the valid packets of a chunk
+	wfull     [][]byte     // the same with the virtio-net header room in front
+	wiov      []unix.Iovec // the current writev
+	wn        int
+	werr      unix.Errno
+	writeFn   func(fd uintptr) bool
+	uso       bool // the kernel takes UDP super-packets (GSO_UDP_L4)
+	dataValid bool // writes set VIRTIO_NET_HDR_F_DATA_VALID
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -177,7 +192,11 @@ func Open(name string, mtu int, queues int) ([]pktio.Link, error) {
 	go dev.watch(devs[0])
 	links := make([]pktio.Link, len(devs))
 	for i, d := range devs {
-		links[i] = newQueue(dev, d, i)
+		q, err := newQueue(dev, d, i)
+		if err != nil {
+			return fail(err)
+		}
+		links[i] = q
 	}
 	return links, nil
 }
@@ -221,145 +240,93 @@ func (d *device) watch(t wgtun.Device) {
 	}
 }
 
-func newQueue(dev *device, t wgtun.Device, index int) *Queue {
+func newQueue(dev *device, t wgtun.Device, index int) (*Queue, error) {
+	rc, err := t.File().SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("tun: %w", err)
+	}
 	batch := max(t.BatchSize(), 1)
-	return &Queue{
-		dev: dev, tun: t, index: index, batch: batch,
-		rbufs: make([][]byte, batch),
-		sizes: make([]int, batch),
-		wbufs: make([][]byte, 0, batch),
+	q := &Queue{
+		dev: dev, tun: t, rc: rc, index: index, batch: batch,
+		spill:     make([]byte, 1<<16),
+		wpkts:     make([][]byte, 0, batch),
+		wfull:     make([][]byte, 0, batch),
+		wiov:      make([]unix.Iovec, 0, maxSegments),
+		dataValid: true,
+	}
+	q.riov[0] = iovec(q.vhdr[:])
+	q.riov[2] = iovec(q.spill)
+	q.readFn = q.readv
+	q.writeFn = q.writev
+	// wireguard-go asked for TSO and, where the kernel has it (6.2), USO;
+	// ask again to learn which the device took.
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tunOffloads|unix.TUN_F_USO4|unix.TUN_F_USO6)
+		q.uso = serr == nil
+		if serr != nil {
+			serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tunOffloads)
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tun: TUNSETOFFLOAD: %w", err)
+	}
+	return q, nil
+}
+
+// tunOffloads are what the device is asked to hand over: packets with a
+// partial checksum, TCP super-packets over IPv4 and IPv6.
+const tunOffloads = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+
+func iovec(b []byte) unix.Iovec {
+	v := unix.Iovec{Base: &b[0]}
+	v.SetLen(len(b))
+	return v
+}
+
+// readv is the function given to RawConn.Read, made once (readFn).
+func (q *Queue) readv(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&q.riov[0])), uintptr(len(q.riov)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		q.rn, q.rerr = int(n), e
+		return true
 	}
 }
 
-// Coalescing buffers: how many super-packets one write can build, and
-// their size (the virtio-net header and the largest IP packet).
-const (
-	groHeads    = 16
-	headBufSize = VirtioHeaderRoom + pktio.MaxPacket
-)
-
-// segment is what the coalescing needs to know of a TCP or UDP packet.
-type segment struct {
-	key     []byte // addresses (and, for flowOf, the ports behind them)
-	ports   []byte
-	proto   byte
-	payload int    // bytes after the transport header
-	seq     uint32 // TCP
-	push    bool   // TCP: PSH, FIN, or anything but a plain data segment
-}
-
-// segmentOf parses p as far as the coalescing needs; ok is false for a
-// packet it cannot take (not TCP or UDP, a fragment, IP options, too
-// short).
-func segmentOf(p []byte) (s segment, ok bool) {
-	var hl int
-	switch packet.IPVersion(p) {
-	case 4:
-		ip := packet.IPv4(p)
-		if len(p) < packet.IPv4MinHeader || ip.HeaderLength() != packet.IPv4MinHeader ||
-			ip.MoreFragments() || ip.FragmentOffset() != 0 {
-			return s, false
-		}
-		hl, s.proto, s.key = packet.IPv4MinHeader, ip.Protocol(), p[12:20]
-	case 6:
-		if len(p) < packet.IPv6Header {
-			return s, false
-		}
-		hl, s.proto, s.key = packet.IPv6Header, p[6], p[8:40]
-	default:
-		return s, false
-	}
-	switch s.proto {
-	case packet.ProtoTCP:
-		if len(p) < hl+20 {
-			return s, false
-		}
-		th := int(p[hl+12]>>4) * 4
-		if th < 20 || len(p) < hl+th {
-			return s, false
-		}
-		s.seq = uint32(p[hl+4])<<24 | uint32(p[hl+5])<<16 | uint32(p[hl+6])<<8 | uint32(p[hl+7])
-		s.push = p[hl+13] != 0x10 // anything but a bare ACK flag ends a super-packet
-		s.payload = len(p) - hl - th
-	case packet.ProtoUDP:
-		if len(p) < hl+packet.UDPHeader {
-			return s, false
-		}
-		s.payload = len(p) - hl - packet.UDPHeader
-	default:
-		return s, false
-	}
-	s.ports = p[hl : hl+4]
-	return s, true
-}
-
-func (a *segment) sameFlow(b *segment) bool {
-	return a.proto == b.proto && len(a.key) == len(b.key) && string(a.key) == string(b.key) && string(a.ports) == string(b.ports)
-}
-
-// coalesceHeads gives a buffer with room for a whole super-packet to every
-// packet in q.wbufs at which wireguard-go's GRO will start one: the first
-// of a run of consecutive packets of one flow, and each packet that
-// follows the end of a super-packet within the run (after a segment with
-// PSH or FIN, or a shorter one; at a gap in the TCP sequence; when 64 KiB
-// are full). Each such packet is copied once; the others are appended to
-// it by the coalescing, the one copy GRO needs.
-func (q *Queue) coalesceHeads() {
-	used := 0
-	var head, prev segment
-	size, gso := 0, 0 // the super-packet being built: bytes, segment size
-	open := false
-	var next segment // the look-ahead's parse of packet i+1, reused as cur
-	nextOK, haveNext := false, false
-	for i := range q.wbufs {
-		cur, ok := next, nextOK
-		if !haveNext {
-			cur, ok = segmentOf(q.wbufs[i][VirtioHeaderRoom:])
-		}
-		haveNext = false
-		if !ok {
-			open = false
+// writev is the function given to RawConn.Write, made once (writeFn).
+func (q *Queue) writev(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&q.wiov[0])), uintptr(len(q.wiov)))
+		switch e {
+		case unix.EINTR:
 			continue
+		case unix.EAGAIN:
+			return false
 		}
-		n := len(q.wbufs[i]) - VirtioHeaderRoom
-		cont := open && cur.sameFlow(&head) && cur.payload > 0 && cur.payload <= gso &&
-			prev.payload == gso && size+cur.payload <= pktio.MaxPacket
-		if cont && cur.proto == packet.ProtoTCP {
-			cont = !prev.push && cur.seq == prev.seq+uint32(prev.payload)
-		}
-		if cont {
-			size += cur.payload
-			prev = cur
-			continue
-		}
-		// cur starts a super-packet if the next packet may join it.
-		open = false
-		if used == groHeads || cur.payload == 0 || i+1 == len(q.wbufs) {
-			continue
-		}
-		next, nextOK = segmentOf(q.wbufs[i+1][VirtioHeaderRoom:])
-		haveNext = true
-		if !nextOK || !next.sameFlow(&cur) {
-			continue
-		}
-		if q.heads == nil {
-			q.heads = make([][]byte, groHeads)
-			for k := range q.heads {
-				q.heads[k] = make([]byte, headBufSize)
-			}
-		}
-		h := q.heads[used][:VirtioHeaderRoom+n]
-		copy(h[VirtioHeaderRoom:], q.wbufs[i][VirtioHeaderRoom:])
-		q.wbufs[i] = h
-		used++
-		head, prev, size, gso, open = cur, cur, n, cur.payload, true
-		// The parsed slices pointed into the old buffer; same bytes.
+		q.wn, q.werr = int(n), e
+		return true
 	}
 }
 
 // Read implements pktio.Link.Read. Give it BatchSize buffers: one TSO
 // super-packet may split into that many, and segments beyond len(bufs) are
 // lost (counted in RxErrors).
+//
+// One readv puts the virtio-net header into the queue's scratch, the
+// packet into the first buffer at its data offset and whatever does not
+// fit there into a 64 KiB spill buffer: a plain packet is not copied at
+// all. A super-packet's first segment stays where it is; the others are
+// copied (headers from the first, payload from the first buffer's tail or
+// the spill) into the following buffers, one copy each.
 func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 	if q.closed.Load() {
 		return 0, pktio.ErrClosed
@@ -370,50 +337,28 @@ func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 		if pktio.Room(b) < room {
 			break
 		}
-		q.rbufs[k] = b.Slot()[b.Offset():]
 		k++
 	}
 	if k == 0 {
 		return 0, pktio.ErrShortBuffer
 	}
+	bufs = bufs[:k]
+	b0 := bufs[0]
+	head := b0.Slot()[b0.Offset():]
+	q.riov[1] = iovec(head)
 	for {
-		n, err := q.readDevice(k)
-		var t pktio.Tally
-		out := 0
-		for i := range n {
-			b := bufs[i]
-			if q.sizes[i] > len(q.rbufs[i]) {
-				t.RxShort++
-				continue
-			}
-			b.SetWindow(b.Offset(), q.sizes[i])
-			t.RxPackets++
-			t.RxBytes += uint64(q.sizes[i])
-			bufs[out], bufs[i] = bufs[i], bufs[out]
-			out++
+		err := q.rc.Read(q.readFn)
+		if err == nil && q.rerr != 0 {
+			err = q.rerr
 		}
 		if err != nil {
-			switch {
-			case q.closed.Load() || errors.Is(err, os.ErrClosed):
-				t.AddTo(&q.stats)
-				if out > 0 {
-					return out, nil
-				}
+			if q.closed.Load() || errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EBADFD) {
 				return 0, pktio.ErrClosed
-			case isIOError(err):
-				t.AddTo(&q.stats)
-				if out > 0 {
-					return out, nil
-				}
-				return 0, fmt.Errorf("tun: read: %w", err)
-			default:
-				// wireguard-go could not split what the kernel handed
-				// over (bad virtio header, more segments than buffers,
-				// a packet longer than the buffer): those packets are
-				// lost.
-				t.RxErrors++
 			}
+			return 0, fmt.Errorf("tun: read: %w", err)
 		}
+		var t pktio.Tally
+		out := q.split(bufs, head, q.rn-VirtioHeaderRoom, &t)
 		t.AddTo(&q.stats)
 		if out > 0 {
 			return out, nil
@@ -421,31 +366,62 @@ func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 	}
 }
 
-// readDevice calls wireguard-go's Read into rbufs[:k]. Its segmentation
-// code slices each buffer to the segment's length, which would panic if a
-// segment were longer than the buffer: that can only happen if the MTU was
-// raised behind our back and the event saying so is not processed yet. Such
-// a read is a counted loss, not a crash of the data plane.
-func (q *Queue) readDevice(k int) (n int, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if _, ok := r.(runtime.Error); !ok {
-				panic(r)
-			}
-			n, err = 0, errSegmentTooLong
+// split turns what readv read (size bytes of packet, in head and the
+// spill) into packets in bufs and returns how many.
+func (q *Queue) split(bufs []*packet.Buf, head []byte, size int, t *pktio.Tally) int {
+	if size <= 0 {
+		t.RxErrors++
+		return 0
+	}
+	var h virtioHdr
+	h.decode(q.vhdr[:])
+	b0 := bufs[0]
+	if h.gsoType == gsoNone {
+		if size > len(head) {
+			t.RxShort++
+			return 0
 		}
-	}()
-	return q.tun.Read(q.rbufs[:k], q.sizes[:k], 0)
-}
-
-var errSegmentTooLong = errors.New("tun: segment longer than the buffer")
-
-// isIOError reports whether err came from the file itself (the device is
-// gone or broken) rather than from wireguard-go's parsing of what it read.
-func isIOError(err error) bool {
-	var pe *os.PathError
-	var errno unix.Errno
-	return errors.As(err, &pe) || errors.As(err, &errno)
+		p := head[:size]
+		if h.flags&flagNeedsCsum != 0 && !completeChecksum(p, int(h.csumStart), int(h.csumOffset)) {
+			t.RxErrors++
+			return 0
+		}
+		b0.SetWindow(b0.Offset(), size)
+		t.RxPackets++
+		t.RxBytes += uint64(size)
+		return 1
+	}
+	sp := &q.sp
+	if !parseSuper(&h, head[:min(size, len(head))], q.spill, size, sp) {
+		t.RxErrors++
+		return 0
+	}
+	// The other segments first: they take their headers from the first.
+	out := 1
+	for i := 1; i < sp.segs; i++ {
+		if out == len(bufs) {
+			t.RxErrors += uint64(sp.segs - i)
+			break
+		}
+		b := bufs[out]
+		dst := b.Slot()[b.Offset():]
+		if sp.hl+sp.segLen(i) > len(dst) {
+			t.RxShort++
+			continue
+		}
+		n := sp.copySegment(dst, i)
+		sp.finishSegment(dst[:n], i)
+		b.SetWindow(b.Offset(), n)
+		t.RxPackets++
+		t.RxBytes += uint64(n)
+		out++
+	}
+	n := sp.hl + sp.segLen(0)
+	sp.finishSegment(head[:n], 0)
+	b0.SetWindow(b0.Offset(), n)
+	t.RxPackets++
+	t.RxBytes += uint64(n)
+	return out
 }
 
 // Write implements pktio.Link.Write.
@@ -466,7 +442,7 @@ func (q *Queue) Write(bufs []*packet.Buf) (int, error) {
 
 func (q *Queue) writeChunk(bufs []*packet.Buf) error {
 	var t pktio.Tally
-	q.wbufs = q.wbufs[:0]
+	q.wpkts, q.wfull = q.wpkts[:0], q.wfull[:0]
 	for _, b := range bufs {
 		data := b.Bytes()
 		if b.Headroom() < VirtioHeaderRoom || !validIP(data) {
@@ -474,33 +450,52 @@ func (q *Queue) writeChunk(bufs []*packet.Buf) error {
 			continue
 		}
 		off := b.Offset()
-		q.wbufs = append(q.wbufs, b.Slot()[off-VirtioHeaderRoom:off+len(data)])
-		t.TxBytes += uint64(len(data))
+		q.wpkts = append(q.wpkts, b.Slot()[off:off+len(data)])
+		q.wfull = append(q.wfull, b.Slot()[off-VirtioHeaderRoom:off+len(data)])
 	}
-	if len(q.wbufs) == 0 {
-		t.AddTo(&q.stats)
-		return nil
-	}
-	q.coalesceHeads()
-	_, err := q.tun.Write(q.wbufs, VirtioHeaderRoom)
-	t.TxPackets += uint64(len(q.wbufs))
-	if err != nil {
-		if q.closed.Load() || errors.Is(err, os.ErrClosed) {
-			t.TxPackets, t.TxBytes = 0, 0
+	for i := 0; i < len(q.wpkts); {
+		j := q.runEnd(i)
+		bytes := 0
+		for _, p := range q.wpkts[i:j] {
+			bytes += len(p)
+		}
+		if j > i+1 {
+			q.coalesce(i, j)
+		} else {
+			q.single(i)
+		}
+		err := q.rc.Write(q.writeFn)
+		if err == nil && q.werr != 0 {
+			err = q.werr
+		}
+		switch {
+		case err == nil:
+			t.TxPackets += uint64(j - i)
+			t.TxBytes += uint64(bytes)
+		case q.closed.Load() || errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EBADFD):
 			t.AddTo(&q.stats)
 			return pktio.ErrClosed
+		default:
+			// The kernel refused it (the device is down, a header it
+			// does not accept): those packets are lost.
+			t.TxErrors += uint64(j - i)
 		}
-		// wireguard-go joins one error per packet the kernel refused.
-		failed := uint64(1)
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			failed = uint64(len(j.Unwrap()))
-		}
-		failed = min(failed, t.TxPackets)
-		t.TxErrors += failed
-		t.TxPackets -= failed
+		i = j
 	}
 	t.AddTo(&q.stats)
 	return nil
+}
+
+// single prepares the write of q.wpkts[i] alone: its virtio-net header
+// says nothing but, with dataValid, VIRTIO_NET_HDR_F_DATA_VALID.
+func (q *Queue) single(i int) {
+	h := virtioHdr{}
+	if q.dataValid {
+		h.flags = flagDataValid
+	}
+	full := q.wfull[i]
+	h.encode(full)
+	q.wiov = append(q.wiov[:0], iovec(full))
 }
 
 // validIP reports whether p is one whole IPv4 or IPv6 packet, as the GRO
