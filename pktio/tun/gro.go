@@ -156,6 +156,21 @@ func (q *Queue) runEnd(i int) int {
 	return j
 }
 
+// setPseudoSum writes into the checksum field at p[at:] what
+// VIRTIO_NET_HDR_F_NEEDS_CSUM asks for: the folded pseudo-header sum of
+// the packet that starts with p (size bytes long, its transport header at
+// l4), not inverted; the kernel, or whoever segments the packet,
+// completes it. Only the headers in p are read.
+func setPseudoSum(p []byte, size, l4, at int, proto uint8) {
+	var src, dst []byte
+	if packet.IPVersion(p) == 4 {
+		src, dst = p[12:16], p[16:20]
+	} else {
+		src, dst = p[8:24], p[24:40]
+	}
+	binary.BigEndian.PutUint16(p[at:], packet.Checksum(nil, packet.PseudoHeaderSum(src, dst, proto, size-l4)))
+}
+
 // coalesce turns the run q.wpkts[i:j] (j > i+1) into one super-packet
 // written with writev: the first packet's headers are rewritten in place
 // for the whole (lengths, IPv4 checksum, PSH of the last segment, the
@@ -184,12 +199,6 @@ func (q *Queue) coalesce(i, j int) int {
 		csumStart: uint16(head.l4),
 	}
 	l4 := head.l4
-	var src, dst []byte
-	if head.l4 == packet.IPv4MinHeader {
-		src, dst = p[12:16], p[16:20]
-	} else {
-		src, dst = p[8:24], p[24:40]
-	}
 	at := l4 + tcpCsumOffset
 	if head.proto == packet.ProtoTCP {
 		p[l4+13] |= last.flags & tcpPSH
@@ -204,9 +213,7 @@ func (q *Queue) coalesce(i, j int) int {
 		h.csumOffset = udpCsumOffset
 		at = l4 + udpCsumOffset
 	}
-	// NEEDS_CSUM: the field holds the folded pseudo-header sum, not
-	// inverted; the kernel (or whoever segments) completes it.
-	binary.BigEndian.PutUint16(p[at:], packet.Checksum(nil, packet.PseudoHeaderSum(src, dst, head.proto, size-l4)))
+	setPseudoSum(p, size, l4, at, head.proto)
 	full := q.wfull[i]
 	h.encode(full)
 	q.wiov = q.wiov[:0]

@@ -1,9 +1,13 @@
-// Package tun is the Linux TUN Link, on wireguard-go's tun package
-// (golang.zx2c4.com/wireguard/tun), with its offloads: the device is opened
-// with IFF_VNET_HDR, so the kernel may hand over a TCP (TSO) or UDP (USO)
-// super-packet that wireguard-go splits into up to BatchSize packets on
-// Read, and wireguard-go coalesces TCP and UDP packets of one flow (GRO)
-// before writing them.
+// Package tun is the Linux TUN Link with its offloads. The device is
+// opened with IFF_VNET_HDR: every packet read is preceded by a virtio-net
+// header, with which the kernel may hand over a TCP (TSO) or UDP (USO)
+// super-packet that Read splits into up to BatchSize packets, and every
+// packet written carries one, with which Write hands the kernel runs of
+// TCP and UDP packets of one flow as one super-packet (GRO).
+// wireguard-go's tun package (golang.zx2c4.com/wireguard/tun) creates the
+// device, asks for the offloads, watches its MTU and closes it; Read and
+// Write are this package's own, on the device's file descriptor through
+// the Go netpoller.
 //
 // # Queues
 //
@@ -20,31 +24,46 @@
 // IFF_VNET_HDR | IFF_MULTI_QUEUE) and hands each file descriptor to
 // wireguard-go: the first to tun.CreateTUNFromFile (which sets the MTU and
 // watches the device), the others to tun.CreateUnmonitoredTUNFromFD. Every
-// queue thus has the same offloads, at no cost but wireguard-go's copy out
-// of its read buffer, which the single queue pays too.
+// queue thus has the same offloads.
 //
-// # Buffers
+// # Reading
 //
-// Read needs buffers with room (pktio.Room) for at least MTU bytes
-// (packets are copied from wireguard-go's read buffer into them at their
-// data offsets); buffers with less are not used. Write needs 10 bytes of
-// headroom in front of each packet, where the virtio-net header goes; a
-// packet with less is dropped and counted (TxInvalid), as is anything that
-// is not a consistent IPv4 or IPv6 packet.
+// Read needs buffers with room (pktio.Room) for at least MTU bytes;
+// buffers with less are not used. One readv puts the virtio-net header
+// into the queue's scratch, the packet into the first buffer at its data
+// offset, and what does not fit there into a 64 KiB spill buffer. A plain
+// packet is thus not copied at all (a partial checksum the kernel left,
+// VIRTIO_NET_HDR_F_NEEDS_CSUM, is completed in place). A super-packet's
+// first segment stays where it is; every other segment gets the first
+// one's headers and its payload, from the first buffer's tail or the
+// spill, in a buffer of its own (one copy per segment), and each segment
+// gets its lengths, IPv4 identification and checksum, TCP sequence number
+// and flags, and transport checksum.
 //
-// # Coalescing on write (GRO)
+// # Writing, and coalescing (GRO)
 //
-// wireguard-go coalesces TCP and UDP segments of one flow into the tailroom
-// of the flow's first buffer and writes the result as one super-packet, so
-// the kernel runs its receive path once per 64 KiB instead of once per
-// segment. Packet buffers are about 2 KiB, with no tailroom to coalesce
-// into, so Write first finds each run of consecutive packets of one flow
-// (same addresses, protocol and ports: the shape a GRO'd UDP receive or a
-// TSO burst has) and copies the run's first packet into a 64 KiB buffer of
-// the queue's own (one copy of one packet per run); the rest are copied
-// behind it by the coalescing, the one copy GRO needs. A batch of single
-// packets of different flows costs nothing extra. The caller's buffers are
-// never written beyond their windows.
+// Write needs 10 bytes of headroom in front of each packet, where the
+// virtio-net header goes; a packet with less is dropped and counted
+// (TxInvalid), as is anything that is not a consistent IPv4 or IPv6
+// packet. Each run of consecutive TCP or UDP packets of one flow that the
+// receiving kernel's own GRO would have merged (same headers but for
+// lengths, IPv4 identification and TCP sequence number; equal sizes but
+// the last; contiguous TCP sequence numbers; no flag but ACK, PSH on the
+// last) is written as one super-packet with one writev: the virtio-net
+// header in the first packet's headroom, the first packet with its
+// headers rewritten for the whole, then the other packets' payloads where
+// they lie. Nothing is copied, and no segment's checksum is verified:
+// ESP's ICV has vouched for every packet, and the super-packet goes with
+// VIRTIO_NET_HDR_F_NEEDS_CSUM (CHECKSUM_PARTIAL), so the kernel does not
+// verify it either; it computes the segments' checksums only if it
+// forwards them to a device that does not offload checksums. A TCP or UDP
+// packet written alone goes the same way, with a partial checksum. UDP
+// runs are coalesced only where the kernel takes UDP super-packets
+// (TUN_F_USO4/6, Linux 6.2). What the kernel still checks: the IPv4
+// header checksum and the IP and transport lengths, that the partial
+// checksum's offsets lie within the packet, and everything TCP and UDP
+// check beyond the checksum. The caller's buffers are not written beyond
+// their windows and headroom.
 //
 // The device disappears when the last queue is closed.
 package tun
@@ -101,14 +120,14 @@ type Queue struct {
 	sp     superPacket
 
 	// Writer's state.
-	wpkts     [][]byte     // the valid packets of a chunk
-	wfull     [][]byte     // the same with the virtio-net header room in front
-	wiov      []unix.Iovec // the current writev
-	wn        int
-	werr      unix.Errno
-	writeFn   func(fd uintptr) bool
-	uso       bool // the kernel takes UDP super-packets (GSO_UDP_L4)
-	dataValid bool // writes set VIRTIO_NET_HDR_F_DATA_VALID
+	wpkts   [][]byte     // the valid packets of a chunk
+	wfull   [][]byte     // the same with the virtio-net header room in front
+	wiov    []unix.Iovec // the current writev
+	wn      int
+	werr    unix.Errno
+	writeFn func(fd uintptr) bool
+	uso     bool // the kernel takes UDP super-packets (GSO_UDP_L4)
+	partial bool // single TCP and UDP packets are written with NEEDS_CSUM
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -248,11 +267,11 @@ func newQueue(dev *device, t wgtun.Device, index int) (*Queue, error) {
 	batch := max(t.BatchSize(), 1)
 	q := &Queue{
 		dev: dev, tun: t, rc: rc, index: index, batch: batch,
-		spill:     make([]byte, 1<<16),
-		wpkts:     make([][]byte, 0, batch),
-		wfull:     make([][]byte, 0, batch),
-		wiov:      make([]unix.Iovec, 0, maxSegments),
-		dataValid: true,
+		spill:   make([]byte, 1<<16),
+		wpkts:   make([][]byte, 0, batch),
+		wfull:   make([][]byte, 0, batch),
+		wiov:    make([]unix.Iovec, 0, maxSegments),
+		partial: true,
 	}
 	q.riov[0] = iovec(q.vhdr[:])
 	q.riov[2] = iovec(q.spill)
@@ -486,12 +505,32 @@ func (q *Queue) writeChunk(bufs []*packet.Buf) error {
 	return nil
 }
 
-// single prepares the write of q.wpkts[i] alone: its virtio-net header
-// says nothing but, with dataValid, VIRTIO_NET_HDR_F_DATA_VALID.
+// single prepares the write of q.wpkts[i] alone. A TCP or UDP packet
+// (with partial set) goes with VIRTIO_NET_HDR_F_NEEDS_CSUM and the
+// pseudo-header sum in its checksum field, as a coalesced one does: the
+// kernel takes it as CHECKSUM_PARTIAL and does not verify the checksum
+// (ESP's ICV has vouched for the packet), where it would otherwise run
+// over the whole packet again. VIRTIO_NET_HDR_F_DATA_VALID, which would
+// say the same without touching the packet, is ignored by the TUN driver
+// (Linux 6.18 counts such a packet with a wrong checksum in
+// InCsumErrors). Anything else, and a UDP packet without a checksum, goes
+// with an empty header.
 func (q *Queue) single(i int) {
 	h := virtioHdr{}
-	if q.dataValid {
-		h.flags = flagDataValid
+	if s, ok := segmentOf(q.wpkts[i]); ok && q.partial {
+		p := s.p
+		at := s.l4 + tcpCsumOffset
+		h.csumOffset = tcpCsumOffset
+		if s.proto == packet.ProtoUDP {
+			at = s.l4 + udpCsumOffset
+			h.csumOffset = udpCsumOffset
+		}
+		if s.proto == packet.ProtoTCP || p[at]|p[at+1] != 0 {
+			h.flags = flagNeedsCsum
+			h.csumStart = uint16(s.l4)
+			h.hdrLen = uint16(s.hl)
+			setPseudoSum(p, len(p), s.l4, at, s.proto)
+		}
 	}
 	full := q.wfull[i]
 	h.encode(full)

@@ -1,0 +1,380 @@
+package tun_test
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/binary"
+	"net"
+	"net/netip"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/sluicegw/sluice/packet"
+	"github.com/sluicegw/sluice/pktio/internal/linktest"
+	"github.com/sluicegw/sluice/pktio/tun"
+)
+
+// TCP flags.
+const (
+	fin = 0x01
+	syn = 0x02
+	psh = 0x08
+	ack = 0x10
+)
+
+// tcpPacket builds an IPv4 TCP packet with valid checksums.
+func tcpPacket(src, dst netip.AddrPort, seq, ackn uint32, flags byte, opts, payload []byte) []byte {
+	th := 20 + len(opts)
+	p := make([]byte, 20+th+len(payload))
+	ip := packet.IPv4(p)
+	p[0], p[8], p[9] = 0x45, 64, packet.ProtoTCP
+	ip.SetTotalLength(uint16(len(p)))
+	s, d := src.Addr().As4(), dst.Addr().As4()
+	copy(p[12:], s[:])
+	copy(p[16:], d[:])
+	ip.SetChecksum()
+	t := p[20:]
+	binary.BigEndian.PutUint16(t[0:], src.Port())
+	binary.BigEndian.PutUint16(t[2:], dst.Port())
+	binary.BigEndian.PutUint32(t[4:], seq)
+	binary.BigEndian.PutUint32(t[8:], ackn)
+	t[12] = byte(th/4) << 4
+	t[13] = flags
+	binary.BigEndian.PutUint16(t[14:], 65535)
+	copy(t[20:], opts)
+	copy(t[th:], payload)
+	c := ^packet.Checksum(t, packet.PseudoHeaderSum(s[:], d[:], packet.ProtoTCP, len(t)))
+	binary.BigEndian.PutUint16(t[16:], c)
+	return p
+}
+
+// tcpInfo is what the tests look at in a TCP packet read from the device.
+type tcpInfo struct {
+	src, dst  netip.AddrPort
+	seq, ackn uint32
+	flags     byte
+	payload   []byte
+	csumOK    bool
+}
+
+func parseTCP(p []byte) (ti tcpInfo, ok bool) {
+	ip := packet.IPv4(p)
+	if packet.IPVersion(p) != 4 || !ip.IsValid() || ip.Protocol() != packet.ProtoTCP || len(p) < 40 {
+		return ti, false
+	}
+	t := p[ip.HeaderLength():]
+	th := int(t[12]>>4) * 4
+	if th < 20 || len(t) < th {
+		return ti, false
+	}
+	ti.src = netip.AddrPortFrom(ip.Src(), binary.BigEndian.Uint16(t[0:]))
+	ti.dst = netip.AddrPortFrom(ip.Dst(), binary.BigEndian.Uint16(t[2:]))
+	ti.seq = binary.BigEndian.Uint32(t[4:])
+	ti.ackn = binary.BigEndian.Uint32(t[8:])
+	ti.flags = t[13]
+	ti.payload = t[th:]
+	s, d := ip.Src().As4(), ip.Dst().As4()
+	ti.csumOK = ip.ChecksumValid() && packet.Checksum(t, packet.PseudoHeaderSum(s[:], d[:], packet.ProtoTCP, len(t))) == 0xffff
+	return ti, true
+}
+
+// writeOne writes p to q as a batch of one.
+func writeOne(t *testing.T, q *tun.Queue, p []byte) {
+	t.Helper()
+	b := packet.NewBuf(make([]byte, headroom+len(p)), headroom, 0)
+	copy(b.Append(len(p)), p)
+	if n, err := q.Write([]*packet.Buf{b}); n != 1 || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+}
+
+// tcpInCsumErrors reads the TCP InCsumErrors counter of the calling
+// thread's network namespace.
+func tcpInCsumErrors(t *testing.T) uint64 {
+	t.Helper()
+	f, err := os.Open("/proc/thread-self/net/snmp")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var names []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 || fields[0] != "Tcp:" {
+			continue
+		}
+		if names == nil {
+			names = fields
+			continue
+		}
+		for i, n := range names {
+			if n == "InCsumErrors" && i < len(fields) {
+				v, err := strconv.ParseUint(fields[i], 10, 64)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return v
+			}
+		}
+	}
+	t.Fatal("no Tcp InCsumErrors in /proc/thread-self/net/snmp")
+	return 0
+}
+
+// A TCP packet written alone goes with a partial checksum
+// (VIRTIO_NET_HDR_F_NEEDS_CSUM): the kernel does not verify its TCP
+// checksum (ESP's ICV has vouched for the packet). A SYN with a wrong
+// checksum is answered with a SYN-ACK because of it, and only because of
+// it: without it the kernel counts the SYN in InCsumErrors and drops it,
+// while a correct SYN written the same way is answered.
+func TestWritePartialChecksum(t *testing.T) {
+	qs := open(t, 1, true)
+	q := qs[0]
+	ln, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(netip.AddrPortFrom(local4.Addr(), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	srv := ln.Addr().(*net.TCPAddr).AddrPort()
+	c := linktest.Collect(t, q, headroom, slot)
+	synAckTo := func(port uint16) func([]byte) bool {
+		return func(p []byte) bool {
+			ti, ok := parseTCP(p)
+			return ok && ti.src == srv && ti.dst.Port() == port && ti.flags&(syn|ack) == syn|ack
+		}
+	}
+	badSYN := func(port uint16) []byte {
+		p := tcpPacket(netip.AddrPortFrom(peer4, port), srv, 1000, 0, syn, nil, nil)
+		p[20+16] ^= 0x5a // the TCP checksum
+		return p
+	}
+
+	writeOne(t, q, badSYN(40001))
+	c.Next(t, synAckTo(40001))
+
+	tun.SetPartialChecksum(q, false)
+	before := tcpInCsumErrors(t)
+	writeOne(t, q, badSYN(40002))
+	linktest.WaitFor(t, "InCsumErrors to count the SYN without a partial checksum", func() bool { return tcpInCsumErrors(t) > before })
+	writeOne(t, q, tcpPacket(netip.AddrPortFrom(peer4, 40003), srv, 1000, 0, syn, nil, nil))
+	p := c.Next(t, func(p []byte) bool { return synAckTo(40002)(p) || synAckTo(40003)(p) })
+	if synAckTo(40002)(p) {
+		t.Fatal("the kernel answered a SYN with a wrong checksum written without a partial checksum")
+	}
+}
+
+// Consecutive TCP segments of one connection are written as one
+// super-packet (one writev, virtio-net GSO TCPv4 with a partial checksum)
+// and the local socket receives the bytes in order. Their TCP checksums
+// are wrong on purpose: Write does not verify them (ESP has), and the
+// kernel does not either, for a super-packet it is told to checksum
+// itself.
+func TestWriteCoalescedTCP(t *testing.T) {
+	qs := open(t, 1, true)
+	q := qs[0]
+	ln, err := net.ListenTCP("tcp4", net.TCPAddrFromAddrPort(netip.AddrPortFrom(local4.Addr(), 0)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	srv := ln.Addr().(*net.TCPAddr).AddrPort()
+	cli := netip.AddrPortFrom(peer4, 40010)
+	c := linktest.Collect(t, q, headroom, slot)
+	accepted := make(chan *net.TCPConn, 1)
+	go func() {
+		conn, err := ln.AcceptTCP()
+		if err == nil {
+			accepted <- conn
+		}
+	}()
+
+	const isn = 5000
+	writeOne(t, q, tcpPacket(cli, srv, isn, 0, syn, nil, nil))
+	p := c.Next(t, func(p []byte) bool {
+		ti, ok := parseTCP(p)
+		return ok && ti.dst == cli && ti.flags&(syn|ack) == syn|ack
+	})
+	sa, _ := parseTCP(p)
+	writeOne(t, q, tcpPacket(cli, srv, isn+1, sa.seq+1, ack, nil, nil))
+	var conn *net.TCPConn
+	select {
+	case conn = <-accepted:
+	case <-time.After(linktest.Timeout):
+		t.Fatal("no connection accepted")
+	}
+	t.Cleanup(func() { conn.Close() })
+
+	const segs, size = 8, 1000
+	pool := packet.NewPool(segs, slot, headroom)
+	bufs := make([]*packet.Buf, segs)
+	pool.GetN(bufs)
+	var want []byte
+	for i, b := range bufs {
+		payload := bytes.Repeat([]byte{byte('a' + i)}, size)
+		want = append(want, payload...)
+		flags := byte(ack)
+		if i == segs-1 {
+			flags |= psh
+		}
+		p := tcpPacket(cli, srv, isn+1+uint32(i*size), sa.seq+1, flags, nil, payload)
+		p[20+16] ^= 0xff
+		copy(b.Append(len(p)), p)
+	}
+	before := rxPackets(t, q.Name())
+	if n, err := q.Write(bufs); n != segs || err != nil {
+		t.Fatalf("Write = %d, %v", n, err)
+	}
+	if got := rxPackets(t, q.Name()) - before; got != 1 {
+		t.Errorf("the device received %d packets for %d segments written, want 1 super-packet", got, segs)
+	}
+	conn.SetReadDeadline(time.Now().Add(linktest.Timeout))
+	got := make([]byte, len(want))
+	for n := 0; n < len(got); {
+		k, err := conn.Read(got[n:])
+		if err != nil {
+			t.Fatalf("read after %d bytes: %v", n, err)
+		}
+		n += k
+	}
+	if !bytes.Equal(got, want) {
+		t.Error("the socket received other bytes than were written")
+	}
+}
+
+// A local TCP socket's data leaves through the device as TSO
+// super-packets (the device has TSO), which Read splits straight into the
+// caller's buffers: several segments come out of one Read, each a packet
+// of its own with valid IPv4 and TCP checksums, contiguous sequence
+// numbers, the advertised MSS, and the bytes the socket sent.
+func TestOffloadSplitTCP(t *testing.T) {
+	qs := open(t, 1, true)
+	q := qs[0]
+	peer := netip.AddrPortFrom(peer4, 7777)
+	const mss = 1000
+
+	// Answer the SYN as the peer, advertising MSS 1000 and a large window.
+	pool := packet.NewPool(q.BatchSize(), slot, headroom)
+	bufs := make([]*packet.Buf, q.BatchSize())
+	pool.GetN(bufs)
+	type readResult struct {
+		segs []tcpInfo
+		err  error
+	}
+	reads := make(chan readResult, 64)
+	go func() {
+		for {
+			for _, b := range bufs {
+				b.Reset(headroom)
+			}
+			n, err := q.Read(bufs)
+			if err != nil {
+				reads <- readResult{err: err}
+				return
+			}
+			var r readResult
+			for _, b := range bufs[:n] {
+				if ti, ok := parseTCP(b.Bytes()); ok && ti.dst == peer {
+					ti.payload = bytes.Clone(ti.payload)
+					r.segs = append(r.segs, ti)
+				}
+			}
+			if len(r.segs) > 0 {
+				reads <- r
+			}
+		}
+	}()
+	t.Cleanup(func() { q.Close() })
+	next := func() []tcpInfo {
+		t.Helper()
+		select {
+		case r := <-reads:
+			if r.err != nil {
+				t.Fatalf("Read: %v", r.err)
+			}
+			return r.segs
+		case <-time.After(linktest.Timeout):
+			t.Fatal("nothing read")
+		}
+		return nil
+	}
+
+	dialed := make(chan net.Conn, 1)
+	derr := make(chan error, 1)
+	// The socket must be made on this goroutine's thread (the test's
+	// namespace); net.Dial blocks until the handshake is done, so the
+	// SYN is answered from another goroutine.
+	go func() {
+		segs := next()
+		s := segs[0]
+		if s.flags&syn == 0 {
+			derr <- nil
+			return
+		}
+		opts := []byte{2, 4, mss >> 8, mss & 0xff, 1, 3, 3, 7} // MSS, NOP, window scale 7
+		sa := tcpPacket(peer, s.src, 9000, s.seq+1, syn|ack, opts, nil)
+		b := packet.NewBuf(make([]byte, headroom+len(sa)), headroom, 0)
+		copy(b.Append(len(sa)), sa)
+		q.Write([]*packet.Buf{b})
+	}()
+	conn, err := net.DialTimeout("tcp4", peer.String(), linktest.Timeout)
+	if err != nil {
+		t.Fatalf("dial: %v", err)
+	}
+	t.Cleanup(func() { conn.Close() })
+	close(dialed)
+	select {
+	case <-derr:
+		t.Fatal("the first packet read was not the SYN")
+	default:
+	}
+
+	data := make([]byte, 8*mss)
+	for i := range data {
+		data[i] = byte(i * 7)
+	}
+	if _, err := conn.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	var first uint32
+	got := 0
+	most := 0
+	for got < len(data) {
+		segs := next()
+		k := 0
+		for _, s := range segs {
+			if len(s.payload) == 0 {
+				continue // the ACK of the handshake
+			}
+			if got == 0 && first == 0 {
+				first = s.seq
+			}
+			off := int(s.seq - first)
+			if off != got {
+				t.Fatalf("segment at offset %d, want %d (retransmission or reordering)", off, got)
+			}
+			if !s.csumOK {
+				t.Fatalf("segment at offset %d: checksum does not verify", off)
+			}
+			if len(s.payload) > mss {
+				t.Fatalf("segment at offset %d: %d bytes, MSS %d", off, len(s.payload), mss)
+			}
+			if s.flags&fin != 0 || (s.flags&psh != 0 && off+len(s.payload) != len(data) && k < len(segs)-1) {
+				t.Errorf("segment at offset %d: flags %#x", off, s.flags)
+			}
+			if !bytes.Equal(s.payload, data[off:off+len(s.payload)]) {
+				t.Fatalf("segment at offset %d: payload differs", off)
+			}
+			got += len(s.payload)
+			k++
+		}
+		most = max(most, k)
+	}
+	if most < 2 {
+		t.Errorf("at most %d segment(s) per Read: the kernel handed over no TSO super-packet", most)
+	}
+	t.Logf("%d bytes in segments of %d; up to %d segments from one Read", got, mss, most)
+}
