@@ -65,7 +65,7 @@ func completeChecksum(p []byte, start, off int) bool {
 	if start >= len(p) || at+2 > len(p) {
 		return false
 	}
-	c := ^packet.Checksum(p[start:], 0)
+	c := ^checksum(p[start:], 0)
 	if c == 0 && off == udpCsumOffset {
 		c = 0xffff // zero means "no checksum" in UDP
 	}
@@ -87,7 +87,7 @@ func transportChecksum(p []byte, l4 int, proto uint8) {
 		at = l4 + udpCsumOffset
 	}
 	p[at], p[at+1] = 0, 0
-	c := ^packet.Checksum(p[l4:], packet.PseudoHeaderSum(src, dst, proto, len(p)-l4))
+	c := ^checksum(p[l4:], packet.PseudoHeaderSum(src, dst, proto, len(p)-l4))
 	if c == 0 && proto == packet.ProtoUDP {
 		c = 0xffff
 	}
