@@ -14,6 +14,7 @@ import (
 
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/pktio/internal/linktest"
+	"github.com/sluicegw/sluice/pktio/netutil"
 	"github.com/sluicegw/sluice/pktio/tun"
 )
 
@@ -377,4 +378,69 @@ func TestOffloadSplitTCP(t *testing.T) {
 		t.Errorf("at most %d segment(s) per Read: the kernel handed over no TSO super-packet", most)
 	}
 	t.Logf("%d bytes in segments of %d; up to %d segments from one Read", got, mss, most)
+}
+
+// Coalesced writes and split reads do not allocate either: 16 packets of
+// one UDP flow to a routed address are written as one super-packet (where
+// the kernel takes UDP ones), which the kernel forwards back out of the
+// device as one, and Read splits it.
+func TestAllocsCoalesced(t *testing.T) {
+	qs := open(t, 1, false)
+	q := qs[0]
+	linktest.WriteSysctl(t, "net/ipv4/ip_forward", "1")
+	linktest.WriteSysctl(t, "net/ipv4/conf/all/send_redirects", "0")
+	linktest.WriteSysctl(t, "net/ipv4/conf/"+q.Name()+"/send_redirects", "0")
+	if err := netutil.Configure(q.Name(), []netip.Prefix{local4}, []netip.Prefix{remote4}); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		select {
+		case <-stop:
+		case <-time.After(4 * linktest.Timeout):
+			q.Close()
+		}
+	}()
+	const n = 16
+	dst := netip.AddrPortFrom(netip.MustParseAddr("10.77.1.5"), 7)
+	pool := packet.NewPool(n+q.BatchSize(), slot, headroom)
+	out := make([]*packet.Buf, n)
+	in := make([]*packet.Buf, q.BatchSize())
+	pool.GetN(out)
+	pool.GetN(in)
+	p := linktest.IPUDP(netip.AddrPortFrom(peer4, 2000), dst, make([]byte, 1000))
+	before := rxPackets(t, q.Name())
+	most := 0
+	round := func() {
+		for _, b := range out {
+			b.Reset(headroom)
+			copy(b.Append(len(p)), p)
+		}
+		if _, err := q.Write(out); err != nil {
+			t.Fatal(err)
+		}
+		for got := 0; got < n; {
+			for _, b := range in {
+				b.Reset(headroom)
+			}
+			k, err := q.Read(in)
+			if err != nil {
+				t.Fatalf("Read: %v", err)
+			}
+			c := 0
+			for _, b := range in[:k] {
+				if udpTo(b.Bytes(), dst) {
+					c++
+				}
+			}
+			got += c
+			most = max(most, c)
+		}
+	}
+	round()
+	if a := testing.AllocsPerRun(100, round); a != 0 {
+		t.Errorf("%v allocations per batch of %d", a, n)
+	}
+	t.Logf("%d packets written as %d; up to %d from one Read; stats %+v", 101*n, rxPackets(t, q.Name())-before, most, q.Stats().Snapshot())
 }
