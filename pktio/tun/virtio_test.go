@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/pktio/internal/linktest"
 	"github.com/sluicegw/sluice/pktio/netutil"
@@ -443,4 +445,81 @@ func TestAllocsCoalesced(t *testing.T) {
 		t.Errorf("%v allocations per batch of %d", a, n)
 	}
 	t.Logf("%d packets written as %d; up to %d from one Read; stats %+v", 101*n, rxPackets(t, q.Name())-before, most, q.Stats().Snapshot())
+}
+
+// Over IPv6 too: a USO super-packet a local socket sends is split by Read
+// into packets with valid UDP checksums, and a run of UDP packets written
+// is coalesced into one super-packet that the local socket receives as
+// the datagrams written.
+func TestOffloadIPv6(t *testing.T) {
+	qs := open(t, 1, true)
+	q := qs[0]
+	linktest.WaitFor(t, "IPv6 address usable", func() bool {
+		c, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local6.Addr(), 0)))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	sock := listen(t, local6.Addr())
+	const seg, segs = 1000, 4
+	rc, _ := sock.SyscallConn()
+	var serr error
+	rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, seg) })
+	if serr != nil {
+		t.Skipf("no UDP GSO: %v", serr)
+	}
+	c := linktest.Collect(t, q, headroom, slot)
+	msg := make([]byte, seg*segs)
+	for i := range msg {
+		msg[i] = byte(i/seg + 1)
+	}
+	dst := netip.AddrPortFrom(peer6, 9)
+	if _, err := sock.WriteToUDPAddrPort(msg, dst); err != nil {
+		t.Fatal(err)
+	}
+	for i := range segs {
+		p := c.Next(t, func(p []byte) bool { return udpTo(p, dst) })
+		ip := packet.IPv6(p)
+		if packet.IPv6Header+int(ip.PayloadLength()) != len(p) || len(payloadOf(p)) != seg {
+			t.Fatalf("segment %d: bad header %x", i, p[:48])
+		}
+		u := packet.UDP(p[packet.IPv6Header:])
+		if int(u.Length()) != len(u) {
+			t.Errorf("segment %d: UDP length %d, want %d", i, u.Length(), len(u))
+		}
+		if packet.Checksum(u, packet.PseudoHeaderSum(p[8:24], p[24:40], packet.ProtoUDP, len(u))) != 0xffff {
+			t.Errorf("segment %d: UDP checksum does not verify", i)
+		}
+		if !bytes.Equal(payloadOf(p), msg[i*seg:(i+1)*seg]) {
+			t.Errorf("segment %d: payload differs", i)
+		}
+	}
+
+	to := sock.LocalAddr().(*net.UDPAddr).AddrPort()
+	from := netip.AddrPortFrom(peer6, 4242)
+	const n = 8
+	pool := packet.NewPool(n, slot, headroom)
+	bufs := make([]*packet.Buf, n)
+	pool.GetN(bufs)
+	for i, b := range bufs {
+		p := linktest.IPUDP(from, to, bytes.Repeat([]byte{byte(i)}, seg))
+		copy(b.Append(len(p)), p)
+	}
+	before := rxPackets(t, q.Name())
+	if w, err := q.Write(bufs); w != n || err != nil {
+		t.Fatalf("Write = %d, %v", w, err)
+	}
+	t.Logf("%d packets written as %d", n, rxPackets(t, q.Name())-before)
+	buf := make([]byte, 1<<16)
+	for i := range n {
+		sock.SetReadDeadline(time.Now().Add(linktest.Timeout))
+		k, _, err := sock.ReadFromUDPAddrPort(buf)
+		if err != nil {
+			t.Fatalf("datagram %d: %v", i, err)
+		}
+		if !bytes.Equal(buf[:k], bytes.Repeat([]byte{byte(i)}, seg)) {
+			t.Fatalf("datagram %d: %d bytes of %d", i, k, buf[0])
+		}
+	}
 }
