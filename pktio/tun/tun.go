@@ -113,11 +113,17 @@ type Queue struct {
 	// packet into the first buffer and what does not fit into spill.
 	vhdr   [VirtioHeaderRoom]byte
 	spill  []byte
-	riov   [3]unix.Iovec
+	riov   []unix.Iovec // the header, then rsegs
+	rsegs  [][]byte     // where the packet goes, in order (see layout)
 	rn     int
 	rerr   unix.Errno
 	readFn func(fd uintptr) bool
 	sp     superPacket
+	// The headers' and segments' size of the last super-packet read, 0
+	// if the last packet was not one: the next read lays the buffers
+	// out for another like it.
+	predHL, predGSO int
+	linear          []byte // a mispredicted super-packet, gathered
 
 	// Writer's state.
 	wpkts   [][]byte     // the valid packets of a chunk
@@ -268,13 +274,14 @@ func newQueue(dev *device, t wgtun.Device, index int) (*Queue, error) {
 	q := &Queue{
 		dev: dev, tun: t, rc: rc, index: index, batch: batch,
 		spill:   make([]byte, 1<<16),
+		linear:  make([]byte, 1<<16),
+		riov:    make([]unix.Iovec, 0, batch+2),
+		rsegs:   make([][]byte, 0, batch+1),
 		wpkts:   make([][]byte, 0, batch),
 		wfull:   make([][]byte, 0, batch),
 		wiov:    make([]unix.Iovec, 0, maxSegments),
 		partial: true,
 	}
-	q.riov[0] = iovec(q.vhdr[:])
-	q.riov[2] = iovec(q.spill)
 	q.readFn = q.readv
 	q.writeFn = q.writev
 	// wireguard-go asked for TSO and, where the kernel has it (6.2), USO;
@@ -341,11 +348,14 @@ func (q *Queue) writev(fd uintptr) bool {
 // lost (counted in RxErrors).
 //
 // One readv puts the virtio-net header into the queue's scratch, the
-// packet into the first buffer at its data offset and whatever does not
-// fit there into a 64 KiB spill buffer: a plain packet is not copied at
-// all. A super-packet's first segment stays where it is; the others are
-// copied (headers from the first, payload from the first buffer's tail or
-// the spill) into the following buffers, one copy each.
+// packet into the buffers and what does not fit there into a 64 KiB spill
+// buffer (see layout). A plain packet lands in the first buffer and is not
+// copied. A super-packet like the one before it (the same header and
+// segment sizes: a bulk TCP or UDP flow) lands with each segment's payload
+// in a buffer of its own, behind room for its headers, which are copied
+// from the first segment: its payload is not copied either. Any other
+// super-packet is split with one copy per segment (and a second if the
+// layout expected another).
 func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 	if q.closed.Load() {
 		return 0, pktio.ErrClosed
@@ -362,10 +372,8 @@ func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 		return 0, pktio.ErrShortBuffer
 	}
 	bufs = bufs[:k]
-	b0 := bufs[0]
-	head := b0.Slot()[b0.Offset():]
-	q.riov[1] = iovec(head)
 	for {
+		placed := q.layout(bufs)
 		err := q.rc.Read(q.readFn)
 		if err == nil && q.rerr != 0 {
 			err = q.rerr
@@ -377,7 +385,7 @@ func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 			return 0, fmt.Errorf("tun: read: %w", err)
 		}
 		var t pktio.Tally
-		out := q.split(bufs, head, q.rn-VirtioHeaderRoom, &t)
+		out := q.split(bufs, placed, q.rn-VirtioHeaderRoom, &t)
 		t.AddTo(&q.stats)
 		if out > 0 {
 			return out, nil
@@ -385,9 +393,61 @@ func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 	}
 }
 
-// split turns what readv read (size bytes of packet, in head and the
-// spill) into packets in bufs and returns how many.
-func (q *Queue) split(bufs []*packet.Buf, head []byte, size int, t *pktio.Tally) int {
+// layout sets the readv iovecs for bufs and returns how many buffers
+// they place a segment in. Without a prediction the packet goes into the
+// first buffer's room, then the spill. With one (hl bytes of headers and
+// gso of payload per segment, from the last super-packet), the first
+// buffer gets hl+gso bytes, each following one gso bytes at offset hl
+// (where its segment's payload belongs), as many as a 64 KiB packet
+// needs, then the spill.
+func (q *Queue) layout(bufs []*packet.Buf) int {
+	b0 := bufs[0]
+	head := b0.Slot()[b0.Offset():]
+	hl, gso := q.predHL, q.predGSO
+	q.rsegs = q.rsegs[:0]
+	placed := 1
+	if gso == 0 || len(bufs) == 1 || hl+gso > len(head) {
+		q.rsegs = append(q.rsegs, head)
+	} else {
+		q.rsegs = append(q.rsegs, head[:hl+gso])
+		most := min(len(bufs), (pktio.MaxPacket-hl+gso-1)/gso)
+		for _, b := range bufs[1:most] {
+			d := b.Slot()[b.Offset():]
+			if hl+gso > len(d) {
+				break
+			}
+			q.rsegs = append(q.rsegs, d[hl:hl+gso])
+			placed++
+		}
+	}
+	q.rsegs = append(q.rsegs, q.spill)
+	q.riov = append(q.riov[:0], iovec(q.vhdr[:]))
+	for _, r := range q.rsegs {
+		q.riov = append(q.riov, iovec(r))
+	}
+	return placed
+}
+
+// gather copies bytes [off, off+len(dst)) of what readv read, laid out in
+// q.rsegs, into dst.
+func (q *Queue) gather(dst []byte, off int) {
+	for _, r := range q.rsegs {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= len(r) {
+			off -= len(r)
+			continue
+		}
+		n := copy(dst, r[off:])
+		dst, off = dst[n:], 0
+	}
+}
+
+// split turns what readv read (size bytes of packet, laid out in q.rsegs
+// with a segment in each of bufs[:placed]) into packets in bufs and
+// returns how many. It sets the prediction for the next read.
+func (q *Queue) split(bufs []*packet.Buf, placed, size int, t *pktio.Tally) int {
 	if size <= 0 {
 		t.RxErrors++
 		return 0
@@ -395,10 +455,17 @@ func (q *Queue) split(bufs []*packet.Buf, head []byte, size int, t *pktio.Tally)
 	var h virtioHdr
 	h.decode(q.vhdr[:])
 	b0 := bufs[0]
+	head := b0.Slot()[b0.Offset():]
+	first := len(q.rsegs[0])
 	if h.gsoType == gsoNone {
+		q.predHL, q.predGSO = 0, 0
 		if size > len(head) {
 			t.RxShort++
 			return 0
+		}
+		if size > first {
+			// Longer than the super-packets before it.
+			q.gather(head[first:size], first)
 		}
 		p := head[:size]
 		if h.flags&flagNeedsCsum != 0 && !completeChecksum(p, int(h.csumStart), int(h.csumOffset)) {
@@ -411,24 +478,46 @@ func (q *Queue) split(bufs []*packet.Buf, head []byte, size int, t *pktio.Tally)
 		return 1
 	}
 	sp := &q.sp
-	if !parseSuper(&h, head[:min(size, len(head))], q.spill, size, sp) {
-		t.RxErrors++
-		return 0
+	inPlace := placed > 1
+	if inPlace {
+		inPlace = parseSuper(&h, head[:min(size, first)], nil, size, sp) && sp.hl == q.predHL && sp.gso == q.predGSO
 	}
+	if !inPlace {
+		src, spill := head[:min(size, first)], q.spill
+		if placed > 1 {
+			// Laid out for another shape: gather it first.
+			q.gather(q.linear[:size], 0)
+			src, spill = q.linear[:size], nil
+		}
+		if !parseSuper(&h, src, spill, size, sp) {
+			q.predHL, q.predGSO = 0, 0
+			t.RxErrors++
+			return 0
+		}
+	}
+	q.predHL, q.predGSO = sp.hl, sp.gso
 	// The other segments first: they take their headers from the first.
 	out := 1
 	for i := 1; i < sp.segs; i++ {
-		if out == len(bufs) {
+		if out == len(bufs) || (inPlace && out == placed) {
 			t.RxErrors += uint64(sp.segs - i)
 			break
 		}
 		b := bufs[out]
 		dst := b.Slot()[b.Offset():]
-		if sp.hl+sp.segLen(i) > len(dst) {
-			t.RxShort++
-			continue
+		var n int
+		if inPlace {
+			// bufs[i] (out is i): its payload is in place, and
+			// layout made sure the headers fit in front.
+			n = sp.hl + sp.segLen(i)
+			copy(dst, head[:sp.hl])
+		} else {
+			if sp.hl+sp.segLen(i) > len(dst) {
+				t.RxShort++
+				continue
+			}
+			n = sp.copySegment(dst, i)
 		}
-		n := sp.copySegment(dst, i)
 		sp.finishSegment(dst[:n], i)
 		b.SetWindow(b.Offset(), n)
 		t.RxPackets++
@@ -436,6 +525,9 @@ func (q *Queue) split(bufs []*packet.Buf, head []byte, size int, t *pktio.Tally)
 		out++
 	}
 	n := sp.hl + sp.segLen(0)
+	if placed > 1 && !inPlace {
+		sp.copySegment(head, 0)
+	}
 	sp.finishSegment(head[:n], 0)
 	b0.SetWindow(b0.Offset(), n)
 	t.RxPackets++

@@ -523,3 +523,59 @@ func TestOffloadIPv6(t *testing.T) {
 		}
 	}
 }
+
+// Read lays its buffers out for a super-packet like the one before it, so
+// that segments land in buffers of their own; whatever else comes next
+// must arrive whole all the same: a super-packet of another segment size,
+// a plain packet longer than the expected segments, and one like the
+// first again.
+func TestSplitLayoutChanges(t *testing.T) {
+	qs := open(t, 1, true)
+	q := qs[0]
+	sock := listen(t, local4.Addr())
+	rc, _ := sock.SyscallConn()
+	setSeg := func(seg int) {
+		var serr error
+		rc.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, seg) })
+		if serr != nil {
+			t.Skipf("no UDP GSO: %v", serr)
+		}
+	}
+	c := linktest.Collect(t, q, headroom, slot)
+	dst := netip.AddrPortFrom(peer4, 9)
+	n := 0
+	send := func(seg, total int) {
+		t.Helper()
+		setSeg(seg)
+		msg := make([]byte, total)
+		for i := range msg {
+			msg[i] = byte(n + i/seg)
+		}
+		n++
+		if _, err := sock.WriteToUDPAddrPort(msg, dst); err != nil {
+			t.Fatal(err)
+		}
+		for off := 0; off < total; off += seg {
+			p := c.Next(t, func(p []byte) bool { return udpTo(p, dst) })
+			want := msg[off:min(off+seg, total)]
+			ip := packet.IPv4(p)
+			u := packet.UDP(p[20:])
+			s, d := ip.Src().As4(), ip.Dst().As4()
+			switch {
+			case !ip.ChecksumValid() || int(ip.TotalLength()) != len(p) || int(u.Length()) != len(u):
+				t.Fatalf("segment size %d, offset %d: bad header %x", seg, off, p[:28])
+			case packet.Checksum(u, packet.PseudoHeaderSum(s[:], d[:], packet.ProtoUDP, len(u))) != 0xffff:
+				t.Fatalf("segment size %d, offset %d: UDP checksum does not verify", seg, off)
+			case !bytes.Equal(payloadOf(p), want):
+				t.Fatalf("segment size %d, offset %d: %d bytes, want %d, or other bytes", seg, off, len(payloadOf(p)), len(want))
+			}
+		}
+	}
+	send(1000, 8000)
+	send(1000, 7500) // the same shape, a shorter last segment
+	send(700, 4900)  // another segment size
+	send(1300, 1300) // one datagram longer than the segments before
+	send(700, 4900)
+	send(700, 2100)
+	send(1000, 3000)
+}
