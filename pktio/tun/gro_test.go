@@ -147,3 +147,22 @@ func TestRunEnd(t *testing.T) {
 		t.Errorf("a run of %d ends at %d, want %d", maxSegments+3, j, maxSegments)
 	}
 }
+
+// parseSuper takes a super-packet whose only segment is shorter than the
+// segment size, as wireguard-go's split did (and the old check refused),
+// and refuses headers that do not fit the first buffer.
+func TestParseSuper(t *testing.T) {
+	p := tcp4(1, tcpACK, 300)
+	h := virtioHdr{flags: flagNeedsCsum, gsoType: gsoTCPv4, gsoSize: 1000, csumStart: 20, csumOffset: 16}
+	var sp superPacket
+	if !parseSuper(&h, p, nil, len(p), &sp) || sp.segs != 1 || sp.hl != 52 || sp.segLen(0) != 300 {
+		t.Errorf("short super-packet: %+v", sp)
+	}
+	if parseSuper(&h, p[:40], nil, len(p), &sp) {
+		t.Error("accepted headers beyond the first buffer")
+	}
+	h.gsoType = gsoTCPv6
+	if parseSuper(&h, p, nil, len(p), &sp) {
+		t.Error("accepted TCPv6 GSO for an IPv4 packet")
+	}
+}

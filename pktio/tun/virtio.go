@@ -113,8 +113,8 @@ type superPacket struct {
 // parseSuper validates the virtio header h of a GSO packet of size bytes
 // whose first len(head) bytes are in head, and describes its segments. It
 // reports false for anything the kernel would not hand over: an unknown
-// GSO type, a type that does not match the IP version, headers beyond the
-// first buffer, a zero segment size.
+// GSO type, a type that does not match the IP version, headers or the
+// first segment beyond the first buffer, a zero segment size.
 func parseSuper(h *virtioHdr, head, spill []byte, size int, sp *superPacket) bool {
 	*sp = superPacket{head: head, spill: spill, size: size, l4: int(h.csumStart), gso: int(h.gsoSize)}
 	if len(head) < packet.IPv4MinHeader || sp.gso == 0 {
@@ -164,7 +164,7 @@ func parseSuper(h *virtioHdr, head, spill []byte, size int, sp *superPacket) boo
 		sp.seq = binary.BigEndian.Uint32(head[sp.l4+4:])
 	}
 	sp.hl = sp.l4 + th
-	if sp.hl+sp.gso > len(head) || sp.hl >= size {
+	if sp.hl >= size || sp.hl+min(sp.gso, size-sp.hl) > len(head) {
 		return false
 	}
 	if sp.v4 {
