@@ -30,15 +30,18 @@
 //
 // Read needs buffers with room (pktio.Room) for at least MTU bytes;
 // buffers with less are not used. One readv puts the virtio-net header
-// into the queue's scratch, the packet into the first buffer at its data
-// offset, and what does not fit there into a 64 KiB spill buffer. A plain
-// packet is thus not copied at all (a partial checksum the kernel left,
-// VIRTIO_NET_HDR_F_NEEDS_CSUM, is completed in place). A super-packet's
-// first segment stays where it is; every other segment gets the first
-// one's headers and its payload, from the first buffer's tail or the
-// spill, in a buffer of its own (one copy per segment), and each segment
-// gets its lengths, IPv4 identification and checksum, TCP sequence number
-// and flags, and transport checksum.
+// into the queue's scratch, the packet into the buffers, and what does not
+// fit there into a 64 KiB spill buffer. A plain packet lands in the first
+// buffer and is not copied (a partial checksum the kernel left,
+// VIRTIO_NET_HDR_F_NEEDS_CSUM, is completed in place). After a
+// super-packet, the next read lays the buffers out for another like it:
+// the first gets its headers and first segment, each following one the
+// next segment's payload behind room for its headers. A bulk flow's
+// segments thus land each in a buffer of its own and only their headers
+// are copied (from the first segment). A super-packet of another shape is
+// split with one copy per segment (two if the layout expected another).
+// Every segment gets its lengths, IPv4 identification and checksum, TCP
+// sequence number and flags, and transport checksum.
 //
 // # Writing, and coalescing (GRO)
 //
