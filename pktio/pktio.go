@@ -2,9 +2,10 @@
 // workers read batches from and write batches to, and (in sub-packages) its
 // backends:
 //
-//	pktio/tun     Linux TUN, through wireguard-go's tun package, with its
-//	              offloads (virtio-net header: TSO/USO split on read, GRO
-//	              on write) and one queue per worker (IFF_MULTI_QUEUE)
+//	pktio/tun     Linux TUN with its offloads (virtio-net header: TSO/USO
+//	              split on read, GRO on write, read and written with
+//	              readv/writev, no copy but the split's) and one queue per
+//	              worker (IFF_MULTI_QUEUE)
 //	pktio/udp     ESP-in-UDP (RFC 3948) sockets: recvmmsg/sendmmsg, UDP
 //	              GSO/GRO, SO_REUSEPORT groups (one socket per worker)
 //	pktio/rawesp  ESP as IP protocol 50 on raw IPv4 and IPv6 sockets
@@ -57,8 +58,8 @@
 //
 // Write sends the data window of each buffer. It never takes ownership: the
 // buffers are the caller's again when Write returns, and it may have
-// modified their bytes (headers stripped in place, TUN GRO coalescing into
-// the first buffer's tailroom). Write returns how many buffers it handled,
+// modified their bytes (headers stripped in place, headers rewritten for
+// TUN GRO coalescing). Write returns how many buffers it handled,
 // in order: sent, or dropped and counted (malformed, wrong family, no room,
 // a full pipe, a packet the kernel refused). An error says why it stopped
 // before len(bufs); after Close it is ErrClosed.

@@ -1,9 +1,13 @@
-// Package tun is the Linux TUN Link, on wireguard-go's tun package
-// (golang.zx2c4.com/wireguard/tun), with its offloads: the device is opened
-// with IFF_VNET_HDR, so the kernel may hand over a TCP (TSO) or UDP (USO)
-// super-packet that wireguard-go splits into up to BatchSize packets on
-// Read, and wireguard-go coalesces TCP and UDP packets of one flow (GRO)
-// before writing them.
+// Package tun is the Linux TUN Link with its offloads. The device is
+// opened with IFF_VNET_HDR: every packet read is preceded by a virtio-net
+// header, with which the kernel may hand over a TCP (TSO) or UDP (USO)
+// super-packet that Read splits into up to BatchSize packets, and every
+// packet written carries one, with which Write hands the kernel runs of
+// TCP and UDP packets of one flow as one super-packet (GRO).
+// wireguard-go's tun package (golang.zx2c4.com/wireguard/tun) creates the
+// device, asks for the offloads, watches its MTU and closes it; Read and
+// Write are this package's own, on the device's file descriptor through
+// the Go netpoller.
 //
 // # Queues
 //
@@ -20,31 +24,49 @@
 // IFF_VNET_HDR | IFF_MULTI_QUEUE) and hands each file descriptor to
 // wireguard-go: the first to tun.CreateTUNFromFile (which sets the MTU and
 // watches the device), the others to tun.CreateUnmonitoredTUNFromFD. Every
-// queue thus has the same offloads, at no cost but wireguard-go's copy out
-// of its read buffer, which the single queue pays too.
+// queue thus has the same offloads.
 //
-// # Buffers
+// # Reading
 //
-// Read needs buffers with room (pktio.Room) for at least MTU bytes
-// (packets are copied from wireguard-go's read buffer into them at their
-// data offsets); buffers with less are not used. Write needs 10 bytes of
-// headroom in front of each packet, where the virtio-net header goes; a
-// packet with less is dropped and counted (TxInvalid), as is anything that
-// is not a consistent IPv4 or IPv6 packet.
+// Read needs buffers with room (pktio.Room) for at least MTU bytes;
+// buffers with less are not used. One readv puts the virtio-net header
+// into the queue's scratch, the packet into the buffers, and what does not
+// fit there into a 64 KiB spill buffer. A plain packet lands in the first
+// buffer and is not copied (a partial checksum the kernel left,
+// VIRTIO_NET_HDR_F_NEEDS_CSUM, is completed in place). After a
+// super-packet, the next read lays the buffers out for another like it:
+// the first gets its headers and first segment, each following one the
+// next segment's payload behind room for its headers. A bulk flow's
+// segments thus land each in a buffer of its own and only their headers
+// are copied (from the first segment). A super-packet of another shape is
+// split with one copy per segment (two if the layout expected another).
+// Every segment gets its lengths, IPv4 identification and checksum, TCP
+// sequence number and flags, and transport checksum.
 //
-// # Coalescing on write (GRO)
+// # Writing, and coalescing (GRO)
 //
-// wireguard-go coalesces TCP and UDP segments of one flow into the tailroom
-// of the flow's first buffer and writes the result as one super-packet, so
-// the kernel runs its receive path once per 64 KiB instead of once per
-// segment. Packet buffers are about 2 KiB, with no tailroom to coalesce
-// into, so Write first finds each run of consecutive packets of one flow
-// (same addresses, protocol and ports: the shape a GRO'd UDP receive or a
-// TSO burst has) and copies the run's first packet into a 64 KiB buffer of
-// the queue's own (one copy of one packet per run); the rest are copied
-// behind it by the coalescing, the one copy GRO needs. A batch of single
-// packets of different flows costs nothing extra. The caller's buffers are
-// never written beyond their windows.
+// Write needs 10 bytes of headroom in front of each packet, where the
+// virtio-net header goes; a packet with less is dropped and counted
+// (TxInvalid), as is anything that is not a consistent IPv4 or IPv6
+// packet. Each run of consecutive TCP or UDP packets of one flow that the
+// receiving kernel's own GRO would have merged (same headers but for
+// lengths, IPv4 identification and TCP sequence number; equal sizes but
+// the last; contiguous TCP sequence numbers; no flag but ACK, PSH on the
+// last) is written as one super-packet with one writev: the virtio-net
+// header in the first packet's headroom, the first packet with its
+// headers rewritten for the whole, then the other packets' payloads where
+// they lie. Nothing is copied, and no segment's checksum is verified:
+// ESP's ICV has vouched for every packet, and the super-packet goes with
+// VIRTIO_NET_HDR_F_NEEDS_CSUM (CHECKSUM_PARTIAL), so the kernel does not
+// verify it either; it computes the segments' checksums only if it
+// forwards them to a device that does not offload checksums. A TCP or UDP
+// packet written alone goes the same way, with a partial checksum. UDP
+// runs are coalesced only where the kernel takes UDP super-packets
+// (TUN_F_USO4/6, Linux 6.2). What the kernel still checks: the IPv4
+// header checksum and the IP and transport lengths, that the partial
+// checksum's offsets lie within the packet, and everything TCP and UDP
+// check beyond the checksum. The caller's buffers are not written beyond
+// their windows and headroom.
 //
 // The device disappears when the last queue is closed.
 package tun
@@ -54,10 +76,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 	wgtun "golang.zx2c4.com/wireguard/tun"
@@ -84,16 +107,36 @@ type device struct {
 // Queue is one queue of a TUN device as a pktio.Link.
 type Queue struct {
 	dev   *device
-	tun   wgtun.Device
+	tun   wgtun.Device // creation, the MTU watch and Close
+	rc    syscall.RawConn
 	index int
 	batch int
 
-	// Reader's scratch.
-	rbufs [][]byte
-	sizes []int
-	// Writer's scratch.
-	wbufs [][]byte
-	heads [][]byte // groHeads buffers of headBufSize bytes (see Write)
+	// Reader's state: readv puts the virtio-net header into vhdr, the
+	// packet into the first buffer and what does not fit into spill.
+	vhdr   [VirtioHeaderRoom]byte
+	spill  []byte
+	riov   []unix.Iovec // the header, then rsegs
+	rsegs  [][]byte     // where the packet goes, in order (see layout)
+	rn     int
+	rerr   unix.Errno
+	readFn func(fd uintptr) bool
+	sp     superPacket
+	// The headers' and segments' size of the last super-packet read, 0
+	// if the last packet was not one: the next read lays the buffers
+	// out for another like it.
+	predHL, predGSO int
+	linear          []byte // a mispredicted super-packet, gathered
+
+	// Writer's state.
+	wpkts   [][]byte     // the valid packets of a chunk
+	wfull   [][]byte     // the same with the virtio-net header room in front
+	wiov    []unix.Iovec // the current writev
+	wn      int
+	werr    unix.Errno
+	writeFn func(fd uintptr) bool
+	uso     bool // the kernel takes UDP super-packets (GSO_UDP_L4)
+	partial bool // single TCP and UDP packets are written with NEEDS_CSUM
 
 	closed    atomic.Bool
 	closeOnce sync.Once
@@ -177,7 +220,11 @@ func Open(name string, mtu int, queues int) ([]pktio.Link, error) {
 	go dev.watch(devs[0])
 	links := make([]pktio.Link, len(devs))
 	for i, d := range devs {
-		links[i] = newQueue(dev, d, i)
+		q, err := newQueue(dev, d, i)
+		if err != nil {
+			return fail(err)
+		}
+		links[i] = q
 	}
 	return links, nil
 }
@@ -221,145 +268,97 @@ func (d *device) watch(t wgtun.Device) {
 	}
 }
 
-func newQueue(dev *device, t wgtun.Device, index int) *Queue {
+func newQueue(dev *device, t wgtun.Device, index int) (*Queue, error) {
+	rc, err := t.File().SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("tun: %w", err)
+	}
 	batch := max(t.BatchSize(), 1)
-	return &Queue{
-		dev: dev, tun: t, index: index, batch: batch,
-		rbufs: make([][]byte, batch),
-		sizes: make([]int, batch),
-		wbufs: make([][]byte, 0, batch),
+	q := &Queue{
+		dev: dev, tun: t, rc: rc, index: index, batch: batch,
+		spill:   make([]byte, 1<<16),
+		linear:  make([]byte, 1<<16),
+		riov:    make([]unix.Iovec, 0, batch+2),
+		rsegs:   make([][]byte, 0, batch+1),
+		wpkts:   make([][]byte, 0, batch),
+		wfull:   make([][]byte, 0, batch),
+		wiov:    make([]unix.Iovec, 0, maxSegments),
+		partial: true,
+	}
+	q.readFn = q.readv
+	q.writeFn = q.writev
+	// wireguard-go asked for TSO and, where the kernel has it (6.2), USO;
+	// ask again to learn which the device took.
+	var serr error
+	err = rc.Control(func(fd uintptr) {
+		serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tunOffloads|unix.TUN_F_USO4|unix.TUN_F_USO6)
+		q.uso = serr == nil
+		if serr != nil {
+			serr = unix.IoctlSetInt(int(fd), unix.TUNSETOFFLOAD, tunOffloads)
+		}
+	})
+	if err == nil {
+		err = serr
+	}
+	if err != nil {
+		return nil, fmt.Errorf("tun: TUNSETOFFLOAD: %w", err)
+	}
+	return q, nil
+}
+
+// tunOffloads are what the device is asked to hand over: packets with a
+// partial checksum, TCP super-packets over IPv4 and IPv6.
+const tunOffloads = unix.TUN_F_CSUM | unix.TUN_F_TSO4 | unix.TUN_F_TSO6
+
+func iovec(b []byte) unix.Iovec {
+	v := unix.Iovec{Base: &b[0]}
+	v.SetLen(len(b))
+	return v
+}
+
+// readv is the function given to RawConn.Read, made once (readFn).
+func (q *Queue) readv(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall(unix.SYS_READV, fd, uintptr(unsafe.Pointer(&q.riov[0])), uintptr(len(q.riov)))
+		switch e {
+		case unix.EINTR:
+			continue
+		case unix.EAGAIN:
+			return false
+		}
+		q.rn, q.rerr = int(n), e
+		return true
 	}
 }
 
-// Coalescing buffers: how many super-packets one write can build, and
-// their size (the virtio-net header and the largest IP packet).
-const (
-	groHeads    = 16
-	headBufSize = VirtioHeaderRoom + pktio.MaxPacket
-)
-
-// segment is what the coalescing needs to know of a TCP or UDP packet.
-type segment struct {
-	key     []byte // addresses (and, for flowOf, the ports behind them)
-	ports   []byte
-	proto   byte
-	payload int    // bytes after the transport header
-	seq     uint32 // TCP
-	push    bool   // TCP: PSH, FIN, or anything but a plain data segment
-}
-
-// segmentOf parses p as far as the coalescing needs; ok is false for a
-// packet it cannot take (not TCP or UDP, a fragment, IP options, too
-// short).
-func segmentOf(p []byte) (s segment, ok bool) {
-	var hl int
-	switch packet.IPVersion(p) {
-	case 4:
-		ip := packet.IPv4(p)
-		if len(p) < packet.IPv4MinHeader || ip.HeaderLength() != packet.IPv4MinHeader ||
-			ip.MoreFragments() || ip.FragmentOffset() != 0 {
-			return s, false
-		}
-		hl, s.proto, s.key = packet.IPv4MinHeader, ip.Protocol(), p[12:20]
-	case 6:
-		if len(p) < packet.IPv6Header {
-			return s, false
-		}
-		hl, s.proto, s.key = packet.IPv6Header, p[6], p[8:40]
-	default:
-		return s, false
-	}
-	switch s.proto {
-	case packet.ProtoTCP:
-		if len(p) < hl+20 {
-			return s, false
-		}
-		th := int(p[hl+12]>>4) * 4
-		if th < 20 || len(p) < hl+th {
-			return s, false
-		}
-		s.seq = uint32(p[hl+4])<<24 | uint32(p[hl+5])<<16 | uint32(p[hl+6])<<8 | uint32(p[hl+7])
-		s.push = p[hl+13] != 0x10 // anything but a bare ACK flag ends a super-packet
-		s.payload = len(p) - hl - th
-	case packet.ProtoUDP:
-		if len(p) < hl+packet.UDPHeader {
-			return s, false
-		}
-		s.payload = len(p) - hl - packet.UDPHeader
-	default:
-		return s, false
-	}
-	s.ports = p[hl : hl+4]
-	return s, true
-}
-
-func (a *segment) sameFlow(b *segment) bool {
-	return a.proto == b.proto && len(a.key) == len(b.key) && string(a.key) == string(b.key) && string(a.ports) == string(b.ports)
-}
-
-// coalesceHeads gives a buffer with room for a whole super-packet to every
-// packet in q.wbufs at which wireguard-go's GRO will start one: the first
-// of a run of consecutive packets of one flow, and each packet that
-// follows the end of a super-packet within the run (after a segment with
-// PSH or FIN, or a shorter one; at a gap in the TCP sequence; when 64 KiB
-// are full). Each such packet is copied once; the others are appended to
-// it by the coalescing, the one copy GRO needs.
-func (q *Queue) coalesceHeads() {
-	used := 0
-	var head, prev segment
-	size, gso := 0, 0 // the super-packet being built: bytes, segment size
-	open := false
-	var next segment // the look-ahead's parse of packet i+1, reused as cur
-	nextOK, haveNext := false, false
-	for i := range q.wbufs {
-		cur, ok := next, nextOK
-		if !haveNext {
-			cur, ok = segmentOf(q.wbufs[i][VirtioHeaderRoom:])
-		}
-		haveNext = false
-		if !ok {
-			open = false
+// writev is the function given to RawConn.Write, made once (writeFn).
+func (q *Queue) writev(fd uintptr) bool {
+	for {
+		n, _, e := unix.Syscall(unix.SYS_WRITEV, fd, uintptr(unsafe.Pointer(&q.wiov[0])), uintptr(len(q.wiov)))
+		switch e {
+		case unix.EINTR:
 			continue
+		case unix.EAGAIN:
+			return false
 		}
-		n := len(q.wbufs[i]) - VirtioHeaderRoom
-		cont := open && cur.sameFlow(&head) && cur.payload > 0 && cur.payload <= gso &&
-			prev.payload == gso && size+cur.payload <= pktio.MaxPacket
-		if cont && cur.proto == packet.ProtoTCP {
-			cont = !prev.push && cur.seq == prev.seq+uint32(prev.payload)
-		}
-		if cont {
-			size += cur.payload
-			prev = cur
-			continue
-		}
-		// cur starts a super-packet if the next packet may join it.
-		open = false
-		if used == groHeads || cur.payload == 0 || i+1 == len(q.wbufs) {
-			continue
-		}
-		next, nextOK = segmentOf(q.wbufs[i+1][VirtioHeaderRoom:])
-		haveNext = true
-		if !nextOK || !next.sameFlow(&cur) {
-			continue
-		}
-		if q.heads == nil {
-			q.heads = make([][]byte, groHeads)
-			for k := range q.heads {
-				q.heads[k] = make([]byte, headBufSize)
-			}
-		}
-		h := q.heads[used][:VirtioHeaderRoom+n]
-		copy(h[VirtioHeaderRoom:], q.wbufs[i][VirtioHeaderRoom:])
-		q.wbufs[i] = h
-		used++
-		head, prev, size, gso, open = cur, cur, n, cur.payload, true
-		// The parsed slices pointed into the old buffer; same bytes.
+		q.wn, q.werr = int(n), e
+		return true
 	}
 }
 
 // Read implements pktio.Link.Read. Give it BatchSize buffers: one TSO
 // super-packet may split into that many, and segments beyond len(bufs) are
 // lost (counted in RxErrors).
+//
+// One readv puts the virtio-net header into the queue's scratch, the
+// packet into the buffers and what does not fit there into a 64 KiB spill
+// buffer (see layout). A plain packet lands in the first buffer and is not
+// copied. A super-packet like the one before it (the same header and
+// segment sizes: a bulk TCP or UDP flow) lands with each segment's payload
+// in a buffer of its own, behind room for its headers, which are copied
+// from the first segment: its payload is not copied either. Any other
+// super-packet is split with one copy per segment (and a second if the
+// layout expected another).
 func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 	if q.closed.Load() {
 		return 0, pktio.ErrClosed
@@ -370,50 +369,26 @@ func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 		if pktio.Room(b) < room {
 			break
 		}
-		q.rbufs[k] = b.Slot()[b.Offset():]
 		k++
 	}
 	if k == 0 {
 		return 0, pktio.ErrShortBuffer
 	}
+	bufs = bufs[:k]
 	for {
-		n, err := q.readDevice(k)
-		var t pktio.Tally
-		out := 0
-		for i := range n {
-			b := bufs[i]
-			if q.sizes[i] > len(q.rbufs[i]) {
-				t.RxShort++
-				continue
-			}
-			b.SetWindow(b.Offset(), q.sizes[i])
-			t.RxPackets++
-			t.RxBytes += uint64(q.sizes[i])
-			bufs[out], bufs[i] = bufs[i], bufs[out]
-			out++
+		placed := q.layout(bufs)
+		err := q.rc.Read(q.readFn)
+		if err == nil && q.rerr != 0 {
+			err = q.rerr
 		}
 		if err != nil {
-			switch {
-			case q.closed.Load() || errors.Is(err, os.ErrClosed):
-				t.AddTo(&q.stats)
-				if out > 0 {
-					return out, nil
-				}
+			if q.closed.Load() || errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EBADFD) {
 				return 0, pktio.ErrClosed
-			case isIOError(err):
-				t.AddTo(&q.stats)
-				if out > 0 {
-					return out, nil
-				}
-				return 0, fmt.Errorf("tun: read: %w", err)
-			default:
-				// wireguard-go could not split what the kernel handed
-				// over (bad virtio header, more segments than buffers,
-				// a packet longer than the buffer): those packets are
-				// lost.
-				t.RxErrors++
 			}
+			return 0, fmt.Errorf("tun: read: %w", err)
 		}
+		var t pktio.Tally
+		out := q.split(bufs, placed, q.rn-VirtioHeaderRoom, &t)
 		t.AddTo(&q.stats)
 		if out > 0 {
 			return out, nil
@@ -421,31 +396,146 @@ func (q *Queue) Read(bufs []*packet.Buf) (int, error) {
 	}
 }
 
-// readDevice calls wireguard-go's Read into rbufs[:k]. Its segmentation
-// code slices each buffer to the segment's length, which would panic if a
-// segment were longer than the buffer: that can only happen if the MTU was
-// raised behind our back and the event saying so is not processed yet. Such
-// a read is a counted loss, not a crash of the data plane.
-func (q *Queue) readDevice(k int) (n int, err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			if _, ok := r.(runtime.Error); !ok {
-				panic(r)
+// layout sets the readv iovecs for bufs and returns how many buffers
+// they place a segment in. Without a prediction the packet goes into the
+// first buffer's room, then the spill. With one (hl bytes of headers and
+// gso of payload per segment, from the last super-packet), the first
+// buffer gets hl+gso bytes, each following one gso bytes at offset hl
+// (where its segment's payload belongs), as many as a 64 KiB packet
+// needs, then the spill.
+func (q *Queue) layout(bufs []*packet.Buf) int {
+	b0 := bufs[0]
+	head := b0.Slot()[b0.Offset():]
+	hl, gso := q.predHL, q.predGSO
+	q.rsegs = q.rsegs[:0]
+	placed := 1
+	if gso == 0 || len(bufs) == 1 || hl+gso > len(head) {
+		q.rsegs = append(q.rsegs, head)
+	} else {
+		q.rsegs = append(q.rsegs, head[:hl+gso])
+		most := min(len(bufs), (pktio.MaxPacket-hl+gso-1)/gso)
+		for _, b := range bufs[1:most] {
+			d := b.Slot()[b.Offset():]
+			if hl+gso > len(d) {
+				break
 			}
-			n, err = 0, errSegmentTooLong
+			q.rsegs = append(q.rsegs, d[hl:hl+gso])
+			placed++
 		}
-	}()
-	return q.tun.Read(q.rbufs[:k], q.sizes[:k], 0)
+	}
+	q.rsegs = append(q.rsegs, q.spill)
+	q.riov = append(q.riov[:0], iovec(q.vhdr[:]))
+	for _, r := range q.rsegs {
+		q.riov = append(q.riov, iovec(r))
+	}
+	return placed
 }
 
-var errSegmentTooLong = errors.New("tun: segment longer than the buffer")
+// gather copies bytes [off, off+len(dst)) of what readv read, laid out in
+// q.rsegs, into dst.
+func (q *Queue) gather(dst []byte, off int) {
+	for _, r := range q.rsegs {
+		if len(dst) == 0 {
+			return
+		}
+		if off >= len(r) {
+			off -= len(r)
+			continue
+		}
+		n := copy(dst, r[off:])
+		dst, off = dst[n:], 0
+	}
+}
 
-// isIOError reports whether err came from the file itself (the device is
-// gone or broken) rather than from wireguard-go's parsing of what it read.
-func isIOError(err error) bool {
-	var pe *os.PathError
-	var errno unix.Errno
-	return errors.As(err, &pe) || errors.As(err, &errno)
+// split turns what readv read (size bytes of packet, laid out in q.rsegs
+// with a segment in each of bufs[:placed]) into packets in bufs and
+// returns how many. It sets the prediction for the next read.
+func (q *Queue) split(bufs []*packet.Buf, placed, size int, t *pktio.Tally) int {
+	if size <= 0 {
+		t.RxErrors++
+		return 0
+	}
+	var h virtioHdr
+	h.decode(q.vhdr[:])
+	b0 := bufs[0]
+	head := b0.Slot()[b0.Offset():]
+	first := len(q.rsegs[0])
+	if h.gsoType == gsoNone {
+		q.predHL, q.predGSO = 0, 0
+		if size > len(head) {
+			t.RxShort++
+			return 0
+		}
+		if size > first {
+			// Longer than the super-packets before it.
+			q.gather(head[first:size], first)
+		}
+		p := head[:size]
+		if h.flags&flagNeedsCsum != 0 && !completeChecksum(p, int(h.csumStart), int(h.csumOffset)) {
+			t.RxErrors++
+			return 0
+		}
+		b0.SetWindow(b0.Offset(), size)
+		t.RxPackets++
+		t.RxBytes += uint64(size)
+		return 1
+	}
+	sp := &q.sp
+	inPlace := placed > 1
+	if inPlace {
+		inPlace = parseSuper(&h, head[:min(size, first)], nil, size, sp) && sp.hl == q.predHL && sp.gso == q.predGSO
+	}
+	if !inPlace {
+		src, spill := head[:min(size, first)], q.spill
+		if placed > 1 {
+			// Laid out for another shape: gather it first.
+			q.gather(q.linear[:size], 0)
+			src, spill = q.linear[:size], nil
+		}
+		if !parseSuper(&h, src, spill, size, sp) {
+			q.predHL, q.predGSO = 0, 0
+			t.RxErrors++
+			return 0
+		}
+	}
+	q.predHL, q.predGSO = sp.hl, sp.gso
+	// The other segments first: they take their headers from the first.
+	out := 1
+	for i := 1; i < sp.segs; i++ {
+		if out == len(bufs) || (inPlace && out == placed) {
+			t.RxErrors += uint64(sp.segs - i)
+			break
+		}
+		b := bufs[out]
+		dst := b.Slot()[b.Offset():]
+		var n int
+		if inPlace {
+			// bufs[i] (out is i): its payload is in place, and
+			// layout made sure the headers fit in front.
+			n = sp.hl + sp.segLen(i)
+			copy(dst, head[:sp.hl])
+		} else {
+			if sp.hl+sp.segLen(i) > len(dst) {
+				t.RxShort++
+				continue
+			}
+			n = sp.copySegment(dst, i)
+		}
+		sp.finishSegment(dst[:n], i)
+		b.SetWindow(b.Offset(), n)
+		t.RxPackets++
+		t.RxBytes += uint64(n)
+		out++
+	}
+	n := sp.hl + sp.segLen(0)
+	if placed > 1 && !inPlace {
+		sp.copySegment(head, 0)
+	}
+	sp.finishSegment(head[:n], 0)
+	b0.SetWindow(b0.Offset(), n)
+	t.RxPackets++
+	t.RxBytes += uint64(n)
+	return out
 }
 
 // Write implements pktio.Link.Write.
@@ -466,7 +556,7 @@ func (q *Queue) Write(bufs []*packet.Buf) (int, error) {
 
 func (q *Queue) writeChunk(bufs []*packet.Buf) error {
 	var t pktio.Tally
-	q.wbufs = q.wbufs[:0]
+	q.wpkts, q.wfull = q.wpkts[:0], q.wfull[:0]
 	for _, b := range bufs {
 		data := b.Bytes()
 		if b.Headroom() < VirtioHeaderRoom || !validIP(data) {
@@ -474,33 +564,72 @@ func (q *Queue) writeChunk(bufs []*packet.Buf) error {
 			continue
 		}
 		off := b.Offset()
-		q.wbufs = append(q.wbufs, b.Slot()[off-VirtioHeaderRoom:off+len(data)])
-		t.TxBytes += uint64(len(data))
+		q.wpkts = append(q.wpkts, b.Slot()[off:off+len(data)])
+		q.wfull = append(q.wfull, b.Slot()[off-VirtioHeaderRoom:off+len(data)])
 	}
-	if len(q.wbufs) == 0 {
-		t.AddTo(&q.stats)
-		return nil
-	}
-	q.coalesceHeads()
-	_, err := q.tun.Write(q.wbufs, VirtioHeaderRoom)
-	t.TxPackets += uint64(len(q.wbufs))
-	if err != nil {
-		if q.closed.Load() || errors.Is(err, os.ErrClosed) {
-			t.TxPackets, t.TxBytes = 0, 0
+	for i := 0; i < len(q.wpkts); {
+		j := q.runEnd(i)
+		bytes := 0
+		for _, p := range q.wpkts[i:j] {
+			bytes += len(p)
+		}
+		if j > i+1 {
+			q.coalesce(i, j)
+		} else {
+			q.single(i)
+		}
+		err := q.rc.Write(q.writeFn)
+		if err == nil && q.werr != 0 {
+			err = q.werr
+		}
+		switch {
+		case err == nil:
+			t.TxPackets += uint64(j - i)
+			t.TxBytes += uint64(bytes)
+		case q.closed.Load() || errors.Is(err, os.ErrClosed) || errors.Is(err, unix.EBADFD):
 			t.AddTo(&q.stats)
 			return pktio.ErrClosed
+		default:
+			// The kernel refused it (the device is down, a header it
+			// does not accept): those packets are lost.
+			t.TxErrors += uint64(j - i)
 		}
-		// wireguard-go joins one error per packet the kernel refused.
-		failed := uint64(1)
-		if j, ok := err.(interface{ Unwrap() []error }); ok {
-			failed = uint64(len(j.Unwrap()))
-		}
-		failed = min(failed, t.TxPackets)
-		t.TxErrors += failed
-		t.TxPackets -= failed
+		i = j
 	}
 	t.AddTo(&q.stats)
 	return nil
+}
+
+// single prepares the write of q.wpkts[i] alone. A TCP or UDP packet
+// (with partial set) goes with VIRTIO_NET_HDR_F_NEEDS_CSUM and the
+// pseudo-header sum in its checksum field, as a coalesced one does: the
+// kernel takes it as CHECKSUM_PARTIAL and does not verify the checksum
+// (ESP's ICV has vouched for the packet), where it would otherwise run
+// over the whole packet again. VIRTIO_NET_HDR_F_DATA_VALID, which would
+// say the same without touching the packet, is ignored by the TUN driver
+// (Linux 6.18 counts such a packet with a wrong checksum in
+// InCsumErrors). Anything else, and a UDP packet without a checksum, goes
+// with an empty header.
+func (q *Queue) single(i int) {
+	h := virtioHdr{}
+	if s, ok := segmentOf(q.wpkts[i]); ok && q.partial {
+		p := s.p
+		at := s.l4 + tcpCsumOffset
+		h.csumOffset = tcpCsumOffset
+		if s.proto == packet.ProtoUDP {
+			at = s.l4 + udpCsumOffset
+			h.csumOffset = udpCsumOffset
+		}
+		if s.proto == packet.ProtoTCP || p[at]|p[at+1] != 0 {
+			h.flags = flagNeedsCsum
+			h.csumStart = uint16(s.l4)
+			h.hdrLen = uint16(s.hl)
+			setPseudoSum(p, len(p), s.l4, at, s.proto)
+		}
+	}
+	full := q.wfull[i]
+	h.encode(full)
+	q.wiov = append(q.wiov[:0], iovec(full))
 }
 
 // validIP reports whether p is one whole IPv4 or IPv6 packet, as the GRO
