@@ -7,7 +7,7 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/sluicegw/sluice/internal/lab"
+	"github.com/sluicegw/sluice/pktio/internal/linktest"
 	"github.com/sluicegw/sluice/packet"
 )
 
@@ -18,7 +18,7 @@ const xdpRedirect = 4 // XDP_REDIRECT
 // tells a redirect (XDP_REDIRECT) from a pass (XDP_PASS).
 func verdicts(t *testing.T, local []netip.Addr, rawESP bool) func(frame []byte) uint32 {
 	t.Helper()
-	lab.Require(t)
+	linktest.RequireRoot(t)
 	dev, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.DevMap, KeySize: 4, ValueSize: 4, MaxEntries: 1})
 	if err != nil {
 		t.Fatal(err)
