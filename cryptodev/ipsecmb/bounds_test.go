@@ -170,3 +170,29 @@ func TestDestroyedKeyBetweenBatches(t *testing.T) {
 		}
 	}
 }
+
+// TestGCMAfterRefusedJob: a job the library refused leaves its error
+// status in the manager, which the job API clears only on the next job;
+// the GCM ops after it, which do not go through jobs, still succeed.
+func TestGCMAfterRefusedJob(t *testing.T) {
+	e := open(t)
+	defer e.Close()
+	p, err := e.(*Engine).NewProcessor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	alg := cryptodev.AES128GCM16
+	k, err := e.NewKey(alg, make([]byte, alg.EncKeyLen()), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.Destroy()
+	p.(*processor).setJobErrno(2004) // IMB_ERR_JOB_CIPH_LEN, as a refused CBC job sets it
+	buf := make([]byte, 8+8+64+16)
+	ops := []cryptodev.Op{{Key: k, Dir: cryptodev.Encrypt, AAD: buf[:8], IV: buf[8:16], Src: buf[16:80], Dst: buf[16:80], Tag: buf[80:]}}
+	p.Process(ops)
+	if ops[0].Status != cryptodev.StatusOK {
+		t.Fatalf("GCM after a refused job: %v, want ok", ops[0].Status)
+	}
+}
