@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/sha256"
+	"runtime"
 	"sync"
 	"testing"
 
@@ -101,6 +102,7 @@ func TestAsymOnLowPriorityWorkers(t *testing.T) {
 
 // TestAsymWorkersOption checks the default and the bounds of AsymWorkers.
 func TestAsymWorkersOption(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4))
 	for _, c := range []struct{ workers, asym, want int }{{1, 0, 1}, {2, 0, 1}, {4, 0, 3}, {4, 2, 2}} {
 		e, err := newEngine(Options{Workers: c.workers, AsymWorkers: c.asym})
 		if err != nil {
@@ -114,5 +116,22 @@ func TestAsymWorkersOption(t *testing.T) {
 	}
 	if _, err := New(Options{AsymWorkers: -1}); err == nil {
 		t.Error("AsymWorkers -1: no error")
+	}
+}
+
+// TestAsymWorkersGOMAXPROCS: by default the asymmetric workers leave one
+// of the runtime's Ps to other goroutines also when Workers is more than
+// GOMAXPROCS (Workers defaults to the CPUs, GOMAXPROCS to a container's
+// CPU limit): all of them busy signing must not hold every P.
+func TestAsymWorkersGOMAXPROCS(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(2))
+	e, err := newEngine(Options{Workers: 8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.start()
+	defer e.Close()
+	if got := e.AsymWorkers(); got != 1 {
+		t.Errorf("Workers 8, GOMAXPROCS 2: %d asymmetric workers, want 1", got)
 	}
 }

@@ -98,7 +98,8 @@ type Options struct {
 	Inner cryptodev.ProcessorEngine
 	// AsymWorkers is the number of asymmetric workers, the only
 	// goroutines that run Sign and Agree ops; 0 means all cores but one
-	// (Workers - 1, at least 1). See Engine.
+	// (the lesser of Workers and GOMAXPROCS, less one, at least 1). See
+	// Engine.
 	AsymWorkers int
 }
 
@@ -123,9 +124,9 @@ const minChunkOps = 16
 // the kernel then runs the other threads of the process (the goroutines
 // serving open connections, the symmetric workers) first, so a storm of
 // handshakes takes mostly the CPU the rest leaves, not the CPU the rest
-// needs. There are at most Workers - 1 of them, so that at
-// least one of the runtime's Ps (GOMAXPROCS) stays with other
-// goroutines however many signatures wait; submitters never run
+// needs. By default there are one fewer than the lesser of Workers and
+// the runtime's Ps (GOMAXPROCS), at least 1, so that at least one P stays
+// with other goroutines however many signatures wait; submitters never run
 // asymmetric chunks themselves (help), and symmetric workers never claim
 // them. A batch of asymmetric ops is split into up to AsymWorkers chunks
 // of any size (one op is milliseconds of work).
@@ -190,7 +191,9 @@ func newEngine(opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("sched: AsymWorkers is %d; want 0 (all cores but one) or more", opts.AsymWorkers)
 	}
 	if opts.AsymWorkers == 0 {
-		opts.AsymWorkers = max(1, opts.Workers-1)
+		// All Ps but one, not all workers but one: Workers defaults to
+		// the CPUs, GOMAXPROCS to fewer in a container with a CPU limit.
+		opts.AsymWorkers = max(1, min(opts.Workers, runtime.GOMAXPROCS(0))-1)
 	}
 	name := Name
 	if opts.Inner == nil {
