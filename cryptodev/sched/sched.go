@@ -428,9 +428,12 @@ func (e *Engine) work(id int) {
 	}
 }
 
-// asymNice is the nice value of the asymmetric workers' threads. Against
-// a thread at nice 0 the kernel gives it about a tenth of a core they both
-// want, and a woken thread at nice 0 preempts it. Not lower (nice 19 gets
+// asymNice is how many steps the asymmetric workers' threads raise their
+// nice value (lower their priority) above the one they start with, the
+// process's: nice 10 in a process at 0, at most 19 (a fixed value would
+// put them above a process run at nice 15, and far below one run at nice
+// -10). Against a thread at the process's nice the kernel gives one about
+// a tenth of a core they both want, and a woken such thread preempts it. Not lower (nice 19 gets
 // 1.5%, SCHED_IDLE less): a thread that holds one of the runtime's Ps
 // must run to stop for the garbage collector's stop-the-world phases, so
 // a starved signer would stall the whole process, data path included,
@@ -446,7 +449,11 @@ func (e *Engine) workAsym(id int) {
 	// The thread is never unlocked: it ends with the goroutine, so its
 	// lowered priority never reaches other goroutines.
 	runtime.LockOSThread()
-	if lowerThreadPriority(asymNice) {
+	base, err := threadNice()
+	if err != nil {
+		base = 0
+	}
+	if lowerThreadPriority(min(19, base+asymNice)) {
 		e.asymNiced.Add(1)
 	}
 	p := e.asymProcs[id]
