@@ -33,11 +33,12 @@ type loadedCert struct {
 }
 
 // certificate returns the tls.Certificate one handshake uses: its signer
-// gives up when ctx (the handshake's) ends.
-func (c *loadedCert) certificate(ctx context.Context) *gotls.Certificate {
+// gives up when ctx (the handshake's) ends, and keeps store, which holds
+// c, from destroying c's key while a signature is in the engine.
+func (c *loadedCert) certificate(ctx context.Context, store *certStore) *gotls.Certificate {
 	return &gotls.Certificate{
 		Certificate: c.chain,
-		PrivateKey:  &handshakeSigner{k: c.key, ctx: ctx},
+		PrivateKey:  &handshakeSigner{k: c.key, ctx: ctx, store: store},
 		Leaf:        c.leaf,
 	}
 }

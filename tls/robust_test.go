@@ -285,6 +285,10 @@ type stallEngine struct {
 	cryptodev.AsymEngine
 	release chan struct{}
 	held    atomic.Int32 // batches waiting for release
+	// signed counts the batches handed on after release; deadKey those
+	// of them whose first key was destroyed by then.
+	signed, deadKey atomic.Int32
+	key             atomic.Pointer[cryptodev.Key] // the first op's key of the last batch
 }
 
 func (e *stallEngine) NewQueue() (cryptodev.Queue, error) {
@@ -300,6 +304,13 @@ type stallQueue struct {
 func (q *stallQueue) Submit(b *cryptodev.Batch) error {
 	q.e.held.Add(1)
 	<-q.e.release
+	if k := b.Ops[0].Key; k != nil {
+		q.e.key.Store(k)
+		if k.Destroyed() {
+			q.e.deadKey.Add(1)
+		}
+	}
+	defer q.e.signed.Add(1)
 	return q.Queue.Submit(b)
 }
 
@@ -374,4 +385,51 @@ func TestSignerLimits(t *testing.T) {
 	if hctx := (&handshakeCtx{}); hctx.Done() != nil || hctx.Err() != nil {
 		t.Error("a handshake context can be cancelled")
 	}
+}
+
+// TestReloadWhileSigning: a Reload that replaces a certificate while a lane
+// still holds a signature of it for a handshake that has given up (timed
+// out) does not destroy the key under the lane: the key goes once the lane
+// is done with it.
+func TestReloadWhileSigning(t *testing.T) {
+	dir := t.TempDir()
+	ca := newCA(t, dir, "root")
+	first := ca.issue(t, dir, "site", "ecdsa", false, "site.test")
+	second := ca.issue(t, dir, "site2", "ecdsa", false, "site.test")
+	soft, err := cryptodev.Open("soft")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { soft.Close() })
+	eng := &stallEngine{AsymEngine: soft.(cryptodev.AsymEngine), release: make(chan struct{})}
+	lc := ListenerConfig{
+		Name: "web", Listen: "127.0.0.1:0", Certs: []Cert{first}, Backend: "static:" + dir,
+		HandshakeTimeout: 300 * time.Millisecond,
+	}
+	s := startServiceOpts(t, Config{Listeners: []ListenerConfig{lc}}, Options{Engine: func(string) (cryptodev.Engine, error) { return eng, nil }})
+	released := false
+	t.Cleanup(func() {
+		if !released {
+			close(eng.release)
+		}
+	})
+	if c, err := goClient(t, addrOf(t, s, "web"), "site.test", ca, nil); err == nil {
+		c.Close()
+		t.Fatal("handshake succeeded without a signature")
+	}
+	waitFor(t, "a timeout", func() bool { return statsOf(t, s, "web").HandshakeFailures["timeout"] == 1 })
+	if eng.held.Load() != 1 {
+		t.Fatalf("%d signatures asked for, want 1", eng.held.Load())
+	}
+	lc.Listen, lc.Certs = addrOf(t, s, "web"), []Cert{second}
+	if _, err := s.Reload(Config{Listeners: []ListenerConfig{lc}}); err != nil {
+		t.Fatal(err)
+	}
+	close(eng.release)
+	released = true
+	waitFor(t, "the lane to sign", func() bool { return eng.signed.Load() == 1 })
+	if n := eng.deadKey.Load(); n != 0 {
+		t.Fatalf("the lane signed with a key the Reload had destroyed")
+	}
+	waitFor(t, "the replaced key to be destroyed", func() bool { return eng.key.Load().Destroyed() })
 }

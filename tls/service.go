@@ -503,7 +503,7 @@ func (s *Service) buildListenerState(lc ListenerConfig) (*epState, error) {
 	}
 	store := st.store
 	conf.GetCertificate = func(hello *gotls.ClientHelloInfo) (*gotls.Certificate, error) {
-		return store.pick(hello.ServerName).certificate(hello.Context()), nil
+		return store.pick(hello.ServerName).certificate(hello.Context(), store), nil
 	}
 	switch lc.ClientAuth {
 	case ClientAuthOptional:
@@ -568,9 +568,10 @@ func (s *Service) buildOriginState(oc OriginConfig) (*epState, error) {
 		if err != nil {
 			return fail(which, err)
 		}
-		st.store = newCertStore([]*loadedCert{c})
+		store := newCertStore([]*loadedCert{c})
+		st.store = store
 		conf.GetClientCertificate = func(cri *gotls.CertificateRequestInfo) (*gotls.Certificate, error) {
-			return c.certificate(cri.Context()), nil
+			return c.certificate(cri.Context(), store), nil
 		}
 	}
 	st.tls = conf

@@ -64,8 +64,13 @@ var errSign = errors.New("tls: sign")
 // closes done. A waiter that gives up (its context ended) sets abandoned
 // and never reads the request again.
 type signReq struct {
-	ctx    context.Context
-	key    *cryptodev.Key
+	ctx context.Context
+	key *cryptodev.Key
+	// store holds a reference on key's certificates from the enqueue
+	// until the lane is done with the op, which the lane then releases:
+	// a handshake that gives up releases its own reference, and a Reload
+	// must not destroy the key while the lane still signs with it.
+	store  *certStore
 	digest []byte
 	hash   crypto.Hash
 	pss    bool
@@ -148,6 +153,7 @@ func (q *signQueue) close() {
 				q.depth.Add(-1)
 				r.err = fmt.Errorf("%w: %w", errSign, cryptodev.ErrClosed)
 				close(r.done)
+				r.store.release()
 			default:
 				return
 			}
@@ -155,14 +161,19 @@ func (q *signQueue) close() {
 	})
 }
 
-// sign enqueues one signature and waits for it or for ctx.
-func (q *signQueue) sign(ctx context.Context, key *cryptodev.Key, digest []byte, hash crypto.Hash, pss bool) ([]byte, error) {
+// sign enqueues one signature with key, which store (nil for none) holds,
+// and waits for it or for ctx.
+func (q *signQueue) sign(ctx context.Context, store *certStore, key *cryptodev.Key, digest []byte, hash crypto.Hash, pss bool) ([]byte, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	r := &signReq{ctx: ctx, key: key, digest: digest, hash: hash, pss: pss, done: make(chan struct{})}
+	if !store.tryAcquire() {
+		return nil, fmt.Errorf("%w: %w", errSign, cryptodev.ErrClosed)
+	}
+	r := &signReq{ctx: ctx, key: key, store: store, digest: digest, hash: hash, pss: pss, done: make(chan struct{})}
 	select {
 	case <-q.quit:
+		store.release()
 		return nil, fmt.Errorf("%w: %w", errSign, cryptodev.ErrClosed)
 	default:
 	}
@@ -170,6 +181,7 @@ func (q *signQueue) sign(ctx context.Context, key *cryptodev.Key, digest []byte,
 	case q.reqs <- r:
 		q.depth.Add(1)
 	default:
+		store.release()
 		return nil, fmt.Errorf("%w: %w", errSign, errSignQueueFull)
 	}
 	select {
@@ -226,6 +238,7 @@ func (q *signQueue) lane(cq cryptodev.Queue) {
 			if r.ctx.Err() != nil {
 				r.err = r.ctx.Err()
 				close(r.done)
+				r.store.release()
 				continue
 			}
 			live = append(live, r)
@@ -266,6 +279,7 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 		}
 	}
 	var lost error // a batch the engine did not return, failing it and the rest
+	lostAt := parts
 	for p := 0; p < parts; p++ {
 		lo, hi := p*per, min(n, (p+1)*per)
 		err := lost
@@ -273,7 +287,7 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 			err = subErr
 		} else if lost == nil && cq.Dequeue(true) == nil {
 			lost = errors.New("tls: batch lost by engine")
-			err = lost
+			err, lostAt = lost, p
 		}
 		if err != nil {
 			for _, r := range reqs[lo:hi] {
@@ -295,6 +309,12 @@ func (q *signQueue) run(cq cryptodev.Queue, bs []*cryptodev.Batch, dst []byte, r
 	}
 	for _, b := range bs[:parts] {
 		b.Reset(0) // drop the digests and keys
+	}
+	for i, r := range reqs {
+		if p := i / per; p >= lostAt && p < submitted {
+			continue // the engine may still hold the op: its key stays
+		}
+		r.store.release()
 	}
 }
 
@@ -322,8 +342,9 @@ type engineKey struct {
 // the key's engine queue and gives up when the handshake's context ends.
 // It is used by the one goroutine of its handshake.
 type handshakeSigner struct {
-	k   *engineKey
-	ctx context.Context
+	k     *engineKey
+	ctx   context.Context
+	store *certStore // holds k; nil for none
 }
 
 func (s *handshakeSigner) Public() crypto.PublicKey { return s.k.pub }
@@ -343,7 +364,7 @@ func (s *handshakeSigner) Sign(_ io.Reader, digest []byte, opts crypto.SignerOpt
 		defer cancel()
 		defer context.AfterFunc(lim.svc, cancel)()
 	}
-	return s.k.q.sign(ctx, s.k.key, digest, hash, pss)
+	return s.k.q.sign(ctx, s.store, s.k.key, digest, hash, pss)
 }
 
 // handshakeCtx is the context a listener's handshake runs under. It is

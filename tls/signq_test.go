@@ -178,11 +178,11 @@ func TestSignQueueFullAndAbandoned(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	first := make(chan error, 1)
 	go func() {
-		_, err := q.sign(ctx, key, d[:], crypto.SHA256, false)
+		_, err := q.sign(ctx, nil, key, d[:], crypto.SHA256, false)
 		first <- err
 	}()
 	waitFor(t, "the first request to wait", func() bool { return q.depth.Load() == 1 })
-	_, err = q.sign(context.Background(), key, d[:], crypto.SHA256, false)
+	_, err = q.sign(context.Background(), nil, key, d[:], crypto.SHA256, false)
 	if !errors.Is(err, errSignQueueFull) || classify(err, nil) != failSign {
 		t.Fatalf("full queue: %v (%s)", err, classify(err, nil))
 	}

@@ -213,6 +213,10 @@ type cState struct {
 	n     int // descriptors allocated
 }
 
+// setJobErrno sets the manager's error status as a job the library
+// refused leaves it (for tests: no op Go hands to C makes a job fail).
+func (p *processor) setJobErrno(v int) { p.c.mgr.imb_errno = C.int(v) }
+
 func (c *cState) free() {
 	if c.mgr != nil {
 		C.smb_mgr_free(c.mgr)

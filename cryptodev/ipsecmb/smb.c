@@ -201,11 +201,14 @@ static void gcm(IMB_MGR *m, smb_op *op)
 		f = k->key_len == 16 ? m->gcm128_enc : k->key_len == 24 ? m->gcm192_enc : m->gcm256_enc;
 	else
 		f = k->key_len == 16 ? m->gcm128_dec : k->key_len == 24 ? m->gcm192_dec : m->gcm256_dec;
+	/* The functions check their arguments and report through the
+	 * library's global errno, which a call without error clears; but
+	 * imb_get_errno reads the manager's own first, which only jobs set:
+	 * one refused job would fail every GCM op after it. Clear it. Go has
+	 * checked the lengths already: this is the job API's status, kept. */
+	m->imb_errno = 0;
 	f(&k->gcm, &ctx, (uint8_t *)op->dst, (const uint8_t *)op->src, op->len, op->iv,
 	  op->aad, op->aad_len, op->dir == 0 ? (uint8_t *)op->tag : op->tag_out, k->tag_len);
-	/* The functions check their arguments and report through the
-	 * manager's errno, which a call without error clears. Go has checked
-	 * the lengths already: this is the job API's status, kept. */
 	if (imb_get_errno(m) != 0) {
 		op->status = SMB_INVALID;
 		return;

@@ -98,7 +98,8 @@ type Options struct {
 	Inner cryptodev.ProcessorEngine
 	// AsymWorkers is the number of asymmetric workers, the only
 	// goroutines that run Sign and Agree ops; 0 means all cores but one
-	// (Workers - 1, at least 1). See Engine.
+	// (the lesser of Workers and GOMAXPROCS, less one, at least 1). See
+	// Engine.
 	AsymWorkers int
 }
 
@@ -123,9 +124,9 @@ const minChunkOps = 16
 // the kernel then runs the other threads of the process (the goroutines
 // serving open connections, the symmetric workers) first, so a storm of
 // handshakes takes mostly the CPU the rest leaves, not the CPU the rest
-// needs. There are at most Workers - 1 of them, so that at
-// least one of the runtime's Ps (GOMAXPROCS) stays with other
-// goroutines however many signatures wait; submitters never run
+// needs. By default there are one fewer than the lesser of Workers and
+// the runtime's Ps (GOMAXPROCS), at least 1, so that at least one P stays
+// with other goroutines however many signatures wait; submitters never run
 // asymmetric chunks themselves (help), and symmetric workers never claim
 // them. A batch of asymmetric ops is split into up to AsymWorkers chunks
 // of any size (one op is milliseconds of work).
@@ -190,7 +191,9 @@ func newEngine(opts Options) (*Engine, error) {
 		return nil, fmt.Errorf("sched: AsymWorkers is %d; want 0 (all cores but one) or more", opts.AsymWorkers)
 	}
 	if opts.AsymWorkers == 0 {
-		opts.AsymWorkers = max(1, opts.Workers-1)
+		// All Ps but one, not all workers but one: Workers defaults to
+		// the CPUs, GOMAXPROCS to fewer in a container with a CPU limit.
+		opts.AsymWorkers = max(1, min(opts.Workers, runtime.GOMAXPROCS(0))-1)
 	}
 	name := Name
 	if opts.Inner == nil {
@@ -425,9 +428,12 @@ func (e *Engine) work(id int) {
 	}
 }
 
-// asymNice is the nice value of the asymmetric workers' threads. Against
-// a thread at nice 0 the kernel gives it about a tenth of a core they both
-// want, and a woken thread at nice 0 preempts it. Not lower (nice 19 gets
+// asymNice is how many steps the asymmetric workers' threads raise their
+// nice value (lower their priority) above the one they start with, the
+// process's: nice 10 in a process at 0, at most 19 (a fixed value would
+// put them above a process run at nice 15, and far below one run at nice
+// -10). Against a thread at the process's nice the kernel gives one about
+// a tenth of a core they both want, and a woken such thread preempts it. Not lower (nice 19 gets
 // 1.5%, SCHED_IDLE less): a thread that holds one of the runtime's Ps
 // must run to stop for the garbage collector's stop-the-world phases, so
 // a starved signer would stall the whole process, data path included,
@@ -443,7 +449,11 @@ func (e *Engine) workAsym(id int) {
 	// The thread is never unlocked: it ends with the goroutine, so its
 	// lowered priority never reaches other goroutines.
 	runtime.LockOSThread()
-	if lowerThreadPriority(asymNice) {
+	base, err := threadNice()
+	if err != nil {
+		base = 0
+	}
+	if lowerThreadPriority(min(19, base+asymNice)) {
 		e.asymNiced.Add(1)
 	}
 	p := e.asymProcs[id]
