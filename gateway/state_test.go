@@ -779,3 +779,43 @@ func loadedBound(t *testing.T, path string) uint64 {
 	}
 	return v
 }
+
+// TestSlotHoldingTwoKeys: a slot file read with a slot whose two copies
+// are valid and name different state files (torn sectors, or a file
+// damaged some other way) gives that slot to neither: written as the
+// slot of one, it would overwrite the only copy of the other's bound,
+// and a restart after that would start the other below what it granted.
+func TestSlotHoldingTwoKeys(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "in-a.seq"), filepath.Join(dir, "in-b.seq")
+	var buf [slotSize]byte
+	encodeCopy(buf[:], slotKeyOf(b), 1000)
+	encodeCopy(buf[copySize:], slotKeyOf(a), 50)
+	if err := os.WriteFile(filepath.Join(dir, slotFileName), buf[:], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var s slotFile
+	if err := s.open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.bound(b); got != 1000 {
+		t.Fatalf("b's bound read %d, want 1000", got)
+	}
+	for c, v := range []uint64{60, 70} {
+		if err := s.write(a, c, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.close()
+	var again slotFile
+	if err := again.open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer again.close()
+	if got, gotA := again.bound(b), again.bound(a); got != 1000 || gotA != 70 {
+		t.Fatalf("after a's bound was written twice, the file holds %d for b and %d for a, want 1000 and 70", got, gotA)
+	}
+}
