@@ -819,3 +819,79 @@ func TestSlotHoldingTwoKeys(t *testing.T) {
 		t.Fatalf("after a's bound was written twice, the file holds %d for b and %d for a, want 1000 and 70", got, gotA)
 	}
 }
+
+// TestStateWriterSlowStopsWaits: once the writer's group has taken
+// longer than a packet waits (stateLeaseWait: a disk stuck in fdatasync),
+// the other SAs that reach an ungranted bound drop at once instead of
+// each waiting stateLeaseWait with its lock held in turn: a lane's stall
+// behind a stuck disk is one wait, not one per SA (a batch of 64 SAs
+// stalled 32 s). Once the group is done, they carry traffic again.
+func TestStateWriterSlowStopsWaits(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	g, _ := testGateway(t, dir)
+	in1, in2 := openTest(t, g, "i", esp.Inbound), openTest(t, g, "i", esp.Inbound)
+	peer1, peer2 := peerSA(t, dir), peerSA(t, dir)
+	// in2 starts above in1's bound (they share a state file): bring
+	// peer2 there.
+	for {
+		if reason := r.open(in2.SA, r.seal(peer2, innerPacket(0))); reason == esp.ReasonNone {
+			break
+		} else if reason != esp.ReasonReplay {
+			t.Fatalf("seq %d on the second SA: %v", peer2.Seq(), reason)
+		}
+	}
+	stuck, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	g.stateWriter.testHook = func(step string) {
+		if step == "written" {
+			once.Do(func() { close(stuck); <-release })
+		}
+	}
+	var freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(func() { free(); waitWriter(t, g) })
+	send := func(in *sad.SA, peer *esp.SA) (esp.Reason, time.Duration) {
+		pkt := r.seal(peer, innerPacket(0))
+		start := time.Now()
+		reason := r.open(in.SA, pkt)
+		return reason, time.Since(start)
+	}
+	// The first SA runs into its bound with the writer stuck: its packet
+	// waits, in vain.
+	for {
+		reason, _ := send(in1, peer1)
+		if reason == esp.ReasonSeqReserve {
+			break
+		}
+		if reason != esp.ReasonNone {
+			t.Fatalf("seq %d on the first SA: %v", peer1.Seq(), reason)
+		}
+	}
+	<-stuck
+	// The second SA's ask comes while the group is stuck: its packet
+	// at the bound does not wait.
+	for {
+		reason, d := send(in2, peer2)
+		if reason == esp.ReasonSeqReserve {
+			if d >= stateLeaseWait {
+				t.Fatalf("the second SA's packet at its bound waited %v with the writer stuck past stateLeaseWait (%v): each SA waits in turn",
+					d.Round(time.Millisecond), stateLeaseWait)
+			}
+			break
+		}
+		if reason != esp.ReasonNone {
+			t.Fatalf("seq %d on the second SA: %v", peer2.Seq(), reason)
+		}
+	}
+	free()
+	waitWriter(t, g)
+	for _, s := range []struct {
+		in   *sad.SA
+		peer *esp.SA
+	}{{in1, peer1}, {in2, peer2}} {
+		if reason := r.openWaiting(g, s.in.SA, r.seal(s.peer, innerPacket(0))); reason != esp.ReasonNone {
+			t.Fatalf("after the writer is done: %v", reason)
+		}
+	}
+}
