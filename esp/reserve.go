@@ -89,7 +89,9 @@ type LeaseOptions struct {
 	Step, StepMax time.Duration
 	// Wait is how long a packet that reaches an ungranted bound waits for
 	// its grant (the SA's lock held) before it is dropped; zero drops it
-	// at once. Nothing waits while the grantor reports failure (Fail).
+	// at once. Nothing waits while the grantor reports failure (Fail),
+	// nor for an ask a packet has already waited for in vain: a run of
+	// packets past the bound stalls its lane one Wait, not one each.
 	Wait time.Duration
 }
 
