@@ -895,3 +895,55 @@ func TestStateWriterSlowStopsWaits(t *testing.T) {
 		}
 	}
 }
+
+// TestSlotFileLastSlotHalfWritten: a new slot at the end of the file
+// whose first write is its copy 0 leaves the file half a slot longer
+// than the slots before; that copy, synced and granted, is read at start.
+// (The file was read in whole slots only, and a restart lost the bound.)
+func TestSlotFileLastSlotHalfWritten(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "in-a.seq")
+	var s slotFile
+	if err := s.open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.write(a, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sync(); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	var again slotFile
+	if err := again.open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer again.close()
+	if got := again.bound(a); got != 100 {
+		t.Fatalf("a's bound, synced in copy 0 of the file's last slot, read back as %d, want 100", got)
+	}
+}
+
+// TestRestartAfterFirstSlotRecord: a gateway that dies after its state
+// writer's first record of a fresh SA (one copy written in a new slot at
+// the end of the slot file) restarts the SA above every packet it
+// accepted.
+func TestRestartAfterFirstSlotRecord(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	peer := peerSA(t, dir)
+	g1, _ := testGateway(t, dir)
+	in1 := openTest(t, g1, "i", esp.Inbound)
+	for peer.Seq() < 90 {
+		if reason := r.openWaiting(g1, in1.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
+			t.Fatalf("seq %d: %v", peer.Seq(), reason)
+		}
+	}
+	waitWriter(t, g1)
+	// g1 dies here: nothing is closed. A restart from the directory.
+	g2, _ := testGateway(t, dir)
+	in2 := openTest(t, g2, "i", esp.Inbound)
+	if b := in2.SA.Seq(); b < peer.Seq() {
+		t.Fatalf("restarted at %d, below seq %d, which the first instance accepted", b, peer.Seq())
+	}
+}

@@ -90,7 +90,11 @@ func (s *slotFile) read(dir string) error {
 		return err
 	}
 	s.bounds, s.slots = map[slotKey]uint64{}, map[slotKey]int{}
-	s.n = len(b) / slotSize
+	// The last slot may be half there: a new slot's first write, to its
+	// copy 0, ends the file (and its sync makes that copy count). What
+	// is missing reads as zeros, an empty copy.
+	s.n = (len(b) + slotSize - 1) / slotSize
+	b = append(b, make([]byte, s.n*slotSize-len(b))...)
 	for i := range s.n {
 		var keys [2]slotKey
 		used := 0
