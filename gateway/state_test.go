@@ -841,6 +841,7 @@ func TestStateWriterSlowStopsWaits(t *testing.T) {
 			t.Fatalf("seq %d on the second SA: %v", peer2.Seq(), reason)
 		}
 	}
+	waitWriter(t, g)
 	stuck, release := make(chan struct{}), make(chan struct{})
 	var once sync.Once
 	g.stateWriter.testHook = func(step string) {
