@@ -42,7 +42,9 @@ import (
 // A packet that reaches an ungranted bound (a burst far faster than the
 // step was sized for) waits up to stateLeaseWait for its record, as long
 // as an fdatasync may take on a loaded machine (the records on the lane
-// before waited for theirs however long they took).
+// before waited for theirs however long they took); once per ask, and
+// not while a group has taken longer than that (stateWriter.slow), so a
+// stuck disk stalls a lane about one wait, not one per SA.
 const (
 	stateLeaseStep    = 2 * time.Second
 	stateLeaseStepMax = 20 * time.Second
