@@ -404,3 +404,41 @@ func TestLeaseStepOption(t *testing.T) {
 		t.Errorf("a lease aiming at 2 s asked %d times in 10 s (a standby's %d)", disk, standby)
 	}
 }
+
+// TestLeaseWaitOncePerAsk: a packet that waited LeaseOptions.Wait for the
+// grant of an ask and gave up is the last to wait for that ask: the
+// packets after it, while the same ask is outstanding, are dropped at
+// once. Each waits with the SA's lock held, so otherwise a batch of them
+// would stall the lane (and every lane that needs the SA) a Wait per
+// packet: 64 x 500 ms behind a writer stuck on a slow disk.
+func TestLeaseWaitOncePerAsk(t *testing.T) {
+	h := newHarness(t)
+	out, in1 := saPair(t, pairOpts{alg: cryptodev.AES128GCM16, window: 128})
+	const wait = time.Second
+	asks := 0
+	lease := esp.NewLeaseWith(func(uint64) { asks++ }, esp.LeaseOptions{Step: time.Second, StepMax: 10 * time.Second, Wait: wait})
+	cfg := in1.Config()
+	cfg.Lease = lease
+	in, err := esp.NewInbound(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pkt, _ := h.seal(out, ipPacket(false, 10))
+	if _, r := h.open(in, pkt); r != esp.ReasonSeqReserve {
+		t.Fatalf("first packet, never granted: %v, want %v after the wait", r, esp.ReasonSeqReserve)
+	}
+	const more = 3
+	start := time.Now()
+	for range more {
+		pkt, _ := h.seal(out, ipPacket(false, 10))
+		if _, r := h.open(in, pkt); r != esp.ReasonSeqReserve {
+			t.Fatalf("seq %d, never granted: %v, want %v", out.Seq(), r, esp.ReasonSeqReserve)
+		}
+	}
+	if d := time.Since(start); d >= wait {
+		t.Fatalf("%d packets behind one that gave up waiting for the same ask took %v: each waited again (Wait %v)", more, d, wait)
+	}
+	if asks != 1 {
+		t.Errorf("%d asks, want 1 (the one outstanding)", asks)
+	}
+}

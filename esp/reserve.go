@@ -89,7 +89,9 @@ type LeaseOptions struct {
 	Step, StepMax time.Duration
 	// Wait is how long a packet that reaches an ungranted bound waits for
 	// its grant (the SA's lock held) before it is dropped; zero drops it
-	// at once. Nothing waits while the grantor reports failure (Fail).
+	// at once. Nothing waits while the grantor reports failure (Fail),
+	// nor for an ask a packet has already waited for in vain: a run of
+	// packets past the bound stalls its lane one Wait, not one each.
 	Wait time.Duration
 }
 
@@ -143,6 +145,11 @@ type reservation struct {
 	next   uint64
 	asked  uint64 // leased: the highest bound asked for
 	fenced bool   // leased: nothing is covered (SA.Fence)
+	// gaveUp is the ask a packet last waited for in vain
+	// (LeaseOptions.Wait): while it is outstanding, no packet waits
+	// again, so a batch stalls its lane (the SA's lock held) one Wait,
+	// not one per packet.
+	gaveUp uint64
 	// lat is how long grants take (leased): the largest recent time from
 	// an ask to its grant, decaying slowly. A step covers at least
 	// LeaseLeadFactor of it, so that the next ask, made when half a step
@@ -219,7 +226,7 @@ func (r *reservation) cover(seq, limit uint64) bool {
 // outstanding, which costs an atomic load).
 func (r *reservation) coverLeased(seq, limit uint64) bool {
 	ok := r.coverLeasedOnce(seq, limit)
-	if ok || r.fenced || r.lease.opts.Wait <= 0 {
+	if ok || r.fenced || r.lease.opts.Wait <= 0 || r.gaveUp == r.asked {
 		return ok
 	}
 	// Wait for the grant (LeaseOptions.Wait): in steady traffic the ask
@@ -227,14 +234,18 @@ func (r *reservation) coverLeased(seq, limit uint64) bool {
 	// burst much faster than the step was sized for waits.
 	deadline := time.Now().Add(r.lease.opts.Wait)
 	for range r.lease.opts.Wait / leasePoll {
-		if r.lease.failing.Load() || time.Now().After(deadline) {
+		if r.lease.failing.Load() {
 			return false
+		}
+		if time.Now().After(deadline) {
+			break
 		}
 		time.Sleep(leasePoll)
 		if r.coverLeasedOnce(seq, limit) {
 			return true
 		}
 	}
+	r.gaveUp = r.asked
 	return false
 }
 

@@ -779,3 +779,172 @@ func loadedBound(t *testing.T, path string) uint64 {
 	}
 	return v
 }
+
+// TestSlotHoldingTwoKeys: a slot file read with a slot whose two copies
+// are valid and name different state files (torn sectors, or a file
+// damaged some other way) gives that slot to neither: written as the
+// slot of one, it would overwrite the only copy of the other's bound,
+// and a restart after that would start the other below what it granted.
+func TestSlotHoldingTwoKeys(t *testing.T) {
+	dir := t.TempDir()
+	a, b := filepath.Join(dir, "in-a.seq"), filepath.Join(dir, "in-b.seq")
+	var buf [slotSize]byte
+	encodeCopy(buf[:], slotKeyOf(b), 1000)
+	encodeCopy(buf[copySize:], slotKeyOf(a), 50)
+	if err := os.WriteFile(filepath.Join(dir, slotFileName), buf[:], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var s slotFile
+	if err := s.open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if got := s.bound(b); got != 1000 {
+		t.Fatalf("b's bound read %d, want 1000", got)
+	}
+	for c, v := range []uint64{60, 70} {
+		if err := s.write(a, c, v); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.sync(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s.close()
+	var again slotFile
+	if err := again.open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer again.close()
+	if got, gotA := again.bound(b), again.bound(a); got != 1000 || gotA != 70 {
+		t.Fatalf("after a's bound was written twice, the file holds %d for b and %d for a, want 1000 and 70", got, gotA)
+	}
+}
+
+// TestStateWriterSlowStopsWaits: once the writer's group has taken
+// longer than a packet waits (stateLeaseWait: a disk stuck in fdatasync),
+// the other SAs that reach an ungranted bound drop at once instead of
+// each waiting stateLeaseWait with its lock held in turn: a lane's stall
+// behind a stuck disk is one wait, not one per SA (a batch of 64 SAs
+// stalled 32 s). Once the group is done, they carry traffic again.
+func TestStateWriterSlowStopsWaits(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	g, _ := testGateway(t, dir)
+	in1, in2 := openTest(t, g, "i", esp.Inbound), openTest(t, g, "i", esp.Inbound)
+	peer1, peer2 := peerSA(t, dir), peerSA(t, dir)
+	// in2 starts above in1's bound (they share a state file): bring
+	// peer2 there.
+	for {
+		if reason := r.open(in2.SA, r.seal(peer2, innerPacket(0))); reason == esp.ReasonNone {
+			break
+		} else if reason != esp.ReasonReplay {
+			t.Fatalf("seq %d on the second SA: %v", peer2.Seq(), reason)
+		}
+	}
+	waitWriter(t, g)
+	stuck, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	g.stateWriter.testHook = func(step string) {
+		if step == "written" {
+			once.Do(func() { close(stuck); <-release })
+		}
+	}
+	var freed sync.Once
+	free := func() { freed.Do(func() { close(release) }) }
+	t.Cleanup(func() { free(); waitWriter(t, g) })
+	send := func(in *sad.SA, peer *esp.SA) (esp.Reason, time.Duration) {
+		pkt := r.seal(peer, innerPacket(0))
+		start := time.Now()
+		reason := r.open(in.SA, pkt)
+		return reason, time.Since(start)
+	}
+	// The first SA runs into its bound with the writer stuck: its packet
+	// waits, in vain.
+	for {
+		reason, _ := send(in1, peer1)
+		if reason == esp.ReasonSeqReserve {
+			break
+		}
+		if reason != esp.ReasonNone {
+			t.Fatalf("seq %d on the first SA: %v", peer1.Seq(), reason)
+		}
+	}
+	<-stuck
+	// The second SA's ask comes while the group is stuck: its packet
+	// at the bound does not wait.
+	for {
+		reason, d := send(in2, peer2)
+		if reason == esp.ReasonSeqReserve {
+			if d >= stateLeaseWait {
+				t.Fatalf("the second SA's packet at its bound waited %v with the writer stuck past stateLeaseWait (%v): each SA waits in turn",
+					d.Round(time.Millisecond), stateLeaseWait)
+			}
+			break
+		}
+		if reason != esp.ReasonNone {
+			t.Fatalf("seq %d on the second SA: %v", peer2.Seq(), reason)
+		}
+	}
+	free()
+	waitWriter(t, g)
+	for _, s := range []struct {
+		in   *sad.SA
+		peer *esp.SA
+	}{{in1, peer1}, {in2, peer2}} {
+		if reason := r.openWaiting(g, s.in.SA, r.seal(s.peer, innerPacket(0))); reason != esp.ReasonNone {
+			t.Fatalf("after the writer is done: %v", reason)
+		}
+	}
+}
+
+// TestSlotFileLastSlotHalfWritten: a new slot at the end of the file
+// whose first write is its copy 0 leaves the file half a slot longer
+// than the slots before; that copy, synced and granted, is read at start.
+// (The file was read in whole slots only, and a restart lost the bound.)
+func TestSlotFileLastSlotHalfWritten(t *testing.T) {
+	dir := t.TempDir()
+	a := filepath.Join(dir, "in-a.seq")
+	var s slotFile
+	if err := s.open(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.write(a, 0, 100); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.sync(); err != nil {
+		t.Fatal(err)
+	}
+	s.close()
+	var again slotFile
+	if err := again.open(dir); err != nil {
+		t.Fatal(err)
+	}
+	defer again.close()
+	if got := again.bound(a); got != 100 {
+		t.Fatalf("a's bound, synced in copy 0 of the file's last slot, read back as %d, want 100", got)
+	}
+}
+
+// TestRestartAfterFirstSlotRecord: a gateway that dies after its state
+// writer's first record of a fresh SA (one copy written in a new slot at
+// the end of the slot file) restarts the SA above every packet it
+// accepted.
+func TestRestartAfterFirstSlotRecord(t *testing.T) {
+	dir := t.TempDir()
+	r := newESPRunner(t)
+	peer := peerSA(t, dir)
+	g1, _ := testGateway(t, dir)
+	in1 := openTest(t, g1, "i", esp.Inbound)
+	for peer.Seq() < 90 {
+		if reason := r.openWaiting(g1, in1.SA, r.seal(peer, innerPacket(0))); reason != esp.ReasonNone {
+			t.Fatalf("seq %d: %v", peer.Seq(), reason)
+		}
+	}
+	waitWriter(t, g1)
+	// g1 dies here: nothing is closed. A restart from the directory.
+	g2, _ := testGateway(t, dir)
+	in2 := openTest(t, g2, "i", esp.Inbound)
+	if b := in2.SA.Seq(); b < peer.Seq() {
+		t.Fatalf("restarted at %d, below seq %d, which the first instance accepted", b, peer.Seq())
+	}
+}

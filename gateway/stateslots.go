@@ -62,6 +62,9 @@ type slotFile struct {
 	slots  map[slotKey]int    // the slot of each key, while its state file holds it
 	free   []int
 	n      int // slots in the file
+	// stuck holds the slots read with two state files' copies, as read:
+	// they belong to neither (read), and a file made again keeps them.
+	stuck map[int][slotSize]byte
 }
 
 // open opens and reads the slot file in dir, once; later calls return what
@@ -87,22 +90,39 @@ func (s *slotFile) read(dir string) error {
 		return err
 	}
 	s.bounds, s.slots = map[slotKey]uint64{}, map[slotKey]int{}
-	s.n = len(b) / slotSize
+	// The last slot may be half there: a new slot's first write, to its
+	// copy 0, ends the file (and its sync makes that copy count). What
+	// is missing reads as zeros, an empty copy.
+	s.n = (len(b) + slotSize - 1) / slotSize
+	b = append(b, make([]byte, s.n*slotSize-len(b))...)
 	for i := range s.n {
-		used := false
+		var keys [2]slotKey
+		used := 0
 		for c := range 2 {
 			k, v, ok := decodeCopy(b[i*slotSize+c*copySize:][:copySize])
 			if !ok {
 				continue
 			}
-			used = true
+			keys[used] = k
+			used++
 			s.bounds[k] = max(s.bounds[k], v)
-			if _, dup := s.slots[k]; !dup {
-				s.slots[k] = i
-			}
 		}
-		if !used {
+		switch {
+		case used == 0:
 			s.free = append(s.free, i)
+		case used == 2 && keys[0] != keys[1]:
+			// Two state files' copies in one slot (torn sectors, or
+			// damage): written as either's slot, it would overwrite
+			// the other's only copy. It stays taken, by neither; its
+			// bounds count at start, and each gets a slot of its own.
+			if s.stuck == nil {
+				s.stuck = map[int][slotSize]byte{}
+			}
+			s.stuck[i] = [slotSize]byte(b[i*slotSize:][:slotSize])
+		default:
+			if _, dup := s.slots[keys[0]]; !dup {
+				s.slots[keys[0]] = i
+			}
 		}
 	}
 	s.f, s.dir = f, dir
@@ -201,6 +221,9 @@ func (s *slotFile) recreateLocked() error {
 	for k, i := range s.slots {
 		encodeCopy(b[i*slotSize:], k, s.bounds[k])
 		encodeCopy(b[i*slotSize+copySize:], k, s.bounds[k])
+	}
+	for i, c := range s.stuck {
+		copy(b[i*slotSize:], c[:])
 	}
 	_, err = f.WriteAt(b, 0)
 	if err == nil {

@@ -42,7 +42,9 @@ import (
 // A packet that reaches an ungranted bound (a burst far faster than the
 // step was sized for) waits up to stateLeaseWait for its record, as long
 // as an fdatasync may take on a loaded machine (the records on the lane
-// before waited for theirs however long they took).
+// before waited for theirs however long they took); once per ask, and
+// not while a group has taken longer than that (stateWriter.slow), so a
+// stuck disk stalls a lane about one wait, not one per SA.
 const (
 	stateLeaseStep    = 2 * time.Second
 	stateLeaseStepMax = 20 * time.Second
@@ -61,7 +63,12 @@ type stateWriter struct {
 	queue   []*leasedState // asks waiting for the next group
 	spare   []*leasedState // the last group's slice, reused
 	running bool
-	slots   slotFile // where the bounds go
+	// slow says that the group being written has taken longer than a
+	// packet waits (stateLeaseWait): the SAs that ask meanwhile drop
+	// at their bound at once (esp.Lease.Fail) instead of each waiting
+	// with its lock held, in turn, on a lane.
+	slow  bool
+	slots slotFile // where the bounds go
 	// testHook, if set (by tests), runs at each step of a group with the
 	// step's name: "write" before a file is written, "renamed" after a
 	// group's files are in place, "synced" after the directory fsync,
@@ -77,6 +84,8 @@ type leasedState struct {
 	// Guarded by stateWriter.mu.
 	upTo   uint64 // the highest bound asked for
 	queued bool
+	// failed is the outcome of its last record; the writer's own.
+	failed bool
 }
 
 // health keeps an SA's StateHealth and logs its failures: the first at
@@ -121,6 +130,9 @@ func (w *stateWriter) ask(e *leasedState, upTo uint64) {
 		e.queued = true
 		w.queue = append(w.queue, e)
 	}
+	if w.slow {
+		e.lease.Fail(true)
+	}
 	if !w.running {
 		w.running = true
 		go w.run()
@@ -153,9 +165,35 @@ func (w *stateWriter) run() {
 		}
 		w.mu.Unlock()
 
+		// A group slower than a packet waits makes its SAs and the
+		// ones that ask meanwhile drop at their bounds at once.
+		fired := make(chan struct{})
+		slow := time.AfterFunc(stateLeaseWait, func() {
+			defer close(fired)
+			w.mu.Lock()
+			defer w.mu.Unlock()
+			w.slow = true
+			for _, e := range group {
+				e.lease.Fail(true)
+			}
+			for _, e := range w.queue {
+				e.lease.Fail(true)
+			}
+		})
 		failed = w.commit(group, want, failed)
+		if !slow.Stop() {
+			<-fired
+		}
 
 		w.mu.Lock()
+		if w.slow {
+			// Undo what the timer did to the group's recorded SAs; the
+			// queued ones' next group undoes theirs.
+			w.slow = false
+			for _, e := range group {
+				e.lease.Fail(e.failed)
+			}
+		}
 		clear(group)
 		w.spare = group[:0]
 		w.mu.Unlock()
@@ -212,7 +250,8 @@ func (w *stateWriter) commit(group []*leasedState, want []uint64, failed []*leas
 			continue // the SA or the gateway is gone: nothing to grant or retry
 		}
 		e.note(e.f.path, err)
-		e.lease.Fail(err != nil)
+		e.failed = err != nil
+		e.lease.Fail(e.failed)
 		if err != nil {
 			failed = append(failed, e)
 			continue
