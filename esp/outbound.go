@@ -49,12 +49,8 @@ func (sa *SA) prepareOutboundLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Re
 	if sa.cfg.Mode != Tunnel {
 		return sa.prepareTransportLocked(p, w, op)
 	}
-	if sa.hardExpired() {
-		return ReasonLifetime
-	}
-	if sa.seq >= sa.maxSeq {
-		sa.exhausted.Store(true)
-		return ReasonSeqExhausted
+	if r := sa.refuseLocked(); r != ReasonNone {
+		return r
 	}
 	data := p.Bytes()
 	var nh, tos uint8
@@ -199,14 +195,31 @@ func fillOp(op *cryptodev.Op, key *cryptodev.Key, dir cryptodev.Direction, text,
 	op.Hash, op.PSS, op.N = 0, false, 0
 }
 
-// prepareTransportLocked is PrepareOutbound in transport mode.
-func (sa *SA) prepareTransportLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+// refuseLocked says why the SA takes no more packets, if it does not: its
+// hard lifetime is over, or its sequence numbers are used up. The common
+// case (no lifetime, numbers left) is inlined.
+func (sa *SA) refuseLocked() Reason {
+	if !sa.limited && sa.seq < sa.maxSeq {
+		return ReasonNone
+	}
+	return sa.refuseSlowLocked()
+}
+
+func (sa *SA) refuseSlowLocked() Reason {
 	if sa.hardExpired() {
 		return ReasonLifetime
 	}
 	if sa.seq >= sa.maxSeq {
 		sa.exhausted.Store(true)
 		return ReasonSeqExhausted
+	}
+	return ReasonNone
+}
+
+// prepareTransportLocked is PrepareOutbound in transport mode.
+func (sa *SA) prepareTransportLocked(p *packet.Buf, w *Work, op *cryptodev.Op) Reason {
+	if r := sa.refuseLocked(); r != ReasonNone {
+		return r
 	}
 	data := p.Bytes()
 	var nh uint8

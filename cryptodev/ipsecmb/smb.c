@@ -166,12 +166,12 @@ static void fill(IMB_JOB *job, smb_op *op)
 	}
 }
 
-/* done records a completed job's status in its op. */
-static void done(IMB_JOB *job)
+/* verdict records an op's status: invalid if the library refused it (not
+ * ok), else ok for a seal and, for an open, the constant-time comparison
+ * of the ICV computed with the one received. */
+static void verdict(smb_op *op, int ok)
 {
-	smb_op *op = job->user_data;
-
-	if (job->status != IMB_STATUS_COMPLETED) {
+	if (!ok) {
 		op->status = SMB_INVALID;
 		return;
 	}
@@ -179,11 +179,18 @@ static void done(IMB_JOB *job)
 		op->status = SMB_OK;
 		return;
 	}
-	/* Constant-time comparison of the ICV. */
 	uint8_t d = 0;
 	for (uint32_t i = 0; i < ((const smb_key *)op->key)->tag_len; i++)
 		d |= op->tag_out[i] ^ op->tag_in[i];
 	op->status = d == 0 ? SMB_OK : SMB_AUTH_FAILED;
+}
+
+/* done records a completed job's status in its op. */
+static void done(IMB_JOB *job)
+{
+	smb_op *op = job->user_data;
+
+	verdict(op, job->status == IMB_STATUS_COMPLETED);
 }
 
 /* gcm runs an AES-GCM op through the library's direct single-buffer
@@ -209,18 +216,7 @@ static void gcm(IMB_MGR *m, smb_op *op)
 	m->imb_errno = 0;
 	f(&k->gcm, &ctx, (uint8_t *)op->dst, (const uint8_t *)op->src, op->len, op->iv,
 	  op->aad, op->aad_len, op->dir == 0 ? (uint8_t *)op->tag : op->tag_out, k->tag_len);
-	if (imb_get_errno(m) != 0) {
-		op->status = SMB_INVALID;
-		return;
-	}
-	if (op->dir == 0) {
-		op->status = SMB_OK;
-		return;
-	}
-	uint8_t d = 0;
-	for (uint32_t i = 0; i < k->tag_len; i++)
-		d |= op->tag_out[i] ^ op->tag_in[i];
-	op->status = d == 0 ? SMB_OK : SMB_AUTH_FAILED;
+	verdict(op, imb_get_errno(m) == 0);
 }
 
 /* smb_run runs n ops through m and sets each op's status: AES-GCM through

@@ -80,6 +80,27 @@ func program(xsks, addrs *ebpf.Map, port uint16, rawESP bool) asm.Instructions {
 		}
 		return asm.Instructions{asm.JEq.Imm(proto, protoESP, "lookup").WithSymbol(sym), asm.Ja.Label("pass")}
 	}
+	// espInUDP takes the frame's transport protocol (at protoAt) and, if
+	// it is UDP to the port (at l4) with an ESP payload, goes to the
+	// address lookup; a frame that is not UDP goes to notUDP.
+	espInUDP := func(protoAt, l4 int16, notUDPSym string) asm.Instructions {
+		ins := asm.Instructions{
+			asm.LoadMem(proto, pData, protoAt, asm.Byte),
+			asm.JNE.Imm(proto, protoUDP, notUDPSym),
+			asm.Mov.Reg(tmp, pData),
+			asm.Add.Imm(tmp, int32(l4)+udpHdr+espMinUDP),
+			asm.JGT.Reg(tmp, pEnd, "pass"),
+			asm.LoadMem(val, pData, l4+udpDPort, asm.Half),
+			asm.JNE.Imm(val, native16(port), "pass"),
+			asm.LoadMem(val, pData, l4+udpLength, asm.Half),
+			asm.HostTo(asm.BE, val, asm.Half),
+			asm.JLT.Imm(val, udpHdr+espMinUDP, "pass"),
+			asm.LoadMem(val, pData, l4+udpHdr, asm.Word),
+			asm.JEq.Imm(val, 0, "pass"),
+			asm.Ja.Label("lookup"),
+		}
+		return append(ins, notUDP(notUDPSym)...)
+	}
 	ins := asm.Instructions{
 		asm.Mov.Reg(ctx, asm.R1),
 		asm.LoadMem(pData, ctx, xdpMdData, asm.Word),
@@ -107,21 +128,8 @@ func program(xsks, addrs *ebpf.Map, port uint16, rawESP bool) asm.Instructions {
 		asm.StoreImm(asm.RFP, keyOff+8, int64(native32([4]byte{0, 0, 0xff, 0xff})), asm.Word),
 		asm.LoadMem(val, pData, v4Dst, asm.Word),
 		asm.StoreMem(asm.RFP, keyOff+12, val, asm.Word),
-		asm.LoadMem(proto, pData, v4Proto, asm.Byte),
-		asm.JNE.Imm(proto, protoUDP, "v4notudp"),
-		asm.Mov.Reg(tmp, pData),
-		asm.Add.Imm(tmp, v4L4+udpHdr+espMinUDP),
-		asm.JGT.Reg(tmp, pEnd, "pass"),
-		asm.LoadMem(val, pData, v4L4+udpDPort, asm.Half),
-		asm.JNE.Imm(val, native16(port), "pass"),
-		asm.LoadMem(val, pData, v4L4+udpLength, asm.Half),
-		asm.HostTo(asm.BE, val, asm.Half),
-		asm.JLT.Imm(val, udpHdr+espMinUDP, "pass"),
-		asm.LoadMem(val, pData, v4L4+udpHdr, asm.Word),
-		asm.JEq.Imm(val, 0, "pass"),
-		asm.Ja.Label("lookup"),
 	}
-	ins = append(ins, notUDP("v4notudp")...)
+	ins = append(ins, espInUDP(v4Proto, v4L4, "v4notudp")...)
 	ins = append(ins,
 		// IPv6: the fixed header and an ESP header in the frame.
 		asm.Mov.Reg(tmp, pData).WithSymbol("ipv6"),
@@ -140,21 +148,8 @@ func program(xsks, addrs *ebpf.Map, port uint16, rawESP bool) asm.Instructions {
 		asm.JEq.Imm32(val, native32([4]byte{0, 0, 0xff, 0xff}), "pass"),
 		asm.LoadMem(val, pData, v6Dst+8, asm.DWord).WithSymbol("v6notmapped"),
 		asm.StoreMem(asm.RFP, keyOff+8, val, asm.DWord),
-		asm.LoadMem(proto, pData, v6Next, asm.Byte),
-		asm.JNE.Imm(proto, protoUDP, "v6notudp"),
-		asm.Mov.Reg(tmp, pData),
-		asm.Add.Imm(tmp, v6L4+udpHdr+espMinUDP),
-		asm.JGT.Reg(tmp, pEnd, "pass"),
-		asm.LoadMem(val, pData, v6L4+udpDPort, asm.Half),
-		asm.JNE.Imm(val, native16(port), "pass"),
-		asm.LoadMem(val, pData, v6L4+udpLength, asm.Half),
-		asm.HostTo(asm.BE, val, asm.Half),
-		asm.JLT.Imm(val, udpHdr+espMinUDP, "pass"),
-		asm.LoadMem(val, pData, v6L4+udpHdr, asm.Word),
-		asm.JEq.Imm(val, 0, "pass"),
-		asm.Ja.Label("lookup"),
 	)
-	ins = append(ins, notUDP("v6notudp")...)
+	ins = append(ins, espInUDP(v6Next, v6L4, "v6notudp")...)
 	ins = append(ins,
 		// Is the destination one of ours?
 		asm.LoadMapPtr(asm.R1, addrs.FD()).WithSymbol("lookup"),

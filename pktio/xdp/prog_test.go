@@ -7,8 +7,8 @@ import (
 
 	"github.com/cilium/ebpf"
 
-	"github.com/sluicegw/sluice/pktio/internal/linktest"
 	"github.com/sluicegw/sluice/packet"
+	"github.com/sluicegw/sluice/pktio/internal/linktest"
 )
 
 const xdpRedirect = 4 // XDP_REDIRECT
