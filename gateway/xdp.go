@@ -269,7 +269,8 @@ func (s *sendVia) Write(bufs []*packet.Buf) (int, error) { return s.tx.Write(buf
 // with [udp] listen on an address, the interface holding that address;
 // with a wildcard listen, the interface holding the local addresses of
 // the tunnels that use ESP in UDP and of the IKE connections that name
-// one; those must all be on one interface. A loopback interface is
+// one; those must all be on one interface. A virtual address of an
+// [[ha.group]] is on its dev, whether or not this member holds it now. A loopback interface is
 // refused: AF_XDP gains nothing there and has no neighbours to send to.
 // ifOf returns the interface holding an address and whether it is a
 // loopback.
@@ -294,7 +295,12 @@ func xdpInterface(cfg *config.Gateway, ifOf func(netip.Addr) (name string, loopb
 	}
 	var names []string
 	for _, a := range addrs {
-		name, lo, err := ifOf(a)
+		var lo bool
+		var err error
+		name := haDev(cfg, a)
+		if name == "" {
+			name, lo, err = ifOf(a)
+		}
 		if err != nil {
 			return "", err
 		}
@@ -309,6 +315,25 @@ func xdpInterface(cfg *config.Gateway, ifOf func(netip.Addr) (name string, loopb
 		return "", fmt.Errorf("the local addresses are on %d interfaces (%s); AF_XDP serves one", len(names), strings.Join(names, ", "))
 	}
 	return names[0], nil
+}
+
+// haDev returns the dev of a when it is a virtual address of an
+// [[ha.group]], and "" otherwise. A virtual address is on no interface
+// while the peer owns its group (a standby starting); the program steers
+// its ESP once it arrives, without being attached again.
+func haDev(cfg *config.Gateway, a netip.Addr) string {
+	if cfg.HA == nil {
+		return ""
+	}
+	a = a.Unmap()
+	for _, g := range cfg.HA.Groups {
+		for _, v := range g.Addresses {
+			if v.Prefix.Addr() == a {
+				return v.Dev
+			}
+		}
+	}
+	return ""
 }
 
 // lookupInterface is interfaceOf; tests replace it.

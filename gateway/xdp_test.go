@@ -340,3 +340,27 @@ func TestESPLinkXDP(t *testing.T) {
 		t.Errorf("log:\n%s", out)
 	}
 }
+
+// TestXDPInterfaceHAAddress: a virtual address of an [[ha.group]] is not
+// on any interface while the peer owns its group (a standby starting),
+// but its dev names where it will go: AF_XDP goes there, so that a
+// standby's auto takes AF_XDP as the owner's does and link = "xdp" starts.
+func TestXDPInterfaceHAAddress(t *testing.T) {
+	fakeInterfaces(t)
+	vip := netip.MustParseAddr("203.0.113.9")
+	ha := &config.HA{Groups: []config.HAGroup{{Name: "g", Addresses: []config.HAAddress{{Prefix: netip.PrefixFrom(vip, 24), Dev: "wan0"}}}}}
+	for _, tc := range []struct {
+		name    string
+		listen  string
+		tunnels []config.Tunnel
+	}{
+		{"listen on the virtual address", "203.0.113.9:4500", nil},
+		{"wildcard, tunnel from the virtual address", "0.0.0.0:4500", []config.Tunnel{{Local: vip, Encap: config.EncapUDP}}},
+	} {
+		cfg := &config.Gateway{UDP: &config.UDP{Listen: netip.MustParseAddrPort(tc.listen)}, Tunnels: tc.tunnels, HA: ha}
+		got, err := xdpInterface(cfg, lookupInterface)
+		if err != nil || got != "wan0" {
+			t.Errorf("%s: got %q, %v; want wan0", tc.name, got, err)
+		}
+	}
+}
