@@ -33,7 +33,8 @@ type segment struct {
 
 // segmentOf parses p as far as the coalescing needs; ok is false for a
 // packet it never coalesces (not TCP or UDP, a fragment, IPv4 options,
-// IPv6 extension headers, too short).
+// IPv6 extension headers, a UDP length other than the IP payload's, too
+// short).
 func segmentOf(p []byte) (s segment, ok bool) {
 	s.p = p
 	switch packet.IPVersion(p) {
@@ -65,7 +66,11 @@ func segmentOf(p []byte) (s segment, ok bool) {
 		s.seq = binary.BigEndian.Uint32(p[s.l4+4:])
 		s.flags = p[s.l4+13]
 	case packet.ProtoUDP:
-		if len(p) < s.l4+packet.UDPHeader {
+		// A UDP length other than the IP payload's (bytes trailing the
+		// datagram, or a short one) is the kernel's to judge: coalesced
+		// or with a partial checksum over the whole, the trailing bytes
+		// would become data or be summed.
+		if len(p) < s.l4+packet.UDPHeader || int(binary.BigEndian.Uint16(p[s.l4+4:])) != len(p)-s.l4 {
 			return s, false
 		}
 		s.hl = s.l4 + packet.UDPHeader
