@@ -99,8 +99,8 @@ func (s *segment) canStart(udp bool) bool {
 // same packets it would have seen one by one. Everything in the headers
 // but the lengths, the IPv4 identification and checksum, and the TCP
 // sequence number, checksum and PSH must be the same (the super-packet
-// carries the first packet's headers; the kernel's own GRO is as strict,
-// except that it also ignores the TCP window); all segments but the last
+// carries the first packet's headers; the kernel's own GRO is as strict:
+// it compares the TCP window and reserved bits too); all segments but the last
 // have the first one's size; TCP sequence numbers are contiguous.
 func joins(head, prev, cur *segment, size int) bool {
 	if cur.proto != head.proto || cur.hl != head.hl || cur.payload == 0 ||
@@ -128,11 +128,13 @@ func joins(head, prev, cur *segment, size int) bool {
 	if cur.proto == packet.ProtoUDP {
 		return true
 	}
-	// TCP: acknowledgment and options equal, contiguous, only ACK (and
-	// PSH on the last), the previous one without PSH.
+	// TCP: acknowledgment, window, reserved bits and options equal,
+	// contiguous, only ACK (and PSH on the last), the previous one
+	// without PSH.
 	return prev.flags == tcpACK && (cur.flags == tcpACK || cur.flags == tcpACK|tcpPSH) &&
 		cur.seq == prev.seq+uint32(prev.payload) &&
-		string(h[l4+8:l4+12]) == string(c[l4+8:l4+12]) &&
+		string(h[l4+8:l4+13]) == string(c[l4+8:l4+13]) &&
+		string(h[l4+14:l4+16]) == string(c[l4+14:l4+16]) &&
 		string(h[l4+20:head.hl]) == string(c[l4+20:cur.hl])
 }
 

@@ -94,6 +94,17 @@ func TestRunEnd(t *testing.T) {
 			ps[1][1] = 3
 			return ps
 		}, false, []int{0, 1, 2}},
+		{"other window", func() [][]byte {
+			ps := run(4)
+			ps[2][20+15]++ // the kernel's GRO compares the flags' word, window included
+			ps[3][20+15]++
+			return ps
+		}, false, []int{0, 2}},
+		{"AE (reserved) bit", func() [][]byte {
+			ps := run(3)
+			ps[1][20+12] |= 1
+			return ps
+		}, false, []int{0, 1, 2}},
 		{"FIN", func() [][]byte {
 			ps := run(3)
 			ps[1][20+13] |= tcpFIN
