@@ -1,6 +1,7 @@
 package tun
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -121,6 +122,47 @@ func TestSplitOddReads(t *testing.T) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// An IPv6 super-packet with a routing header (which an unprivileged
+// program sets with IPV6_RTHDR) has its transport checksum over a pseudo
+// header with the final destination, the routing header's address, not
+// the IPv6 header's: the kernel's partial checksum says which. Every
+// segment's checksum must verify with it.
+func TestSplitIPv6RoutingHeader(t *testing.T) {
+	const gso, segs, rh = 500, 3, 24
+	final := []byte{0xfd, 0x99, 15: 7}
+	p := make([]byte, 40+rh+8+gso*segs)
+	p[0], p[6], p[7] = 0x60, 43, 64
+	binary.BigEndian.PutUint16(p[4:], uint16(len(p)-40))
+	p[23], p[39] = 1, 2
+	r := p[40:]
+	r[0], r[1], r[2], r[3] = packet.ProtoUDP, 2, 2, 1 // type 2, one segment left
+	copy(r[8:24], final)
+	u := p[40+rh:]
+	binary.BigEndian.PutUint16(u[0:], 1000)
+	binary.BigEndian.PutUint16(u[2:], 2000)
+	binary.BigEndian.PutUint16(u[4:], uint16(len(u)))
+	for i := 8; i < len(u); i++ {
+		u[i] = byte(i)
+	}
+	// What the kernel leaves for NEEDS_CSUM: the folded pseudo-header sum.
+	binary.BigEndian.PutUint16(u[6:], packet.Checksum(nil, packet.PseudoHeaderSum(p[8:24], final, packet.ProtoUDP, len(u))))
+	h := virtioHdr{flags: flagNeedsCsum, gsoType: gsoUDPL4, hdrLen: 40 + rh + 8, gsoSize: gso, csumStart: 40 + rh, csumOffset: 6}
+	pool := packet.NewPool(8, 2048, 64)
+	bufs := make([]*packet.Buf, 8)
+	pool.GetN(bufs)
+	n, tally := readCrafted(t, 0, 0, h, p, bufs)
+	if n != segs {
+		t.Fatalf("%d packets, want %d: %+v", n, segs, tally)
+	}
+	for i, b := range bufs[:n] {
+		q := b.Bytes()
+		s := q[40+rh:]
+		if packet.Checksum(s, packet.PseudoHeaderSum(q[8:24], final, packet.ProtoUDP, len(s))) != 0xffff {
+			t.Errorf("segment %d: UDP checksum does not verify with the final destination", i)
 		}
 	}
 }
