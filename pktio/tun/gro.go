@@ -33,15 +33,17 @@ type segment struct {
 
 // segmentOf parses p as far as the coalescing needs; ok is false for a
 // packet it never coalesces (not TCP or UDP, a fragment, IPv4 options,
-// IPv6 extension headers, a UDP length other than the IP payload's, too
-// short).
+// IPv6 extension headers, a UDP length other than the IP payload's, a bad
+// IPv4 header checksum, too short).
 func segmentOf(p []byte) (s segment, ok bool) {
 	s.p = p
 	switch packet.IPVersion(p) {
 	case 4:
 		ip := packet.IPv4(p)
+		// A bad header checksum is the kernel's to drop: coalesced,
+		// the headers would be rewritten with a good one.
 		if len(p) < packet.IPv4MinHeader || ip.HeaderLength() != packet.IPv4MinHeader ||
-			ip.MoreFragments() || ip.FragmentOffset() != 0 {
+			ip.MoreFragments() || ip.FragmentOffset() != 0 || checksum(p[:packet.IPv4MinHeader], 0) != 0xffff {
 			return s, false
 		}
 		s.l4, s.proto = packet.IPv4MinHeader, ip.Protocol()
