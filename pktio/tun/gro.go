@@ -101,9 +101,11 @@ func (s *segment) canStart(udp bool) bool {
 // same packets it would have seen one by one. Everything in the headers
 // but the lengths, the IPv4 identification and checksum, and the TCP
 // sequence number, checksum and PSH must be the same (the super-packet
-// carries the first packet's headers; the kernel's own GRO is as strict:
-// it compares the TCP window and reserved bits too); all segments but the last
-// have the first one's size; TCP sequence numbers are contiguous.
+// carries the first packet's headers; the kernel's own GRO is as strict,
+// the TCP window and reserved bits included, but also wants the IPv4
+// identifications of packets without DF to count up); all segments but
+// the last have the first one's size; TCP sequence numbers are
+// contiguous.
 func joins(head, prev, cur *segment, size int) bool {
 	if cur.proto != head.proto || cur.hl != head.hl || cur.payload == 0 ||
 		cur.payload > head.payload || prev.payload != head.payload ||
