@@ -113,3 +113,56 @@ func TestWriteUDPLengthShorterThanIP(t *testing.T) {
 		}
 	}
 }
+
+// An unprivileged program's UDP super-packet with a segment routing
+// header (IPV6_RTHDR): every segment Read hands out has a UDP checksum
+// over the final destination, the routing header's address. (Linux 6.18
+// segments such a datagram before the device sees it; TestSplitIPv6-
+// RoutingHeader covers a super-packet with a routing header.)
+func TestOffloadIPv6RoutingHeader(t *testing.T) {
+	qs := open(t, 1, true)
+	q := qs[0]
+	linktest.WaitFor(t, "IPv6 address usable", func() bool {
+		c, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local6.Addr(), 0)))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	sock := listen(t, local6.Addr())
+	rc, _ := sock.SyscallConn()
+	const seg, segs = 500, 3
+	final := netip.MustParseAddr("fd99::7")
+	// A segment routing header (type 4) of two segments: the packet
+	// goes to peer6 (into the device), the checksum covers final.
+	rh := make([]byte, 40)
+	rh[1], rh[2], rh[3], rh[4] = 4, 4, 1, 1
+	p6, f6 := peer6.As16(), final.As16()
+	copy(rh[8:], f6[:])
+	copy(rh[24:], p6[:])
+	var serr error
+	rc.Control(func(fd uintptr) {
+		if serr = unix.SetsockoptInt(int(fd), unix.IPPROTO_UDP, unix.UDP_SEGMENT, seg); serr == nil {
+			serr = unix.SetsockoptString(int(fd), unix.IPPROTO_IPV6, unix.IPV6_RTHDR, string(rh))
+		}
+	})
+	if serr != nil {
+		t.Skipf("no UDP GSO or routing header: %v", serr)
+	}
+	c := linktest.Collect(t, q, headroom, slot)
+	msg := bytes.Repeat([]byte{5}, seg*segs)
+	if _, err := sock.WriteToUDPAddrPort(msg, netip.AddrPortFrom(final, 9)); err != nil {
+		t.Skipf("send with a routing header: %v", err)
+	}
+	fin := final.As16()
+	for i := range segs {
+		p := c.Next(t, func(p []byte) bool { return packet.IPVersion(p) == 6 && p[6] == 43 })
+		u := p[packet.IPv6Header+len(rh):]
+		if len(u) != 8+seg {
+			t.Fatalf("segment %d: %d bytes of UDP, want %d", i, len(u), 8+seg)
+		}
+		if packet.Checksum(u, packet.PseudoHeaderSum(p[8:24], fin[:], packet.ProtoUDP, len(u))) != 0xffff {
+			t.Errorf("segment %d: UDP checksum does not verify with the final destination", i)
+		}
+	}
+}
