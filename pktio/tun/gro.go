@@ -33,14 +33,17 @@ type segment struct {
 
 // segmentOf parses p as far as the coalescing needs; ok is false for a
 // packet it never coalesces (not TCP or UDP, a fragment, IPv4 options,
-// IPv6 extension headers, too short).
+// IPv6 extension headers, a UDP length other than the IP payload's, a bad
+// IPv4 header checksum, too short).
 func segmentOf(p []byte) (s segment, ok bool) {
 	s.p = p
 	switch packet.IPVersion(p) {
 	case 4:
 		ip := packet.IPv4(p)
+		// A bad header checksum is the kernel's to drop: coalesced,
+		// the headers would be rewritten with a good one.
 		if len(p) < packet.IPv4MinHeader || ip.HeaderLength() != packet.IPv4MinHeader ||
-			ip.MoreFragments() || ip.FragmentOffset() != 0 {
+			ip.MoreFragments() || ip.FragmentOffset() != 0 || checksum(p[:packet.IPv4MinHeader], 0) != 0xffff {
 			return s, false
 		}
 		s.l4, s.proto = packet.IPv4MinHeader, ip.Protocol()
@@ -65,7 +68,11 @@ func segmentOf(p []byte) (s segment, ok bool) {
 		s.seq = binary.BigEndian.Uint32(p[s.l4+4:])
 		s.flags = p[s.l4+13]
 	case packet.ProtoUDP:
-		if len(p) < s.l4+packet.UDPHeader {
+		// A UDP length other than the IP payload's (bytes trailing the
+		// datagram, or a short one) is the kernel's to judge: coalesced
+		// or with a partial checksum over the whole, the trailing bytes
+		// would become data or be summed.
+		if len(p) < s.l4+packet.UDPHeader || int(binary.BigEndian.Uint16(p[s.l4+4:])) != len(p)-s.l4 {
 			return s, false
 		}
 		s.hl = s.l4 + packet.UDPHeader
@@ -95,8 +102,10 @@ func (s *segment) canStart(udp bool) bool {
 // but the lengths, the IPv4 identification and checksum, and the TCP
 // sequence number, checksum and PSH must be the same (the super-packet
 // carries the first packet's headers; the kernel's own GRO is as strict,
-// except that it also ignores the TCP window); all segments but the last
-// have the first one's size; TCP sequence numbers are contiguous.
+// the TCP window and reserved bits included, but also wants the IPv4
+// identifications of packets without DF to count up); all segments but
+// the last have the first one's size; TCP sequence numbers are
+// contiguous.
 func joins(head, prev, cur *segment, size int) bool {
 	if cur.proto != head.proto || cur.hl != head.hl || cur.payload == 0 ||
 		cur.payload > head.payload || prev.payload != head.payload ||
@@ -123,11 +132,13 @@ func joins(head, prev, cur *segment, size int) bool {
 	if cur.proto == packet.ProtoUDP {
 		return true
 	}
-	// TCP: acknowledgment and options equal, contiguous, only ACK (and
-	// PSH on the last), the previous one without PSH.
+	// TCP: acknowledgment, window, reserved bits and options equal,
+	// contiguous, only ACK (and PSH on the last), the previous one
+	// without PSH.
 	return prev.flags == tcpACK && (cur.flags == tcpACK || cur.flags == tcpACK|tcpPSH) &&
 		cur.seq == prev.seq+uint32(prev.payload) &&
-		string(h[l4+8:l4+12]) == string(c[l4+8:l4+12]) &&
+		string(h[l4+8:l4+13]) == string(c[l4+8:l4+13]) &&
+		string(h[l4+14:l4+16]) == string(c[l4+14:l4+16]) &&
 		string(h[l4+20:head.hl]) == string(c[l4+20:cur.hl])
 }
 

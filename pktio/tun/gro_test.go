@@ -94,6 +94,25 @@ func TestRunEnd(t *testing.T) {
 			ps[1][1] = 3
 			return ps
 		}, false, []int{0, 1, 2}},
+		{"other window", func() [][]byte {
+			ps := run(4)
+			ps[2][20+15]++ // the kernel's GRO compares the flags' word, window included
+			ps[3][20+15]++
+			return ps
+		}, false, []int{0, 2}},
+		{"AE (reserved) bit", func() [][]byte {
+			ps := run(3)
+			ps[1][20+12] |= 1
+			return ps
+		}, false, []int{0, 1, 2}},
+		{"bad IPv4 header checksum", func() [][]byte {
+			ps := run(4)
+			for _, p := range ps {
+				packet.IPv4(p).SetChecksum()
+			}
+			ps[2][10]++
+			return ps
+		}, false, []int{0, 2, 3}},
 		{"FIN", func() [][]byte {
 			ps := run(3)
 			ps[1][20+13] |= tcpFIN
@@ -127,6 +146,12 @@ func TestRunEnd(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			q := &Queue{uso: c.uso, wpkts: c.pkts()}
+			for _, p := range q.wpkts {
+				// An IPv4 header checksum left 0 is set.
+				if packet.IPVersion(p) == 4 && p[10]|p[11] == 0 {
+					packet.IPv4(p).SetChecksum()
+				}
+			}
 			var starts []int
 			for i := 0; i < len(q.wpkts); i = q.runEnd(i) {
 				starts = append(starts, i)
@@ -143,6 +168,9 @@ func TestRunEnd(t *testing.T) {
 	}
 	// At most maxSegments per super-packet.
 	q := &Queue{wpkts: run(maxSegments + 3)}
+	for _, p := range q.wpkts {
+		packet.IPv4(p).SetChecksum()
+	}
 	if j := q.runEnd(0); j != maxSegments {
 		t.Errorf("a run of %d ends at %d, want %d", maxSegments+3, j, maxSegments)
 	}

@@ -497,6 +497,13 @@ func (q *Queue) split(bufs []*packet.Buf, placed, size int, t *pktio.Tally) int 
 			t.RxErrors++
 			return 0
 		}
+		if sp.hl+sp.segLen(0) > len(head) {
+			// Gathered, its first segment does not fit the first
+			// buffer (parseSuper saw the gathered copy).
+			q.predHL, q.predGSO = 0, 0
+			t.RxShort++
+			return 0
+		}
 	}
 	q.predHL, q.predGSO = sp.hl, sp.gso
 	// The other segments first: they take their headers from the first.

@@ -108,6 +108,13 @@ type superPacket struct {
 	segs        int    // segments
 	seq         uint32 // TCP: the first segment's sequence number
 	id          uint16 // IPv4: the first segment's identification
+	// pseudo is the pseudo-header sum the kernel left in the checksum
+	// field with NEEDS_CSUM (for the whole transport length), if
+	// partial: it has the addresses the checksum covers, which for
+	// IPv6 with a routing header is the final destination, not the
+	// header's.
+	pseudo  uint16
+	partial bool
 }
 
 // parseSuper validates the virtio header h of a GSO packet of size bytes
@@ -170,6 +177,13 @@ func parseSuper(h *virtioHdr, head, spill []byte, size int, sp *superPacket) boo
 	if sp.v4 {
 		sp.id = binary.BigEndian.Uint16(head[4:])
 	}
+	off := tcpCsumOffset
+	if sp.proto == packet.ProtoUDP {
+		off = udpCsumOffset
+	}
+	if h.flags&flagNeedsCsum != 0 && int(h.csumOffset) == off {
+		sp.pseudo, sp.partial = binary.BigEndian.Uint16(head[sp.l4+off:]), true
+	}
 	sp.segs = (size - sp.hl + sp.gso - 1) / sp.gso
 	return true
 }
@@ -225,5 +239,21 @@ func (sp *superPacket) finishSegment(p []byte, i int) {
 	} else {
 		binary.BigEndian.PutUint16(t[4:], uint16(len(t)))
 	}
-	transportChecksum(p, sp.l4, sp.proto)
+	if !sp.partial {
+		transportChecksum(p, sp.l4, sp.proto)
+		return
+	}
+	// The kernel's pseudo-header sum, its length replaced by the
+	// segment's (one's complement: add the complement to subtract).
+	total, at := sp.size-sp.l4, tcpCsumOffset
+	if sp.proto == packet.ProtoUDP {
+		at = udpCsumOffset
+	}
+	t[at], t[at+1] = 0, 0
+	init := uint32(sp.pseudo) + uint32(^uint16(total>>16)) + uint32(^uint16(total)) + uint32(len(t)>>16) + uint32(len(t)&0xffff)
+	c := ^checksum(t, init)
+	if c == 0 && sp.proto == packet.ProtoUDP {
+		c = 0xffff
+	}
+	binary.BigEndian.PutUint16(t[at:], c)
 }
