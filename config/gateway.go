@@ -188,10 +188,12 @@ type UDP struct {
 // The values of [udp] link.
 const (
 	// LinkAuto uses AF_XDP on the interface(s) that carry the gateway's
-	// ESP where its program loads, and the UDP sockets elsewhere; the
-	// gateway logs which it chose and why.
+	// ESP where its program loads and its sockets bind zero-copy, and the
+	// UDP sockets elsewhere (copy mode costs one-stream TCP more than it
+	// saves); the gateway logs which it chose and why.
 	LinkAuto = "auto"
-	// LinkXDP uses AF_XDP or fails to start.
+	// LinkXDP uses AF_XDP, in copy mode where zero-copy does not bind, or
+	// fails to start.
 	LinkXDP = "xdp"
 	// LinkSocket uses the UDP sockets only (recvmmsg/sendmmsg).
 	LinkSocket = "socket"
@@ -798,7 +800,7 @@ var udpRules = newSection(reflect.TypeFor[FileUDP](),
 	field("listen", parsedText(parseListenPort), netip.AddrPort{}, func(u *UDP) *netip.AddrPort { return &u.Listen }),
 	field("gso", flag(), true, func(u *UDP) *bool { return &u.GSO }),
 	field("gro", flag(), true, func(u *UDP) *bool { return &u.GRO }),
-	field("link", choice("ESP link", udpLinks, "auto, to use AF_XDP where its program loads and the UDP sockets elsewhere (the default); xdp, AF_XDP or no start; socket, the UDP sockets only"), LinkAuto, func(u *UDP) *string { return &u.Link }),
+	field("link", choice("ESP link", udpLinks, "auto, AF_XDP where its sockets bind zero-copy and the UDP sockets elsewhere (the default); xdp, AF_XDP in any mode or no start; socket, the UDP sockets only"), LinkAuto, func(u *UDP) *string { return &u.Link }),
 )
 
 // udpLinks are the values of [udp] link.

@@ -305,7 +305,7 @@ func TestGatewayErrors(t *testing.T) {
 		{"workers string", "[gateway]\nworkers = \"4\"\n" + tun1 + sas1, []wantErr{{2, "gateway.workers", "want an integer, got string"}}},
 		{"engine integer", "[gateway]\nengine = 1\n" + tun1 + sas1, []wantErr{{2, "gateway.engine", "want a string, got integer"}}},
 		{"gso string", "[udp]\ngso = \"yes\"\n" + tun1 + sas1, []wantErr{{2, "udp.gso", "want a boolean"}}},
-		{"udp link unknown", "[udp]\nlisten = \"0.0.0.0:4500\"\nlink = \"dpdk\"\n" + tun1 + sas1, []wantErr{{3, "udp.link", `unknown ESP link "dpdk" (valid: auto, to use AF_XDP where its program loads and the UDP sockets elsewhere (the default); xdp, AF_XDP or no start; socket, the UDP sockets only)`}}},
+		{"udp link unknown", "[udp]\nlisten = \"0.0.0.0:4500\"\nlink = \"dpdk\"\n" + tun1 + sas1, []wantErr{{3, "udp.link", `unknown ESP link "dpdk" (valid: auto, AF_XDP where its sockets bind zero-copy and the UDP sockets elsewhere (the default); xdp, AF_XDP in any mode or no start; socket, the UDP sockets only)`}}},
 		{"udp link case", "[udp]\nlink = \"XDP\"\n" + tun1 + sas1, []wantErr{{2, "udp.link", `unknown ESP link "XDP"`}}},
 		{"udp link bool", "[udp]\nlink = true\n" + tun1 + sas1, []wantErr{{2, "udp.link", "want a string"}}},
 		{"addresses string", "[tun]\naddresses = \"10.1.0.1/24\"\n" + tun1 + sas1, []wantErr{{2, "tun.addresses", `want an array of strings, got string (write addresses = ["10.1.0.1/24"])`}}},
