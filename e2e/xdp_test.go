@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vishvananda/netlink"
+
 	"github.com/sluicegw/sluice/gateway"
 	"github.com/sluicegw/sluice/internal/lab"
 )
@@ -117,6 +119,38 @@ func TestXDPLink(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestXDPAutoOnVeth: with the default link (auto) on a veth, whose
+// driver offers AF_XDP in copy mode only, both gateways carry ESP on the
+// UDP sockets, say why, and leave no XDP program on the interface; the
+// tunnel works.
+func TestXDPAutoOnVeth(t *testing.T) {
+	requireTool(t, "ping")
+	tb := startPair(t, wan4, pairConfigs(t, pairOptions{wan: wan4}))
+	for _, s := range tb.sites {
+		l := s.espLink()
+		t.Logf("gateway %s: %s: %s", s.name, l.Kind, l.Why)
+		// Linux 6.3 and later say so before anything is attached; an
+		// older kernel's auto attaches, sees copy mode and detaches.
+		if l.Kind != "socket" || l.Config != "auto" ||
+			!(strings.Contains(l.Why, "the driver of "+wanIf+" offers no zero-copy sockets") || strings.Contains(l.Why, "binds in copy")) {
+			t.Errorf("gateway %s: ESP link %+v, want the UDP sockets because %s has no zero-copy AF_XDP", s.name, l, wanIf)
+		}
+		if err := s.ns.Do(func() error {
+			lk, err := netlink.LinkByName(wanIf)
+			if err != nil {
+				return err
+			}
+			if x := lk.Attrs().Xdp; x != nil && x.Attached {
+				t.Errorf("gateway %s: an XDP program (id %d) is attached to %s under link = \"auto\"", s.name, x.ProgId, wanIf)
+			}
+			return nil
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitPing(t, tb.ctx, tb.sites[0].ns, inner4[1].Addr())
 }
 
 // TestXDPLinkUnavailable: where AF_XDP cannot be had (the gateway's

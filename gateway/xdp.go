@@ -7,7 +7,8 @@ package gateway
 //	        gateway's ESP, one per receive queue, or no start
 //	auto    xdp where its program loads and its sockets bind zero-copy,
 //	        the UDP sockets otherwise (copy mode, as on veth, costs TCP
-//	        more than it saves), with one log line that says which and why
+//	        more than it saves), with one log line that says which and why;
+//	        a driver the kernel says offers no zero-copy is left alone
 //
 // The UDP sockets are open with every link. Under AF_XDP they still
 // receive IKE on the NAT-T port, NAT-keepalives and any ESP that arrives
@@ -57,6 +58,9 @@ var (
 		return xdp.Open(ifname, xdp.Options{Local: r.Local, Fallback: r.Fallback, Log: r.Log})
 	}
 	xdpMode = xdp.Mode
+	// xdpZeroCopy says whether an interface's driver offers zero-copy
+	// AF_XDP sockets, before anything is attached (pktio/xdp.ZeroCopy).
+	xdpZeroCopy = xdp.ZeroCopy
 )
 
 // ESPLinkInfo says which link carries ESP in UDP, and its counters.
@@ -164,7 +168,7 @@ func (g *Gateway) openESPLinks(cfg *config.Gateway, socks []pktio.Link) ([]datap
 	if asked == config.LinkSocket {
 		return plain("[udp] link = \"socket\""), nil
 	}
-	ifname, xls, err := g.tryXDP(cfg, socks)
+	ifname, xls, err := g.tryXDP(cfg, socks, asked == config.LinkAuto)
 	if err != nil {
 		if asked == config.LinkXDP {
 			return nil, fmt.Errorf("%s: udp.link: link = \"xdp\", but %w (link = \"auto\" would use the UDP sockets)", cfg.FieldPos("udp.link"), err)
@@ -192,11 +196,26 @@ func (g *Gateway) openESPLinks(cfg *config.Gateway, socks []pktio.Link) ([]datap
 
 // tryXDP opens AF_XDP on the interface xdpInterface names, each socket
 // falling back to a UDP socket. It returns the interface and the links,
-// or why it could not.
-func (g *Gateway) tryXDP(cfg *config.Gateway, socks []pktio.Link) (string, []pktio.Link, error) {
+// or why it could not. With zcOnly (auto) it first asks the kernel
+// whether the driver offers zero-copy sockets and attaches nothing where
+// it says no: on many drivers attaching a program resets the device's
+// rings, which auto would do at every start only to detach again. A
+// kernel that does not say (before Linux 6.3) is tried, and Open's mode
+// decides.
+func (g *Gateway) tryXDP(cfg *config.Gateway, socks []pktio.Link, zcOnly bool) (string, []pktio.Link, error) {
 	ifname, err := xdpInterface(cfg, lookupInterface)
 	if err != nil {
 		return "", nil, err
+	}
+	if zcOnly {
+		zc, err := xdpZeroCopy(ifname)
+		switch {
+		case err == nil && !zc:
+			return "", nil, fmt.Errorf("the driver of %s offers no zero-copy sockets (the kernel's XDP features), "+
+				"and copy mode carries less TCP than the sockets (link = \"xdp\" takes it anyway)", ifname)
+		case err != nil:
+			g.log.Debug("ESP link: the kernel does not say whether AF_XDP binds zero-copy; trying", "interface", ifname, "err", err)
+		}
 	}
 	// A UDP socket may back several AF_XDP sockets, whose Writes do not
 	// share a lock: the fallbacks serialise their own.

@@ -12,6 +12,7 @@ import (
 	"github.com/sluicegw/sluice/packet"
 	"github.com/sluicegw/sluice/pktio"
 	"github.com/sluicegw/sluice/pktio/pipe"
+	"github.com/sluicegw/sluice/pktio/xdp"
 )
 
 // xdpTestConfig is a gateway with [udp] and one tunnel from 192.0.2.1
@@ -72,10 +73,12 @@ func fakeInterfaces(t *testing.T) {
 
 // withXDP puts open and mode in the place of pktio/xdp's.
 func withXDP(t *testing.T, open func(string, xdpRequest) ([]pktio.Link, error), mode string) {
-	oldOpen, oldMode := xdpOpen, xdpMode
-	t.Cleanup(func() { xdpOpen, xdpMode = oldOpen, oldMode })
+	oldOpen, oldMode, oldZC := xdpOpen, xdpMode, xdpZeroCopy
+	t.Cleanup(func() { xdpOpen, xdpMode, xdpZeroCopy = oldOpen, oldMode, oldZC })
 	xdpOpen = open
 	xdpMode = func(pktio.Link) string { return mode }
+	// The kernel does not say (as before Linux 6.3): Open's mode decides.
+	xdpZeroCopy = func(string) (bool, error) { return false, xdp.ErrNoFeatures }
 }
 
 // testSockets are n pipes standing for the UDP sockets of udp.OpenN: the
@@ -228,6 +231,47 @@ func TestESPLinkAutoSkipsCopyMode(t *testing.T) {
 			}
 		} else if closed {
 			t.Error("link = \"xdp\" closed its AF_XDP link")
+		}
+	}
+}
+
+// TestESPLinkAutoAsksZeroCopy: where the kernel says the driver offers no
+// zero-copy sockets, auto attaches nothing and takes the sockets, saying
+// why; where it says yes, auto opens AF_XDP; link = "xdp" does not ask.
+func TestESPLinkAutoAsksZeroCopy(t *testing.T) {
+	fakeInterfaces(t)
+	for _, tc := range []struct {
+		udp        string
+		zc         bool
+		kind       string
+		wantOpened bool
+	}{
+		{"[udp]\nlisten = \"192.0.2.1:4500\"\n", false, "socket", false},
+		{"[udp]\nlisten = \"192.0.2.1:4500\"\n", true, "xdp", true},
+		{"[udp]\nlisten = \"192.0.2.1:4500\"\nlink = \"xdp\"\n", false, "xdp", true},
+	} {
+		opened, asked := false, ""
+		withXDP(t, func(string, xdpRequest) ([]pktio.Link, error) {
+			opened = true
+			a, _ := pipe.New(4)
+			t.Cleanup(func() { a.Close() })
+			return []pktio.Link{a}, nil
+		}, "zerocopy native")
+		xdpZeroCopy = func(ifname string) (bool, error) { asked = ifname; return tc.zc, nil }
+		g, _ := espTestGateway()
+		socks, _ := testSockets(t, 2)
+		if _, err := g.openESPLinks(xdpTestConfig(t, tc.udp), socks); err != nil {
+			t.Fatal(err)
+		}
+		info, _ := g.ESPLink()
+		if info.Kind != tc.kind || opened != tc.wantOpened {
+			t.Errorf("%q, zero-copy %v: ESPLink %+v, opened %v; want %s, opened %v", tc.udp, tc.zc, info, opened, tc.kind, tc.wantOpened)
+		}
+		if tc.kind == "socket" {
+			const why = `AF_XDP: the driver of wan0 offers no zero-copy sockets (the kernel's XDP features), and copy mode carries less TCP than the sockets (link = "xdp" takes it anyway)`
+			if info.Why != why || asked != "wan0" {
+				t.Errorf("why %q (asked about %q), want %q", info.Why, asked, why)
+			}
 		}
 	}
 }

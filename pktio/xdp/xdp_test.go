@@ -720,3 +720,24 @@ func TestQueues(t *testing.T) {
 		}
 	}
 }
+
+// ZeroCopy asks the kernel's netdev family before anything is attached,
+// and agrees with the mode Open then binds (veth: copy only).
+func TestZeroCopy(t *testing.T) {
+	e := setup(t, gw4, xdp.Options{Local: netip.AddrPortFrom(gw4, port)}, false)
+	if err := e.gw.Do(func() error {
+		zc, err := xdp.ZeroCopy(ifname)
+		if err != nil {
+			return err
+		}
+		if mode := xdp.Mode(e.links[0]); zc != strings.HasPrefix(mode, "zerocopy") {
+			t.Errorf("ZeroCopy(%s) = %v, but Open bound %q", ifname, zc, mode)
+		}
+		if _, err := xdp.ZeroCopy("nothere0"); err == nil || !strings.Contains(err.Error(), "interface nothere0") {
+			t.Errorf("ZeroCopy(nothere0): %v, want an error naming the interface", err)
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
