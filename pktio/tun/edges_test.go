@@ -23,14 +23,7 @@ import (
 func TestSplitLargestIPv6AfterOtherShape(t *testing.T) {
 	qs := open(t, 1, true)
 	q := qs[0]
-	linktest.WaitFor(t, "IPv6 address usable", func() bool {
-		c, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local6.Addr(), 0)))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	sock := listen(t, local6.Addr())
+	sock := listen6(t)
 	rc, _ := sock.SyscallConn()
 	c := linktest.Collect(t, q, headroom, slot)
 	dst := netip.AddrPortFrom(peer6, 9)
@@ -68,14 +61,7 @@ func TestSplitLargestIPv6AfterOtherShape(t *testing.T) {
 func TestWriteUDPLengthShorterThanIP(t *testing.T) {
 	qs := open(t, 1, true)
 	q := qs[0]
-	linktest.WaitFor(t, "IPv6 address usable", func() bool {
-		c, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local6.Addr(), 0)))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	sock := listen(t, local6.Addr())
+	sock := listen6(t)
 	to := sock.LocalAddr().(*net.UDPAddr).AddrPort()
 	from := netip.AddrPortFrom(peer6, 4242)
 	const n, seg, short = 4, 1000, 900
@@ -122,14 +108,7 @@ func TestWriteUDPLengthShorterThanIP(t *testing.T) {
 func TestOffloadIPv6RoutingHeader(t *testing.T) {
 	qs := open(t, 1, true)
 	q := qs[0]
-	linktest.WaitFor(t, "IPv6 address usable", func() bool {
-		c, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local6.Addr(), 0)))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	sock := listen(t, local6.Addr())
+	sock := listen6(t)
 	rc, _ := sock.SyscallConn()
 	const seg, segs = 500, 3
 	final := netip.MustParseAddr("fd99::7")

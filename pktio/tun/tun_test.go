@@ -132,6 +132,20 @@ func listen(t *testing.T, addr netip.Addr) *net.UDPConn {
 	return c
 }
 
+// listen6 is listen on local6 once the address can be bound (IPv6
+// duplicate address detection may hold it tentative for a while).
+func listen6(t *testing.T) *net.UDPConn {
+	t.Helper()
+	linktest.WaitFor(t, "IPv6 address usable", func() bool {
+		c, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local6.Addr(), 0)))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	})
+	return listen(t, local6.Addr())
+}
+
 // A datagram a local socket sends to an address routed into the device is
 // read from the Link; a packet written to the Link reaches a local socket.
 // With several queues, every queue can write.

@@ -454,14 +454,7 @@ func TestAllocsCoalesced(t *testing.T) {
 func TestOffloadIPv6(t *testing.T) {
 	qs := open(t, 1, true)
 	q := qs[0]
-	linktest.WaitFor(t, "IPv6 address usable", func() bool {
-		c, err := net.ListenUDP("udp6", net.UDPAddrFromAddrPort(netip.AddrPortFrom(local6.Addr(), 0)))
-		if err == nil {
-			c.Close()
-		}
-		return err == nil
-	})
-	sock := listen(t, local6.Addr())
+	sock := listen6(t)
 	const seg, segs = 1000, 4
 	rc, _ := sock.SyscallConn()
 	var serr error
