@@ -16,6 +16,7 @@ require (
 
 require (
 	github.com/blang/semver/v4 v4.0.0 // indirect
+	github.com/cilium/ebpf v0.22.0 // indirect
 	github.com/go-errors/errors v1.5.1 // indirect
 	github.com/gopacket/gopacket v1.7.7 // indirect
 	github.com/monochromegane/go-gitignore v0.0.0-20200626010858-205db1a8cc00 // indirect
