@@ -253,7 +253,16 @@ type load struct {
 	first  int // index of the first worker's source address
 	worker func(ctx context.Context, i int, c *counters)
 	c      counters
+	// opened, if not nil, gets one value from each worker once its
+	// first connection is up: measure starts the loads after this one
+	// only then (the storm's probes are requests on connections opened
+	// before the storm).
+	opened chan struct{}
 }
+
+// openWait bounds how long measure waits for a load's connections before
+// it starts the next load anyway (the workers count what failed).
+const openWait = ioWait
 
 // Window is what a measurement counted between its two marks.
 type Window struct {
@@ -272,12 +281,17 @@ func (w Window) Seconds() float64 { return w.End.Sub(w.Start).Seconds() }
 func measure(ctx context.Context, warm, d time.Duration, cpu func() (time.Duration, error), progress func(float64), loads ...*load) (Window, error) {
 	lctx, stop := context.WithCancel(ctx)
 	var wg sync.WaitGroup
+	defer func() { stop(); wg.Wait() }()
 	for _, l := range loads {
 		for i := range l.conns {
 			wg.Go(func() { l.worker(lctx, l.first+i, &l.c) })
 		}
+		if l.opened != nil {
+			if err := waitOpened(ctx, l); err != nil {
+				return Window{}, err
+			}
+		}
 	}
-	defer func() { stop(); wg.Wait() }()
 	var w Window
 	sleep := func(d time.Duration) error {
 		t := time.NewTimer(d)
@@ -325,6 +339,23 @@ func measure(ctx context.Context, warm, d time.Duration, cpu func() (time.Durati
 		w.Counts = append(w.Counts, s1[i].sub(s0[i]))
 	}
 	return w, nil
+}
+
+// waitOpened waits until each of l's workers has its first connection
+// up, at most openWait, or ctx ends.
+func waitOpened(ctx context.Context, l *load) error {
+	t := time.NewTimer(openWait)
+	defer t.Stop()
+	for range l.conns {
+		select {
+		case <-l.opened:
+		case <-t.C:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
 
 // handshakeLoad is conns workers making handshakes with t, each closing
@@ -408,10 +439,11 @@ func pause(ctx context.Context) {
 // over and over (every pace, or back to back when pace is 0), counting
 // responses and body bytes, and with pace, each response's latency.
 func requestLoad(t Target, conns, first int, path string, pace time.Duration) *load {
-	l := &load{conns: conns, first: first}
+	l := &load{conns: conns, first: first, opened: make(chan struct{}, conns)}
 	req := getRequest(path)
 	l.worker = func(ctx context.Context, i int, c *counters) {
 		cfg := t.config(false, nil)
+		opened := false
 		var lats []latSample
 		defer func() {
 			c.mu.Lock()
@@ -429,6 +461,10 @@ func requestLoad(t Target, conns, first int, path string, pace time.Duration) *l
 			}
 			tc.SetDeadline(time.Now().Add(ioWait))
 			err = tc.HandshakeContext(ctx)
+			if err == nil && !opened {
+				opened = true
+				l.opened <- struct{}{} // room for every worker's one
+			}
 			br := bufio.NewReaderSize(tc, 64<<10)
 			next := time.Now()
 			for err == nil && ctx.Err() == nil {

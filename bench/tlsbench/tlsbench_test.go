@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,6 +232,32 @@ func TestMeasureCPU(t *testing.T) {
 	w, err := measure(context.Background(), 10*time.Millisecond, 50*time.Millisecond, cpu, nil, l)
 	if err != nil || w.CPU != time.Second || w.Counts[0].Ops == 0 || w.Seconds() < 0.05 {
 		t.Errorf("%+v %v", w, err)
+	}
+}
+
+// TestMeasureOpensFirst: a load with opened (the storm's probes) has its
+// connections up before measure starts the loads after it (the storm),
+// and a worker that never connects delays them at most openWait.
+func TestMeasureOpensFirst(t *testing.T) {
+	var probesUp, stormSawDown atomic.Int32
+	opened := make(chan struct{}, 3)
+	probes := &load{conns: 3, opened: opened, worker: func(ctx context.Context, i int, c *counters) {
+		time.Sleep(time.Duration(i) * 20 * time.Millisecond) // a slow handshake
+		probesUp.Add(1)
+		opened <- struct{}{}
+		<-ctx.Done()
+	}}
+	storm := &load{conns: 2, worker: func(ctx context.Context, i int, c *counters) {
+		if probesUp.Load() < 3 {
+			stormSawDown.Add(1)
+		}
+		<-ctx.Done()
+	}}
+	if _, err := measure(context.Background(), 0, 10*time.Millisecond, noCPU, nil, probes, storm); err != nil {
+		t.Fatal(err)
+	}
+	if n := stormSawDown.Load(); n != 0 {
+		t.Errorf("%d storm workers started before every probe connection was up", n)
 	}
 }
 
