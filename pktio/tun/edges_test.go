@@ -6,7 +6,6 @@ import (
 	"net"
 	"net/netip"
 	"testing"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -83,21 +82,15 @@ func TestWriteUDPLengthShorterThanIP(t *testing.T) {
 	if w, err := q.Write(bufs); w != n || err != nil {
 		t.Fatalf("Write = %d, %v", w, err)
 	}
-	buf := make([]byte, 1<<16)
-	for i := range n {
-		sock.SetReadDeadline(time.Now().Add(linktest.Timeout))
-		k, _, err := sock.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			t.Fatalf("datagram %d: %v", i, err)
-		}
+	readEach(t, sock, n, func(_ int, d []byte) {
 		want := seg
-		if buf[0] == 1 {
+		if d[0] == 1 {
 			want = short
 		}
-		if k != want || !bytes.Equal(buf[:k], bytes.Repeat(buf[:1], k)) {
-			t.Fatalf("datagram of %d: %d bytes, want %d", buf[0], k, want)
+		if len(d) != want || !bytes.Equal(d, bytes.Repeat(d[:1], len(d))) {
+			t.Fatalf("datagram of %d: %d bytes, want %d", d[0], len(d), want)
 		}
-	}
+	})
 }
 
 // An unprivileged program's UDP super-packet with a segment routing

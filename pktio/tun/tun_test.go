@@ -376,16 +376,25 @@ func TestWriteCoalesced(t *testing.T) {
 	if l, err := netlink.LinkByName(qs[0].Name()); err == nil && l.Attrs().Statistics != nil {
 		t.Logf("%d packets written as %d", n, l.Attrs().Statistics.RxPackets)
 	}
+	readEach(t, sock, n, func(i int, d []byte) {
+		if !bytes.Equal(d, bytes.Repeat([]byte{byte(i)}, 1000)) {
+			t.Fatalf("datagram %d: %d bytes of %d", i, len(d), d[0])
+		}
+	})
+}
+
+// readEach reads n datagrams from sock, each within linktest.Timeout, and
+// hands each to check with its index.
+func readEach(t *testing.T, sock *net.UDPConn, n int, check func(i int, d []byte)) {
+	t.Helper()
 	buf := make([]byte, 1<<16)
 	for i := range n {
 		sock.SetReadDeadline(time.Now().Add(linktest.Timeout))
 		k, _, err := sock.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			t.Fatalf("datagram %d: %v", i, err)
+		if err != nil || k == 0 {
+			t.Fatalf("datagram %d: %d bytes, %v", i, k, err)
 		}
-		if !bytes.Equal(buf[:k], bytes.Repeat([]byte{byte(i)}, 1000)) {
-			t.Fatalf("datagram %d: %d bytes of %d", i, k, buf[0])
-		}
+		check(i, buf[:k])
 	}
 }
 

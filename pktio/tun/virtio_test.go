@@ -504,17 +504,11 @@ func TestOffloadIPv6(t *testing.T) {
 		t.Fatalf("Write = %d, %v", w, err)
 	}
 	t.Logf("%d packets written as %d", n, rxPackets(t, q.Name())-before)
-	buf := make([]byte, 1<<16)
-	for i := range n {
-		sock.SetReadDeadline(time.Now().Add(linktest.Timeout))
-		k, _, err := sock.ReadFromUDPAddrPort(buf)
-		if err != nil {
-			t.Fatalf("datagram %d: %v", i, err)
+	readEach(t, sock, n, func(i int, d []byte) {
+		if !bytes.Equal(d, bytes.Repeat([]byte{byte(i)}, seg)) {
+			t.Fatalf("datagram %d: %d bytes of %d", i, len(d), d[0])
 		}
-		if !bytes.Equal(buf[:k], bytes.Repeat([]byte{byte(i)}, seg)) {
-			t.Fatalf("datagram %d: %d bytes of %d", i, k, buf[0])
-		}
-	}
+	})
 }
 
 // Read lays its buffers out for a super-packet like the one before it, so
