@@ -380,6 +380,10 @@ func TestHandover(t *testing.T) {
 func TestHandoverAbandoned(t *testing.T) {
 	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100})
 	waitSynced(t, a, b)
+	// b may have released once already: when its hello is slower than
+	// the detection time (a loaded machine, the race detector), it
+	// starts as an owner alone and yields when it hears a's stronger claim.
+	released := b.h.releases()
 	gate := make(chan struct{})
 	b.h.mu.Lock()
 	b.h.gate = gate
@@ -403,8 +407,8 @@ func TestHandoverAbandoned(t *testing.T) {
 	if call, _ := a.h.lastAcquire(); !call.planned {
 		t.Errorf("a took g back with %+v, want planned (its exact state)", call)
 	}
-	if b.h.releases() != 1 {
-		t.Errorf("b released %d times, want 1", b.h.releases())
+	if n := b.h.releases() - released; n != 1 {
+		t.Errorf("b released %d times after the abandoned handover, want 1", n)
 	}
 }
 

@@ -208,16 +208,22 @@ func (m *Member) yield(g *group, epoch uint64, why string) {
 
 // alone acts for a member that does not hear its peer: standbys take
 // over, and undecided groups are acquired once the peer has had
-// Interval*Misses since the start to show up. Both wait for the witness
-// when one is configured.
+// Interval*Misses since the start to show up (twice that while a sync
+// connection is open and its hello still on the way: a peer that answers
+// slowly is not one to claim the group against). Both wait for the
+// witness when one is configured.
 func (m *Member) alone(now time.Time) {
 	var takeover, fresh []*group
 	m.mu.Lock()
+	wait := m.detection()
+	if m.conn != nil {
+		wait *= 2
+	}
 	for _, g := range m.order {
 		switch {
 		case g.role == roleStandby:
 			takeover = append(takeover, g)
-		case g.role == roleNone && now.Sub(m.start) >= m.detection():
+		case g.role == roleNone && now.Sub(m.start) >= wait:
 			fresh = append(fresh, g)
 		}
 	}
