@@ -56,11 +56,15 @@ type haBed struct {
 // from crypto/rand): the gateways' local address is the wan virtual
 // address, their remote the peer's networks, and the peer's remote the
 // lan side.
-func newHABed(t *testing.T) *haBed {
+func newHABed(t *testing.T) *haBed { return newHABedWithin(t, defaultSetup) }
+
+// newHABedWithin is newHABed for a test that needs more than
+// defaultSetup for everything it does: its context ends after budget.
+func newHABedWithin(t *testing.T, budget time.Duration) *haBed {
 	t.Helper()
 	lab.Require(t)
 	requireTool(t, "nft", "sysctl", "ping")
-	tb := &testbed{t: t, ctx: testContext(t, defaultSetup), lab: lab.NewForTest(t, nil)}
+	tb := &testbed{t: t, ctx: testContext(t, budget), lab: lab.NewForTest(t, nil)}
 	var err error
 	if tb.dir, err = tb.lab.Dir(); err != nil {
 		t.Fatal(err)

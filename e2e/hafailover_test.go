@@ -26,10 +26,13 @@ type haPair struct {
 	topo     map[*site]*lab.HAGateway
 }
 
-func newHAPairBed(t *testing.T) *haPair {
+func newHAPairBed(t *testing.T) *haPair { return newHAPairBedWithin(t, defaultSetup) }
+
+// newHAPairBedWithin is newHAPairBed with a budget for the whole test.
+func newHAPairBedWithin(t *testing.T, budget time.Duration) *haPair {
 	t.Helper()
 	requireTool(t, "ss")
-	b := newHABed(t)
+	b := newHABedWithin(t, budget)
 	topo := b.topo
 	ca, cert, key := haCreds(t, b)
 	p := &haPair{b: b,
@@ -69,7 +72,12 @@ func gapAt(gaps []lab.SeqGap, at, until time.Duration) lab.SeqGap {
 // last owner, and the traffic comes back after each takeover. The gaps
 // are measured (logged, not asserted: BENCHMARKS.md has the numbers).
 func TestHAFailovers(t *testing.T) {
-	p := newHAPairBed(t)
+	// The setup, each round (a kill, a takeover, a restart, the roles
+	// settled: seconds, more under -race on two busy cores) and the
+	// replay of every captured packet (paced at 32 per millisecond, so
+	// 1.25 s for each second of the two 20,000 packet/s flows) take
+	// more than defaultSetup: CI ran out of it in the replay once.
+	p := newHAPairBedWithin(t, defaultSetup+time.Duration(*haFailovers)*8*time.Second)
 	b := p.b
 	ctx, topo := b.tb.ctx, b.topo
 	capFile := filepath.Join(b.tb.dir, "wan-esp-failovers.pcap")
