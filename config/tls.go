@@ -133,7 +133,8 @@ type TLSOrigin struct {
 	TLSCommon
 	Backend string // "tls://HOST:PORT"
 	// ServerName is sent as SNI and verified in the backend's
-	// certificate; it defaults to HOST of Backend.
+	// certificate; it defaults to HOST of Backend. An IP address is
+	// verified against the certificate's IP addresses and not sent.
 	ServerName string
 	CA         string   // PEM bundle verifying the backend; "" = system roots
 	Cert       *TLSCert // optional client certificate; nil = none
@@ -480,7 +481,7 @@ var tlsOriginRules = func() *section[originSide] {
 			}
 			return ok
 		}, write: func(o *originSide) (any, bool) { return o.Backend, o.Backend != "" }}.required(`the TLS server to carry connections to, e.g. "tls://api.example.com:443"`),
-		field("server_name", checkedText(checkServerName), "", func(o *originSide) *string { return &o.ServerName }),
+		field("server_name", checkedText(checkOriginServerName), "", func(o *originSide) *string { return &o.ServerName }),
 		file("ca", func(o *originSide) *string { return &o.CA }),
 		file("cert", func(o *originSide) *string { return &o.cert }),
 		file("key", func(o *originSide) *string { return &o.key }),
@@ -605,6 +606,9 @@ func (d *gwDecoder) tlsOriginAfter(te tableElem, seen map[string]bool, o *origin
 	}
 	if o.ServerName == "" && o.backendOK {
 		host, _, _ := net.SplitHostPort(strings.TrimPrefix(o.Backend, "tls://"))
+		if a, err := netip.ParseAddr(host); err == nil {
+			host = a.WithZone("").String() // a certificate names the address alone
+		}
 		o.ServerName = host
 	}
 }
@@ -802,8 +806,25 @@ func checkDialAddr(s string) string {
 	return ""
 }
 
+// checkOriginServerName returns what is wrong with an origin's
+// server_name, or "": a DNS name, or an IP address (no zone), which the
+// backend's certificate must carry among its IP addresses (no SNI is
+// sent then). It is what server_name defaults to with an IP backend.
+func checkOriginServerName(s string) string {
+	if a, err := netip.ParseAddr(s); err == nil {
+		if a.Zone() != "" {
+			return fmt.Sprintf("invalid address %s: zones are not supported (a certificate names the address alone)", shortQuote(s))
+		}
+		return ""
+	}
+	if checkServerName(s) != "" {
+		return fmt.Sprintf("invalid server name %s (want a DNS name, letters, digits and hyphens in dot-separated labels such as \"api.example.com\", or an IP address)", shortQuote(s))
+	}
+	return ""
+}
+
 // checkServerName returns what is wrong with a DNS name (an origin's
-// server_name, a backend's host), or "".
+// server_name, a backend's host, a listener's host), or "".
 func checkServerName(s string) string {
 	if s == "" {
 		return ""
