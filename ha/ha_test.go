@@ -153,6 +153,20 @@ func TestBothUpPreferred(t *testing.T) {
 	waitSynced(t, b, a)
 }
 
+// TestAloneWhenPeerSilent: a peer whose sync connection comes up (TLS
+// completes) but which never says a word does not keep a starting member
+// from acquiring its group alone: the wait for its hello is bounded.
+func TestAloneWhenPeerSilent(t *testing.T) {
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, beforeSecond: func(a *node) { a.mute.Store(true) }})
+	waitFor(t, "b to own g alone", func() bool { return b.Owner("g") })
+	if call, _ := b.h.lastAcquire(); call.planned {
+		t.Errorf("b acquired g with %+v, want unplanned (alone at start)", call)
+	}
+	if !a.Owner("g") {
+		t.Error("a, muted, stopped owning g")
+	}
+}
+
 // TestAloneGrantsAtOnce: an owner without a standby grants on the
 // caller's goroutine.
 func TestAloneGrantsAtOnce(t *testing.T) {
