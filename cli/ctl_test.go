@@ -265,10 +265,32 @@ func TestStats(t *testing.T) {
 	}
 }
 
+// endAfterCalls returns a context that ends once the backend has
+// answered method n times (or after 10 s): a watch is ended by the reads
+// it made, not by a deadline that a loaded machine may reach first.
+func endAfterCalls(t *testing.T, b *controltest.Backend, method string, n int) context.Context {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	t.Cleanup(cancel)
+	go func() {
+		tick := time.NewTicker(2 * time.Millisecond)
+		defer tick.Stop()
+		for b.Calls(method) < n {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+		cancel()
+	}()
+	return ctx
+}
+
 func TestStatsWatch(t *testing.T) {
 	sock, b := fakeGateway(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 450*time.Millisecond)
-	defer cancel()
+	// The fourth read starts after the third snapshot is printed.
+	ctx := endAfterCalls(t, b, "Stats", 4)
 	code, out, errOut := ctlRunCtx(ctx, "", "stats", "--watch", "--interval", "100ms", "--socket", sock)
 	if code != 0 {
 		t.Fatalf("exit %d: %s", code, errOut)
@@ -276,7 +298,7 @@ func TestStatsWatch(t *testing.T) {
 	snaps := strings.Split(out, "--- ")[1:]
 	// A read in flight when the watch ends is not shown.
 	if n := b.Calls("Stats"); len(snaps) < 3 || n < len(snaps) || n > len(snaps)+1 {
-		t.Fatalf("%d snapshots, %d reads in 450ms at 100ms:\n%s", len(snaps), b.Calls("Stats"), out)
+		t.Fatalf("%d snapshots, %d reads at 100ms:\n%s", len(snaps), b.Calls("Stats"), out)
 	}
 	if strings.Contains(out, ctlClearScreen) {
 		t.Errorf("screen cleared on a pipe")
@@ -305,8 +327,7 @@ func TestStatsWatch(t *testing.T) {
 		}
 	}
 
-	ctx, cancel = context.WithTimeout(context.Background(), 250*time.Millisecond)
-	defer cancel()
+	ctx = endAfterCalls(t, b, "Stats", b.Calls("Stats")+3)
 	code, out, _ = ctlRunCtx(ctx, "", "stats", "--watch", "--json", "--interval", "100ms", "--socket", sock)
 	js := ctlLines(out)
 	if code != 0 || len(js) < 2 {
@@ -327,8 +348,15 @@ func TestStatsWatchGatewayGone(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Serve(controltest.New())
-	time.AfterFunc(250*time.Millisecond, func() { s.Close() })
+	b := controltest.New()
+	s.Serve(b)
+	// Gone once the second read came: the first snapshot is printed.
+	go func() {
+		for end := time.Now().Add(10 * time.Second); b.Calls("Stats") < 2 && time.Now().Before(end); {
+			time.Sleep(2 * time.Millisecond)
+		}
+		s.Close()
+	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	code, out, errOut := ctlRunCtx(ctx, "", "stats", "--watch", "--interval", "100ms", "--socket", path)
@@ -416,7 +444,7 @@ func openPTY(t *testing.T) (master, tty *os.File) {
 
 // On a terminal, --watch redraws the screen.
 func TestStatsWatchTerminal(t *testing.T) {
-	sock, _ := fakeGateway(t)
+	sock, b := fakeGateway(t)
 	master, tty := openPTY(t)
 	if !ctlIsTerminal(tty) {
 		t.Fatal("a pty is not a terminal")
@@ -437,8 +465,7 @@ func TestStatsWatchTerminal(t *testing.T) {
 		data, _ := io.ReadAll(master) // ends with EIO when tty closes
 		screen <- string(data)
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), 350*time.Millisecond)
-	defer cancel()
+	ctx := endAfterCalls(t, b, "Stats", 3) // two redraws done
 	var stderr bytes.Buffer
 	if code := Run(ctx, []string{"stats", "--watch", "--interval", "100ms", "--socket", sock}, strings.NewReader(""), tty, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())

@@ -472,7 +472,10 @@ func TestStaleEpoch(t *testing.T) {
 // TestPreempt: a more preferred member that joins takes its group back
 // by handover once in sync.
 func TestPreempt(t *testing.T) {
-	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, preempt: true, startBFirst: true})
+	// a joins with a long detection time: a slow hello (-race, a loaded
+	// machine) must not let it start as an owner alone, which would take
+	// the group without the handover under test.
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, preempt: true, startBFirst: true, missesA: 500})
 	waitSynced(t, a, b)
 	call, _ := a.h.lastAcquire()
 	if !call.planned {

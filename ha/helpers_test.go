@@ -267,7 +267,7 @@ type pairOpts struct {
 	witnessA, witnessB string
 	preempt            bool
 	startBFirst        bool
-	missesB            int         // 0: testMisses
+	missesA, missesB   int         // 0: testMisses
 	beforeSecond       func(*node) // runs between the two starts
 }
 
@@ -289,6 +289,9 @@ func newPair(t *testing.T, o pairOpts) (a, b *node) {
 	}
 	a = mk("a", "b", addrA, addrB, o.prefA, o.witnessA)
 	b = mk("b", "a", addrB, addrA, o.prefB, o.witnessB)
+	if o.missesA != 0 {
+		a.cfg.Misses = o.missesA
+	}
 	if o.missesB != 0 {
 		b.cfg.Misses = o.missesB
 	}

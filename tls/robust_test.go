@@ -103,12 +103,14 @@ func TestStalledHandshake(t *testing.T) {
 	s, _, addr := robustSite(t, 100)
 	hello := clientHello(t)
 	for _, b := range [][]byte{nil, hello[:20]} {
+		// Before the dial: the server's deadline starts at its accept,
+		// after this, however long this goroutine is kept from running.
+		start := time.Now()
 		c, err := net.Dial("tcp", addr)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c.Write(b) // and then nothing: the handshake timeout closes it
-		start := time.Now()
 		expectClosed(t, c)
 		c.Close()
 		if d := time.Since(start); d < 200*time.Millisecond {
