@@ -242,7 +242,12 @@ func TestControllerStart(t *testing.T) {
 		if ca.InSPI != cb.OutSPI || ca.OutSPI != cb.InSPI {
 			t.Fatalf("%s: A's pair %#x/%#x, B's %#x/%#x: not mirrored", child, ca.InSPI, ca.OutSPI, cb.InSPI, cb.OutSPI)
 		}
-		if st := a.status(child); st.Pair != ca || st.Busy || st.LastErr != "" {
+		// The pair is installed before the initiation returns and the
+		// child stops being busy (CI once read it in between): wait for
+		// the child to settle.
+		var st ChildStatus
+		waitFor(t, func() bool { st = a.status(child); return !st.Busy })
+		if st.Pair != ca || st.LastErr != "" {
 			t.Errorf("%s: status %+v", child, st)
 		}
 	}
