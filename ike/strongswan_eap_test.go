@@ -71,6 +71,10 @@ func TestStrongSwanEAP(t *testing.T) {
 				e := &eap.Config{}
 				switch c.auth {
 				case "eap-mschapv2":
+					// A road warrior's connection: any IDi (remote id
+					// %any); EAP proves the user. A remote id would have
+					// to be the user EAP proves.
+					p.RemoteID = ike.Identity{}
 					e.Methods = []eap.Type{eap.TypeMSCHAPv2}
 					e.Password = func(id string) ([]byte, bool) { return []byte("carol's pw"), id == "carol" }
 				case "eap-tls":
