@@ -144,7 +144,7 @@ func TestStrongSwanEAP(t *testing.T) {
 			out, err := c2.Swanctl(ctx, "--initiate", "--child", "net", "--timeout", "20")
 			if !c.wantChild {
 				if err == nil {
-					t.Fatalf("charon's initiate succeeded with a wrong password:\n%s", out)
+					t.Fatalf("charon's initiate succeeded where sluice must refuse it:\n%s", out)
 				}
 				if err := lab.WaitFor(ctx, "charon to log "+c.wantInLog, 10*time.Second, 20*time.Millisecond, func() (bool, error) {
 					data, err := os.ReadFile(c2.Log())
