@@ -42,6 +42,7 @@ type connConfig struct {
 	// type = "eap" secrets by identity.
 	EAP          string
 	EAPPasswords map[string]string
+	EAPID        string // [connection.remote] eap_id; "" leaves the default (%any)
 
 	Child             string
 	LocalTS, RemoteTS []netip.Prefix
@@ -89,7 +90,7 @@ func (c *connConfig) file() (config.FileConnection, []config.FileSecret) {
 		secrets = append(secrets, config.FileSecret{Type: config.SecretPrivate, File: c.KeyFile})
 	}
 	if c.EAP != "" {
-		fc.Remote.Auth = c.EAP
+		fc.Remote.Auth, fc.Remote.EAPID = c.EAP, c.EAPID
 		for _, id := range slices.Sorted(maps.Keys(c.EAPPasswords)) {
 			secrets = append(secrets, config.FileSecret{Type: config.SecretEAP, ID: id, Secret: c.EAPPasswords[id]})
 		}

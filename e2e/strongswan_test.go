@@ -388,6 +388,10 @@ type ssOptions struct {
 	// with eapID, charon's eap_id and password, and sluice's type = "eap"
 	// secret for it (gwPassword).
 	eap, eapID, eapPassword, gwPassword string
+	// gwEAPID is sluice's eap_id ("" its default, %any); gwAnyID: sluice's
+	// connection takes any remote id (a road warrior's), not charon's.
+	gwEAPID string
+	gwAnyID bool
 	// link is sluice's [udp] link; "" leaves the default.
 	link string
 }
@@ -545,7 +549,10 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 		b.certs(&cc)
 	}
 	if o.eap != "" {
-		cc.EAP = o.eap
+		cc.EAP, cc.EAPID = o.eap, o.gwEAPID
+		if o.gwAnyID {
+			cc.RemoteID = ""
+		}
 		if o.eapID != "" {
 			cc.EAPPasswords = map[string]string{o.eapID: o.gwPassword}
 		}

@@ -54,6 +54,8 @@ type Endpoint struct {
 	snapDirty  []*ikeSA         // IKE SAs whose state OnSnapshot has yet to see (snapshot.go)
 	outbox     []datagram       // what sendLocked queued; unlock sends it without the lock
 
+	authLog authLog // the rate of refused authentications' log lines (authlog.go)
+
 	jobs   chan struct{} // one token per computation off the lock (job.go)
 	jobSeq uint64        // numbers the jobs
 

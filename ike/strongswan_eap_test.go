@@ -21,10 +21,15 @@ package ike_test
 // eap, TestTLSSession).
 
 import (
+	"bytes"
 	"crypto/tls"
 	"crypto/x509"
+	"io"
+	"log/slog"
 	"os"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -42,17 +47,38 @@ func TestStrongSwanEAP(t *testing.T) {
 		wantInLog  string
 		pad        int  // certificate padding: EAP-TLS fragments both ways
 		revoked    bool // sluice's CRL lists charon's certificate
+		// sluiceEAPID is sluice's eap_id (its peer's EAP.Identity);
+		// charonID charon's IDi, and sluice's remote id, when charon
+		// presents its certificate (which names ssIDStr) under another
+		// IKE identity.
+		sluiceEAPID, charonID string
+		wantWarn              []string // in sluice's one WARN line
 	}{
 		{name: "eap-mschapv2", auth: "eap-mschapv2", password: "carol's pw", wantChild: true,
 			wantInLog: "EAP method EAP_MSCHAPV2 succeeded, MSK established"},
 		{name: "eap-mschapv2-wrong-password", auth: "eap-mschapv2", password: "not carol's",
-			wantInLog: "received AUTHENTICATION_FAILED notify error"},
+			wantInLog: "received AUTHENTICATION_FAILED notify error",
+			wantWarn:  []string{"EAP failed; AUTHENTICATION_FAILED", "method=EAP-MSCHAPv2", "eap_id=carol", "wrong password for"}},
 		{name: "eap-tls", auth: "eap-tls", wantChild: true,
 			wantInLog: "EAP method EAP_TLS succeeded, MSK established"},
 		{name: "eap-tls-fragmented", auth: "eap-tls", wantChild: true, pad: 1500,
 			wantInLog: "EAP method EAP_TLS succeeded, MSK established"},
 		{name: "eap-tls-revoked", auth: "eap-tls", revoked: true,
-			wantInLog: "received AUTHENTICATION_FAILED notify error"},
+			wantInLog: "received AUTHENTICATION_FAILED notify error",
+			wantWarn:  []string{"EAP failed; AUTHENTICATION_FAILED", "method=EAP-TLS", "cert=", "CN=" + ssIDStr + `"`, "is revoked since"}},
+		// eap_id names the user whose certificate must be presented.
+		{name: "eap-tls-eap-id", auth: "eap-tls", sluiceEAPID: ssIDStr, wantChild: true,
+			wantInLog: "EAP method EAP_TLS succeeded, MSK established"},
+		// Another user's certificate from the same CA: refused, whether
+		// the user is named by eap_id or, with eap_id = %any, by the
+		// remote id that chose the connection (charon's IDi says alice,
+		// its certificate is another user's).
+		{name: "eap-tls-eap-id-other-user", auth: "eap-tls", sluiceEAPID: "alice@interop.sluice",
+			wantInLog: "received AUTHENTICATION_FAILED notify error",
+			wantWarn:  []string{"EAP failed; AUTHENTICATION_FAILED", "eap_id=alice@interop.sluice", "cert=", "CN=" + ssIDStr + `"`, "does not name alice@interop.sluice (eap_id)"}},
+		{name: "eap-tls-remote-id-other-user", auth: "eap-tls", charonID: "alice@interop.sluice",
+			wantInLog: "received AUTHENTICATION_FAILED notify error",
+			wantWarn:  []string{"EAP failed; AUTHENTICATION_FAILED", "remote_id=alice@interop.sluice", "cert=", "CN=" + ssIDStr + `"`, "does not name alice@interop.sluice (the connection's remote id)"}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			lab.RequireCharon(t)
@@ -66,17 +92,32 @@ func TestStrongSwanEAP(t *testing.T) {
 				vars["EAPID"], vars["Password"] = "carol", c.password
 			} else {
 				vars["ClientCert"] = "charon.pem"
+				if c.charonID != "" {
+					// charon's IDi is charonID; it finds its certificate
+					// by its EAP identity.
+					vars["LocalID"], vars["EAPID"] = c.charonID, ssIDStr
+				}
 			}
-			b := newBedVars(t, ikeProps, espProps, cert, func(p *ike.Peer, _ *ike.Config) {
+			var gwLog syncBuffer
+			b := newBedVars(t, ikeProps, espProps, cert, func(p *ike.Peer, cfg *ike.Config) {
+				cfg.Log = newTextLog(&gwLog)
+				if c.charonID != "" {
+					p.RemoteID = ike.ParseIdentity(c.charonID)
+				}
 				e := &eap.Config{}
 				switch c.auth {
 				case "eap-mschapv2":
+					// A road warrior's connection: any IDi (remote id
+					// %any); EAP proves the user. A remote id would have
+					// to be the user EAP proves.
+					p.RemoteID = ike.Identity{}
 					e.Methods = []eap.Type{eap.TypeMSCHAPv2}
 					e.Password = func(id string) ([]byte, bool) { return []byte("carol's pw"), id == "carol" }
 				case "eap-tls":
 					pool := x509.NewCertPool()
 					pool.AddCert(p.RemoteCAs[0])
 					e.Methods = []eap.Type{eap.TypeTLS}
+					e.Identity = c.sluiceEAPID
 					e.TLS = &tls.Config{ClientCAs: pool, Certificates: []tls.Certificate{{
 						Certificate: [][]byte{p.Certificates[0].Raw}, PrivateKey: p.Signer, Leaf: p.Certificates[0]}}}
 				}
@@ -103,7 +144,7 @@ func TestStrongSwanEAP(t *testing.T) {
 			out, err := c2.Swanctl(ctx, "--initiate", "--child", "net", "--timeout", "20")
 			if !c.wantChild {
 				if err == nil {
-					t.Fatalf("charon's initiate succeeded with a wrong password:\n%s", out)
+					t.Fatalf("charon's initiate succeeded where sluice must refuse it:\n%s", out)
 				}
 				if err := lab.WaitFor(ctx, "charon to log "+c.wantInLog, 10*time.Second, 20*time.Millisecond, func() (bool, error) {
 					data, err := os.ReadFile(c2.Log())
@@ -122,6 +163,12 @@ func TestStrongSwanEAP(t *testing.T) {
 					t.Fatalf("wrong password: %d Child SAs, stats %+v", est, s)
 				}
 				t.Logf("refused in %v; sluice stats %+v", time.Since(start).Round(time.Millisecond), s)
+				// One WARN line says why, and who tried.
+				if warns := gwLog.lines("level=WARN"); len(warns) != 1 || len(gwLog.lines(append([]string{"level=WARN"}, c.wantWarn...)...)) != 1 {
+					t.Errorf("sluice's WARN lines %q, want one with %q", warns, c.wantWarn)
+				} else {
+					t.Logf("sluice: %s", warns[0])
+				}
 				return
 			}
 			if err != nil {
@@ -137,6 +184,11 @@ func TestStrongSwanEAP(t *testing.T) {
 			}
 			if l := b.ep.IKESAs(); len(l) != 1 || l[0].RemoteID != wantID {
 				t.Errorf("IKE SAs %+v, want one with remote identity %q", l, wantID)
+			}
+			// sluice logs the identity EAP proved.
+			if l := gwLog.lines("EAP succeeded", "remote_id="+strconv.Quote(wantID)); len(l) != 1 &&
+				len(gwLog.lines("EAP succeeded", "remote_id="+wantID)) != 1 {
+				t.Errorf("sluice's log lacks the success line with remote_id=%s:\n%s", wantID, gwLog.String())
 			}
 			data, _ := os.ReadFile(c2.Log())
 			if !strings.Contains(string(data), c.wantInLog) {
@@ -172,4 +224,42 @@ func TestStrongSwanEAP(t *testing.T) {
 			}
 		})
 	}
+}
+
+// syncBuffer collects an Endpoint's log lines.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *syncBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *syncBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// lines returns the lines holding every one of parts.
+func (l *syncBuffer) lines(parts ...string) []string {
+	var out []string
+	for _, line := range strings.Split(l.String(), "\n") {
+		all := line != ""
+		for _, p := range parts {
+			all = all && strings.Contains(line, p)
+		}
+		if all {
+			out = append(out, line)
+		}
+	}
+	return out
+}
+
+// newTextLog logs at INFO and above into w.
+func newTextLog(w io.Writer) *slog.Logger {
+	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: slog.LevelInfo}))
 }

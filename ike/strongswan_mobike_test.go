@@ -3,10 +3,13 @@ package ike_test
 import (
 	"context"
 	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -15,6 +18,7 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/ike"
+	"github.com/sluicegw/sluice/ike/eap"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
@@ -35,7 +39,36 @@ type mobikeMove struct {
 // (charon, on kernel-libipsec, rekeys the Child SA after each move: it
 // cannot update an installed SA's addresses).
 func TestStrongSwanMOBIKE(t *testing.T) {
-	b := newMobikeBed(t, false)
+	mobikeMoves(t, newMobikeBed(t, false), 1)
+}
+
+// TestStrongSwanMOBIKEEAP: TestStrongSwanMOBIKE's road warrior
+// authenticating with EAP (EAP-MSCHAPv2, EAP-TLS), sluice with its
+// certificate, moving four times: the IKE SA moves each time, as with a
+// PSK; charon does not reauthenticate (it would if sluice's last
+// IKE_AUTH response, the one with AUTH, SA and TS, lacked
+// N(MOBIKE_SUPPORTED): issue 28 defect 9).
+func TestStrongSwanMOBIKEEAP(t *testing.T) {
+	for _, auth := range []string{"eap-mschapv2", "eap-tls"} {
+		t.Run(auth, func(t *testing.T) {
+			b := newMobikeBedAuth(t, false, auth)
+			mobikeMoves(t, b, 2)
+			data, err := os.ReadFile(b.c.Log())
+			if err != nil {
+				t.Fatal(err)
+			}
+			if n := strings.Count(string(data), "reauthenticating IKE_SA"); n != 0 {
+				t.Errorf("charon reauthenticated %d times", n)
+			}
+		})
+	}
+}
+
+// mobikeMoves establishes charon's IKE SA over b's path 0 and takes the
+// paths away in turn, cycles times: path 0 down (charon moves to path
+// 1), path 0 up, path 1 down (it moves back), path 1 up; each move
+// keeps the IKE SA.
+func mobikeMoves(t *testing.T, b *mobikeBed, cycles int) {
 	ctx, tp, c, ep, gw, mu := b.ctx, b.tp, b.c, b.ep, b.tp.GatewayAddr(), &b.mu
 
 	// 1. Established over path 0.
@@ -64,15 +97,21 @@ func TestStrongSwanMOBIKE(t *testing.T) {
 	// and path 1 goes away: charon moves back to path 0. A move is
 	// followed by charon's rekey of the Child SA: kernel-libipsec cannot
 	// change an installed SA's addresses, so charon makes new ones.
-	for _, step := range []struct {
+	type step struct {
 		what string
 		do   func() error
 		path int // -1: no move expected
-	}{
-		{"path 0 down", func() error { return tp.Down(0) }, 1},
-		{"path 0 up", func() error { return tp.Up(0) }, -1},
-		{"path 1 down", func() error { return tp.Down(1) }, 0},
-	} {
+	}
+	var steps []step
+	for i := range cycles {
+		if i > 0 {
+			steps = append(steps, step{"path 1 up", func() error { return tp.Up(1) }, -1})
+		}
+		steps = append(steps, step{"path 0 down", func() error { return tp.Down(0) }, 1},
+			step{"path 0 up", func() error { return tp.Up(0) }, -1},
+			step{"path 1 down", func() error { return tp.Down(1) }, 0})
+	}
+	for _, step := range steps {
 		before := oneSA(t, ep).Children
 		checked := ep.Stats().RoutabilityChecked
 		mu.Lock()
@@ -137,7 +176,7 @@ func TestStrongSwanMOBIKE(t *testing.T) {
 	}
 	s := ep.Stats()
 	t.Logf("sluice stats: %+v", s)
-	if s.MOBIKEUpdates != 2 || s.RoutabilityChecked != 2 || s.RoutabilityFailed+s.MOBIKERefused != 0 ||
+	if moves := uint64(2 * cycles); s.MOBIKEUpdates != moves || s.RoutabilityChecked != moves || s.RoutabilityFailed+s.MOBIKERefused != 0 ||
 		s.IKESAEstablished != 1 || s.Deleted != 0 {
 		t.Errorf("stats: %d updates, %d checks passed, %d failed, %d refused, %d IKE SAs, %d deleted",
 			s.MOBIKEUpdates, s.RoutabilityChecked, s.RoutabilityFailed, s.MOBIKERefused, s.IKESAEstablished, s.Deleted)
@@ -163,6 +202,15 @@ type mobikeBed struct {
 // ports 500 and 4500, its Peer's Remote the gateway) and charon
 // answering on the gateway.
 func newMobikeBed(t *testing.T, sluiceMoves bool) *mobikeBed {
+	t.Helper()
+	return newMobikeBedAuth(t, sluiceMoves, "psk")
+}
+
+// newMobikeBedAuth is newMobikeBed with charon authenticating with auth:
+// "psk", or "eap-mschapv2" (user carol) or "eap-tls" (its certificate
+// from a test CA) to sluice's EAP server, sluice signing with its
+// certificate from that CA.
+func newMobikeBedAuth(t *testing.T, sluiceMoves bool, auth string) *mobikeBed {
 	t.Helper()
 	lab.RequireCharon(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -193,13 +241,28 @@ func newMobikeBed(t *testing.T, sluiceMoves bool) *mobikeBed {
 	pskHex := hex.EncodeToString(psk)
 	c := l.NewCharon(ssNS, dir)
 	lab.LogOnFailure(t, "charon log", c.Log(), 200)
-	render(t, "testdata/strongswan/strongswan.conf.tmpl", c.Conf(), map[string]string{"Vici": c.Vici(), "Log": c.Log()})
+	confTmpl := "testdata/strongswan/strongswan.conf.tmpl"
+	if auth != "psk" {
+		confTmpl = "testdata/strongswan/strongswan-eap.conf.tmpl"
+	}
+	render(t, confTmpl, c.Conf(), map[string]string{"Vici": c.Vici(), "Log": c.Log()})
 	const ikeProps, espProps = "aes256gcm16-prfsha384-ecp384", "aes128gcm16"
 	swconf := filepath.Join(dir, "swanctl.conf")
-	render(t, "testdata/strongswan/swanctl-mobike.conf.tmpl", swconf, map[string]string{
+	vars := map[string]string{
 		"Remote": remote, "LocalID": ssIDStr, "RemoteID": slIDStr,
 		"LocalTS": ssSite.String(), "RemoteTS": slSite.String(), "IKE": ikeProps, "ESP": espProps, "PSK": pskHex,
-	})
+	}
+	var creds *testCreds
+	if auth != "psk" {
+		creds = newTestCreds(t, c, &certAuth{sluiceKey: "p256", charonKey: "p256"})
+		vars["EAPAuth"], vars["CA"] = auth, creds.caFile
+		if auth == "eap-mschapv2" {
+			vars["EAPID"], vars["Password"] = "carol", "carol's pw"
+		} else {
+			vars["ClientCert"] = creds.charonCert
+		}
+	}
+	render(t, "testdata/strongswan/swanctl-mobike.conf.tmpl", swconf, vars)
 	startCharon(t, ctx, c, swconf)
 
 	var conns []*net.UDPConn
@@ -229,6 +292,26 @@ func newMobikeBed(t *testing.T, sluiceMoves bool) *mobikeBed {
 		PSK: []byte(pskHex), IKE: ikeP, ESP: espP, LocalTS: []netip.Prefix{slSite}, RemoteTS: []netip.Prefix{ssSite}}
 	if sluiceMoves {
 		peer.Remote = gw
+	}
+	if creds != nil {
+		peer.PSK = nil
+		peer.Signer, peer.Certificates = creds.signer, []*x509.Certificate{creds.sluiceCert}
+		e := &eap.Config{}
+		switch auth {
+		case "eap-mschapv2":
+			peer.RemoteID = ike.Identity{} // any IDi: EAP proves the user
+			e.Methods = []eap.Type{eap.TypeMSCHAPv2}
+			e.Password = func(id string) ([]byte, bool) { return []byte("carol's pw"), id == "carol" }
+		case "eap-tls":
+			pool := x509.NewCertPool()
+			pool.AddCert(creds.ca)
+			e.Methods = []eap.Type{eap.TypeTLS}
+			e.TLS = &tls.Config{ClientCAs: pool, Certificates: []tls.Certificate{{
+				Certificate: [][]byte{creds.sluiceCert.Raw}, PrivateKey: creds.signer, Leaf: creds.sluiceCert}}}
+		default:
+			t.Fatalf("auth %q", auth)
+		}
+		peer.EAP = e
 	}
 	b := &mobikeBed{ctx: ctx, tp: tp, c: c}
 	b.ep, err = ike.NewEndpoint(ike.Config{Peers: []*ike.Peer{peer}, RetransmitTimeout: 500 * time.Millisecond, RetransmitTries: 4,

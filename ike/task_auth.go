@@ -17,6 +17,7 @@ import (
 	"crypto/subtle"
 	"errors"
 	"fmt"
+	"log/slog"
 )
 
 func init() { registerTask(IKE_AUTH, orderAuth, newAuthTask) }
@@ -191,7 +192,7 @@ func (t *authTask) processResponse(x *exchange) taskStatus {
 			if err != nil {
 				e.stats.AuthFailed++
 				sa.deleteBestEffortLocked()
-				return x.fail(0, fmt.Errorf("ike: the responder's AUTH: %w", err))
+				return x.fail(0, fmt.Errorf("ike: the responder's AUTH (as %v): %w", Identity{idr.IDType, idr.Data}, err))
 			}
 			if x.setup.eap && msk == nil {
 				t.respVerified = true
@@ -214,7 +215,9 @@ func (t *authTask) processRequest(x *exchange) taskStatus {
 	if t.idi == nil {
 		idi, ok := find[*ID](inner, isInitiatorID)
 		if !ok {
-			return t.refuse(x, errors.New("ike: IKE_AUTH request lacks IDi"))
+			err := errors.New("ike: IKE_AUTH request lacks IDi")
+			e.authRefused(slog.LevelWarn, "ike: IKE_AUTH refused; AUTHENTICATION_FAILED", "remote", x.remote, "err", err)
+			return t.refuse(x, err)
 		}
 		idr, hasIDr := find[*ID](inner, isResponderID)
 		peer := t.choosePeer(x, idi, idr, hasIDr, auth, hasAuth)
@@ -223,8 +226,10 @@ func (t *authTask) processRequest(x *exchange) taskStatus {
 			if hasAuth {
 				method = authName(auth.Method)
 			}
-			e.cfg.Log.Warn("ike: no connection for the initiator's identity; AUTHENTICATION_FAILED", "remote_id", Identity{idi.IDType, idi.Data}, "remote", x.remote, "auth", method)
-			return t.refuse(x, errors.New("ike: no connection for the initiator's identity"))
+			err := errors.New("ike: no connection for the initiator's identity")
+			e.authRefused(slog.LevelWarn, "ike: no connection for the initiator's identity; AUTHENTICATION_FAILED", "remote_id", Identity{idi.IDType, idi.Data},
+				"remote", x.remote, "auth", method, "err", err)
+			return t.refuse(x, err)
 		}
 		t.idi = idi
 		t.ourID = &ID{Responder: true, IDType: peer.LocalID.Type, Data: peer.LocalID.Data}
@@ -244,7 +249,8 @@ func (t *authTask) processRequest(x *exchange) taskStatus {
 			ourAuth, err := makeAuth(prf, hashes, peer, nil, authOctets(prf, initResp, ni, pr, ourID, extra), true)
 			return func() taskStatus {
 				if err != nil {
-					e.cfg.Log.Error("ike: cannot make our AUTH", "peer", peer.Name, "remote", x.remote, "err", err)
+					e.authRefused(slog.LevelError, "ike: cannot make our AUTH; AUTHENTICATION_FAILED", "peer", peer.Name, "remote", x.remote,
+						"remote_id", Identity{t.idi.IDType, t.idi.Data}, "err", err)
 					return t.refuse(x, err)
 				}
 				t.ourAuth = ourAuth
@@ -253,7 +259,10 @@ func (t *authTask) processRequest(x *exchange) taskStatus {
 		})
 	}
 	if x.setup.eap && x.setup.msk == nil {
-		return t.refuse(x, errors.New("ike: AUTH before EAP completed"))
+		err := errors.New("ike: AUTH before EAP completed")
+		e.authRefused(slog.LevelWarn, "ike: IKE_AUTH refused; AUTHENTICATION_FAILED", "peer", peer.Name, "remote", x.remote,
+			"remote_id", Identity{t.idi.IDType, t.idi.Data}, "err", err)
+		return t.refuse(x, err)
 	}
 	prf, hashes, initReq, initResp, ni, nr, extra, msk := sa.prf, sa.hashes, sa.initReq, sa.initResp, sa.ni, sa.nr, x.setup.authOctets, x.setup.msk
 	pi, pr := bytes.Clone(sa.keys.Pi), bytes.Clone(sa.keys.Pr)
@@ -268,10 +277,12 @@ func (t *authTask) processRequest(x *exchange) taskStatus {
 		return func() taskStatus {
 			switch {
 			case verr != nil:
-				e.cfg.Log.Warn("ike: initiator's AUTH does not verify; AUTHENTICATION_FAILED", "peer", peer.Name, "remote_id", Identity{idi.IDType, idi.Data}, "remote", x.remote, "auth", authName(auth.Method), "err", verr)
+				e.authRefused(slog.LevelWarn, "ike: initiator's AUTH does not verify; AUTHENTICATION_FAILED", "peer", peer.Name,
+					"remote_id", Identity{idi.IDType, idi.Data}, "remote", x.remote, "auth", authName(auth.Method), "err", verr)
 				return t.refuse(x, verr)
 			case serr != nil:
-				e.cfg.Log.Error("ike: cannot make our AUTH", "peer", peer.Name, "remote", x.remote, "err", serr)
+				e.authRefused(slog.LevelError, "ike: cannot make our AUTH; AUTHENTICATION_FAILED", "peer", peer.Name, "remote", x.remote,
+					"remote_id", Identity{idi.IDType, idi.Data}, "err", serr)
 				return t.refuse(x, serr)
 			}
 			e.cfg.Log.Debug("ike: peer authenticated", "peer", peer.Name, "remote", x.remote, "remote_id", Identity{idi.IDType, idi.Data},

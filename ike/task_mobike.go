@@ -4,7 +4,8 @@ package ike
 //
 //   - mobikeAuthTask, in IKE_AUTH: both sides announce
 //     N(MOBIKE_SUPPORTED) (section 4.2.1; the responder only in answer to
-//     the initiator's); ikeSA.mobike when both did.
+//     the initiator's, in its response with AUTH and the Child SA: the
+//     last round with EAP); ikeSA.mobike when both did.
 //   - mobikeUpdateTask, answering an INFORMATIONAL: UPDATE_SA_ADDRESSES
 //     moves the IKE SA to the addresses the request came from and to, the
 //     answer carries NAT detection for them and echoes COOKIE2; once the
@@ -47,7 +48,14 @@ func (t *mobikeAuthTask) build(x *exchange) taskStatus {
 		return taskMore
 	}
 	// The responder's peer is the one chosen by identity (the auth
-	// task's process, this round).
+	// task's process). The notify goes in the response that
+	// authenticates the initiator and carries the Child SA (AUTH, SA,
+	// TS): with EAP that is the last of several rounds, and it is where
+	// strongSwan looks for it (a charon that misses it reauthenticates
+	// on every address change instead of moving).
+	if !x.setup.peerAuthed {
+		return taskMore // EAP's rounds
+	}
 	if t.peer && mobikeEnabled(x.setup.peer) {
 		sa.mobike = true
 		x.add(&Notify{NType: MOBIKESupported})

@@ -330,20 +330,31 @@ func (s *Server) Method() Type {
 	return s.tried[len(s.tried)-1]
 }
 
-// Identity is the peer's identity: the one a method authenticated (the
-// EAP-MSCHAPv2 user name) when it did, else the EAP-Identity answer or the
-// configured one.
+// Identity is the identity the method authenticates: the EAP-MSCHAPv2
+// user name (the one tried while the session runs or after Failure,
+// proven once it Succeeded). It is "" for EAP-TLS, whose proof is the
+// certificate (PeerCertificates): the owner matches it against the
+// identity it requires, as nothing in the method binds the two. It is
+// never the configured identity or the EAP-Identity answer (Claimed),
+// which nothing proves.
 func (s *Server) Identity() string {
 	if s.m != nil {
-		if id := s.m.identity(); id != "" {
-			return id
-		}
+		return s.m.identity()
 	}
-	return s.identity
+	return ""
 }
 
-// PeerCertificates is the peer's certificate chain after EAP-TLS, leaf
-// first, or nil.
+// Claimed is the identity the peer is to authenticate as: the configured
+// one (Config.Identity), else its answer to EAP-Identity, or "" before
+// it answered. Nothing proves it: EAP-MSCHAPv2 binds its user to a
+// configured identity, and for EAP-TLS the owner must match the
+// certificate.
+func (s *Server) Claimed() string { return s.identity }
+
+// PeerCertificates is the certificate chain the peer presented in
+// EAP-TLS, leaf first, or nil: after a refusal too (the certificate
+// that was tried), so VerifiedChains, not this, says whether it
+// verified.
 func (s *Server) PeerCertificates() []*x509.Certificate {
 	if t, ok := s.m.(*tlsServer); ok {
 		return t.peerCertificates()
@@ -351,9 +362,9 @@ func (s *Server) PeerCertificates() []*x509.Certificate {
 	return nil
 }
 
-// VerifiedChains is the peer's certificate chains after EAP-TLS as
-// crypto/tls verified them against the configured CAs, each ending in a
-// CA, or nil (for revocation checks by the caller).
+// VerifiedChains is the peer's certificate chains after a completed
+// EAP-TLS handshake, as verified against the configured CAs, each
+// ending in a CA, or nil (for revocation checks by the caller).
 func (s *Server) VerifiedChains() [][]*x509.Certificate {
 	if t, ok := s.m.(*tlsServer); ok {
 		return t.verifiedChains()

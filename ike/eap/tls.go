@@ -76,7 +76,12 @@ func newTLSServer(cfg *Config) (*tlsServer, error) {
 	}
 	t := &tlsServer{cfg: cfg, frag: cfg.fragmentSize(), inTotal: -1}
 	c := cfg.TLS.Clone()
-	c.ClientAuth = tls.RequireAndVerifyClientCert
+	// The chain is verified here rather than by crypto/tls
+	// (RequireAndVerifyClientCert does the same checks) so that the
+	// certificate a refused peer presented is known: its owner logs
+	// the identity that was tried.
+	c.ClientAuth = tls.RequireAnyClientCert
+	c.VerifyPeerCertificate = t.verifyPeer
 	if c.MinVersion < tls.VersionTLS12 {
 		c.MinVersion = tls.VersionTLS12
 	}
@@ -197,10 +202,46 @@ func (t *tlsServer) nextFragment() []byte {
 	return append(b, rest[:n]...)
 }
 
+// verifyPeer verifies the peer's certificate chain to Config.TLS's
+// ClientCAs for client authentication, as crypto/tls's
+// RequireAndVerifyClientCert does, and keeps the certificates whether
+// or not they verify. It runs on the handshake's goroutine, which feed
+// waits for.
+func (t *tlsServer) verifyPeer(raw [][]byte, _ [][]*x509.Certificate) error {
+	certs := make([]*x509.Certificate, 0, len(raw))
+	for _, der := range raw {
+		c, err := x509.ParseCertificate(der)
+		if err != nil {
+			return fmt.Errorf("eap: EAP-TLS peer certificate: %w", err)
+		}
+		certs = append(certs, c)
+	}
+	if len(certs) == 0 {
+		return errors.New("eap: EAP-TLS peer sent no certificate")
+	}
+	t.certs = certs
+	inter := x509.NewCertPool()
+	for _, c := range certs[1:] {
+		inter.AddCert(c)
+	}
+	opts := x509.VerifyOptions{Roots: t.cfg.TLS.ClientCAs, Intermediates: inter, KeyUsages: []x509.ExtKeyUsage{x509.ExtKeyUsageClientAuth}}
+	if t.cfg.TLS.Time != nil {
+		opts.CurrentTime = t.cfg.TLS.Time()
+	}
+	chains, err := certs[0].Verify(opts)
+	if err != nil {
+		return fmt.Errorf("eap: EAP-TLS peer certificate: %w", err)
+	}
+	t.chains = chains
+	if f := t.cfg.TLS.VerifyPeerCertificate; f != nil {
+		return f(raw, chains)
+	}
+	return nil
+}
+
 // finish derives the MSK once the handshake is done.
 func (t *tlsServer) finish() error {
 	st := t.eng.conn.ConnectionState()
-	t.certs, t.chains = st.PeerCertificates, st.VerifiedChains
 	t.finished = true
 	if st.Version == tls.VersionTLS13 {
 		km, err := st.ExportKeyingMaterial("EXPORTER_EAP_TLS_Key_Material", []byte{0x0d}, 128)
@@ -278,11 +319,18 @@ func prf12(h func() hash.Hash, secret []byte, label string, seed []byte, n int) 
 
 func (t *tlsServer) key() []byte { return t.msk }
 
+// identity is empty: what EAP-TLS proves is the certificate, which the
+// owner matches against the identities it requires.
 func (t *tlsServer) identity() string { return "" }
 
 func (t *tlsServer) peerCertificates() []*x509.Certificate { return t.certs }
 
-func (t *tlsServer) verifiedChains() [][]*x509.Certificate { return t.chains }
+func (t *tlsServer) verifiedChains() [][]*x509.Certificate {
+	if !t.finished {
+		return nil
+	}
+	return t.chains
+}
 
 func (t *tlsServer) close() { t.eng.close() }
 

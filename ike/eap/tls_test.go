@@ -238,8 +238,12 @@ func TestTLSSession(t *testing.T) {
 			if certs := s.PeerCertificates(); len(certs) != 1 || certs[0].Subject.CommonName != "carol@strongswan.org" {
 				t.Fatalf("peer certificates %v", certs)
 			}
-			if s.Identity() != "carol@strongswan.org" {
-				t.Fatalf("identity %q", s.Identity())
+			// EAP-TLS proves a certificate, not the EAP-Identity answer.
+			if s.Identity() != "" || s.Claimed() != "carol@strongswan.org" {
+				t.Fatalf("identity %q, claimed %q; want none proven and the EAP-Identity answer claimed", s.Identity(), s.Claimed())
+			}
+			if len(s.VerifiedChains()) == 0 {
+				t.Fatal("no verified chain after Success")
 			}
 			if c.serverFrag > 0 && maxLen > c.serverFrag+10 {
 				t.Fatalf("a packet of %d octets, fragments of %d asked", maxLen, c.serverFrag)
@@ -280,13 +284,53 @@ func TestTLSRefusesClient(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer s.Close()
-			p := newTLSPeer(t, &tls.Config{Certificates: c.certs, RootCAs: ca.pool(), ServerName: "moon.strongswan.org"}, 1024)
+			ccfg := &tls.Config{RootCAs: ca.pool(), ServerName: "moon.strongswan.org"}
+			if len(c.certs) > 0 {
+				// Sent though the server asks for another CA's.
+				ccfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return &c.certs[0], nil }
+			}
+			p := newTLSPeer(t, ccfg, 1024)
 			last, err := run(t, s, p.respond)
 			if err == nil || s.State() != Failed || Code(last[0]) != CodeFailure || s.MSK() != nil {
 				t.Fatalf("state %s err %v", s.State(), err)
 			}
+			// The certificate tried is known (its owner logs who tried),
+			// and nothing says it verified.
+			if s.VerifiedChains() != nil {
+				t.Fatalf("verified chains %v after a refusal", s.VerifiedChains())
+			}
+			if certs := s.PeerCertificates(); len(c.certs) > 0 && (len(certs) != 1 || certs[0].Subject.CommonName != "mallory") {
+				t.Fatalf("peer certificates %v, want mallory's", certs)
+			}
 			t.Log(err)
 		})
+	}
+}
+
+// TestTLSIdentityUnproven: with an identity configured (eap_id = "alice")
+// a certificate from the trusted CA for another user completes the TLS
+// handshake, but the session does not report the configured identity as
+// proven: Identity is empty, the configured one is only Claimed, and the
+// certificate is carol's, for the owner (package ike) to match against
+// the identity and refuse.
+func TestTLSIdentityUnproven(t *testing.T) {
+	checkNoLeak(t)
+	ca := newTestCA(t, "strongSwan CA")
+	s, err := NewServer(&Config{Methods: []Type{TypeTLS}, TLS: testTLSConfig(t, ca), Identity: "alice"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	p := newTLSPeer(t, &tls.Config{Certificates: []tls.Certificate{ca.issue(t, "carol", 0)}, RootCAs: ca.pool(),
+		ServerName: "moon.strongswan.org"}, 1024)
+	if _, err := run(t, s, p.respond); err != nil || s.State() != Succeeded {
+		t.Fatalf("state %s err %v", s.State(), err)
+	}
+	if s.Identity() != "" || s.Claimed() != "alice" {
+		t.Fatalf("identity %q claimed %q; want \"\" and alice", s.Identity(), s.Claimed())
+	}
+	if certs := s.PeerCertificates(); len(certs) != 1 || certs[0].Subject.CommonName != "carol" {
+		t.Fatalf("peer certificates %v, want carol's", certs)
 	}
 }
 

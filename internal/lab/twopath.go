@@ -81,8 +81,9 @@ func (tp *TwoPath) HostAddr(i int) netip.Addr { return twoPathHost[i].Addr() }
 
 // Up brings path i of the host back after a Down: its link, its address
 // and its route to the gateway, behind the routes of the paths that are
-// up (metric 300).
-func (tp *TwoPath) Up(i int) error { return tp.up(i, 300) }
+// up (metric 300 + i: two paths brought back in turn have routes of
+// different metrics, which the kernel needs for one destination).
+func (tp *TwoPath) Up(i int) error { return tp.up(i, 300+i) }
 
 // up brings path i up with a route of metric prio.
 func (tp *TwoPath) up(i, prio int) error {
