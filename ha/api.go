@@ -16,7 +16,7 @@ type Config struct {
 	Name     string         // this member
 	PeerName string         // the other member; its certificate must carry it
 	Listen   netip.AddrPort // the sync channel: this member listens here
-	Peer     netip.AddrPort // the other member's sync address
+	Peer     netip.AddrPort // the other member's sync address; the listener accepts connections from its address alone
 	TLS      *tls.Config    // from TLSConfig: both ends of the channel
 
 	Interval time.Duration // heartbeat interval
@@ -163,6 +163,7 @@ type Counters struct {
 	Resyncs           uint64 `json:"resyncs"`         // snapshots sent
 	BadFrames         uint64 `json:"bad_frames"`      // undecodable: connection dropped
 	HandshakeFailures uint64 `json:"handshake_failures"`
+	RefusedSources    uint64 `json:"refused_sources"` // connections from another address than the peer's, closed before TLS
 	Connections       uint64 `json:"connections"`
 	Takeovers         uint64 `json:"takeovers"`
 	TakeoversBlocked  uint64 `json:"takeovers_blocked"` // peer dead but the witness unreachable

@@ -21,9 +21,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxHandshakes bounds the TLS handshakes in progress on the listener; a
-// connection beyond it is closed at once (and counted as a failed
-// handshake). Only the peer should connect, so a few suffice.
+// maxHandshakes bounds the TLS handshakes in progress on the listener,
+// all from the peer's address (admit.go); a connection beyond it is
+// closed at once (and counted as a failed handshake). The peer dials one
+// at a time, so a few suffice.
 const maxHandshakes = 4
 
 // queueLen is how many frames wait for the writer before the queue
@@ -187,7 +188,7 @@ func (m *Member) handshake(raw net.Conn, client bool) *conn {
 		raw.Close()
 		if m.ctx.Err() == nil {
 			m.ctr.handshakeFailures.Add(1)
-			m.log.Warn("ha: sync handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+			m.failLog.warn(m.log, "ha: sync handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
 		}
 		return nil
 	}
@@ -224,12 +225,19 @@ func (m *Member) acceptLoop() {
 			}
 			continue
 		}
+		if !m.fromPeer(raw) {
+			raw.Close()
+			m.ctr.refusedSources.Add(1)
+			m.refuseLog.warn(m.log, "ha: sync connection refused before TLS: not from the peer's address",
+				"remote", raw.RemoteAddr().String(), "peer", m.cfg.PeerName, "peer_address", m.cfg.Peer.Addr().String())
+			continue
+		}
 		select {
 		case m.handshakeSlots <- struct{}{}:
 		default:
 			raw.Close()
 			m.ctr.handshakeFailures.Add(1)
-			m.log.Warn("ha: too many sync handshakes at once: connection closed", "remote", raw.RemoteAddr().String())
+			m.failLog.warn(m.log, "ha: too many sync handshakes at once from the peer's address: connection closed", "remote", raw.RemoteAddr().String())
 			continue
 		}
 		m.wg.Add(1)
@@ -249,6 +257,9 @@ func (m *Member) acceptLoop() {
 func (m *Member) dialLoop() {
 	defer m.wg.Done()
 	d := net.Dialer{Timeout: m.handshakeTimeout()}
+	if src := m.dialSource(); src != nil {
+		d.LocalAddr = src
+	}
 	addr := m.cfg.Peer.String()
 	for {
 		if raw, err := d.DialContext(m.ctx, "tcp", addr); err == nil {

@@ -33,6 +33,8 @@ type Member struct {
 	closing   <-chan struct{}
 
 	handshakeSlots chan struct{} // acceptLoop: one token per handshake in progress
+	refuseLog      rateLog       // connections from other addresses
+	failLog        rateLog       // failed handshakes, slots full
 
 	witnessOK atomic.Int64 // unix nanoseconds of the last reachable probe
 	mute      atomic.Bool  // tests: drop every frame in and out (a partition)
@@ -48,7 +50,7 @@ type Member struct {
 
 type counters struct {
 	framesIn, framesOut, stale, overflows, resyncs, badFrames, handshakeFailures,
-	connections, takeovers, takeoversBlocked, handovers, fences atomic.Uint64
+	connections, takeovers, takeoversBlocked, handovers, fences, refusedSources atomic.Uint64
 }
 
 // syncState is how far an owner's standby has come.
@@ -283,7 +285,7 @@ func (m *Member) Status() Status {
 		QueueOverflows: c.overflows.Load(), Resyncs: c.resyncs.Load(), BadFrames: c.badFrames.Load(),
 		HandshakeFailures: c.handshakeFailures.Load(), Connections: c.connections.Load(),
 		Takeovers: c.takeovers.Load(), TakeoversBlocked: c.takeoversBlocked.Load(),
-		Handovers: c.handovers.Load(), Fences: c.fences.Load(),
+		Handovers: c.handovers.Load(), Fences: c.fences.Load(), RefusedSources: c.refusedSources.Load(),
 	}
 	return st
 }

@@ -1,0 +1,76 @@
+package ha
+
+import (
+	"log/slog"
+	"net"
+	"net/netip"
+	"sync"
+	"time"
+)
+
+// Admission to the sync listener. Only the configured peer may connect
+// (as keepalived takes VRRP only from its unicast_peer addresses): a
+// connection from any other address is closed before anything is read
+// from it, TLS included, and counted; so a stranger, from one address or
+// many, holds nothing the peer needs. The peer's own address gets a pool
+// of maxHandshakes handshakes in progress, which bounds what a flood from
+// that address (the peer's host, or someone who can forge its TCP
+// handshakes) can hold; such a flood can delay the peer, nothing else
+// can. Refusals are logged at most once per logEvery, with the count held
+// back since the last line.
+
+// logEvery is the least time between two log lines about refused
+// connections of one kind.
+const logEvery = 10 * time.Second
+
+// fromPeer reports whether raw comes from the peer's configured address
+// (its port is the peer's choice; IPv4-mapped IPv6 compares as IPv4).
+func (m *Member) fromPeer(raw net.Conn) bool {
+	ta, ok := raw.RemoteAddr().(*net.TCPAddr)
+	if !ok {
+		return false
+	}
+	return sameHost(ta.AddrPort().Addr(), m.cfg.Peer.Addr())
+}
+
+func sameHost(a, b netip.Addr) bool {
+	return a.Unmap().WithZone("") == b.Unmap().WithZone("")
+}
+
+// dialSource is the address the dialing member connects from: its listen
+// address, so that the peer's check of the source passes whatever the
+// routing table would choose; nil (the kernel's choice) when it listens
+// on every address or on another family than the peer's.
+func (m *Member) dialSource() *net.TCPAddr {
+	a := m.cfg.Listen.Addr().Unmap()
+	if a.IsUnspecified() || a.Is4() != m.cfg.Peer.Addr().Unmap().Is4() {
+		return nil
+	}
+	return &net.TCPAddr{IP: a.AsSlice(), Zone: a.Zone()}
+}
+
+// rateLog writes a warning at most once per logEvery, adding how many it
+// held back since the last one. Its methods are safe for concurrent use.
+type rateLog struct {
+	mu   sync.Mutex
+	last time.Time
+	held uint64
+}
+
+// warn logs msg with args, unless a line went out less than logEvery ago.
+func (r *rateLog) warn(log *slog.Logger, msg string, args ...any) {
+	now := time.Now()
+	r.mu.Lock()
+	if !r.last.IsZero() && now.Sub(r.last) < logEvery {
+		r.held++
+		r.mu.Unlock()
+		return
+	}
+	held := r.held
+	r.last, r.held = now, 0
+	r.mu.Unlock()
+	if held > 0 {
+		args = append(args, "held_back", held)
+	}
+	log.Warn(msg, args...)
+}
