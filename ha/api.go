@@ -23,10 +23,12 @@ type Config struct {
 	Misses   int           // heartbeats missed before the peer is dead
 
 	// Witness is an optional TCP host:port, reachable when a connect
-	// succeeds or is refused within Interval. With one, a member takes
-	// a group over (or acquires it alone at start) only when the
-	// witness is reachable, and an owner that reaches neither its peer
-	// nor the witness for twice the detection time is fenced.
+	// to it completes within Interval (a refused one is not reachable:
+	// see the package documentation for what makes a good witness).
+	// With one, a member takes a group over (or acquires it alone at
+	// start) only when the witness is reachable, and an owner that
+	// reaches neither its peer nor the witness for twice the detection
+	// time is fenced.
 	Witness string
 
 	Groups []Group

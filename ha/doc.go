@@ -41,8 +41,7 @@
 //   - A standby whose owner dies takes over (Handler.Acquire with the
 //     replicated state, planned false) at epoch+1, logging the gap since
 //     the owner's last frame; with a witness configured, only if the
-//     witness answers (a connect that succeeds or is refused) within
-//     Interval.
+//     witness answers (a TCP connect to it completes) within Interval.
 //   - When the link returns and both own a group, the higher epoch wins
 //     (then preference, then name); the other releases it and becomes the
 //     winner's standby.
@@ -65,6 +64,30 @@
 // for twice the detection time is fenced (Handler.Fence) while the
 // standby, which reached the witness, takes over. Epochs order the claims,
 // so that when the link returns the stale owner yields.
+//
+// # The witness
+//
+// The witness breaks the tie of a pair that lost its sync channel: the
+// member that reaches it may take over or keep sealing, the one that does
+// not stands back. It is reachable only when a TCP connect to it
+// completes: the witness's own SYN-ACK answered. A refused connect (a
+// reset, an ICMP unreachable) is not counted, since anything on the path
+// can send one, and an isolated owner that took its router's "no route"
+// for the witness would never fence. Nothing is asked of the witness
+// beyond the connect, because its port may be any service. A good
+// witness therefore:
+//
+//   - listens on the TCP port configured (a DNS server's 53, an SSH or
+//     HTTPS port of a router): a closed port is unreachable;
+//   - sits where the traffic goes, beyond what the members share (the
+//     upstream router, not the switch between them), so that reaching it
+//     means the member can still carry traffic;
+//   - runs on neither member nor on the sync channel's path alone, and is
+//     reached from both members by the same kind of route;
+//   - answers its own SYNs: not behind a SYN proxy or a transparent proxy
+//     that completes connects for hosts that are down;
+//   - stays up: an unreachable witness blocks every takeover (counted as
+//     TakeoversBlocked) and fences a lone owner.
 //
 // Keys never leave memory: the channel is the only copy.
 package ha

@@ -247,8 +247,9 @@ func TestTakeover(t *testing.T) {
 	}
 }
 
-// TestWitness: a standby takes over when the witness answers, a connect
-// refused included; not when it is silent. An owner that hears neither its
+// TestWitness: a standby takes over when the witness answers (a connect
+// completes); not when it is silent, nor when connects to it are refused
+// (a reset may come from anything on the path). An owner that hears neither its
 // peer nor the witness is fenced, and unfenced when it hears one again,
 // or released when the peer took over meanwhile.
 func TestWitness(t *testing.T) {
@@ -268,11 +269,37 @@ func TestWitness(t *testing.T) {
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
-		w := freePort(t).String()
+		// A listener while the pair forms (a acquires alone only
+		// with a reachable witness), then a closed port: every
+		// connect is answered by a reset.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		w := ln.Addr().String()
 		a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, witnessA: w, witnessB: w})
 		waitSynced(t, a, b)
+		ln.Close()
+		if c, err := net.Dial("tcp", w); err == nil {
+			c.Close()
+			t.Fatal("the witness's port still accepts")
+		}
 		a.mute.Store(true)
-		waitFor(t, "b to take over", func() bool { return b.Owner("g") })
+		waitFor(t, "a to be fenced", func() bool { return a.h.isFenced("g") })
+		waitFor(t, "b to decline a takeover", func() bool { return b.Status().Counters.TakeoversBlocked > 0 })
+		if b.Owner("g") {
+			t.Error("b took over on a refused connect to the witness")
+		}
 	})
 	t.Run("silent", func(t *testing.T) {
 		w := blackhole(t)
