@@ -104,8 +104,14 @@ type Handler interface {
 	// the Handler may keep it): on a takeover (planned false) Bounds are
 	// reserved bounds and everything up to them may have been used; on
 	// a handover (planned true) they are exact. It returns once traffic
-	// is carried here.
-	Acquire(group string, st *State, planned bool) error
+	// is carried here. ivEpoch is the first AEAD IV epoch of a block of
+	// IVBlockEpochs that no instance of the group's SAs on either member
+	// has used (the package documentation says how far that holds): the
+	// group's outbound AEAD SAs seal under it from now on (esp.SA.Resume),
+	// and so do those installed while this member owns the group, but for
+	// an SA whose key an earlier instance here may have used in this
+	// block, which takes a fresh one (Member.NewIVEpoch).
+	Acquire(group string, st *State, planned bool, ivEpoch uint32) error
 	// Release stops carrying the group and returns its exact final
 	// state (sequence numbers, IKE SAs).
 	Release(group string) *State

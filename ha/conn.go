@@ -40,12 +40,16 @@ type conn struct {
 	out      chan []byte   // frames to send; never closed
 	closed   chan struct{} // closed by close
 	once     sync.Once
+	ver      int          // wire version (wire.go), from the handshake
 	overflow atomic.Bool  // a frame was dropped: resync when drained
 	lastRx   atomic.Int64 // unix nanoseconds of the last frame read
 }
 
 func newConn(m *Member, raw net.Conn, tc *tls.Conn) *conn {
-	c := &conn{m: m, tc: tc, raw: raw, out: make(chan []byte, queueLen), closed: make(chan struct{})}
+	c := &conn{m: m, tc: tc, raw: raw, out: make(chan []byte, queueLen), closed: make(chan struct{}), ver: wireV1}
+	if tc != nil && tc.ConnectionState().NegotiatedProtocol == alpnV2 {
+		c.ver = wireV2
+	}
 	c.lastRx.Store(time.Now().UnixNano())
 	return c
 }
@@ -118,7 +122,7 @@ func (c *conn) reader() {
 				continue
 			}
 			c.lastRx.Store(time.Now().UnixNano())
-			m, err = decodeMsg(f)
+			m, err = decodeMsg(f, c.ver)
 			if err != nil {
 				err = &protocolError{err}
 			}

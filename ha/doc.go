@@ -58,12 +58,58 @@
 // sealed twice under one number by the pair in turn, and nothing accepted
 // before the takeover is accepted again after it. A lone owner (no standby
 // in sync) grants at once: there is nobody to take over from it. Under
-// split brain both members seal; nonces stay unique because every
-// acquisition draws a fresh IV epoch (the Handler's duty), and with a
-// witness configured, an owner that hears neither its peer nor the witness
-// for twice the detection time is fenced (Handler.Fence) while the
-// standby, which reached the witness, takes over. Epochs order the claims,
-// so that when the link returns the stale owner yields.
+// split brain both members seal, with a witness configured only until an
+// owner that hears neither its peer nor the witness for twice the
+// detection time is fenced (Handler.Fence) while the standby, which
+// reached the witness, takes over. Epochs order the claims, so that when
+// the link returns the stale owner yields.
+//
+// # AEAD nonces
+//
+// Sequence numbers do not keep nonces apart: under split brain both
+// members seal the same SAs above the same bounds. Each acquisition
+// instead gets a block of IVBlockEpochs AEAD IV epochs (Handler.Acquire's
+// ivEpoch; esp's IV is epoch || a 32-bit counter, and the epoch grows by
+// one every 2^32 packets), laid out as member bit || block || rollover
+// (iv.go), and the claim is: no two instances of one key, on either
+// member, seal under one epoch, while the pair remembers. The argument:
+//
+//   - The two members never share an epoch: the member whose name sorts
+//     lower has the epochs below 2^31. That holds with no message
+//     exchanged, so an old owner that goes on sealing after the new one
+//     took over (before it is fenced, or forever without a witness),
+//     rollovers included, and two members that both start alone, are
+//     apart by construction. The fencing epoch could not serve here: two
+//     members alone at start both acquire at epoch 1, and a member that
+//     took over in a split brain and then restarted is told an older
+//     epoch by its peer.
+//   - Within a member, every acquisition (takeover, handover, handover
+//     abandoned, start) takes the next block, also when the Handler then
+//     refuses; so does Member.NewIVEpoch. Blocks only grow while the
+//     process lives.
+//   - Across a member's restart, its peer remembers: each group's record
+//     of both members' next blocks travels in every heartbeat, and each
+//     side keeps the higher. A restarted member takes the peer's record of
+//     its own and adds ivRestartMargin, for the blocks it may have taken
+//     after the last heartbeat the peer heard (at most one acquisition per
+//     group while the two were apart, since a lone owner keeps its group,
+//     and static SAs installed again). Acquiring needs the peer's
+//     heartbeat or the alone wait, so a restarted member that hears its
+//     peer learns before it takes a block.
+//   - Where nothing remembers (both members lost together, a member that
+//     starts alone while its peer is down, a peer of the version before
+//     blocks, which sends none), the member starts at a random block in
+//     the lower half of its space and counts up: it meets a block of an
+//     earlier life only if the random start lands among the blocks that
+//     life used, a chance of their number over 2^22 per such start.
+//     Nothing on disk is needed; a lost state directory changes nothing
+//     here.
+//   - An SA instance that seals past its block's 2^40 packets runs into
+//     the next block; esp.SA.Resume never moves it below the epoch it is
+//     at, and negotiated keys are rekeyed long before.
+//
+// A peer of the earlier version draws its epochs at random, as before; the
+// pair then has the birthday bound of esp's package doc on that side.
 //
 // # The witness
 //

@@ -593,7 +593,7 @@ func TestHostileFrames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, err := decodeMsg(f); err != nil || m.Type != mHeartbeat {
+		if m, err := decodeMsg(f, wireV2); err != nil || m.Type != mHeartbeat {
 			t.Fatalf("b sent %v, %v; want a heartbeat", m, err)
 		}
 		conns = append(conns, c)
@@ -627,7 +627,8 @@ func TestConfigCheck(t *testing.T) {
 func sampleMsgs() []*msg {
 	st := &State{Bounds: map[Key]uint64{"out/1": 1 << 40, "in/2": 3}, IKE: map[string][]byte{"ike": []byte("x"), "empty": {}}, Seq: map[Key]uint64{"out/1": 1<<40 - 5}}
 	return []*msg{
-		{Type: mHeartbeat, Groups: []hbGroup{{"g", roleOwner, 7, 200, false}, {"h", roleStandby, 1, 0, true}}},
+		{Type: mHeartbeat, Ver: wireV1, Groups: []hbGroup{{"g", roleOwner, 7, 200, false, [2]uint64{}}, {"h", roleStandby, 1, 0, true, [2]uint64{}}}},
+		{Type: mHeartbeat, Ver: wireV2, Groups: []hbGroup{{"g", roleOwner, 7, 200, false, [2]uint64{1 << 22, 0}}, {"h", roleStandby, 1, 0, true, [2]uint64{5, 1<<23 - 1}}}},
 		{Type: mSnapshot, Group: "g", Epoch: 7, Seq: 9, State: st},
 		{Type: mBound, Group: "g", Epoch: 7, Seq: 10, Key: "out/1", UpTo: 1 << 50},
 		{Type: mAck, Group: "g", Epoch: 7, Seq: 10},
@@ -641,15 +642,24 @@ func sampleMsgs() []*msg {
 }
 
 // TestWireRoundTrip: every message decodes to what was encoded, and every
-// truncation of it is an error.
+// truncation of it is an error; a heartbeat of one version does not
+// decode as the other.
 func TestWireRoundTrip(t *testing.T) {
 	for _, m := range sampleMsgs() {
+		if m.Ver == 0 {
+			m.Ver = wireV2
+		}
 		f := appendFrame(nil, m)
 		got, err := readFrame(bytes.NewReader(f), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := decodeMsg(got)
+		if m.Type == mHeartbeat {
+			if _, err := decodeMsg(got, wireV1+wireV2-m.Ver); err == nil {
+				t.Errorf("a version %d heartbeat decoded as the other version", m.Ver)
+			}
+		}
+		d, err := decodeMsg(got, m.Ver)
 		if err != nil {
 			t.Fatalf("%v: %v", m.Type, err)
 		}
@@ -657,7 +667,7 @@ func TestWireRoundTrip(t *testing.T) {
 			t.Errorf("%v: decoded %+v, want %+v", m.Type, d, m)
 		}
 		for n := range len(got) {
-			if _, err := decodeMsg(got[:n]); err == nil {
+			if _, err := decodeMsg(got[:n], m.Ver); err == nil {
 				t.Errorf("%v cut to %d bytes decoded", m.Type, n)
 			}
 		}
@@ -691,10 +701,14 @@ func sameMsg(a, b *msg) bool {
 // same message.
 func FuzzDecode(f *testing.F) {
 	for _, m := range sampleMsgs() {
-		f.Add(appendFrame(nil, m))
+		f.Add(appendFrame(nil, m), m.Ver == wireV1)
 	}
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1}, false)
+	f.Fuzz(func(t *testing.T, b []byte, v1 bool) {
+		ver := wireV2
+		if v1 {
+			ver = wireV1
+		}
 		r := bytes.NewReader(b)
 		var buf []byte
 		for {
@@ -703,11 +717,11 @@ func FuzzDecode(f *testing.F) {
 				return
 			}
 			buf = fr[:0]
-			m, err := decodeMsg(fr)
+			m, err := decodeMsg(fr, ver)
 			if err != nil {
 				continue
 			}
-			again, err := decodeMsg(appendFrame(nil, m)[frameHeader:])
+			again, err := decodeMsg(appendFrame(nil, m)[frameHeader:], ver)
 			if err != nil {
 				t.Fatalf("re-encoded %v does not decode: %v", m.Type, err)
 			}

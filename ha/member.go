@@ -101,6 +101,8 @@ type group struct {
 
 	lastFailover time.Time
 	lastGap      time.Duration
+
+	iv ivBlocks // both members' AEAD IV epoch blocks (iv.go)
 }
 
 type pendingGrant struct {
