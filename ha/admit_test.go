@@ -2,6 +2,7 @@ package ha
 
 import (
 	"bytes"
+	"errors"
 	"crypto/tls"
 	"log/slog"
 	"net"
@@ -9,13 +10,18 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 )
 
 // flood keeps n silent TCP connections from each of srcs open to target,
-// opening another as soon as (1 ms after) one is closed, as a host with no
-// credentials can, until the test ends. It returns how many it opened.
+// opening another 5 ms after one is closed, as a host with no credentials
+// can, until the test ends. It returns how many it opened. (The pause
+// keeps the flood, which runs in the members' process here, from taking
+// their CPU: a real one runs elsewhere. Before the source check the
+// listener held each connection for its handshake timeout, 1 s, so n of
+// more than four kept every slot taken all the same.)
 func flood(t *testing.T, target netip.AddrPort, srcs []string, n int) *atomic.Int64 {
 	t.Helper()
 	var opened atomic.Int64
@@ -34,8 +40,10 @@ func flood(t *testing.T, target netip.AddrPort, srcs []string, n int) *atomic.In
 					default:
 					}
 					c, err := d.Dial("tcp", target.String())
+					if err == nil || errors.Is(err, syscall.ECONNRESET) {
+						opened.Add(1) // a reset: the member took it and refused it
+					}
 					if err == nil {
-						opened.Add(1)
 						done := make(chan struct{})
 						go func() {
 							select {
@@ -51,7 +59,7 @@ func flood(t *testing.T, target netip.AddrPort, srcs []string, n int) *atomic.In
 					select {
 					case <-stop:
 						return
-					case <-time.After(time.Millisecond):
+					case <-time.After(5 * time.Millisecond):
 					}
 				}
 			}()
@@ -71,7 +79,11 @@ func flood(t *testing.T, target netip.AddrPort, srcs []string, n int) *atomic.In
 func TestStrangerFloodCannotSplit(t *testing.T) {
 	strangers := []string{"127.0.0.2", "127.0.0.3"}
 	var opened [2]*atomic.Int64
-	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, beforeSecond: func(first *node) {
+	// A detection of 200 ms rather than 60: the flood's churn on a
+	// loaded machine must not make the members miss heartbeats, which
+	// is not what this test is about (the restart is seen at once, by
+	// the connection's end).
+	a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, missesA: 10, missesB: 10, beforeSecond: func(first *node) {
 		opened[0] = flood(t, first.cfg.Listen, strangers, 6)
 		opened[1] = flood(t, first.cfg.Peer, strangers, 6)
 		// The flood is on before b starts (b's listener takes it
@@ -90,8 +102,8 @@ func TestStrangerFloodCannotSplit(t *testing.T) {
 	b2.start(t)
 	waitSynced(t, a, b2)
 	took := time.Since(start)
-	t.Logf("re-formed %v after b's restart; strangers' connections: %d to a, %d to b (%d since the restart)",
-		took, opened[0].Load(), opened[1].Load(), opened[1].Load()-before)
+	t.Logf("re-formed %v after b's restart; strangers' connections: %d to a, %d to b (%d since the restart); refused: a %d, b %d",
+		took, opened[0].Load(), opened[1].Load(), opened[1].Load()-before, a.Status().Counters.RefusedSources, b2.Status().Counters.RefusedSources)
 	if took > time.Second {
 		t.Errorf("the pair re-formed %v after the restart, want within 1s", took)
 	}
@@ -144,12 +156,12 @@ func TestSourceRefusedBeforeTLS(t *testing.T) {
 	}
 	const n = 100
 	for range n - 1 {
+		// The member resets it, maybe before the connect returns.
 		c, err := net.DialTCP("tcp", &net.TCPAddr{IP: net.ParseIP("127.0.0.2")}, net.TCPAddrFromAddrPort(addrB))
-		if err != nil {
-			t.Fatal(err)
+		if err == nil {
+			c.Read(make([]byte, 1))
+			c.Close()
 		}
-		c.Read(make([]byte, 1))
-		c.Close()
 	}
 	waitFor(t, "the refusals counted", func() bool { return b.Status().Counters.RefusedSources >= n })
 	if got := logs.n.Load(); got != 1 {

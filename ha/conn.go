@@ -230,6 +230,11 @@ func (m *Member) acceptLoop() {
 			continue
 		}
 		if !m.fromPeer(raw) {
+			// A reset, not a close: a flood leaves no TIME_WAIT
+			// sockets behind here.
+			if tc, ok := raw.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
 			raw.Close()
 			m.ctr.refusedSources.Add(1)
 			m.refuseLog.warn(m.log, "ha: sync connection refused before TLS: not from the peer's address",
