@@ -2,8 +2,8 @@ package ha
 
 import (
 	"bytes"
-	"errors"
 	"crypto/tls"
+	"errors"
 	"log/slog"
 	"net"
 	"net/netip"
