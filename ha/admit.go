@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 )
@@ -14,10 +15,13 @@ import (
 // from it, TLS included, and counted; so a stranger, from one address or
 // many, holds nothing the peer needs. The peer's own address gets a pool
 // of maxHandshakes handshakes in progress, which bounds what a flood from
-// that address (the peer's host, or someone who can forge its TCP
-// handshakes) can hold; such a flood can delay the peer, nothing else
-// can. Refusals are logged at most once per logEvery, with the count held
-// back since the last line.
+// that address (another process on the peer's host, or someone who can
+// forge its TCP handshakes) can hold; when the pool is full a new
+// connection evicts the oldest, so that idle connections cannot keep the
+// peer out: it takes maxHandshakes new connections within one of the
+// peer's handshakes (milliseconds) to cut it off, a flood that is counted
+// (as failed handshakes) and seen. Refusals are logged at most once per
+// logEvery, with the count held back since the last line.
 
 // logEvery is the least time between two log lines about refused
 // connections of one kind.
@@ -73,4 +77,41 @@ func (r *rateLog) warn(log *slog.Logger, msg string, args ...any) {
 		args = append(args, "held_back", held)
 	}
 	log.Warn(msg, args...)
+}
+
+// handshakes are the handshakes in progress on the listener, oldest
+// first, at most maxHandshakes. Its methods are safe for concurrent use.
+type handshakes struct {
+	mu   sync.Mutex
+	live []net.Conn
+}
+
+// add makes raw one of the handshakes in progress and returns the oldest
+// if it had to make room (nil if not): the caller closes it, which ends
+// its handshake.
+func (h *handshakes) add(raw net.Conn) (evicted net.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if len(h.live) >= maxHandshakes {
+		evicted = h.live[0]
+		h.live = slices.Delete(h.live, 0, 1)
+	}
+	h.live = append(h.live, raw)
+	return evicted
+}
+
+// done takes raw out of the handshakes in progress, if it is there.
+func (h *handshakes) done(raw net.Conn) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if i := slices.Index(h.live, raw); i >= 0 {
+		h.live = slices.Delete(h.live, i, i+1)
+	}
+}
+
+// count returns how many handshakes are in progress.
+func (h *handshakes) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.live)
 }

@@ -22,8 +22,8 @@ import (
 )
 
 // maxHandshakes bounds the TLS handshakes in progress on the listener,
-// all from the peer's address (admit.go); a connection beyond it is
-// closed at once (and counted as a failed handshake). The peer dials one
+// all from the peer's address (admit.go); a connection beyond it closes
+// the oldest (whose handshake is counted as failed). The peer dials one
 // at a time, so a few suffice.
 const maxHandshakes = 4
 
@@ -241,19 +241,16 @@ func (m *Member) acceptLoop() {
 				"remote", raw.RemoteAddr().String(), "peer", m.cfg.PeerName, "peer_address", m.cfg.Peer.Addr().String())
 			continue
 		}
-		select {
-		case m.handshakeSlots <- struct{}{}:
-		default:
-			raw.Close()
-			m.ctr.handshakeFailures.Add(1)
-			m.failLog.warn(m.log, "ha: too many sync handshakes at once from the peer's address: connection closed", "remote", raw.RemoteAddr().String())
-			continue
+		if old := m.handshakes.add(raw); old != nil {
+			// Its handshake fails, counted and logged there.
+			m.failLog.warn(m.log, "ha: too many sync handshakes at once from the peer's address: the oldest closed", "remote", old.RemoteAddr().String())
+			old.Close()
 		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
 			c := m.handshake(raw, false)
-			<-m.handshakeSlots
+			m.handshakes.done(raw)
 			if c != nil {
 				m.deliver(c)
 			}

@@ -738,8 +738,11 @@ func netipAddrPort(t testing.TB, a net.Addr) netip.AddrPort {
 	return a.(*net.TCPAddr).AddrPort()
 }
 
-// TestHandshakeFlood: connections that never finish a handshake hold at
-// most maxHandshakes slots; the rest are closed at once and counted.
+// TestHandshakeFlood: silent connections from the peer's own address
+// hold at most maxHandshakes handshakes in progress; each beyond closes
+// the oldest (counted), so that the peer, connecting while they are still
+// open, is served. Before, the slots were refused to newcomers: four idle
+// connections from the peer's address kept it out.
 func TestHandshakeFlood(t *testing.T) {
 	checkLeaks(t)
 	p := newPKI(t, "ha-test")
@@ -757,24 +760,29 @@ func TestHandshakeFlood(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { c.Close() })
 		silent = append(silent, c)
 	}
-	waitFor(t, "the connections beyond the limit closed", func() bool {
+	waitFor(t, "the oldest connections closed", func() bool {
 		return b.Status().Counters.HandshakeFailures >= n-maxHandshakes
 	})
-	for _, c := range silent {
-		c.Close()
+	if got := b.handshakes.count(); got > maxHandshakes {
+		t.Fatalf("%d handshakes in progress, want at most %d", got, maxHandshakes)
 	}
-	waitFor(t, "the handshake slots free", func() bool { return len(b.handshakeSlots) == 0 })
+	// The peer, with the last maxHandshakes silent ones still open.
 	c, err := tls.Dial("tcp", addrB.String(), p.tlsFor(t, "b", false, "a"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the peer was refused while silent connections held the slots: %v", err)
 	}
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := readFrame(c, nil); err != nil {
-		t.Fatalf("b does not talk after the flood: %v", err)
+		t.Fatalf("b does not talk during the flood: %v", err)
 	}
+	for _, c := range silent {
+		c.Close()
+	}
+	waitFor(t, "the handshakes to end", func() bool { return b.handshakes.count() == 0 })
 }
 
 // TestSockopts: both ends of the channel set TCP_NODELAY and a

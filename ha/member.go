@@ -32,9 +32,9 @@ type Member struct {
 	aborts    chan *handoverReq
 	closing   <-chan struct{}
 
-	handshakeSlots chan struct{} // acceptLoop: one token per handshake in progress
-	refuseLog      rateLog       // connections from other addresses
-	failLog        rateLog       // failed handshakes, slots full
+	handshakes handshakes // acceptLoop: the handshakes in progress
+	refuseLog  rateLog    // connections from other addresses
+	failLog    rateLog    // failed handshakes, slots full
 
 	witnessOK atomic.Int64 // unix nanoseconds of the last reachable probe
 	mute      atomic.Bool  // tests: drop every frame in and out (a partition)
@@ -143,8 +143,7 @@ func Start(cfg Config, h Handler) (*Member, error) {
 		handovers: make(chan *handoverReq),
 		aborts:    make(chan *handoverReq),
 
-		handshakeSlots: make(chan struct{}, maxHandshakes),
-		groups:         make(map[string]*group),
+		groups: make(map[string]*group),
 	}
 	for _, gc := range cfg.Groups {
 		g := &group{name: gc.Name, pref: gc.Preference, bounds: make(map[Key]uint64), replica: newState()}
