@@ -56,8 +56,9 @@ type HA struct {
 	// Cert, Key and CA are PEM files of the sync channel's mutual TLS,
 	// resolved against the configuration file's directory.
 	Cert, Key, CA string
-	// Witness is "" or an IP address and TCP port: a member that can
-	// connect to it, or is refused, is not isolated.
+	// Witness is "" or an IP address and TCP port: a member whose TCP
+	// connect to it completes is not isolated (a refused one does not
+	// count; package ha's doc says what makes a good witness).
 	Witness string
 	// Hook is "" or an executable, resolved like Cert (and so always
 	// with a '/', never looked up in PATH), run as `hook EVENT GROUP` when this member acquires, releases, fences or unfences a

@@ -210,7 +210,7 @@ var (
 		"At this member's last takeover of the group: the time since the owner's last frame.", []string{"group"}, nil)
 	haEvents = prometheus.NewDesc("sluice_ha_events_total",
 		"Events of the pair: takeovers, takeovers_blocked (the witness unreachable), handovers, fences, resyncs, "+
-			"queue_overflows, stale_epoch, bad_frames, handshake_failures, connections.", []string{"event"}, nil)
+			"queue_overflows, stale_epoch, bad_frames, handshake_failures, connections, refused_sources (not from the peer's address).", []string{"event"}, nil)
 )
 
 // ikeSeries says which family, and which labels, each ike.Stats counter
@@ -454,6 +454,7 @@ func collectHA(ch chan<- prometheus.Metric, st *ha.Status) {
 		{"takeovers", c.Takeovers}, {"takeovers_blocked", c.TakeoversBlocked}, {"handovers", c.Handovers},
 		{"fences", c.Fences}, {"resyncs", c.Resyncs}, {"queue_overflows", c.QueueOverflows}, {"stale_epoch", c.StaleEpoch},
 		{"bad_frames", c.BadFrames}, {"handshake_failures", c.HandshakeFailures}, {"connections", c.Connections},
+		{"refused_sources", c.RefusedSources},
 	} {
 		ch <- prometheus.MustNewConstMetric(haEvents, prometheus.CounterValue, float64(e.n), e.name)
 	}

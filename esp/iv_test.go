@@ -126,3 +126,87 @@ func TestAEADIVEpochsDistinctInInstance(t *testing.T) {
 		seen[iv] = i
 	}
 }
+
+// TestResumeIVEpochsNeverRepeat: two instances of one leased AEAD SA (the
+// members of an HA pair) hand it back and forth 5000 times, each resuming
+// under the epoch its member was given (package ha: a block per
+// acquisition, the lower name's below 2^31); they never seal two packets
+// under one IV, each packet carries the given epoch, and an instance made
+// while its member owns the group starts under Config.IVEpoch. The random
+// source hands back the same epoch every time, as a birthday collision
+// would: before, each Resume drew one, and the second instance repeated
+// the first's IVs at once.
+func TestResumeIVEpochsNeverRepeat(t *testing.T) {
+	defer esp.SetRandom(bytes.NewReader(bytes.Repeat([]byte{0x5a, 0x5a, 0x5a, 0x5a}, 1<<16)))()
+	h := newHarness(t)
+	out, in := saPair(t, pairOpts{alg: cryptodev.AES256GCM16, window: 1024, esn: true})
+	// given is where member m's n-th block starts.
+	next := [2]uint32{7, 1 << 22}
+	given := func(m int) uint32 {
+		e := uint32(m)<<31 | next[m]*esp.IVBlock
+		next[m]++
+		return e
+	}
+	var insts [2]*esp.SA
+	for m := range insts {
+		cfg := out.Config()
+		grant := func(uint64) {}
+		cfg.Lease, cfg.Fenced = esp.NewLease(func(upTo uint64) { grant(upTo) }), m == 1
+		if m == 0 {
+			cfg.IVEpoch, cfg.FixedIVEpoch = given(0), true // made while member 0 owns
+		}
+		sa, err := esp.NewOutbound(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		grant = func(upTo uint64) { cfg.Lease.Grant(upTo) } // a standby that answers at once
+		cfg.Lease.Grant(esp.SeqReserveBlock)
+		insts[m] = sa
+	}
+	seen := map[uint64]int{}
+	seal := func(turn, m int, epoch uint32, n int) {
+		t.Helper()
+		for i := range n {
+			pkt, r := h.seal(insts[m], ipPacket(false, 40))
+			if r != esp.ReasonNone {
+				t.Fatalf("turn %d, member %d: %v", turn, m, r)
+			}
+			iv := sealedIV(pkt)
+			if uint32(iv>>32) != epoch || uint32(iv) != uint32(i) {
+				t.Fatalf("turn %d, member %d: IV %#016x, want epoch %08x and counter %d", turn, m, iv, epoch, i)
+			}
+			if prev, dup := seen[iv]; dup {
+				t.Fatalf("turn %d: member %d repeats IV %#016x of turn %d", turn, m, iv, prev)
+			}
+			seen[iv] = turn
+			if _, r := h.open(in, pkt); r != esp.ReasonNone {
+				t.Fatalf("turn %d: packet does not open: %v", turn, r)
+			}
+		}
+	}
+	seal(0, 0, next[0]*esp.IVBlock-esp.IVBlock, 3)
+	const turns = 5000
+	for turn := 1; turn <= turns; turn++ {
+		m := turn % 2
+		insts[1-m].Fence(true)
+		e := given(m)
+		if err := insts[m].Resume(insts[1-m].Seq(), e); err != nil {
+			t.Fatal(err)
+		}
+		if got := insts[m].IVEpoch(); got != e {
+			t.Fatalf("turn %d: resumed under %08x, want %08x", turn, got, e)
+		}
+		seal(turn, m, e, 2)
+	}
+	if len(seen) != 3+2*turns {
+		t.Fatalf("%d distinct IVs, want %d", len(seen), 3+2*turns)
+	}
+	// Given an epoch at or below its own, an instance goes on above it.
+	cur := insts[0].IVEpoch()
+	if err := insts[0].Resume(insts[0].Seq(), 7*esp.IVBlock); err != nil {
+		t.Fatal(err)
+	}
+	if got := insts[0].IVEpoch(); got != cur+1 {
+		t.Fatalf("resumed under an old block: epoch %08x, want %08x", got, cur+1)
+	}
+}

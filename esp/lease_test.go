@@ -75,7 +75,7 @@ func TestLeaseOutbound(t *testing.T) {
 	if _, r := h.seal(standby, ipPacket(false, 10)); r != esp.ReasonFenced {
 		t.Fatalf("a standby's copy sealed: %v", r)
 	}
-	if err := standby.Resume(lease.Granted()); err != nil {
+	if err := standby.Resume(lease.Granted(), 1<<31|esp.IVBlock); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Lease.Grant(lease.Granted() + esp.SeqReserveBlock) // as its own standby would
@@ -91,7 +91,10 @@ func TestLeaseOutbound(t *testing.T) {
 			t.Fatalf("resumed SA kept the IV epoch %x", iv[:4])
 		}
 	}
-	if err := standby.Resume(1); err != nil || standby.Seq() != esp.SeqReserveBlock+1 {
+	if got := binary.BigEndian.Uint64(ct[28:36]); got != uint64(1<<31|esp.IVBlock)<<32 {
+		t.Fatalf("resumed SA's first IV %#016x, want the given epoch and counter 0", got)
+	}
+	if err := standby.Resume(1, 0); err != nil || standby.Seq() != esp.SeqReserveBlock+1 {
 		t.Fatalf("Resume moved the SA back: seq %d, %v", standby.Seq(), err)
 	}
 }
@@ -139,7 +142,7 @@ func TestLeaseInbound(t *testing.T) {
 	if _, r := h.open(standby, pkts[0]); r != esp.ReasonFenced {
 		t.Fatalf("a standby's copy opened a packet: %v", r)
 	}
-	if err := standby.Resume(bound); err != nil {
+	if err := standby.Resume(bound, 0); err != nil {
 		t.Fatal(err)
 	}
 	cfg.Lease.Grant(1 << 40)

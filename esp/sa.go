@@ -26,20 +26,51 @@
 // uniqueness depend on the sequence number surviving a restart, and a lost
 // or unwritable state directory would repeat it); it uses
 //
-//	IV = epoch (32 random bits, drawn when the SA is made) || counter (32 bits)
+//	IV = epoch (32 bits) || counter (32 bits)
 //
-// where the counter counts the packets this SA instance sealed and the
-// epoch moves on by one every 2^32 packets (a fresh one is drawn, different
-// from the current one, when a leased SA resumes). Within one instance the
-// IVs are distinct by construction (until a Resume); they repeat under a key
-// only if the epochs of two draws under that key meet, whatever happened to
-// the state on disk. With n epochs used under one key over its whole life
-// (one per start, restart, reload or control-socket install of an SA with
-// that key, plus one per 2^32 packets), the probability of any repeat is at most the
-// birthday bound n(n-1)/2^33 < n^2/2^33: about 1.2e-4 after 10,000
-// restarts, 1.2e-8 after 100. The receiver takes the IV from the packet, so
-// this is invisible on the wire. The sequence number keeps its own job
-// (anti-replay) and its own durable reservation (Config.SeqReserve).
+// where the counter counts the packets this SA instance sealed under the
+// epoch, and the epoch moves on by one every 2^32 packets. Within one
+// instance the IVs are distinct by construction (epochs only grow, and a
+// Resume moves to an epoch above those the instance used, see below).
+// Across instances of one key, two cases:
+//
+// An SA of a hot-standby pair (Config.Lease) is given its epochs: it
+// starts under Config.IVEpoch and resumes under the epoch Resume names,
+// from a block of IVBlock epochs (2^40 packets) that package ha hands to
+// each acquisition of the SA's group. The member whose name sorts lower
+// has the epochs below 2^31, the other those above, so the two members'
+// instances never meet, however long both seal: the old owner goes on
+// sealing until it is fenced (or, without a witness, until the link
+// returns) while the new one seals too, each in its own half, rollovers
+// included. Within a member, blocks are taken in increasing order and
+// both members' next blocks travel in every heartbeat, so a member that
+// restarts learns where it stood from its peer and starts a margin above
+// (the blocks it may have taken after its last heartbeat the peer heard).
+// No two acquisitions, takeovers and handovers in any number, share a
+// block while either member remembers (package ha's doc states what that
+// covers). Where nothing remembers (both members restarted together, or a
+// member starts alone with its peer gone, or the peer is of a version
+// that sends no blocks), the member starts at a random block of its half
+// (2^22 choices) and counts up from there: the chance that this meets a
+// block an earlier life used is at most the blocks used before over 2^22
+// per such start, and handovers add nothing to it. An instance that seals
+// more than 2^40 packets under one acquisition goes on into the next
+// block, which its own later acquisitions skip (Resume never moves below
+// the epoch it is at); another instance of its key on the same member
+// could meet it, which IKE's lifetimes, far below 2^40 packets, rule out
+// for negotiated keys.
+//
+// Any other SA draws a random epoch when it is made. Its IVs repeat under
+// a key only if the epochs of two draws under that key meet, whatever
+// happened to the state on disk. With n epochs drawn under one key over
+// its whole life (one per start, restart, reload or control-socket install
+// of an SA with that key, plus one per 2^32 packets), the probability of
+// any repeat is at most the birthday bound n(n-1)/2^33 < n^2/2^33: about
+// 1.2e-4 after 10,000 restarts, 1.2e-8 after 100.
+//
+// The receiver takes the IV from the packet, so all this is invisible on
+// the wire. The sequence number keeps its own job (anti-replay) and its
+// own durable reservation (Config.SeqReserve).
 package esp
 
 import (
@@ -156,7 +187,17 @@ type Config struct {
 	// standby's copy, which carries nothing until it takes over (Resume).
 	Lease  *Lease
 	Fenced bool
+	// IVEpoch, with Lease and FixedIVEpoch, is the AEAD IV epoch an
+	// outbound SA starts under, given by the HA pair (package doc);
+	// without them a random one is drawn.
+	IVEpoch      uint32
+	FixedIVEpoch bool
 }
+
+// IVBlock is how many AEAD IV epochs the HA pair gives an acquisition of
+// a group (package ha's IVBlockEpochs): an instance of an SA seals up to
+// IVBlock * 2^32 packets before it leaves its block.
+const IVBlock = 1 << 8
 
 // SeqReserveBlock is how many sequence numbers one reservation covers: a
 // restart skips at most this many.
@@ -220,8 +261,9 @@ type SA struct {
 
 	ivGen        cipher.Block // CBC IV generator (outbound)
 	ivSalt       uint64
-	ivEpoch      uint32    // AEAD (outbound): random high half of the explicit IV (package doc)
+	ivEpoch      uint32    // AEAD (outbound): high half of the explicit IV, drawn or given (package doc)
 	ivCount      uint64    // AEAD (outbound): packets sealed under ivEpoch, < 1<<32
+	ivGiven      bool      // AEAD (outbound): ivEpoch came from Config.IVEpoch or Resume, not a draw
 	resumedAt    uint64    // inbound: the bound of the last Resume (ReasonTakeover at or below it)
 	resumedUntil time.Time // inbound: until when (TakeoverWindow)
 	testIV       []byte    // tests only: the IV every packet carries (known-answer tests)
@@ -327,7 +369,11 @@ func NewOutbound(cfg Config) (*SA, error) {
 		clear(k[:])
 	}
 	if sa.info.AEAD {
-		sa.newEpoch()
+		if cfg.Lease != nil && cfg.FixedIVEpoch {
+			sa.ivEpoch, sa.ivCount, sa.ivGiven = cfg.IVEpoch, 0, true
+		} else {
+			sa.newEpoch()
+		}
 	}
 	var id [2]byte
 	rand.Read(id[:])
@@ -495,12 +541,14 @@ func (sa *SA) Fence(on bool) {
 
 // Resume makes a leased SA continue where another instance of it left
 // off, and lets it carry packets (Fence(false)). Outbound, it sends above
-// bound, under a fresh AEAD IV epoch (two instances' IVs then differ
-// whatever each sent). Inbound, everything up to bound is treated as
-// received. bound is what the other instance reserved (a takeover) or its
-// exact last number (a planned handover); Resume never moves an SA back. It
-// takes the SA's lock.
-func (sa *SA) Resume(bound uint64) error {
+// bound, and an AEAD SA under ivEpoch with its counter at 0 (the HA pair
+// gives each acquisition epochs no other instance of the key used,
+// package doc), or under the epoch after its current one if that is
+// higher: an instance never goes back to an epoch it used. Inbound,
+// everything up to bound is treated as received. bound is what the other
+// instance reserved (a takeover) or its exact last number (a planned
+// handover); Resume never moves an SA back. It takes the SA's lock.
+func (sa *SA) Resume(bound uint64, ivEpoch uint32) error {
 	sa.mu.Lock()
 	defer sa.mu.Unlock()
 	r := &sa.reserved
@@ -516,7 +564,13 @@ func (sa *SA) Resume(bound uint64) error {
 	if sa.out {
 		sa.seq = max(sa.seq, bound)
 		if sa.info.AEAD {
-			sa.newEpoch()
+			if sa.ivGiven && ivEpoch <= sa.ivEpoch {
+				// It sealed here since this block began (a
+				// handover and back within it, or past its
+				// end): on from its own epoch.
+				ivEpoch = sa.ivEpoch + 1
+			}
+			sa.ivEpoch, sa.ivCount, sa.ivGiven = ivEpoch, 0, true
 		}
 	} else if bound > sa.window.Highest() {
 		sa.window.ResetSeen(bound)
@@ -525,6 +579,14 @@ func (sa *SA) Resume(bound uint64) error {
 	r.fenced = false
 	r.next = 0
 	return nil
+}
+
+// IVEpoch returns the AEAD IV epoch an outbound SA seals under now. It
+// takes the SA's lock.
+func (sa *SA) IVEpoch() uint32 {
+	sa.mu.Lock()
+	defer sa.mu.Unlock()
+	return sa.ivEpoch
 }
 
 // Record makes a leased SA's durable reservation (Config.SeqReserve

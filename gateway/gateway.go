@@ -383,7 +383,7 @@ func (g *Gateway) openRuntime(engine string, sa *config.SA, name string, dir esp
 		local, peer = peer, local
 	}
 	if grp := g.ha.groupOf(local); grp != nil {
-		hs = g.leaseFor(&cfg, grp, haKey(dir, sa.SPI, peer))
+		hs = g.leaseFor(&cfg, grp, haKey(dir, sa.SPI, peer), durable)
 	}
 	var health *sad.StateHealth
 	var file *stateFile

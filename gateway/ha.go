@@ -12,7 +12,10 @@ package gateway
 // snapshots (ike.Config.OnSnapshot) before any of their messages leave.
 //
 // A takeover (Acquire, not planned) resumes the group's SAs above the
-// replicated bounds under fresh AEAD IV epochs (esp.SA.Resume), adopts the
+// replicated bounds under the block of AEAD IV epochs the member gave the
+// acquisition (esp.SA.Resume; an SA installed while this member owns the
+// group starts under it too, or, if its key may be installed again, under
+// a block of its own: ha.Member.NewIVEpoch), adopts the
 // IKE SAs with their SPIs and message IDs (ike.Endpoint.Adopt, whose Child
 // SAs come back through the ike.Controller into ikeDataPlane.Install and
 // start at their bounds), then moves the virtual addresses here and
@@ -82,7 +85,13 @@ type haGroup struct {
 	// start (pending's Seq in a handover, its Bounds in a takeover).
 	pending *ha.State
 	resume  map[ha.Key]uint64
+	// ivEpoch is the first AEAD IV epoch of the last Acquire's block
+	// (ha.Handler.Acquire), for the SAs installed while owned.
+	ivEpoch uint32
 }
+
+// The member's blocks of IV epochs are the SAs' (esp.IVBlock).
+const _ = uint(esp.IVBlock-ha.IVBlockEpochs) + uint(ha.IVBlockEpochs-esp.IVBlock)
 
 // haSA is a leased SA: its group and its key in the replicated state.
 type haSA struct {
@@ -219,11 +228,23 @@ func (g *Gateway) closeHA() {
 
 // leaseFor leases cfg, an SA of a group, in the replicated state under
 // key: fenced unless this member owns the group, starting at the bound an
-// Acquire left for it. The returned haSA is tracked once the SA exists.
-func (g *Gateway) leaseFor(cfg *esp.Config, grp *haGroup, key ha.Key) *haSA {
+// Acquire left for it, and, while this member owns the group, under its
+// block of IV epochs, or a fresh block when the SA's keys may be installed
+// again (reinstallable: a configured SA, which an earlier instance here
+// may have sealed with under the current block). The returned haSA is
+// tracked once the SA exists.
+func (g *Gateway) leaseFor(cfg *esp.Config, grp *haGroup, key ha.Key, reinstallable bool) *haSA {
 	s := &g.ha
 	hs := &haSA{group: grp, key: key}
 	group := grp.cfg.Name
+	s.mu.Lock()
+	m, owned := s.m, grp.owned
+	s.mu.Unlock()
+	var fresh uint32
+	haveFresh := false
+	if owned && reinstallable && m != nil {
+		fresh, haveFresh = m.NewIVEpoch(group)
+	}
 	var grant func(uint64)
 	hs.lease = esp.NewLease(func(upTo uint64) {
 		s.mu.Lock()
@@ -237,6 +258,14 @@ func (g *Gateway) leaseFor(cfg *esp.Config, grp *haGroup, key ha.Key) *haSA {
 	grant = hs.lease.Grant
 	s.mu.Lock()
 	cfg.Fenced = !grp.owned || grp.fenced
+	if grp.owned {
+		// Fenced or not: an owner's Fence(false) lets it seal without
+		// a Resume.
+		cfg.IVEpoch, cfg.FixedIVEpoch = grp.ivEpoch, true
+		if haveFresh {
+			cfg.IVEpoch = fresh
+		}
+	}
 	if b, ok := grp.resume[key]; ok && b > cfg.Seq {
 		cfg.Seq = b
 	}
@@ -294,8 +323,9 @@ func (g *Gateway) haOwnsLocal(local netip.Addr) bool {
 // haHandler is the gateway as the member's ha.Handler.
 type haHandler struct{ g *Gateway }
 
-// Acquire makes this member the group's owner with st.
-func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
+// Acquire makes this member the group's owner with st, its SAs sealing
+// under the block of IV epochs that starts at ivEpoch.
+func (h haHandler) Acquire(group string, st *ha.State, planned bool, ivEpoch uint32) error {
 	g := h.g
 	s := &g.ha
 	start := time.Now()
@@ -318,7 +348,7 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 		resume = st.Seq
 	}
 	snaps := st.IKE
-	grp.owned, grp.fenced, grp.pending, grp.resume = true, false, st, resume
+	grp.owned, grp.fenced, grp.pending, grp.resume, grp.ivEpoch = true, false, st, resume, ivEpoch
 	sas := s.groupSAsLocked(grp)
 	addrs := slices.Clone(grp.addrs)
 	s.mu.Unlock()
@@ -326,7 +356,7 @@ func (h haHandler) Acquire(group string, st *ha.State, planned bool) error {
 	// The SAs installed here (static tunnels) go on from there.
 	var errs []error
 	for rt, hs := range sas {
-		if err := rt.Resume(resume[hs.key]); err != nil {
+		if err := rt.Resume(resume[hs.key], ivEpoch); err != nil {
 			errs = append(errs, fmt.Errorf("SA %s: %w", hs.key, err))
 		}
 		hs.lease.Grant(st.Bounds[hs.key])

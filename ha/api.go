@@ -16,17 +16,19 @@ type Config struct {
 	Name     string         // this member
 	PeerName string         // the other member; its certificate must carry it
 	Listen   netip.AddrPort // the sync channel: this member listens here
-	Peer     netip.AddrPort // the other member's sync address
+	Peer     netip.AddrPort // the other member's sync address; the listener accepts connections from its address alone
 	TLS      *tls.Config    // from TLSConfig: both ends of the channel
 
 	Interval time.Duration // heartbeat interval
 	Misses   int           // heartbeats missed before the peer is dead
 
 	// Witness is an optional TCP host:port, reachable when a connect
-	// succeeds or is refused within Interval. With one, a member takes
-	// a group over (or acquires it alone at start) only when the
-	// witness is reachable, and an owner that reaches neither its peer
-	// nor the witness for twice the detection time is fenced.
+	// to it completes within Interval (a refused one is not reachable:
+	// see the package documentation for what makes a good witness).
+	// With one, a member takes a group over (or acquires it alone at
+	// start) only when the witness is reachable, and an owner that
+	// reaches neither its peer nor the witness for twice the detection
+	// time is fenced.
 	Witness string
 
 	Groups []Group
@@ -102,8 +104,14 @@ type Handler interface {
 	// the Handler may keep it): on a takeover (planned false) Bounds are
 	// reserved bounds and everything up to them may have been used; on
 	// a handover (planned true) they are exact. It returns once traffic
-	// is carried here.
-	Acquire(group string, st *State, planned bool) error
+	// is carried here. ivEpoch is the first AEAD IV epoch of a block of
+	// IVBlockEpochs that no instance of the group's SAs on either member
+	// has used (the package documentation says how far that holds): the
+	// group's outbound AEAD SAs seal under it from now on (esp.SA.Resume),
+	// and so do those installed while this member owns the group, but for
+	// an SA whose key an earlier instance here may have used in this
+	// block, which takes a fresh one (Member.NewIVEpoch).
+	Acquire(group string, st *State, planned bool, ivEpoch uint32) error
 	// Release stops carrying the group and returns its exact final
 	// state (sequence numbers, IKE SAs).
 	Release(group string) *State
@@ -163,6 +171,7 @@ type Counters struct {
 	Resyncs           uint64 `json:"resyncs"`         // snapshots sent
 	BadFrames         uint64 `json:"bad_frames"`      // undecodable: connection dropped
 	HandshakeFailures uint64 `json:"handshake_failures"`
+	RefusedSources    uint64 `json:"refused_sources"` // connections from another address than the peer's, closed before TLS
 	Connections       uint64 `json:"connections"`
 	Takeovers         uint64 `json:"takeovers"`
 	TakeoversBlocked  uint64 `json:"takeovers_blocked"` // peer dead but the witness unreachable

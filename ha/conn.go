@@ -21,9 +21,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// maxHandshakes bounds the TLS handshakes in progress on the listener; a
-// connection beyond it is closed at once (and counted as a failed
-// handshake). Only the peer should connect, so a few suffice.
+// maxHandshakes bounds the TLS handshakes in progress on the listener,
+// all from the peer's address (admit.go); a connection beyond it closes
+// the oldest (whose handshake is counted as failed). The peer dials one
+// at a time, so a few suffice.
 const maxHandshakes = 4
 
 // queueLen is how many frames wait for the writer before the queue
@@ -39,12 +40,16 @@ type conn struct {
 	out      chan []byte   // frames to send; never closed
 	closed   chan struct{} // closed by close
 	once     sync.Once
+	ver      int          // wire version (wire.go), from the handshake
 	overflow atomic.Bool  // a frame was dropped: resync when drained
 	lastRx   atomic.Int64 // unix nanoseconds of the last frame read
 }
 
 func newConn(m *Member, raw net.Conn, tc *tls.Conn) *conn {
-	c := &conn{m: m, tc: tc, raw: raw, out: make(chan []byte, queueLen), closed: make(chan struct{})}
+	c := &conn{m: m, tc: tc, raw: raw, out: make(chan []byte, queueLen), closed: make(chan struct{}), ver: wireV1}
+	if tc != nil && tc.ConnectionState().NegotiatedProtocol == alpnV2 {
+		c.ver = wireV2
+	}
 	c.lastRx.Store(time.Now().UnixNano())
 	return c
 }
@@ -117,7 +122,7 @@ func (c *conn) reader() {
 				continue
 			}
 			c.lastRx.Store(time.Now().UnixNano())
-			m, err = decodeMsg(f)
+			m, err = decodeMsg(f, c.ver)
 			if err != nil {
 				err = &protocolError{err}
 			}
@@ -187,7 +192,7 @@ func (m *Member) handshake(raw net.Conn, client bool) *conn {
 		raw.Close()
 		if m.ctx.Err() == nil {
 			m.ctr.handshakeFailures.Add(1)
-			m.log.Warn("ha: sync handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+			m.failLog.warn(m.log, "ha: sync handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
 		}
 		return nil
 	}
@@ -224,19 +229,28 @@ func (m *Member) acceptLoop() {
 			}
 			continue
 		}
-		select {
-		case m.handshakeSlots <- struct{}{}:
-		default:
+		if !m.fromPeer(raw) {
+			// A reset, not a close: a flood leaves no TIME_WAIT
+			// sockets behind here.
+			if tc, ok := raw.(*net.TCPConn); ok {
+				tc.SetLinger(0)
+			}
 			raw.Close()
-			m.ctr.handshakeFailures.Add(1)
-			m.log.Warn("ha: too many sync handshakes at once: connection closed", "remote", raw.RemoteAddr().String())
+			m.ctr.refusedSources.Add(1)
+			m.refuseLog.warn(m.log, "ha: sync connection refused before TLS: not from the peer's address",
+				"remote", raw.RemoteAddr().String(), "peer", m.cfg.PeerName, "peer_address", m.cfg.Peer.Addr().String())
 			continue
+		}
+		if old := m.handshakes.add(raw); old != nil {
+			// Its handshake fails, counted and logged there.
+			m.failLog.warn(m.log, "ha: too many sync handshakes at once from the peer's address: the oldest closed", "remote", old.RemoteAddr().String())
+			old.Close()
 		}
 		m.wg.Add(1)
 		go func() {
 			defer m.wg.Done()
 			c := m.handshake(raw, false)
-			<-m.handshakeSlots
+			m.handshakes.done(raw)
 			if c != nil {
 				m.deliver(c)
 			}
@@ -249,6 +263,9 @@ func (m *Member) acceptLoop() {
 func (m *Member) dialLoop() {
 	defer m.wg.Done()
 	d := net.Dialer{Timeout: m.handshakeTimeout()}
+	if src := m.dialSource(); src != nil {
+		d.LocalAddr = src
+	}
 	addr := m.cfg.Peer.String()
 	for {
 		if raw, err := d.DialContext(m.ctx, "tcp", addr); err == nil {

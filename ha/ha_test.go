@@ -247,8 +247,9 @@ func TestTakeover(t *testing.T) {
 	}
 }
 
-// TestWitness: a standby takes over when the witness answers, a connect
-// refused included; not when it is silent. An owner that hears neither its
+// TestWitness: a standby takes over when the witness answers (a connect
+// completes); not when it is silent, nor when connects to it are refused
+// (a reset may come from anything on the path). An owner that hears neither its
 // peer nor the witness is fenced, and unfenced when it hears one again,
 // or released when the peer took over meanwhile.
 func TestWitness(t *testing.T) {
@@ -268,11 +269,37 @@ func TestWitness(t *testing.T) {
 		}
 	})
 	t.Run("refused", func(t *testing.T) {
-		w := freePort(t).String()
+		// A listener while the pair forms (a acquires alone only
+		// with a reachable witness), then a closed port: every
+		// connect is answered by a reset.
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go func() {
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				c.Close()
+			}
+		}()
+		w := ln.Addr().String()
 		a, b := newPair(t, pairOpts{prefA: 200, prefB: 100, witnessA: w, witnessB: w})
 		waitSynced(t, a, b)
+		ln.Close()
+		if c, err := net.Dial("tcp", w); err == nil {
+			c.Close()
+			t.Fatal("the witness's port still accepts")
+		}
 		a.mute.Store(true)
-		waitFor(t, "b to take over", func() bool { return b.Owner("g") })
+		waitFor(t, "a to be fenced", func() bool { return a.h.isFenced("g") })
+		waitFor(t, "b to decline a takeover", func() bool { return b.Status().Counters.TakeoversBlocked > 0 })
+		if b.Owner("g") {
+			t.Error("b took over on a refused connect to the witness")
+		}
 	})
 	t.Run("silent", func(t *testing.T) {
 		w := blackhole(t)
@@ -566,7 +593,7 @@ func TestHostileFrames(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if m, err := decodeMsg(f); err != nil || m.Type != mHeartbeat {
+		if m, err := decodeMsg(f, wireV2); err != nil || m.Type != mHeartbeat {
 			t.Fatalf("b sent %v, %v; want a heartbeat", m, err)
 		}
 		conns = append(conns, c)
@@ -600,7 +627,8 @@ func TestConfigCheck(t *testing.T) {
 func sampleMsgs() []*msg {
 	st := &State{Bounds: map[Key]uint64{"out/1": 1 << 40, "in/2": 3}, IKE: map[string][]byte{"ike": []byte("x"), "empty": {}}, Seq: map[Key]uint64{"out/1": 1<<40 - 5}}
 	return []*msg{
-		{Type: mHeartbeat, Groups: []hbGroup{{"g", roleOwner, 7, 200, false}, {"h", roleStandby, 1, 0, true}}},
+		{Type: mHeartbeat, Ver: wireV1, Groups: []hbGroup{{"g", roleOwner, 7, 200, false, [2]uint64{}}, {"h", roleStandby, 1, 0, true, [2]uint64{}}}},
+		{Type: mHeartbeat, Ver: wireV2, Groups: []hbGroup{{"g", roleOwner, 7, 200, false, [2]uint64{1 << 22, 0}}, {"h", roleStandby, 1, 0, true, [2]uint64{5, 1<<23 - 1}}}},
 		{Type: mSnapshot, Group: "g", Epoch: 7, Seq: 9, State: st},
 		{Type: mBound, Group: "g", Epoch: 7, Seq: 10, Key: "out/1", UpTo: 1 << 50},
 		{Type: mAck, Group: "g", Epoch: 7, Seq: 10},
@@ -614,15 +642,24 @@ func sampleMsgs() []*msg {
 }
 
 // TestWireRoundTrip: every message decodes to what was encoded, and every
-// truncation of it is an error.
+// truncation of it is an error; a heartbeat of one version does not
+// decode as the other.
 func TestWireRoundTrip(t *testing.T) {
 	for _, m := range sampleMsgs() {
+		if m.Ver == 0 {
+			m.Ver = wireV2
+		}
 		f := appendFrame(nil, m)
 		got, err := readFrame(bytes.NewReader(f), nil)
 		if err != nil {
 			t.Fatal(err)
 		}
-		d, err := decodeMsg(got)
+		if m.Type == mHeartbeat {
+			if _, err := decodeMsg(got, wireV1+wireV2-m.Ver); err == nil {
+				t.Errorf("a version %d heartbeat decoded as the other version", m.Ver)
+			}
+		}
+		d, err := decodeMsg(got, m.Ver)
 		if err != nil {
 			t.Fatalf("%v: %v", m.Type, err)
 		}
@@ -630,7 +667,7 @@ func TestWireRoundTrip(t *testing.T) {
 			t.Errorf("%v: decoded %+v, want %+v", m.Type, d, m)
 		}
 		for n := range len(got) {
-			if _, err := decodeMsg(got[:n]); err == nil {
+			if _, err := decodeMsg(got[:n], m.Ver); err == nil {
 				t.Errorf("%v cut to %d bytes decoded", m.Type, n)
 			}
 		}
@@ -664,10 +701,14 @@ func sameMsg(a, b *msg) bool {
 // same message.
 func FuzzDecode(f *testing.F) {
 	for _, m := range sampleMsgs() {
-		f.Add(appendFrame(nil, m))
+		f.Add(appendFrame(nil, m), m.Ver == wireV1)
 	}
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1})
-	f.Fuzz(func(t *testing.T, b []byte) {
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 1}, false)
+	f.Fuzz(func(t *testing.T, b []byte, v1 bool) {
+		ver := wireV2
+		if v1 {
+			ver = wireV1
+		}
 		r := bytes.NewReader(b)
 		var buf []byte
 		for {
@@ -676,11 +717,11 @@ func FuzzDecode(f *testing.F) {
 				return
 			}
 			buf = fr[:0]
-			m, err := decodeMsg(fr)
+			m, err := decodeMsg(fr, ver)
 			if err != nil {
 				continue
 			}
-			again, err := decodeMsg(appendFrame(nil, m)[frameHeader:])
+			again, err := decodeMsg(appendFrame(nil, m)[frameHeader:], ver)
 			if err != nil {
 				t.Fatalf("re-encoded %v does not decode: %v", m.Type, err)
 			}
@@ -697,8 +738,11 @@ func netipAddrPort(t testing.TB, a net.Addr) netip.AddrPort {
 	return a.(*net.TCPAddr).AddrPort()
 }
 
-// TestHandshakeFlood: connections that never finish a handshake hold at
-// most maxHandshakes slots; the rest are closed at once and counted.
+// TestHandshakeFlood: silent connections from the peer's own address
+// hold at most maxHandshakes handshakes in progress; each beyond closes
+// the oldest (counted), so that the peer, connecting while they are still
+// open, is served. Before, the slots were refused to newcomers: four idle
+// connections from the peer's address kept it out.
 func TestHandshakeFlood(t *testing.T) {
 	checkLeaks(t)
 	p := newPKI(t, "ha-test")
@@ -716,24 +760,29 @@ func TestHandshakeFlood(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		t.Cleanup(func() { c.Close() })
 		silent = append(silent, c)
 	}
-	waitFor(t, "the connections beyond the limit closed", func() bool {
+	waitFor(t, "the oldest connections closed", func() bool {
 		return b.Status().Counters.HandshakeFailures >= n-maxHandshakes
 	})
-	for _, c := range silent {
-		c.Close()
+	if got := b.handshakes.count(); got > maxHandshakes {
+		t.Fatalf("%d handshakes in progress, want at most %d", got, maxHandshakes)
 	}
-	waitFor(t, "the handshake slots free", func() bool { return len(b.handshakeSlots) == 0 })
+	// The peer, with the last maxHandshakes silent ones still open.
 	c, err := tls.Dial("tcp", addrB.String(), p.tlsFor(t, "b", false, "a"))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the peer was refused while silent connections held the slots: %v", err)
 	}
 	defer c.Close()
 	c.SetReadDeadline(time.Now().Add(10 * time.Second))
 	if _, err := readFrame(c, nil); err != nil {
-		t.Fatalf("b does not talk after the flood: %v", err)
+		t.Fatalf("b does not talk during the flood: %v", err)
 	}
+	for _, c := range silent {
+		c.Close()
+	}
+	waitFor(t, "the handshakes to end", func() bool { return b.handshakes.count() == 0 })
 }
 
 // TestSockopts: both ends of the channel set TCP_NODELAY and a

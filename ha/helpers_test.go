@@ -177,13 +177,14 @@ type acquireCall struct {
 	group   string
 	st      *State
 	planned bool
+	ivEpoch uint32
 }
 
 func newFakeHandler() *fakeHandler {
 	return &fakeHandler{owned: map[string]bool{}, fenced: map[string]bool{}, state: map[string]*State{}}
 }
 
-func (h *fakeHandler) Acquire(group string, st *State, planned bool) error {
+func (h *fakeHandler) Acquire(group string, st *State, planned bool, ivEpoch uint32) error {
 	h.mu.Lock()
 	gate, hook := h.gate, h.onAcquire
 	h.mu.Unlock()
@@ -197,7 +198,7 @@ func (h *fakeHandler) Acquire(group string, st *State, planned bool) error {
 	defer h.mu.Unlock()
 	h.owned[group] = true
 	h.state[group] = st.clone()
-	h.acquired = append(h.acquired, acquireCall{group, st.clone(), planned})
+	h.acquired = append(h.acquired, acquireCall{group, st.clone(), planned, ivEpoch})
 	return nil
 }
 

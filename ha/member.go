@@ -32,7 +32,9 @@ type Member struct {
 	aborts    chan *handoverReq
 	closing   <-chan struct{}
 
-	handshakeSlots chan struct{} // acceptLoop: one token per handshake in progress
+	handshakes handshakes // acceptLoop: the handshakes in progress
+	refuseLog  rateLog    // connections from other addresses
+	failLog    rateLog    // failed handshakes, slots full
 
 	witnessOK atomic.Int64 // unix nanoseconds of the last reachable probe
 	mute      atomic.Bool  // tests: drop every frame in and out (a partition)
@@ -48,7 +50,7 @@ type Member struct {
 
 type counters struct {
 	framesIn, framesOut, stale, overflows, resyncs, badFrames, handshakeFailures,
-	connections, takeovers, takeoversBlocked, handovers, fences atomic.Uint64
+	connections, takeovers, takeoversBlocked, handovers, fences, refusedSources atomic.Uint64
 }
 
 // syncState is how far an owner's standby has come.
@@ -99,6 +101,8 @@ type group struct {
 
 	lastFailover time.Time
 	lastGap      time.Duration
+
+	iv ivBlocks // both members' AEAD IV epoch blocks (iv.go)
 }
 
 type pendingGrant struct {
@@ -139,8 +143,7 @@ func Start(cfg Config, h Handler) (*Member, error) {
 		handovers: make(chan *handoverReq),
 		aborts:    make(chan *handoverReq),
 
-		handshakeSlots: make(chan struct{}, maxHandshakes),
-		groups:         make(map[string]*group),
+		groups: make(map[string]*group),
 	}
 	for _, gc := range cfg.Groups {
 		g := &group{name: gc.Name, pref: gc.Preference, bounds: make(map[Key]uint64), replica: newState()}
@@ -283,7 +286,7 @@ func (m *Member) Status() Status {
 		QueueOverflows: c.overflows.Load(), Resyncs: c.resyncs.Load(), BadFrames: c.badFrames.Load(),
 		HandshakeFailures: c.handshakeFailures.Load(), Connections: c.connections.Load(),
 		Takeovers: c.takeovers.Load(), TakeoversBlocked: c.takeoversBlocked.Load(),
-		Handovers: c.handovers.Load(), Fences: c.fences.Load(),
+		Handovers: c.handovers.Load(), Fences: c.fences.Load(), RefusedSources: c.refusedSources.Load(),
 	}
 	return st
 }

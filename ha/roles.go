@@ -1,12 +1,33 @@
 package ha
 
 import (
+	"fmt"
 	"maps"
 	"time"
 )
 
 // Roles: who owns a group, decided from the peer's heartbeats, its death
 // and the witness.
+
+// role is a member's part in a group, as heartbeats carry it.
+type role byte
+
+const (
+	roleNone      role = iota // undecided: just started
+	roleStandby               // holds the replicated state
+	roleOwner                 // carries the group
+	roleReleasing             // owner in a planned handover, waiting for the standby
+	roleEnd
+)
+
+var roleNames = [...]string{"none", "standby", "owner", "releasing"}
+
+func (r role) String() string {
+	if r < roleEnd {
+		return roleNames[r]
+	}
+	return fmt.Sprintf("role %d", byte(r))
+}
 
 // fromOwner decides whether a message about g with epoch comes from its
 // rightful owner: a standby (or an undecided member) takes it and follows
@@ -41,6 +62,9 @@ func (m *Member) handleHeartbeat(mm *msg) {
 		g := m.groups[hb.Name]
 		if g != nil {
 			g.peerSeen, g.peerRole, g.peerEpoch, g.peerPref, g.peerSnap = true, hb.Role, hb.Epoch, int(hb.Preference), hb.Synced
+			if mm.Ver >= wireV2 {
+				g.iv.merge(m.ivSelf(), hb.IV)
+			}
 		}
 		m.mu.Unlock()
 		if g != nil {
@@ -160,8 +184,11 @@ func (m *Member) acquire(g *group, st *State, planned bool, epoch uint64, why st
 	g.fenced = false
 	g.asked = false
 	g.acquiring = true
+	// A fresh block even if the Handler refuses: it may have sealed
+	// under it before it did.
+	iv := m.allocIVLocked(g)
 	m.mu.Unlock()
-	if err := m.h.Acquire(g.name, st, planned); err != nil {
+	if err := m.h.Acquire(g.name, st, planned, iv); err != nil {
 		m.mu.Lock()
 		g.role, g.epoch = prev, prevEpoch
 		g.acquiring = false
@@ -180,9 +207,9 @@ func (m *Member) acquire(g *group, st *State, planned bool, epoch uint64, why st
 	peer := m.peerUp && m.conn != nil && g.peerSeen && (g.peerRole == roleNone || g.peerRole == roleStandby)
 	m.mu.Unlock()
 	if gap >= 0 {
-		m.log.Warn("ha: took over", "group", g.name, "epoch", epoch, "gap", gap, "why", why, "bounds", len(st.Bounds), "ike", len(st.IKE))
+		m.log.Warn("ha: took over", "group", g.name, "epoch", epoch, "gap", gap, "why", why, "bounds", len(st.Bounds), "ike", len(st.IKE), "iv_epoch", fmt.Sprintf("%08x", iv))
 	} else {
-		m.log.Info("ha: owner", "group", g.name, "epoch", epoch, "planned", planned, "why", why)
+		m.log.Info("ha: owner", "group", g.name, "epoch", epoch, "planned", planned, "why", why, "iv_epoch", fmt.Sprintf("%08x", iv))
 	}
 	m.sendHeartbeat()
 	if peer {

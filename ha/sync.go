@@ -186,11 +186,11 @@ func (m *Member) sendHeartbeat() {
 	if m.conn == nil {
 		return
 	}
-	hb := &msg{Type: mHeartbeat, Groups: make([]hbGroup, 0, len(m.order))}
+	hb := &msg{Type: mHeartbeat, Ver: m.conn.ver, Groups: make([]hbGroup, 0, len(m.order))}
 	for _, g := range m.order {
 		hb.Groups = append(hb.Groups, hbGroup{
 			Name: g.name, Role: g.role, Epoch: g.epoch, Preference: uint8(g.pref),
-			Synced: g.role == roleStandby && g.haveSnap,
+			Synced: g.role == roleStandby && g.haveSnap, IV: g.iv.next,
 		})
 	}
 	m.enqueueLocked(appendFrame(nil, hb))

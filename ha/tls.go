@@ -9,6 +9,18 @@ import (
 	"slices"
 )
 
+// Wire versions (wire.go): a connection's TLS handshake negotiates ALPN
+// "sluice-ha/2"; a peer that offers or takes no protocol (a member of an
+// earlier version) speaks version 1, and gets and sends heartbeats
+// without IV blocks (iv.go). Nothing else differs.
+const (
+	wireV1 = 1
+	wireV2 = 2
+)
+
+// alpnV2 is the ALPN name of wire version 2.
+const alpnV2 = "sluice-ha/2"
+
 // TLSConfig loads this member's certificate and key and the CA both
 // members' certificates chain to, and returns a TLS 1.3 configuration for
 // both ends of the sync channel: as a server it requires a client
@@ -49,6 +61,9 @@ func TLSConfig(certFile, keyFile, caFile, peerName string) (*tls.Config, error) 
 		VerifyConnection:   verify,
 		// Every connection is a full handshake, verified afresh.
 		SessionTicketsDisabled: true,
+		// The wire version (wire.go); a member of an earlier version
+		// offers and takes none, and speaks version 1.
+		NextProtos: []string{alpnV2},
 	}, nil
 }
 

@@ -38,7 +38,9 @@ const (
 )
 
 // A heartbeat group is a name, a role byte, a preference byte, a synced
-// byte (0 or 1) and an epoch.
+// byte (0 or 1) and an epoch; from wire version 2 on, two more integers:
+// the next IV block of the member whose name sorts lower, then of the
+// other (iv.go). A connection's version comes from its handshake (tls.go).
 
 var typeNames = [...]string{"", "heartbeat", "snapshot", "bound", "ack", "forget", "ike", "handover", "handover-done", "handover-ask"}
 
@@ -49,38 +51,20 @@ func (t msgType) String() string {
 	return fmt.Sprintf("type %d", byte(t))
 }
 
-// role is a member's part in a group, as heartbeats carry it.
-type role byte
-
-const (
-	roleNone      role = iota // undecided: just started
-	roleStandby               // holds the replicated state
-	roleOwner                 // carries the group
-	roleReleasing             // owner in a planned handover, waiting for the standby
-	roleEnd
-)
-
-var roleNames = [...]string{"none", "standby", "owner", "releasing"}
-
-func (r role) String() string {
-	if r < roleEnd {
-		return roleNames[r]
-	}
-	return fmt.Sprintf("role %d", byte(r))
-}
-
 // hbGroup is one group in a heartbeat.
 type hbGroup struct {
 	Name       string
 	Role       role
 	Epoch      uint64
 	Preference uint8
-	Synced     bool // a standby holding the owner's snapshot
+	Synced     bool      // a standby holding the owner's snapshot
+	IV         [2]uint64 // version 2: both members' next IV blocks (ivBlocks.next)
 }
 
 // msg is any decoded message; which fields are meaningful depends on Type.
 type msg struct {
 	Type   msgType
+	Ver    int       // the wire version it is encoded in or was decoded from
 	Groups []hbGroup // heartbeat
 
 	Group string
@@ -113,6 +97,10 @@ func appendFrame(dst []byte, m *msg) []byte {
 			}
 			dst = append(dst, byte(g.Role), g.Preference, synced)
 			dst = binary.AppendUvarint(dst, g.Epoch)
+			if m.Ver >= wireV2 {
+				dst = binary.AppendUvarint(dst, g.IV[0])
+				dst = binary.AppendUvarint(dst, g.IV[1])
+			}
 		}
 	default:
 		dst = appendString(dst, m.Group)
@@ -198,13 +186,13 @@ func readFrame(r io.Reader, buf []byte) ([]byte, error) {
 	return buf, nil
 }
 
-// decodeMsg decodes a frame's contents (type byte and body). The result
-// does not alias b.
-func decodeMsg(b []byte) (*msg, error) {
+// decodeMsg decodes a frame's contents (type byte and body) of wire
+// version ver. The result does not alias b.
+func decodeMsg(b []byte, ver int) (*msg, error) {
 	if len(b) == 0 {
 		return nil, errTruncated
 	}
-	m := &msg{Type: msgType(b[0])}
+	m := &msg{Type: msgType(b[0]), Ver: ver}
 	d := decoder{b: b[1:]}
 	switch m.Type {
 	case mHeartbeat:
@@ -221,6 +209,10 @@ func decodeMsg(b []byte) (*msg, error) {
 				d.fail(errors.New("ha: heartbeat: bad synced flag"))
 			}
 			g.Epoch = d.uvarint()
+			if ver >= wireV2 {
+				g.IV[0] = d.uvarint()
+				g.IV[1] = d.uvarint()
+			}
 			if d.err == nil && g.Role >= roleEnd {
 				d.err = fmt.Errorf("ha: heartbeat: unknown role %d", byte(g.Role))
 			}

@@ -1,9 +1,7 @@
 package ha
 
 import (
-	"errors"
 	"net"
-	"syscall"
 	"time"
 )
 
@@ -36,14 +34,20 @@ func (m *Member) witnessReachable() bool {
 	return false
 }
 
-// probeWitness reports whether a TCP connect to the witness succeeds or
-// is refused within Interval: either way the network to it works.
+// probeWitness reports whether a TCP connect to the witness completes
+// within Interval: the witness itself answered the SYN (its SYN-ACK
+// acknowledges this connect's sequence number). A refused connect is not
+// an answer from the witness: a reset or an ICMP unreachable may come from
+// anything on the path (a router that lost its route, a firewall that
+// rejects, a host that took the witness's address), and counting it would
+// keep an isolated owner from fencing. The witness's port is any service
+// (Config.Witness), so nothing past the connect is asked of it.
 func (m *Member) probeWitness() bool {
 	d := net.Dialer{Timeout: m.cfg.Interval}
 	c, err := d.DialContext(m.ctx, "tcp", m.cfg.Witness)
-	if err == nil {
-		c.Close()
-		return true
+	if err != nil {
+		return false
 	}
-	return errors.Is(err, syscall.ECONNREFUSED)
+	c.Close()
+	return true
 }

@@ -28,9 +28,9 @@ package lab
 // links of its own (10.9.1.0/24 and 10.9.2.0/24), not the lan bridge: the
 // wan router's nftables can then cut it (CutSync: split brain) without
 // touching the traffic, and the witness address (HATopology.Witness, on
-// the wan router, where nothing listens: a connection is refused, which
-// counts as reachable) stays reachable over the wan when the sync link is
-// cut. Isolate cuts one gateway off everything (wan and sync) at the
+// the wan router, where a listener accepts and closes connections: only a
+// completed connect counts as reachable) stays reachable over the wan when
+// the sync link is cut. Isolate cuts one gateway off everything (wan and sync) at the
 // router's ports.
 //
 // Every router and gateway forwards IPv4. The gateways also have an
@@ -135,8 +135,9 @@ type HATopology struct {
 	// tunnel remote); RemoteNet everything behind the peer (the
 	// gateways' tunnel remote). Each router routes its way into them.
 	LocalNet, RemoteNet netip.Prefix
-	// Witness is a TCP address on the wan router where nothing
-	// listens: a connect is refused, which says the router is reachable.
+	// Witness is a TCP address on the wan router that accepts
+	// connections (and closes them): a completed connect says the
+	// router is reachable.
 	Witness netip.AddrPort
 }
 
@@ -237,8 +238,36 @@ func (l *Lab) NewHATopology(ctx context.Context) (*HATopology, error) {
 	if err := t.NFT(ctx, haNFT); err != nil {
 		return nil, err
 	}
+	if err := t.serveWitness(); err != nil {
+		return nil, err
+	}
 	l.log.Debug("HA topology built", "lab", l.id)
 	return t, nil
+}
+
+// serveWitness listens on the witness address in the wan router and
+// closes every connection it accepts, until the lab closes.
+func (t *HATopology) serveWitness() error {
+	ln, err := t.WAN.Listen("tcp", t.Witness.String())
+	if err != nil {
+		return err
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	return t.Lab.Defer("close the witness", func() error {
+		err := ln.Close()
+		<-done
+		return err
+	})
 }
 
 // wire creates the links, addresses and routes.

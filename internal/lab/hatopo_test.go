@@ -57,6 +57,13 @@ func TestHATopology(t *testing.T) {
 	check("remote to the peer", topo.Remote, topo.PeerWAN.Addr(), true)
 	check("a to b over sync", a.NS, b.Sync.Addr(), true)
 	check("a to the witness's router", a.NS, topo.Witness.Addr(), true)
+	// The witness listens: a connect completes (package ha counts
+	// nothing less).
+	if c, err := a.NS.Dial(ctx, "tcp", topo.Witness.String()); err != nil {
+		t.Errorf("a's connect to the witness %v: %v", topo.Witness, err)
+	} else {
+		c.Close()
+	}
 	// The gateways refuse traffic for the remote network while no tunnel
 	// routes it: nothing leaves in the clear.
 	check("host to remote, no tunnel", topo.Host, topo.RemoteAddr, false)
