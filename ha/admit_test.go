@@ -104,8 +104,11 @@ func TestStrangerFloodCannotSplit(t *testing.T) {
 	took := time.Since(start)
 	t.Logf("re-formed %v after b's restart; strangers' connections: %d to a, %d to b (%d since the restart); refused: a %d, b %d",
 		took, opened[0].Load(), opened[1].Load(), opened[1].Load()-before, a.Status().Counters.RefusedSources, b2.Status().Counters.RefusedSources)
-	if took > time.Second {
-		t.Errorf("the pair re-formed %v after the restart, want within 1s", took)
+	// It takes one dial (Interval, 50-600 ms here under -race); the
+	// bound leaves a loaded CI machine room, and the strangers' held
+	// slots made the code before the fix take 4 s and more, or never.
+	if took > 3*time.Second {
+		t.Errorf("the pair re-formed %v after the restart, want about a second (3 s at most)", took)
 	}
 	if opened[1].Load() == before {
 		t.Error("the flood did not run through the restart")
