@@ -250,10 +250,13 @@ func (sa *ikeSA) installKeysLocked(suite Suite, prf PRF, keys *Keys) error {
 	return nil
 }
 
+// firstDH is the first Diffie-Hellman group of ps that NewDH computes
+// (the group of the KE payload an initiator sends; the responder asks
+// with INVALID_KE_PAYLOAD for another it chose), 0 when none is.
 func firstDH(ps []Proposal) uint16 {
 	for _, p := range ps {
 		for _, t := range p.Transforms {
-			if t.Type == TransformDH {
+			if t.Type == TransformDH && isDHGroup(t.ID) {
 				return t.ID
 			}
 		}
