@@ -126,3 +126,25 @@ func TestCheck(t *testing.T) {
 		t.Errorf("check without -c: exit %d, %q", code, errOut)
 	}
 }
+
+// TestCheckWarnsWeak: sluice check accepts a file whose proposals name
+// weak algorithms (exit 0) and prints a WARN for each with its file, line
+// and field; a file with the defaults gets none.
+func TestCheckWarnsWeak(t *testing.T) {
+	dir := t.TempDir()
+	weak := strings.Replace(ikeCheckConfig(dir, "127.0.0.1", checkPSKAuth, checkPSKSecret),
+		`remote_addrs = ["192.0.2.2"]`, "remote_addrs = [\"192.0.2.2\"]\nproposals = \"aes256-sha256-modp1024\"", 1)
+	f := ctlWriteFile(t, filepath.Join(dir, "weak.toml"), weak)
+	code, out, errOut := ctlRun("check", "-c", f)
+	if code != 0 || !strings.Contains(out, "configuration OK") {
+		t.Fatalf("exit %d, %q, %q", code, out, errOut)
+	}
+	want := f + ":16:13: connection[1].proposals: weak algorithm modp1024 (RFC 8247 section 2.4: SHOULD NOT"
+	if !strings.Contains(errOut, "level=WARN") || !strings.Contains(errOut, want) {
+		t.Errorf("no warning %q in %q", want, errOut)
+	}
+	good := ctlWriteFile(t, filepath.Join(dir, "good.toml"), ikeCheckConfig(dir, "127.0.0.1", checkPSKAuth, checkPSKSecret))
+	if code, _, errOut := ctlRun("check", "-c", good); code != 0 || strings.Contains(errOut, "weak") {
+		t.Errorf("defaults: exit %d, %q", code, errOut)
+	}
+}

@@ -135,6 +135,11 @@ func loadChecked(o *runOptions, warn *slog.Logger) (*config.Gateway, string, err
 	if err := gateway.Check(cfg, warn); err != nil {
 		return nil, "", withCode(ExitUsage, err)
 	}
+	if warn != nil {
+		for _, w := range cfg.Warnings() { // weak algorithms the file names
+			warn.Warn(w.Error())
+		}
+	}
 	socket := o.socket
 	if socket == "" {
 		socket = cfg.ControlSocket
@@ -177,6 +182,9 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 		JSON: cfg.LogFormat == config.LogFormatJSON, Journal: journal, Levels: levels,
 	}))
 	log, ctlLog := root.With(logging.Key, "gateway"), root.With(logging.Key, "control")
+	for _, w := range cfg.Warnings() { // weak algorithms the file names
+		log.Warn(w.Error())
+	}
 	srv, err := control.Listen(socket, &control.Options{Log: ctlLog})
 	if err != nil {
 		return withCode(ExitUsage, err)
