@@ -148,3 +148,47 @@ func TestCheckWarnsWeak(t *testing.T) {
 		t.Errorf("defaults: exit %d, %q", code, errOut)
 	}
 }
+
+// TestCheckExample: examples/ike-gateway.toml with its road-warrior block
+// uncommented passes sluice check on this host (its addresses made the
+// loopback's, its paths a temporary directory's, the gateway's
+// certificate made by sluice genkey cert) without a warning: what the
+// example promises the native clients is what its defaults accept.
+func TestCheckExample(t *testing.T) {
+	dir := t.TempDir()
+	data, err := os.ReadFile("../examples/ike-gateway.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text := string(data)
+	head, rest, ok := strings.Cut(text, "# BEGIN road warriors\n")
+	block, tail, ok2 := strings.Cut(rest, "# END road warriors")
+	_, block, ok3 := strings.Cut(block, "#\n# [[pool]]")
+	if !ok || !ok2 || !ok3 {
+		t.Fatal("no road-warrior block in the example")
+	}
+	var rw strings.Builder
+	rw.WriteString("[[pool]]")
+	for _, line := range strings.Split(block, "\n") {
+		rw.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "#"), " ") + "\n")
+	}
+	text = head + rw.String() + tail
+	for old, repl := range map[string]string{
+		`"192.0.2.1"`:               `"127.0.0.1"`,
+		`"/run/sluice/sluice.sock"`: `"` + filepath.Join(dir, "run", "sluice.sock") + `"`,
+		`"/var/lib/sluice"`:         `"` + filepath.Join(dir, "state") + `"`,
+	} {
+		if !strings.Contains(text, old) {
+			t.Fatalf("the example has no %s", old)
+		}
+		text = strings.ReplaceAll(text, old, repl)
+	}
+	if code, _, errOut := ctlRun("genkey", "cert", "--name", "vpn.example", filepath.Join(dir, "vpn")); code != 0 {
+		t.Fatalf("genkey: %s", errOut)
+	}
+	f := ctlWriteFile(t, filepath.Join(dir, "ike-gateway.toml"), text)
+	code, out, errOut := ctlRun("check", "-c", f)
+	if code != 0 || !strings.Contains(out, "configuration OK (0 tunnels, 2 IKE connections") || errOut != "" {
+		t.Errorf("exit %d, %q, %q\n%s", code, out, errOut, text)
+	}
+}

@@ -51,7 +51,7 @@ func TestIKEExample(t *testing.T) {
 		t.Errorf("auth %+v %+v", c.LocalAuth, c.RemoteAuth)
 	}
 	ch := c.Children[0]
-	if ch.Name != "site-b-net" || ch.StartAction != StartStart || len(ch.ESP) != 3 || ch.RekeyTime != time.Hour || ch.LifeTime != 66*time.Minute ||
+	if ch.Name != "site-b-net" || ch.StartAction != StartStart || len(ch.ESP) != 4 || ch.ESPProposals != DefaultESPProposals || c.Proposals != DefaultIKEProposals || ch.RekeyTime != time.Hour || ch.LifeTime != 66*time.Minute ||
 		!slices.Equal(ch.RemoteTS, []netip.Prefix{pfx("10.2.0.0/24")}) {
 		t.Errorf("child %+v", ch)
 	}
