@@ -161,11 +161,11 @@ func nativeClients() []nativeClient {
 		wantIKE:       "aes256-sha256-prfsha256-modp2048",
 		offeredLogged: "aes256-AUTH_HMAC_SHA1_96-noesn,aes128-AUTH_HMAC_SHA1_96-noesn,ENCR_3DES-AUTH_HMAC_SHA1_96-noesn",
 	}
-	// With weak proposals the operator writes: iOS before 14 offered
+	// With weak proposals the operator writes: iOS 9 to 11 offered
 	// aes256-sha256-modp1024 (ESP aes256-sha256); Windows' own IKE
 	// suite is taken too, its ESP HMAC-SHA-1 still refused.
 	legacyIOS := nativeClient{
-		name:    "iOS 12 with a modp1024 proposal written",
+		name:    "iOS 9 with a modp1024 proposal written",
 		ike:     proposals(ike.ProtoIKE, cbc(aes256, intSHA256, prfSHA256, dhMODP1024), cbc(tdes, intSHA1, prfSHA1, dhMODP1024)),
 		esp:     proposals(ike.ProtoESP, []ike.Transform{aes256, integ(intSHA256), noESN}),
 		gwIKE:   config.DefaultIKEProposals + ",aes256-sha256-modp1024",
