@@ -275,12 +275,14 @@ func TestTransformName(t *testing.T) {
 // aes256-sha1-prfsha1-modp1024).
 func TestProposalsAttrNamesAll(t *testing.T) {
 	ps := []Proposal{
+		// IANA numbers, not this package's names, so that the test
+		// builds on code that had none for them.
 		{Num: 1, Protocol: ProtoIKE, Transforms: []Transform{{Type: TransformEncr, ID: EncrAESCBC, KeyLen: 256},
-			{Type: TransformPRF, ID: PRFHMACSHA1}, {Type: TransformInteg, ID: IntegHMACSHA1_96}, {Type: TransformDH, ID: DHModp1024}}},
+			{Type: TransformPRF, ID: 2}, {Type: TransformInteg, ID: 2}, {Type: TransformDH, ID: 2}}},
 		{Num: 2, Protocol: ProtoIKE, Transforms: []Transform{{Type: TransformDH, ID: 16}, {Type: TransformEncr, ID: 3},
 			{Type: 77, ID: 1}, {Type: TransformEncr, ID: 4321, KeyLen: 192}, {Type: TransformPRF, ID: 4}, {Type: TransformInteg, ID: 5}}},
 		{Num: 3, Protocol: ProtoESP, Transforms: []Transform{{Type: TransformEncr, ID: EncrAESCBC, KeyLen: 128},
-			{Type: TransformInteg, ID: IntegHMACSHA1_96}, {Type: TransformESN, ID: ESNNo}}},
+			{Type: TransformInteg, ID: 2}, {Type: TransformESN, ID: ESNNo}}},
 	}
 	want := "aes256-sha1-prfsha1-modp1024,ENCR_3DES-encr#4321_192-AUTH_AES_XCBC_96-PRF_AES128_XCBC-MODP_4096-type#77:1,aes128-AUTH_HMAC_SHA1_96-noesn"
 	if got := proposalsAttr(ps).LogValue().String(); got != want {
