@@ -88,13 +88,31 @@ func protoName(p uint8) string {
 // "aes256gcm16-prfsha256-ecp256,aes256-sha1-prfsha1-modp1024".
 type proposalsAttr []Proposal
 
+// maxLoggedTransforms bounds how many transforms one proposalsAttr names
+// (a peer's SA payload may hold thousands; a client's holds dozens).
+const maxLoggedTransforms = 256
+
 // LogValue implements slog.LogValuer.
 func (ps proposalsAttr) LogValue() slog.Value {
-	out := make([]string, len(ps))
-	for i, p := range ps {
-		out[i] = proposalName(p)
+	out := make([]string, 0, len(ps))
+	left, rest := maxLoggedTransforms, 0
+	for _, p := range ps {
+		if left <= 0 {
+			rest += len(p.Transforms)
+			continue
+		}
+		if len(p.Transforms) > left {
+			rest += len(p.Transforms) - left
+			p.Transforms = p.Transforms[:left]
+		}
+		left -= len(p.Transforms)
+		out = append(out, proposalName(p))
 	}
-	return slog.StringValue(strings.Join(out, ","))
+	s := strings.Join(out, ",")
+	if rest > 0 {
+		s += fmt.Sprintf(",...(%d more transforms)", rest)
+	}
+	return slog.StringValue(s)
 }
 
 // authName names an authentication method.
