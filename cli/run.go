@@ -100,6 +100,11 @@ can check a file for a running gateway before "sluice reload" (as nginx -t
 does). What only a start finds out (a port another process holds, a TUN
 device name in use) is left to it.
 
+Algorithms FILE names that RFC 8247 discourages (sha1, prfsha1, modp1024,
+modp1536 in proposals; the defaults hold none) are warnings on standard
+error, with their file, line and field, not errors; sluice run logs them
+at WARN when it starts.
+
 Exit status: 0 when FILE would start; 2 with each error found, with its
 file, line and field.`,
 		Args: cobra.NoArgs,
