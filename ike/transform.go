@@ -90,6 +90,11 @@ func isAEAD(id uint16) bool { return id == EncrAESGCM16 || id == EncrChaCha20Pol
 // keyword. For ESP, no esn/noesn keyword means noesn, and a DH group asks
 // for PFS (used only in CREATE_CHILD_SA; IKE_AUTH leaves it out).
 //
+// The keywords are transform_table.go's. The weak ones (sha1, prfsha1,
+// modp1024, modp1536; see Weak) are taken as written, sha1 in IKE
+// proposals only; keywords of algorithms not implemented are an error
+// saying why (3des, md5, modp4096, ...).
+//
 // Additional key exchanges (RFC 9370) take strongSwan 6's keywords: "ke1_"
 // to "ke7_" before a key exchange method, as in
 // "aes256gcm16-prfsha384-x25519-ke1_mlkem768", and "ke1_none" to make
