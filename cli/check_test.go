@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicegw/sluice/internal/exampletest"
 )
 
 // ikeCheckConfig is an IKE gateway with one connection from local, the
@@ -156,23 +158,10 @@ func TestCheckWarnsWeak(t *testing.T) {
 // example promises the native clients is what its defaults accept.
 func TestCheckExample(t *testing.T) {
 	dir := t.TempDir()
-	data, err := os.ReadFile("../examples/ike-gateway.toml")
+	text, err := exampletest.Replace("../examples/ike-gateway.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	text := string(data)
-	head, rest, ok := strings.Cut(text, "# BEGIN road warriors\n")
-	block, tail, ok2 := strings.Cut(rest, "# END road warriors")
-	_, block, ok3 := strings.Cut(block, "#\n# [[pool]]")
-	if !ok || !ok2 || !ok3 {
-		t.Fatal("no road-warrior block in the example")
-	}
-	var rw strings.Builder
-	rw.WriteString("[[pool]]")
-	for _, line := range strings.Split(block, "\n") {
-		rw.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "#"), " ") + "\n")
-	}
-	text = head + rw.String() + tail
 	for old, repl := range map[string]string{
 		`"192.0.2.1"`:               `"127.0.0.1"`,
 		`"/run/sluice/sluice.sock"`: `"` + filepath.Join(dir, "run", "sluice.sock") + `"`,

@@ -29,3 +29,9 @@ func NewMemPair(t *testing.T, pa, pb *Peer, log *slog.Logger) *MemPair {
 
 // RespChild waits (5 s at most) for B's newest Child SA.
 func (m *MemPair) RespChild(t *testing.T) *ChildSA { return m.p.respChild(t) }
+
+// LogBuffer collects the log lines of both endpoints of a pair (log_test.go's logBuffer).
+type LogBuffer = logBuffer
+
+// Lines returns the lines holding every one of parts.
+func (l *logBuffer) Lines(parts ...string) []string { return l.lines(parts...) }

@@ -13,14 +13,13 @@ import (
 	"context"
 	"log/slog"
 	"net/netip"
-	"os"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/ike"
+	"github.com/sluicegw/sluice/internal/exampletest"
 )
 
 // IANA IKEv2 transform IDs the clients send (Transform Types 1 to 4).
@@ -182,24 +181,14 @@ func nativeClients() []nativeClient {
 // config package reads it.
 func exampleRoadWarrior(t *testing.T) *config.Connection {
 	t.Helper()
-	data, err := os.ReadFile("../examples/ike-gateway.toml")
+	rw, err := exampletest.RoadWarriors("../examples/ike-gateway.toml")
 	if err != nil {
 		t.Fatal(err)
 	}
-	_, block, ok := strings.Cut(string(data), "# BEGIN road warriors\n")
-	block, _, ok2 := strings.Cut(block, "# END road warriors")
-	_, block, ok3 := strings.Cut(block, "#\n# [[pool]]")
-	if !ok || !ok2 || !ok3 {
-		t.Fatal("no road-warrior block in the example")
-	}
-	var doc strings.Builder
-	doc.WriteString("[tun]\naddresses = [\"10.1.0.1/24\"]\n[[pool]]")
-	for _, line := range strings.Split(block, "\n") {
-		doc.WriteString(strings.TrimPrefix(strings.TrimPrefix(line, "#"), " ") + "\n")
-	}
-	g, err := config.ParseGateway("examples/ike-gateway.toml", []byte(doc.String()))
+	doc := "[tun]\naddresses = [\"10.1.0.1/24\"]\n" + rw
+	g, err := config.ParseGateway("examples/ike-gateway.toml", []byte(doc))
 	if err != nil {
-		t.Fatalf("%v\n%s", err, doc.String())
+		t.Fatalf("%v\n%s", err, doc)
 	}
 	c := g.Connection("rw")
 	if c == nil || len(c.Children) == 0 {
@@ -212,34 +201,6 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return c
-}
-
-// syncBuffer is a log destination both endpoints write to.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  strings.Builder
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
-// warnLine is the first WARN line of side b holding msg, "" for none.
-func (s *syncBuffer) warnLine(msg string) string {
-	for _, l := range strings.Split(s.String(), "\n") {
-		if strings.Contains(l, "level=WARN") && strings.Contains(l, "side=b") && strings.Contains(l, msg) {
-			return l
-		}
-	}
-	return ""
 }
 
 // TestNativeClientsAgainstExample: each native client's offer against the
@@ -257,8 +218,8 @@ func TestNativeClientsAgainstExample(t *testing.T) {
 	site, pool := netip.MustParsePrefix("10.1.0.0/24"), netip.MustParsePrefix("10.3.0.0/24")
 	for _, c := range nativeClients() {
 		t.Run(c.name, func(t *testing.T) {
-			var buf syncBuffer
-			log := slog.New(slog.NewTextHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
+			buf := new(ike.LogBuffer)
+			log := slog.New(slog.NewTextHandler(buf, &slog.HandlerOptions{Level: slog.LevelDebug}))
 			client := &ike.Peer{Name: "gw", LocalID: ike.ParseIdentity("carol@example.net"), RemoteID: ike.ParseIdentity("vpn.example"),
 				PSK: []byte("native"), IKE: c.ike, ESP: c.esp, LocalTS: []netip.Prefix{pool}, RemoteTS: []netip.Prefix{site}}
 			gw := &ike.Peer{Name: rw.Name, LocalID: ike.ParseIdentity("vpn.example"), PSK: []byte("native"),
@@ -287,10 +248,8 @@ func TestNativeClientsAgainstExample(t *testing.T) {
 			// The responder's choice (the initiator deletes the IKE SA
 			// of a refused Child SA, as the clients do).
 			chosen := ""
-			for _, l := range strings.Split(buf.String(), "\n") {
-				if strings.Contains(l, "side=b") && strings.Contains(l, `msg="ike: IKE proposal chosen"`) {
-					_, chosen, _ = strings.Cut(l, "suite=")
-				}
+			for _, l := range buf.Lines("side=b", `msg="ike: IKE proposal chosen"`) {
+				_, chosen, _ = strings.Cut(l, "suite=")
 			}
 			if chosen != c.wantIKE {
 				t.Errorf("IKE suite %q, want %q", chosen, c.wantIKE)
@@ -303,7 +262,7 @@ func TestNativeClientsAgainstExample(t *testing.T) {
 				if c.wantIKE != "" {
 					msg = "no ESP proposal chosen"
 				}
-				line := buf.warnLine(msg)
+				line := strings.Join(buf.Lines("level=WARN", "side=b", msg), "\n")
 				if !strings.Contains(line, `offered=`+c.offeredLogged) && !strings.Contains(line, `offered="`+c.offeredLogged+`"`) {
 					t.Errorf("WARN %q lacks offered=%s\n%s", line, c.offeredLogged, buf.String())
 				}
