@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/sluicegw/sluice/internal/exampletest"
 )
 
 // ikeCheckConfig is an IKE gateway with one connection from local, the
@@ -124,5 +126,58 @@ func TestCheck(t *testing.T) {
 	}
 	if code, _, errOut := ctlRun("check"); code != ExitUsage || !strings.Contains(errOut, "config") {
 		t.Errorf("check without -c: exit %d, %q", code, errOut)
+	}
+}
+
+// TestCheckWarnsWeak: sluice check accepts a file whose proposals name
+// weak algorithms (exit 0) and prints a WARN for each with its file, line
+// and field; a file with the defaults gets none.
+func TestCheckWarnsWeak(t *testing.T) {
+	dir := t.TempDir()
+	weak := strings.Replace(ikeCheckConfig(dir, "127.0.0.1", checkPSKAuth, checkPSKSecret),
+		`remote_addrs = ["192.0.2.2"]`, "remote_addrs = [\"192.0.2.2\"]\nproposals = \"aes256-sha256-modp1024\"", 1)
+	f := ctlWriteFile(t, filepath.Join(dir, "weak.toml"), weak)
+	code, out, errOut := ctlRun("check", "-c", f)
+	if code != 0 || !strings.Contains(out, "configuration OK") {
+		t.Fatalf("exit %d, %q, %q", code, out, errOut)
+	}
+	want := f + ":16:13: connection[1].proposals: weak algorithm modp1024 (RFC 8247 section 2.4: SHOULD NOT"
+	if !strings.Contains(errOut, "level=WARN") || !strings.Contains(errOut, want) {
+		t.Errorf("no warning %q in %q", want, errOut)
+	}
+	good := ctlWriteFile(t, filepath.Join(dir, "good.toml"), ikeCheckConfig(dir, "127.0.0.1", checkPSKAuth, checkPSKSecret))
+	if code, _, errOut := ctlRun("check", "-c", good); code != 0 || strings.Contains(errOut, "weak") {
+		t.Errorf("defaults: exit %d, %q", code, errOut)
+	}
+}
+
+// TestCheckExample: examples/ike-gateway.toml with its road-warrior block
+// uncommented passes sluice check on this host (its addresses made the
+// loopback's, its paths a temporary directory's, the gateway's
+// certificate made by sluice genkey cert) without a warning: what the
+// example promises the native clients is what its defaults accept.
+func TestCheckExample(t *testing.T) {
+	dir := t.TempDir()
+	text, err := exampletest.Replace("../examples/ike-gateway.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for old, repl := range map[string]string{
+		`"192.0.2.1"`:               `"127.0.0.1"`,
+		`"/run/sluice/sluice.sock"`: `"` + filepath.Join(dir, "run", "sluice.sock") + `"`,
+		`"/var/lib/sluice"`:         `"` + filepath.Join(dir, "state") + `"`,
+	} {
+		if !strings.Contains(text, old) {
+			t.Fatalf("the example has no %s", old)
+		}
+		text = strings.ReplaceAll(text, old, repl)
+	}
+	if code, _, errOut := ctlRun("genkey", "cert", "--name", "vpn.example", filepath.Join(dir, "vpn")); code != 0 {
+		t.Fatalf("genkey: %s", errOut)
+	}
+	f := ctlWriteFile(t, filepath.Join(dir, "ike-gateway.toml"), text)
+	code, out, errOut := ctlRun("check", "-c", f)
+	if code != 0 || !strings.Contains(out, "configuration OK (0 tunnels, 2 IKE connections") || errOut != "" {
+		t.Errorf("exit %d, %q, %q\n%s", code, out, errOut, text)
 	}
 }

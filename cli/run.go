@@ -100,6 +100,11 @@ can check a file for a running gateway before "sluice reload" (as nginx -t
 does). What only a start finds out (a port another process holds, a TUN
 device name in use) is left to it.
 
+Algorithms FILE names that RFC 8247 discourages (sha1, prfsha1, modp1024,
+modp1536 in proposals; the defaults hold none) are warnings on standard
+error, with their file, line and field, not errors; sluice run logs them
+at WARN when it starts.
+
 Exit status: 0 when FILE would start; 2 with each error found, with its
 file, line and field.`,
 		Args: cobra.NoArgs,
@@ -134,6 +139,11 @@ func loadChecked(o *runOptions, warn *slog.Logger) (*config.Gateway, string, err
 	}
 	if err := gateway.Check(cfg, warn); err != nil {
 		return nil, "", withCode(ExitUsage, err)
+	}
+	if warn != nil {
+		for _, w := range cfg.Warnings() { // weak algorithms the file names
+			warn.Warn(w.Error())
+		}
 	}
 	socket := o.socket
 	if socket == "" {
@@ -177,6 +187,9 @@ func runGateway(ctx context.Context, e *env, o *runOptions) error {
 		JSON: cfg.LogFormat == config.LogFormatJSON, Journal: journal, Levels: levels,
 	}))
 	log, ctlLog := root.With(logging.Key, "gateway"), root.With(logging.Key, "control")
+	for _, w := range cfg.Warnings() { // weak algorithms the file names
+		log.Warn(w.Error())
+	}
 	srv, err := control.Listen(socket, &control.Options{Log: ctlLog})
 	if err != nil {
 		return withCode(ExitUsage, err)

@@ -86,11 +86,11 @@ func TestEncodeExamples(t *testing.T) {
 			IKE:     &FileIKE{Port: 500, RetransmitTimeout: "1s", RetransmitTries: 5, MaxChildSAs: 1024, BlockThreshold: 5, KeepAlive: "20s"},
 			Connections: []FileConnection{{
 				Name: "site-b", Version: 2, LocalAddrs: []string{"192.0.2.1"}, RemoteAddrs: []string{"192.0.2.2"},
-				Proposals: "aes256gcm16-prfsha384-ecp384,aes128-sha256-modp2048", DPDDelay: "30s", RekeyTime: "4h", OverTime: "24m",
+				Proposals: "aes256gcm16-prfsha384-ecp384-x25519,aes256-aes128-sha256-modp2048-ecp256-x25519", DPDDelay: "30s", RekeyTime: "4h", OverTime: "24m",
 				Local:  FileAuth{Auth: "psk", ID: "gw-a.example"},
 				Remote: FileAuth{Auth: "psk", ID: "gw-b.example"},
 				Children: []FileChild{{Name: "site-b-net", LocalTS: []string{"10.1.0.0/24"}, RemoteTS: []string{"10.2.0.0/24"},
-					ESPProposals: "aes256gcm16,aes128gcm16,aes128-sha256", StartAction: "start", RekeyTime: "1h", LifeTime: "66m"}},
+					ESPProposals: "aes256gcm16,aes128gcm16,aes256-sha256,aes128-sha256", StartAction: "start", RekeyTime: "1h", LifeTime: "66m"}},
 			}},
 			Secrets: []FileSecret{{Type: "ike", IDs: []string{"gw-a.example", "gw-b.example"},
 				Secret: "0sZXhhbXBsZSBvbmx5LCBnZW5lcmF0ZSB5b3VyIG93bg=="}},

@@ -49,9 +49,15 @@ const (
 	DefaultIKERekeyTime   = 4 * time.Hour
 	DefaultChildRekeyTime = time.Hour
 	// DefaultIKEProposals and DefaultESPProposals are what a connection
-	// or child proposes when it names none.
-	DefaultIKEProposals = "aes256gcm16-prfsha384-ecp384,aes128-sha256-modp2048"
-	DefaultESPProposals = "aes256gcm16,aes128gcm16,aes128-sha256"
+	// or child proposes when it names none. They hold nothing RFC 8247
+	// discourages, and they accept the IKEv2 clients built into iOS and
+	// macOS (aes256-sha256-modp2048, ESP aes256-sha256), Android 11 and
+	// later (aes256gcm16-prfsha384-x25519, ESP aes256gcm16), Windows set
+	// to aes256-sha256-modp2048 with ESP aes256gcm16 (its defaults,
+	// modp1024 and ESP HMAC-SHA-1, are refused: see
+	// docs/road-warriors.md), and strongSwan's.
+	DefaultIKEProposals = "aes256gcm16-prfsha384-ecp384-x25519,aes256-aes128-sha256-modp2048-ecp256-x25519"
+	DefaultESPProposals = "aes256gcm16,aes128gcm16,aes256-sha256,aes128-sha256"
 )
 
 // Authentication methods of [connection.local] and [connection.remote].
@@ -1066,3 +1072,26 @@ func (g *Gateway) HasField(field string) bool {
 // IKEOnly reports whether the gateway's tunnels all come from connections
 // (no [[tunnel]]).
 func (g *Gateway) IKEOnly() bool { return len(g.Tunnels) == 0 && len(g.Connections) > 0 }
+
+// Warnings are what the configuration holds that is valid but weak, each
+// with its file, line and field: the proposals that name algorithms RFC
+// 8247 discourages (sha1, prfsha1, modp1024, modp1536). sluice check
+// prints them and sluice run logs them at WARN; the defaults never hold
+// them, so only a file that writes them gets one.
+func (g *Gateway) Warnings() Errors {
+	var ws Errors
+	warn := func(field string, ps []ike.Proposal) {
+		for _, w := range ike.Weak(ps) {
+			ws = append(ws, &Error{Pos: g.FieldPos(field), Field: field, Msg: "weak algorithm " + w})
+		}
+	}
+	for i := range g.Connections {
+		c := &g.Connections[i]
+		f := elemPath("connection", i)
+		warn(f+".proposals", c.IKE)
+		for j := range c.Children {
+			warn(elemPath(f+".children", j)+".esp_proposals", c.Children[j].ESP)
+		}
+	}
+	return ws
+}

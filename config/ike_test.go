@@ -51,7 +51,7 @@ func TestIKEExample(t *testing.T) {
 		t.Errorf("auth %+v %+v", c.LocalAuth, c.RemoteAuth)
 	}
 	ch := c.Children[0]
-	if ch.Name != "site-b-net" || ch.StartAction != StartStart || len(ch.ESP) != 3 || ch.RekeyTime != time.Hour || ch.LifeTime != 66*time.Minute ||
+	if ch.Name != "site-b-net" || ch.StartAction != StartStart || len(ch.ESP) != 4 || ch.ESPProposals != DefaultESPProposals || c.Proposals != DefaultIKEProposals || ch.RekeyTime != time.Hour || ch.LifeTime != 66*time.Minute ||
 		!slices.Equal(ch.RemoteTS, []netip.Prefix{pfx("10.2.0.0/24")}) {
 		t.Errorf("child %+v", ch)
 	}
@@ -127,7 +127,13 @@ func TestIKEErrors(t *testing.T) {
 		{"unknown key", ikeConn("mobike_v2 = true") + ikeSecret, []wantErr{{5, "connection[1].mobike_v2", "unknown key (valid: name, version"}}},
 		{"bad proposal", ikeConn(`proposals = "aes256gcm16-prfsha384-ecp999"`) + ikeSecret, []wantErr{{5, "connection[1].proposals", "want strongSwan IKE proposals"}}},
 		{"bad esp", strings.Replace(ikeConn(""), `remote_ts = ["10.2.0.0/24"]`, "remote_ts = [\"10.2.0.0/24\"]\n  esp_proposals = \"des\"", 1) + ikeSecret,
-			[]wantErr{{16, "connection[1].children[1].esp_proposals", `unknown or unsupported algorithm keyword "des" (want strongSwan ESP proposals`}}},
+			[]wantErr{{16, "connection[1].children[1].esp_proposals", `des is not supported (ENCR_DES: MUST NOT (RFC 8221, RFC 8247)) (want strongSwan ESP proposals`}}},
+		{"unknown keyword", ikeConn(`proposals = "aes256-sha256-modp2049"`) + ikeSecret, []wantErr{{5, "connection[1].proposals", `unknown or unsupported algorithm keyword "modp2049" (want strongSwan IKE proposals`}}},
+		{"3des", ikeConn(`proposals = "3des-sha1-modp1024"`) + ikeSecret, []wantErr{{5, "connection[1].proposals", `3des is not supported (ENCR_3DES: `}}},
+		{"esp sha1", strings.Replace(ikeConn(""), `remote_ts = ["10.2.0.0/24"]`, "remote_ts = [\"10.2.0.0/24\"]\n  esp_proposals = \"aes256-sha1\"", 1) + ikeSecret,
+			[]wantErr{{16, "connection[1].children[1].esp_proposals", `sha1 is for IKE proposals only: the ESP data plane does not implement it`}}},
+		{"prfsha1 in esp", strings.Replace(ikeConn(""), `remote_ts = ["10.2.0.0/24"]`, "remote_ts = [\"10.2.0.0/24\"]\n  esp_proposals = \"aes256gcm16-prfsha1\"", 1) + ikeSecret,
+			[]wantErr{{16, "connection[1].children[1].esp_proposals", `an ESP proposal takes no PRF`}}},
 		{"two addrs", strings.Replace(ikeConn(""), `["192.0.2.1"]`, `["192.0.2.1", "192.0.2.9"]`, 1) + ikeSecret,
 			[]wantErr{{3, "connection[1].local_addrs[2]", "one address only"}}},
 		{"remote family", strings.Replace(ikeConn(""), `["192.0.2.2"]`, `["2001:db8::2"]`, 1) + ikeSecret,
@@ -174,5 +180,46 @@ func TestIKEErrors(t *testing.T) {
 			}
 			checkErrors(t, errs, tt.want)
 		})
+	}
+}
+
+// TestWeakProposals: sha1, prfsha1, modp1024 and modp1536 are taken when a
+// file writes them (the clients that need them exist), and each is a
+// warning with the file, line and field, once per proposal list; the
+// defaults and the example warn of nothing.
+func TestWeakProposals(t *testing.T) {
+	doc := strings.Replace(ikeConn(`proposals = "aes256-sha256-modp2048,aes256-sha1-prfsha1-modp1024-modp1536"`),
+		`remote_ts = ["10.2.0.0/24"]`, "remote_ts = [\"10.2.0.0/24\"]\n  esp_proposals = \"aes256-sha256-modp1024\"", 1) + ikeSecret
+	g, err := ParseGateway("gw.toml", []byte(doc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, w := range g.Warnings() {
+		got = append(got, w.Error())
+	}
+	want := []string{
+		"gw.toml:5:13: connection[1].proposals: weak algorithm prfsha1 (RFC 8247 sections 2.2 and 2.3: SHA-1 is MUST- (on its way out); prefer sha256)",
+		"gw.toml:5:13: connection[1].proposals: weak algorithm sha1 (RFC 8247 sections 2.2 and 2.3: SHA-1 is MUST- (on its way out); prefer sha256)",
+		"gw.toml:5:13: connection[1].proposals: weak algorithm modp1024 (RFC 8247 section 2.4: SHOULD NOT (about 80 bits of strength); prefer modp2048, ecp256 or x25519)",
+		"gw.toml:5:13: connection[1].proposals: weak algorithm modp1536 (RFC 8247 section 2.4: SHOULD NOT (about 80 bits of strength); prefer modp2048, ecp256 or x25519)",
+		"gw.toml:16:19: connection[1].children[1].esp_proposals: weak algorithm modp1024 (RFC 8247 section 2.4: SHOULD NOT (about 80 bits of strength); prefer modp2048, ecp256 or x25519)",
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("warnings:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	g, err = ParseGateway("gw.toml", []byte(ikeConn("")+ikeSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := g.Warnings(); len(ws) != 0 {
+		t.Errorf("the defaults warn: %v", ws)
+	}
+	g, err = LoadGateway("../examples/ike-gateway.toml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ws := g.Warnings(); len(ws) != 0 {
+		t.Errorf("the example warns: %v", ws)
 	}
 }

@@ -1,7 +1,8 @@
 package ike
 
 // Diffie-Hellman groups for the KE payload: 14 (2048-bit MODP, RFC 3526
-// section 3), 19 and 20 (NIST P-256 and P-384 as IKEv2 encodes them, RFC
+// section 3; and, where a configuration names them, the weak 2 and 5 of
+// RFC 2409 section 6.2 and RFC 3526 section 2), 19 and 20 (NIST P-256 and P-384 as IKEv2 encodes them, RFC
 // 5903) and 31 (Curve25519, RFC 8031).
 
 import (
@@ -33,8 +34,8 @@ func NewDH(group uint16) (DH, error) {
 	switch group {
 	case MLKEM768, MLKEM1024:
 		return newKEM(group)
-	case DHModp2048:
-		return newModp(modp2048, group)
+	case DHModp2048, DHModp1536, DHModp1024:
+		return newModp(modpPrime(group), group)
 	case DHECP256, DHECP384, DHCurve25519:
 		c := curveOf(group)
 		k, err := c.GenerateKey(rand.Reader)
@@ -107,6 +108,41 @@ C2007CB8 A163BF05 98DA4836 1C55D39A 69163FA8 FD24CF5F
 E39E772C 180E8603 9B2783A2 EC07A28F B5C55DF0 6F4C52C9
 DE2BCBF6 95581718 3995497C EA956AE5 15D22618 98FA0510
 15728E5A 8AACAA68 FFFFFFFF FFFFFFFF`)
+
+// modp1024 is the prime of the 1024-bit MODP group, Oakley group 2 (RFC
+// 2409 section 6.2); the generator is 2.
+var modp1024 = mustHex(`
+FFFFFFFF FFFFFFFF C90FDAA2 2168C234 C4C6628B 80DC1CD1
+29024E08 8A67CC74 020BBEA6 3B139B22 514A0879 8E3404DD
+EF9519B3 CD3A431B 302B0A6D F25F1437 4FE1356D 6D51C245
+E485B576 625E7EC6 F44C42E9 A637ED6B 0BFF5CB6 F406B7ED
+EE386BFB 5A899FA5 AE9F2411 7C4B1FE6 49286651 ECE65381
+FFFFFFFF FFFFFFFF`)
+
+// modp1536 is the prime of the 1536-bit MODP group (RFC 3526 section 2);
+// the generator is 2.
+var modp1536 = mustHex(`
+FFFFFFFF FFFFFFFF C90FDAA2 2168C234 C4C6628B 80DC1CD1
+29024E08 8A67CC74 020BBEA6 3B139B22 514A0879 8E3404DD
+EF9519B3 CD3A431B 302B0A6D F25F1437 4FE1356D 6D51C245
+E485B576 625E7EC6 F44C42E9 A637ED6B 0BFF5CB6 F406B7ED
+EE386BFB 5A899FA5 AE9F2411 7C4B1FE6 49286651 ECE45B3D
+C2007CB8 A163BF05 98DA4836 1C55D39A 69163FA8 FD24CF5F
+83655D23 DCA3AD96 1C62F356 208552BB 9ED52907 7096966D
+670C354E 4ABC9804 F1746C08 CA237327 FFFFFFFF FFFFFFFF`)
+
+// modpPrime is the prime of a MODP group NewDH supports, nil for another.
+func modpPrime(group uint16) *big.Int {
+	switch group {
+	case DHModp2048:
+		return modp2048
+	case DHModp1536:
+		return modp1536
+	case DHModp1024:
+		return modp1024
+	}
+	return nil
+}
 
 func mustHex(s string) *big.Int {
 	s = strings.Join(strings.Fields(s), "")

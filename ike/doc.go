@@ -109,9 +109,12 @@
 // wire.go and payload.go are the wire format: ParseMessage and
 // Message.Encode with one struct per payload, every length checked
 // (FuzzParseMessage). transform.go parses strongSwan's proposal keywords
-// and selects proposals; keys.go, dh.go and sk.go are the keying, the
-// Diffie-Hellman groups (14, 19, 20, 31) and the SK payload's protection
-// (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with HMAC-SHA-2); auth.go the
+// and selects proposals, from transform_table.go's one table of the
+// algorithms implemented (with the IANA names the logs give the others);
+// keys.go, dh.go and sk.go are the keying, the Diffie-Hellman groups (14,
+// 19, 20, 31; 2 and 5 when a configuration names them) and the SK
+// payload's protection (AES-GCM-16, ChaCha20-Poly1305, AES-CBC with
+// HMAC-SHA-2, or HMAC-SHA-1 when named); auth.go the
 // signatures and certificates; crl.go the revocation checks of a peer's
 // certificate chain (Peer.CRLs, Peer.Revocation); frag.go IKE
 // fragmentation (RFC 7383); kem.go ML-KEM-768 and -1024 (crypto/mlkem)

@@ -47,6 +47,7 @@ type Endpoint struct {
 	children   map[uint32]*childEntry // established Child SAs, by our inbound SPI
 	restarting map[string]bool        // peers that DPDAction restart initiates to
 	cookies    cookieSecrets          // section 2.6
+	propWarn   logGate                // IKE_SA_INIT's NO_PROPOSAL_CHOSEN WARN (task_ikeinit.go)
 	stats      Stats
 	stopping   bool // Close has begun: start no goroutines
 	closed     bool

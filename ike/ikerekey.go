@@ -364,6 +364,10 @@ func (sa *ikeSA) ikeRekeyRequestLocked(sap *SA, ni *Nonce, inner []Payload, pre 
 	suite, chosen, ok := selectProposal(withoutAddKE(sa.peer.IKE), sap.Proposals, false) // no IKE_FOLLOWUP_KE (intermediate.go)
 	if !ok || len(chosen.SPI) != 8 || binary.BigEndian.Uint64(chosen.SPI) == 0 {
 		e.stats.NoProposalChosen++
+		if !ok {
+			e.cfg.Log.Warn("ike: no IKE proposal chosen for the peer's IKE SA rekey",
+				sa.logAttrs("offered", proposalsAttr(sap.Proposals), "ours", proposalsAttr(withoutAddKE(sa.peer.IKE)))...)
+		}
 		return fail(NoProposalChosen, nil)
 	}
 	ke, ok := find[*KE](inner, nil)

@@ -6,6 +6,7 @@ package ike
 
 import (
 	"crypto/hmac"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
 	"encoding/binary"
@@ -17,6 +18,8 @@ import (
 // prfHash returns the hash of a PRF transform.
 func prfHash(id uint16) (func() hash.Hash, error) {
 	switch id {
+	case PRFHMACSHA1:
+		return sha1.New, nil
 	case PRFHMACSHA256:
 		return sha256.New, nil
 	case PRFHMACSHA384:
@@ -32,7 +35,8 @@ type PRF struct {
 	h func() hash.Hash
 }
 
-// NewPRF returns the PRF of transform id (PRF_HMAC_SHA2_256, _384, _512).
+// NewPRF returns the PRF of transform id (PRF_HMAC_SHA2_256, _384, _512,
+// and PRF_HMAC_SHA1 where a configuration names it).
 func NewPRF(id uint16) (PRF, error) {
 	h, err := prfHash(id)
 	return PRF{h: h}, err
@@ -87,9 +91,12 @@ func cipherKeyLen(encr, keyBits uint16) (keyLen, saltLen int) {
 }
 
 // integKeyLen is the key length in bytes of an integrity transform (RFC
-// 4868 section 2.1.1: the hash's output length).
+// 4868 section 2.1.1: the hash's output length; RFC 2404 section 3: 20
+// for HMAC-SHA1-96).
 func integKeyLen(id uint16) int {
 	switch id {
+	case IntegHMACSHA1_96:
+		return 20
 	case IntegHMACSHA256_128:
 		return 32
 	case IntegHMACSHA384_192:

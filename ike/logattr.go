@@ -11,7 +11,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"slices"
 	"strings"
 )
 
@@ -84,73 +83,36 @@ func protoName(p uint8) string {
 	return fmt.Sprintf("proto %d", p)
 }
 
-// dhName names a DH group in strongSwan's keywords.
-func dhName(g uint16) string {
-	switch g {
-	case DHModp2048:
-		return "modp2048"
-	case DHECP256:
-		return "ecp256"
-	case DHECP384:
-		return "ecp384"
-	case DHCurve25519:
-		return "x25519"
-	case MLKEM768:
-		return "mlkem768"
-	case MLKEM1024:
-		return "mlkem1024"
-	case DHNone:
-		return "none"
-	}
-	return fmt.Sprintf("dh%d", g)
-}
-
-// proposalsAttr is offered proposals as a log attribute, each as the
-// keywords of its transforms: "aes256gcm16-prfsha256-ecp256,...".
+// proposalsAttr is proposals as a log attribute, each as its transforms
+// (proposalName: keywords, else IANA names or numbers, none left out):
+// "aes256gcm16-prfsha256-ecp256,aes256-sha1-prfsha1-modp1024".
 type proposalsAttr []Proposal
+
+// maxLoggedTransforms bounds how many transforms one proposalsAttr names
+// (a peer's SA payload may hold thousands; a client's holds dozens).
+const maxLoggedTransforms = 256
 
 // LogValue implements slog.LogValuer.
 func (ps proposalsAttr) LogValue() slog.Value {
-	out := make([]string, len(ps))
-	order := []TransformType{TransformEncr, TransformInteg, TransformPRF, TransformDH, 6, 7, 8, 9, 10, 11, 12, TransformESN}
-	for i, p := range ps {
-		var ts []string
-		sorted := slices.Clone(p.Transforms)
-		slices.SortStableFunc(sorted, func(a, b Transform) int {
-			return slices.Index(order, a.Type) - slices.Index(order, b.Type)
-		})
-		for _, t := range sorted {
-			s := Suite{}
-			switch t.Type {
-			case TransformEncr:
-				s.Encr, s.KeyLen = t.ID, t.KeyLen
-			case TransformPRF:
-				ts = append(ts, map[uint16]string{PRFHMACSHA256: "prfsha256", PRFHMACSHA384: "prfsha384", PRFHMACSHA512: "prfsha512"}[t.ID])
-				continue
-			case TransformInteg:
-				ts = append(ts, map[uint16]string{IntegHMACSHA256_128: "sha256", IntegHMACSHA384_192: "sha384", IntegHMACSHA512_256: "sha512"}[t.ID])
-				continue
-			case TransformDH:
-				ts = append(ts, dhName(t.ID))
-				continue
-			case TransformESN:
-				if t.ID == ESNYes {
-					ts = append(ts, "esn")
-				} else {
-					ts = append(ts, "noesn")
-				}
-				continue
-			default:
-				if isAddKE(t.Type) {
-					ts = append(ts, fmt.Sprintf("ke%d_%s", t.Type-TransformADDKE1+1, dhName(t.ID)))
-				}
-				continue
-			}
-			ts = append(ts, s.Name())
+	out := make([]string, 0, len(ps))
+	left, rest := maxLoggedTransforms, 0
+	for _, p := range ps {
+		if left <= 0 {
+			rest += len(p.Transforms)
+			continue
 		}
-		out[i] = strings.Join(ts, "-")
+		if len(p.Transforms) > left {
+			rest += len(p.Transforms) - left
+			p.Transforms = p.Transforms[:left]
+		}
+		left -= len(p.Transforms)
+		out = append(out, proposalName(p))
 	}
-	return slog.StringValue(strings.Join(out, ","))
+	s := strings.Join(out, ",")
+	if rest > 0 {
+		s += fmt.Sprintf(",...(%d more transforms)", rest)
+	}
+	return slog.StringValue(s)
 }
 
 // authName names an authentication method.

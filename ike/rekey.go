@@ -462,6 +462,8 @@ func (sa *ikeSA) createChildRequestLocked(inner []Payload, pre *dhDone) ([]Paylo
 	conf, esp, chosen, nTSi, nTSr, propFit, found := chooseChild(confs, sap, tsi, tsr, false)
 	if !propFit {
 		e.stats.NoProposalChosen++
+		e.cfg.Log.Warn("ike: no ESP proposal chosen for the peer's CREATE_CHILD_SA",
+			sa.logAttrs("offered", proposalsAttr(sap.Proposals), "ours", proposalsAttr(espOf(confs)))...)
 		return fail(NoProposalChosen, nil)
 	}
 	if !found {

@@ -17,6 +17,7 @@ import (
 	"crypto/cipher"
 	"crypto/hmac"
 	"crypto/rand"
+	"crypto/sha1"
 	"crypto/sha256"
 	"crypto/sha512"
 	"crypto/subtle"
@@ -74,6 +75,8 @@ func newSKCrypto(s Suite, ek, ak []byte) (*skCrypto, error) {
 		}
 		c.block, c.ivLen, c.blkSize = b, aes.BlockSize, aes.BlockSize
 		switch s.Integ {
+		case IntegHMACSHA1_96: // RFC 2404: 96 of 160 bits
+			c.mac, c.icvLen = sha1.New, 12
 		case IntegHMACSHA256_128:
 			c.mac, c.icvLen = sha256.New, 16
 		case IntegHMACSHA384_192:

@@ -435,13 +435,14 @@ func dhPrivate(dh DH) ([]byte, bool) {
 // dhFromPrivate is the DH key of group with private key priv (dhPrivate).
 func dhFromPrivate(group uint16, priv []byte) (DH, error) {
 	switch group {
-	case DHModp2048:
+	case DHModp2048, DHModp1536, DHModp1024:
 		if len(priv) == 0 || len(priv) > 32 {
 			return nil, fmt.Errorf("ike: DH group %d private key of %d bytes", group, len(priv))
 		}
+		p := modpPrime(group)
 		x := new(big.Int).SetBytes(priv)
-		y := new(big.Int).Exp(big.NewInt(2), x, modp2048)
-		return &modpKey{group: group, p: modp2048, x: x, pub: y.FillBytes(make([]byte, (modp2048.BitLen()+7)/8))}, nil
+		y := new(big.Int).Exp(big.NewInt(2), x, p)
+		return &modpKey{group: group, p: p, x: x, pub: y.FillBytes(make([]byte, (p.BitLen()+7)/8))}, nil
 	case DHECP256, DHECP384, DHCurve25519:
 		return ecFromPrivate(group, priv)
 	}

@@ -9,6 +9,7 @@ package ike
 import (
 	"encoding/binary"
 	"errors"
+	"slices"
 )
 
 func init() { registerTask(IKE_AUTH, orderChild, newChildTask) }
@@ -137,10 +138,12 @@ func (t *childTask) processRequest(x *exchange) taskStatus {
 	if n := x.setup.vip.noChild; n != 0 {
 		return childFail(n) // no virtual IP (task_config.go)
 	}
-	conf, esp, chosen, nTSi, nTSr, propOK, found := chooseChild(x.setup.vip.confs(peer.childConfs()), t.sap, t.tsI, t.tsR, true)
+	confs := x.setup.vip.confs(peer.childConfs())
+	conf, esp, chosen, nTSi, nTSr, propOK, found := chooseChild(confs, t.sap, t.tsI, t.tsR, true)
 	if !propOK {
 		e.stats.NoProposalChosen++
-		e.cfg.Log.Warn("ike: no ESP proposal chosen; the IKE SA stays up without a Child SA", sa.logAttrs("offered", proposalsAttr(t.sap.Proposals))...)
+		e.cfg.Log.Warn("ike: no ESP proposal chosen; the IKE SA stays up without a Child SA",
+			sa.logAttrs("offered", proposalsAttr(t.sap.Proposals), "ours", proposalsAttr(espOf(confs)))...)
 		return childFail(NoProposalChosen)
 	}
 	if !found {
@@ -173,6 +176,20 @@ func withoutDH(ts []Transform) []Transform {
 	for _, t := range ts {
 		if t.Type != TransformDH {
 			out = append(out, t)
+		}
+	}
+	return out
+}
+
+// espOf is the ESP proposals of confs, each once, in order: what a log
+// line names as ours.
+func espOf(confs []childConf) []Proposal {
+	var out []Proposal
+	for _, c := range confs {
+		for _, p := range c.esp {
+			if !slices.ContainsFunc(out, func(q Proposal) bool { return proposalName(q) == proposalName(p) }) {
+				out = append(out, p)
+			}
 		}
 	}
 	return out

@@ -69,7 +69,14 @@ func (t *ikeInitTask) processRequest(x *exchange) taskStatus {
 		if peer == nil {
 			e.cfg.Log.Debug("ike: IKE_SA_INIT from an address no connection names", "remote", x.remote, "local", x.local)
 		} else {
-			e.cfg.Log.Warn("ike: no IKE proposal chosen", "peer", peer.Name, "remote", x.remote, "offered", proposalsAttr(sap.Proposals), "ours", proposalsAttr(peer.IKE))
+			// Anyone can send an IKE_SA_INIT: the line is rate-bounded.
+			if ok, held := e.propWarn.allow(e.cfg.clock.Now()); ok {
+				attrs := []any{"peer", peer.Name, "remote", x.remote, "offered", proposalsAttr(sap.Proposals), "ours", proposalsAttr(peer.IKE)}
+				if held > 0 {
+					attrs = append(attrs, "suppressed", held) // lines held back since the last
+				}
+				e.cfg.Log.Warn("ike: no IKE proposal chosen", attrs...)
+			}
 		}
 		return x.fail(NoProposalChosen, errors.New("ike: no IKE proposal chosen"))
 	}
@@ -250,10 +257,13 @@ func (sa *ikeSA) installKeysLocked(suite Suite, prf PRF, keys *Keys) error {
 	return nil
 }
 
+// firstDH is the first Diffie-Hellman group of ps that NewDH computes
+// (the group of the KE payload an initiator sends; the responder asks
+// with INVALID_KE_PAYLOAD for another it chose), 0 when none is.
 func firstDH(ps []Proposal) uint16 {
 	for _, p := range ps {
 		for _, t := range p.Transforms {
-			if t.Type == TransformDH {
+			if t.Type == TransformDH && isDHGroup(t.ID) {
 				return t.ID
 			}
 		}

@@ -8,7 +8,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -43,6 +42,7 @@ const (
 
 // PRF IDs (transform type 2).
 const (
+	PRFHMACSHA1   uint16 = 2
 	PRFHMACSHA256 uint16 = 5
 	PRFHMACSHA384 uint16 = 6
 	PRFHMACSHA512 uint16 = 7
@@ -51,6 +51,7 @@ const (
 // Integrity algorithm IDs (transform type 3).
 const (
 	IntegNone           uint16 = 0
+	IntegHMACSHA1_96    uint16 = 2
 	IntegHMACSHA256_128 uint16 = 12
 	IntegHMACSHA384_192 uint16 = 13
 	IntegHMACSHA512_256 uint16 = 14
@@ -59,6 +60,8 @@ const (
 // Diffie-Hellman group numbers (transform type 4).
 const (
 	DHNone       uint16 = 0
+	DHModp1024   uint16 = 2
+	DHModp1536   uint16 = 5
 	DHModp2048   uint16 = 14
 	DHECP256     uint16 = 19
 	DHECP384     uint16 = 20
@@ -87,6 +90,11 @@ func isAEAD(id uint16) bool { return id == EncrAESGCM16 || id == EncrChaCha20Pol
 // keyword. For ESP, no esn/noesn keyword means noesn, and a DH group asks
 // for PFS (used only in CREATE_CHILD_SA; IKE_AUTH leaves it out).
 //
+// The keywords are transform_table.go's. The weak ones (sha1, prfsha1,
+// modp1024, modp1536; see Weak) are taken as written, sha1 in IKE
+// proposals only; keywords of algorithms not implemented are an error
+// saying why (3des, md5, modp4096, ...).
+//
 // Additional key exchanges (RFC 9370) take strongSwan 6's keywords: "ke1_"
 // to "ke7_" before a key exchange method, as in
 // "aes256gcm16-prfsha384-x25519-ke1_mlkem768", and "ke1_none" to make
@@ -112,6 +120,9 @@ func ParseProposal(proto uint8, s string) (Proposal, error) {
 		t, err := parseKeyword(tok)
 		if err != nil {
 			return p, err
+		}
+		if a, _ := lookupAlgorithm(t); a.ikeOnly && proto == ProtoESP {
+			return p, fmt.Errorf("ike: %q: %s is for IKE proposals only: the ESP data plane does not implement it (have the client propose sha256)", s, tok)
 		}
 		switch t.Type {
 		case TransformEncr:
@@ -207,6 +218,8 @@ func ParseProposals(proto uint8, s string) ([]Proposal, error) {
 
 func prfOfInteg(id uint16) uint16 {
 	switch id {
+	case IntegHMACSHA1_96:
+		return PRFHMACSHA1
 	case IntegHMACSHA384_192:
 		return PRFHMACSHA384
 	case IntegHMACSHA512_256:
@@ -233,54 +246,16 @@ func parseKeyword(tok string) (Transform, error) {
 		t.Type = typ
 		return t, nil
 	}
-	enc := func(id, bits uint16) (Transform, error) {
-		return Transform{Type: TransformEncr, ID: id, KeyLen: bits}, nil
-	}
-	switch tok {
-	case "aes", "aes128":
-		return enc(EncrAESCBC, 128)
-	case "aes192":
-		return enc(EncrAESCBC, 192)
-	case "aes256":
-		return enc(EncrAESCBC, 256)
-	case "aes128gcm16", "aes128gcm128":
-		return enc(EncrAESGCM16, 128)
-	case "aes192gcm16", "aes192gcm128":
-		return enc(EncrAESGCM16, 192)
-	case "aes256gcm16", "aes256gcm128":
-		return enc(EncrAESGCM16, 256)
-	case "chacha20poly1305":
-		return enc(EncrChaCha20Poly1305, 0)
-	case "sha256", "sha2_256":
-		return Transform{Type: TransformInteg, ID: IntegHMACSHA256_128}, nil
-	case "sha384", "sha2_384":
-		return Transform{Type: TransformInteg, ID: IntegHMACSHA384_192}, nil
-	case "sha512", "sha2_512":
-		return Transform{Type: TransformInteg, ID: IntegHMACSHA512_256}, nil
-	case "prfsha256":
-		return Transform{Type: TransformPRF, ID: PRFHMACSHA256}, nil
-	case "prfsha384":
-		return Transform{Type: TransformPRF, ID: PRFHMACSHA384}, nil
-	case "prfsha512":
-		return Transform{Type: TransformPRF, ID: PRFHMACSHA512}, nil
-	case "modp2048":
-		return Transform{Type: TransformDH, ID: DHModp2048}, nil
-	case "ecp256":
-		return Transform{Type: TransformDH, ID: DHECP256}, nil
-	case "ecp384":
-		return Transform{Type: TransformDH, ID: DHECP384}, nil
-	case "x25519", "curve25519":
-		return Transform{Type: TransformDH, ID: DHCurve25519}, nil
-	case "mlkem768":
-		return Transform{Type: TransformDH, ID: MLKEM768}, nil
-	case "mlkem1024":
-		return Transform{Type: TransformDH, ID: MLKEM1024}, nil
-	case "mlkem512":
+	if tok == "mlkem512" {
 		return Transform{}, errors.New("ike: mlkem512 is not supported (Go's crypto/mlkem has ML-KEM-768 and ML-KEM-1024)")
-	case "esn":
-		return Transform{Type: TransformESN, ID: ESNYes}, nil
-	case "noesn":
-		return Transform{Type: TransformESN, ID: ESNNo}, nil
+	}
+	for _, a := range algorithms {
+		if a.keyword == tok || slices.Contains(a.aliases, tok) {
+			return a.t, nil
+		}
+	}
+	if why, ok := refused[tok]; ok {
+		return Transform{}, fmt.Errorf("ike: %s is not supported (%s)", tok, why)
 	}
 	return Transform{}, fmt.Errorf("ike: unknown or unsupported algorithm keyword %q", tok)
 }
@@ -334,93 +309,56 @@ func (s Suite) transforms() []Transform {
 // config package takes it: "aes128gcm16", "aes256-sha256",
 // "chacha20poly1305". The ESN flag is not part of the name.
 func (s Suite) ESPName() string {
-	switch s.Encr {
-	case EncrAESGCM16:
-		return fmt.Sprintf("aes%dgcm16", s.KeyLen)
-	case EncrChaCha20Poly1305:
-		return "chacha20poly1305"
+	name := transformName(ProtoESP, Transform{Type: TransformEncr, ID: s.Encr, KeyLen: s.KeyLen})
+	if s.Integ != 0 {
+		name += "-" + transformName(ProtoESP, Transform{Type: TransformInteg, ID: s.Integ})
 	}
-	h := map[uint16]string{IntegHMACSHA256_128: "sha256", IntegHMACSHA384_192: "sha384", IntegHMACSHA512_256: "sha512"}[s.Integ]
-	return fmt.Sprintf("aes%d-%s", s.KeyLen, h)
+	return name
 }
 
 // Name is the suite in strongSwan's proposal keywords, which
 // ParseProposal takes back, in strongSwan's order: encryption, integrity
 // (none for an AEAD), PRF, DH group, additional key exchanges, ESN: "aes256gcm16-prfsha384-ecp384"
 // and "aes128-sha256-prfsha256-modp2048" for IKE SAs, "aes128gcm16-esn"
-// for a Child SA. An ID it has no keyword for is written as a number.
+// for a Child SA (whose "noesn" is left out). An ID it has no keyword for
+// is written by its IANA name or number (transformName).
 func (s Suite) Name() string {
-	var parts []string
-	switch s.Encr {
-	case EncrAESGCM16:
-		parts = append(parts, fmt.Sprintf("aes%dgcm16", s.KeyLen))
-	case EncrChaCha20Poly1305:
-		parts = append(parts, "chacha20poly1305")
-	case EncrAESCBC:
-		parts = append(parts, fmt.Sprintf("aes%d", s.KeyLen))
-	default:
-		parts = append(parts, fmt.Sprintf("encr%d", s.Encr))
-	}
-	name := func(m map[uint16]string, id uint16) string {
-		if n, ok := m[id]; ok {
-			return n
-		}
-		return strconv.Itoa(int(id))
-	}
-	if s.Integ != 0 {
-		parts = append(parts, name(map[uint16]string{IntegHMACSHA256_128: "sha256", IntegHMACSHA384_192: "sha384", IntegHMACSHA512_256: "sha512"}, s.Integ))
-	}
-	if s.PRF != 0 {
-		parts = append(parts, name(map[uint16]string{PRFHMACSHA256: "prfsha256", PRFHMACSHA384: "prfsha384", PRFHMACSHA512: "prfsha512"}, s.PRF))
-	}
-	if s.DH != 0 {
-		parts = append(parts, dhName(s.DH))
-	}
-	for i, m := range s.AddKE {
-		if m != 0 {
-			parts = append(parts, fmt.Sprintf("ke%d_%s", i+1, dhName(m)))
-		}
-	}
-	if s.ESN {
-		parts = append(parts, "esn")
-	}
-	return strings.Join(parts, "-")
+	ts := slices.DeleteFunc(s.transforms(), func(t Transform) bool { return t.Type == TransformESN && t.ID == ESNNo })
+	return proposalName(Proposal{Protocol: s.Protocol, Transforms: ts})
 }
 
 // supported reports whether this package implements transform t (for the
-// protocol proto).
+// protocol proto): it is in the algorithms table, with the Key Length
+// attribute the table gives, and of a type the protocol takes.
 func supported(proto uint8, t Transform) bool {
 	if t.BadAttr {
 		return false
-	}
-	switch t.Type {
-	case TransformEncr:
-		switch t.ID {
-		case EncrAESCBC, EncrAESGCM16:
-			return t.KeyLen == 128 || t.KeyLen == 192 || t.KeyLen == 256
-		case EncrChaCha20Poly1305:
-			return t.KeyLen == 0
-		}
-	case TransformPRF:
-		return proto == ProtoIKE && t.KeyLen == 0 && (t.ID == PRFHMACSHA256 || t.ID == PRFHMACSHA384 || t.ID == PRFHMACSHA512)
-	case TransformInteg:
-		return t.KeyLen == 0 && (t.ID == IntegHMACSHA256_128 || t.ID == IntegHMACSHA384_192 || t.ID == IntegHMACSHA512_256)
-	case TransformDH:
-		return t.KeyLen == 0 && isDHGroup(t.ID)
-	case TransformESN:
-		return proto == ProtoESP && t.KeyLen == 0 && (t.ID == ESNNo || t.ID == ESNYes)
 	}
 	if isAddKE(t.Type) {
 		// "none" (0) included: RFC 9370 section 2.2.1 lets an initiator
 		// make an additional key exchange optional.
 		return proto == ProtoIKE && t.KeyLen == 0 && (t.ID == DHNone || isDHGroup(t.ID) || isKEM(t.ID))
 	}
-	return false
+	a, ok := lookupAlgorithm(t)
+	if !ok || (a.ikeOnly && proto != ProtoIKE) {
+		return false
+	}
+	switch t.Type {
+	case TransformPRF:
+		return proto == ProtoIKE
+	case TransformDH:
+		return isDHGroup(t.ID)
+	case TransformESN:
+		return proto == ProtoESP
+	}
+	return true
 }
 
-// isDHGroup reports whether id is a Diffie-Hellman group NewDH supports.
+// isDHGroup reports whether id is a Diffie-Hellman group NewDH supports
+// (a type 4 method of the algorithms table that is not a KEM).
 func isDHGroup(id uint16) bool {
-	return id == DHModp2048 || id == DHECP256 || id == DHECP384 || id == DHCurve25519
+	_, ok := lookupAlgorithm(Transform{Type: TransformDH, ID: id})
+	return ok && id != DHNone && !isKEM(id)
 }
 
 // selectProposal picks, for our proposals (in our order of preference)
