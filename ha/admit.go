@@ -1,7 +1,6 @@
 package ha
 
 import (
-	"log/slog"
 	"net"
 	"net/netip"
 	"slices"
@@ -21,7 +20,8 @@ import (
 // peer out: it takes maxHandshakes new connections within one of the
 // peer's handshakes (milliseconds) to cut it off, a flood that is counted
 // (as failed handshakes) and seen. Refusals are logged at most once per
-// logEvery, with the count held back since the last line.
+// logEvery (package lograte), with the count held back since the last
+// line.
 
 // logEvery is the least time between two log lines about refused
 // connections of one kind.
@@ -51,32 +51,6 @@ func (m *Member) dialSource() *net.TCPAddr {
 		return nil
 	}
 	return &net.TCPAddr{IP: a.AsSlice(), Zone: a.Zone()}
-}
-
-// rateLog writes a warning at most once per logEvery, adding how many it
-// held back since the last one. Its methods are safe for concurrent use.
-type rateLog struct {
-	mu   sync.Mutex
-	last time.Time
-	held uint64
-}
-
-// warn logs msg with args, unless a line went out less than logEvery ago.
-func (r *rateLog) warn(log *slog.Logger, msg string, args ...any) {
-	now := time.Now()
-	r.mu.Lock()
-	if !r.last.IsZero() && now.Sub(r.last) < logEvery {
-		r.held++
-		r.mu.Unlock()
-		return
-	}
-	held := r.held
-	r.last, r.held = now, 0
-	r.mu.Unlock()
-	if held > 0 {
-		args = append(args, "held_back", held)
-	}
-	log.Warn(msg, args...)
 }
 
 // handshakes are the handshakes in progress on the listener, oldest

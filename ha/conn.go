@@ -13,6 +13,7 @@ import (
 	"context"
 	"crypto/tls"
 	"errors"
+	"log/slog"
 	"net"
 	"sync"
 	"sync/atomic"
@@ -192,7 +193,7 @@ func (m *Member) handshake(raw net.Conn, client bool) *conn {
 		raw.Close()
 		if m.ctx.Err() == nil {
 			m.ctr.handshakeFailures.Add(1)
-			m.failLog.warn(m.log, "ha: sync handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
+			m.failLog.Log(m.log, time.Now(), slog.LevelWarn, "ha: sync handshake failed", "remote", raw.RemoteAddr().String(), "err", err)
 		}
 		return nil
 	}
@@ -237,13 +238,13 @@ func (m *Member) acceptLoop() {
 			}
 			raw.Close()
 			m.ctr.refusedSources.Add(1)
-			m.refuseLog.warn(m.log, "ha: sync connection refused before TLS: not from the peer's address",
+			m.refuseLog.Log(m.log, time.Now(), slog.LevelWarn, "ha: sync connection refused before TLS: not from the peer's address",
 				"remote", raw.RemoteAddr().String(), "peer", m.cfg.PeerName, "peer_address", m.cfg.Peer.Addr().String())
 			continue
 		}
 		if old := m.handshakes.add(raw); old != nil {
 			// Its handshake fails, counted and logged there.
-			m.failLog.warn(m.log, "ha: too many sync handshakes at once from the peer's address: the oldest closed", "remote", old.RemoteAddr().String())
+			m.failLog.Log(m.log, time.Now(), slog.LevelWarn, "ha: too many sync handshakes at once from the peer's address: the oldest closed", "remote", old.RemoteAddr().String())
 			old.Close()
 		}
 		m.wg.Add(1)

@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/lograte"
 )
 
 // Member is this gateway's end of an HA pair. Its methods are safe for
@@ -32,9 +34,9 @@ type Member struct {
 	aborts    chan *handoverReq
 	closing   <-chan struct{}
 
-	handshakes handshakes // acceptLoop: the handshakes in progress
-	refuseLog  rateLog    // connections from other addresses
-	failLog    rateLog    // failed handshakes, slots full
+	handshakes handshakes     // acceptLoop: the handshakes in progress
+	refuseLog  lograte.Bucket // connections from other addresses (admit.go)
+	failLog    lograte.Bucket // failed handshakes, slots full
 
 	witnessOK atomic.Int64 // unix nanoseconds of the last reachable probe
 	mute      atomic.Bool  // tests: drop every frame in and out (a partition)
@@ -142,6 +144,8 @@ func Start(cfg Config, h Handler) (*Member, error) {
 		drained:   make(chan *conn, 1),
 		handovers: make(chan *handoverReq),
 		aborts:    make(chan *handoverReq),
+		refuseLog: lograte.Bucket{Every: logEvery},
+		failLog:   lograte.Bucket{Every: logEvery},
 
 		groups: make(map[string]*group),
 	}

@@ -91,43 +91,6 @@ func mustMarshal(t *testing.T, v any) []byte {
 	return b
 }
 
-// TestAuthLogBucket: the lines of refused authentications go out in a
-// burst of authLogBurst, then one per authLogEvery; the next line after
-// some were held back says how many.
-func TestAuthLogBucket(t *testing.T) {
-	var l authLog
-	now := time.Unix(1_700_000_000, 0)
-	for i := range authLogBurst {
-		if ok, held := l.take(now); !ok || held != 0 {
-			t.Fatalf("line %d of the burst: %v, %d held", i, ok, held)
-		}
-	}
-	for range 7 {
-		if ok, _ := l.take(now); ok {
-			t.Fatal("a line beyond the burst went out")
-		}
-	}
-	if ok, _ := l.take(now.Add(authLogEvery - time.Nanosecond)); ok {
-		t.Fatal("a line went out before the bucket refilled")
-	}
-	now = now.Add(authLogEvery)
-	if ok, held := l.take(now); !ok || held != 8 {
-		t.Fatalf("after %v: %v, %d held; want a line saying 8", authLogEvery, ok, held)
-	}
-	if ok, _ := l.take(now); ok {
-		t.Fatal("two lines for one refill")
-	}
-	// A long quiet refills to the burst, no more.
-	now = now.Add(time.Hour)
-	n := 0
-	for ok := true; ok; n++ {
-		ok, _ = l.take(now)
-	}
-	if n-1 != authLogBurst {
-		t.Fatalf("%d lines after an hour, want %d", n-1, authLogBurst)
-	}
-}
-
 // TestAuthRefusalLogged: each refused IKE_AUTH (a wrong PSK, an
 // identity no connection has, a certificate from another CA, a
 // certificate that does not name the identity) writes exactly one WARN

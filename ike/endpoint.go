@@ -15,6 +15,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/sluicegw/sluice/internal/lograte"
 )
 
 // Transport sends IKE datagrams. Send sends pkt (the UDP payload; on the
@@ -47,7 +49,7 @@ type Endpoint struct {
 	children   map[uint32]*childEntry // established Child SAs, by our inbound SPI
 	restarting map[string]bool        // peers that DPDAction restart initiates to
 	cookies    cookieSecrets          // section 2.6
-	propWarn   logGate                // IKE_SA_INIT's NO_PROPOSAL_CHOSEN WARN (task_ikeinit.go)
+	propWarn   lograte.Bucket         // IKE_SA_INIT's NO_PROPOSAL_CHOSEN WARN (task_ikeinit.go)
 	stats      Stats
 	stopping   bool // Close has begun: start no goroutines
 	closed     bool
@@ -55,7 +57,7 @@ type Endpoint struct {
 	snapDirty  []*ikeSA         // IKE SAs whose state OnSnapshot has yet to see (snapshot.go)
 	outbox     []datagram       // what sendLocked queued; unlock sends it without the lock
 
-	authLog authLog // the rate of refused authentications' log lines (authlog.go)
+	authLog lograte.Bucket // the rate of refused authentications' log lines (authlog.go)
 
 	jobs   chan struct{} // one token per computation off the lock (job.go)
 	jobSeq uint64        // numbers the jobs
@@ -86,7 +88,10 @@ func NewEndpoint(cfg Config, tr Transport) (*Endpoint, error) {
 	if err := cfg.defaults(); err != nil {
 		return nil, err
 	}
-	e := &Endpoint{cfg: cfg, tr: tr, sas: map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{}, halfOpenBy: map[netip.Addr]int{},
+	e := &Endpoint{cfg: cfg, tr: tr,
+		propWarn: lograte.Bucket{Burst: propWarnBurst, Every: propWarnEvery},
+		authLog:  lograte.Bucket{Burst: authLogBurst, Every: authLogEvery},
+		sas:      map[uint64]*ikeSA{}, halfOpen: map[halfOpenKey]*ikeSA{}, halfOpenBy: map[netip.Addr]int{},
 		children: map[uint32]*childEntry{}, restarting: map[string]bool{},
 		queue: make(chan datagram, cfg.QueueLen), done: make(chan struct{}), jobs: make(chan struct{}, cfg.MaxCryptoJobs)}
 	if _, err := rand.Read(e.cookies.cur[:]); err != nil {

@@ -7,35 +7,6 @@ import (
 	"time"
 )
 
-// TestLogGate: ten lines at once, then one a second; the first line let
-// through after a hold says how many were held.
-func TestLogGate(t *testing.T) {
-	var g logGate
-	now := time.Unix(1_700_000_000, 0)
-	for i := range 10 {
-		if ok, held := g.allow(now); !ok || held != 0 {
-			t.Fatalf("line %d: %v %d", i, ok, held)
-		}
-	}
-	for range 5 {
-		if ok, _ := g.allow(now.Add(100 * time.Millisecond)); ok {
-			t.Fatal("an eleventh line within the second")
-		}
-	}
-	if ok, held := g.allow(now.Add(1100 * time.Millisecond)); !ok || held != 5 {
-		t.Fatalf("after a second: %v, held %d, want 5", ok, held)
-	}
-	if ok, _ := g.allow(now.Add(1200 * time.Millisecond)); ok {
-		t.Fatal("a second line in that second")
-	}
-	if ok, held := g.allow(now.Add(time.Hour)); !ok || held != 1 {
-		t.Fatalf("an hour on: %v %d", ok, held)
-	}
-	if n := testing.AllocsPerRun(100, func() { g.allow(now) }); n != 0 {
-		t.Fatalf("%v allocations", n)
-	}
-}
-
 // TestNoProposalWarnBounded: a stranger's IKE_SA_INIT flood with
 // proposals the responder refuses writes ten WARN lines, then one a
 // second with how many it held back; each line names what was offered.

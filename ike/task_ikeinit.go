@@ -12,6 +12,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 )
 
 func init() { registerTask(IKE_SA_INIT, orderIKEInit, newIKEInitTask) }
@@ -70,13 +71,8 @@ func (t *ikeInitTask) processRequest(x *exchange) taskStatus {
 			e.cfg.Log.Debug("ike: IKE_SA_INIT from an address no connection names", "remote", x.remote, "local", x.local)
 		} else {
 			// Anyone can send an IKE_SA_INIT: the line is rate-bounded.
-			if ok, held := e.propWarn.allow(e.cfg.clock.Now()); ok {
-				attrs := []any{"peer", peer.Name, "remote", x.remote, "offered", proposalsAttr(sap.Proposals), "ours", proposalsAttr(peer.IKE)}
-				if held > 0 {
-					attrs = append(attrs, "suppressed", held) // lines held back since the last
-				}
-				e.cfg.Log.Warn("ike: no IKE proposal chosen", attrs...)
-			}
+			e.propWarn.Log(e.cfg.Log, e.cfg.clock.Now(), slog.LevelWarn, "ike: no IKE proposal chosen",
+				"peer", peer.Name, "remote", x.remote, "offered", proposalsAttr(sap.Proposals), "ours", proposalsAttr(peer.IKE))
 		}
 		return x.fail(NoProposalChosen, errors.New("ike: no IKE proposal chosen"))
 	}
