@@ -538,6 +538,9 @@ func (c *Config) defaults() error {
 		if err := p.checkRemoteAccess(); err != nil {
 			return err
 		}
+		if err := p.checkCRLs(); err != nil {
+			return err
+		}
 		names := map[string]bool{p.ChildName: true}
 		for _, c := range p.Children {
 			if c.Name == "" || names[c.Name] {

@@ -24,7 +24,7 @@ var crlSerial = big.NewInt(1000)
 
 // newCRLCert makes a certificate named cn for a new key, signed by parent
 // (self-signed when parent is nil); ca makes it a CA.
-func newCRLCert(t *testing.T, parent *crlCA, cn string, ca bool) *crlCA {
+func newCRLCert(t testing.TB, parent *crlCA, cn string, ca bool) *crlCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
