@@ -717,6 +717,10 @@ type Stats struct {
 	// data, an error in its place, or IKE_AUTH before them.
 	AddKEFailed uint64
 
+	// VIPRefused counts, as initiator, the addresses a CFG_REPLY
+	// assigned that we did not take (task_config.go, acceptVIPs).
+	VIPRefused uint64
+
 	// Remote access (task_config.go): virtual IPs we assigned from
 	// Peer.Pools, and addresses asked for that no pool had left
 	// (INTERNAL_ADDRESS_FAILURE when none was assigned).
