@@ -161,7 +161,8 @@ type revStatus struct {
 // scope (the same issuingDistributionPoint, or none) are read together:
 // the newest current complete CRL, or, better, the newest current delta
 // CRL d with the newest complete CRL b (current or not) such that d's
-// number > b's number >= d's BaseCRLNumber, merged: an entry of d
+// number > b's number >= d's BaseCRLNumber (when no current complete CRL
+// is newer than d), merged: an entry of d
 // replaces b's, and one of reason removeFromCRL takes the certificate off
 // (a hold released). A delta without such a base vouches for nothing,
 // but a revocation it lists still counts, as does one that any valid CRL
@@ -217,6 +218,9 @@ func certStatus(cert, issuer *x509.Certificate, crls []*x509.RevocationList, now
 	for _, g := range groups {
 		delta, base := pairDelta(g.deltas, g.bases)
 		cur := newestCurrent(g.bases, now)
+		if delta != nil && cur != nil && !newerCRL(delta, cur) {
+			delta, base = nil, nil // a complete CRL newer than the delta holds it
+		}
 		switch {
 		case delta != nil:
 			if e := crlEntry(delta, cert.RawIssuer, serial); e != nil {

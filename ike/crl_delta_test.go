@@ -146,22 +146,7 @@ func adcsExts(uri string) []pkix.Extension {
 // cRLDistributionPoints name uris (none: no extension).
 func leafWithDP(t testing.TB, ca *crlCA, cn string, uris ...string) *x509.Certificate {
 	t.Helper()
-	c := newCRLCert(t, ca, cn, false)
-	if len(uris) == 0 {
-		return c.cert
-	}
-	crlSerial = new(big.Int).Add(crlSerial, big.NewInt(1))
-	tmpl := *c.cert
-	tmpl.SerialNumber, tmpl.CRLDistributionPoints, tmpl.Extensions, tmpl.ExtraExtensions = crlSerial, uris, nil, nil
-	der, err := x509.CreateCertificate(rand.Reader, &tmpl, ca.cert, c.cert.PublicKey, ca.key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cert
+	return newCRLCert(t, ca, cn, false, uris...).cert
 }
 
 // TestDeltaCRL checks certificates against an AD CS-style base CRL and
@@ -218,6 +203,10 @@ func TestDeltaCRL(t *testing.T) {
 		// A delta older than the base is in it already.
 		{"delta-older-than-base", []*x509.RevocationList{base(12, past, future), delta11}, RevocationStrict, []check{
 			{inDelta, ""}, {inBase, ""}, {good, ""}}},
+		// A complete CRL newer than a base and its delta decides: the
+		// hold that delta 11 released is back in CRL 12.
+		{"base-newer-than-pair", []*x509.RevocationList{base10, delta11, base(12, past, future, crlEnt{cert: onHold, reason: 6})}, RevocationStrict, []check{
+			{onHold, "reason certificateHold (CRL 12"}, {inDelta, ""}, {good, ""}}},
 		// The newest delta that has a base wins over an older one.
 		{"two-deltas", []*x509.RevocationList{base10, delta11, delta(13, 10, crlEnt{cert: inDelta, reason: 1}, crlEnt{cert: onHold, reason: reasonRemoveFromCRL}, crlEnt{cert: good, reason: 4})}, RevocationStrict, []check{
 			{good, "reason superseded (delta CRL 13"}, {inBase, "(CRL 10"}, {onHold, ""}}},
