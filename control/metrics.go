@@ -274,6 +274,7 @@ var ikeSeries = map[string]struct {
 	"restart_child_failed": {ikeFailures, []string{"restart_child_failed"}},
 	"add_ke_failed":        {ikeFailures, []string{"add_ke_failed"}},
 	"vip_exhausted":        {ikeFailures, []string{"vip_exhausted"}},
+	"vip_refused":          {ikeFailures, []string{"vip_refused"}},
 	"mobike_refused":       {ikeFailures, []string{"mobike_refused"}},
 	"routability_failed":   {ikeFailures, []string{"routability_failed"}},
 

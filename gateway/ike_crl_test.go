@@ -1,7 +1,14 @@
 package gateway
 
 import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/asn1"
 	"encoding/pem"
+	"math/big"
 	"os"
 	"path/filepath"
 	"strings"
@@ -58,6 +65,7 @@ func TestPeerCRLs(t *testing.T) {
 		"a.crl":   pem.EncodeToMemory(&pem.Block{Type: "X509 CRL", Bytes: der}),
 		"b.der":   der,
 		"bad.crl": []byte("not a CRL\n"),
+		"odd.crl": criticalCRL(t),
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
 			t.Fatal(err)
@@ -85,6 +93,9 @@ func TestPeerCRLs(t *testing.T) {
 	for _, c := range []struct{ crls, want string }{
 		{`"a.crl", "bad.crl"`, "gw.toml:12:20: connection[1].remote.crls[2]: " + filepath.Join(dir, "bad.crl") + ": ike: CRL"},
 		{`"none.crl"`, "gw.toml:12:11: connection[1].remote.crls[1]: open " + filepath.Join(dir, "none.crl")},
+		// RFC 5280 section 5.2: a CRL with a critical extension not
+		// understood must not be used.
+		{`"odd.crl"`, "gw.toml:12:11: connection[1].remote.crls[1]: " + filepath.Join(dir, "odd.crl") + ": ike: CRL: critical extension 1.3.6.1.4.1.99999.7 not understood (RFC 5280 section 5.2)"},
 	} {
 		_, _, _, err := ikeCredentials(parse(crlTestConfig(c.crls, "relaxed")), 0, nil)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
@@ -151,4 +162,30 @@ func TestReloadCRLOnly(t *testing.T) {
 			t.Fatalf("the reloaded peer does not take over the SAs with the new lists (%v)", next.Revocation)
 		}
 	}
+}
+
+// criticalCRL returns a CRL, in DER, with a critical extension nobody
+// knows (1.3.6.1.4.1.99999.7).
+func criticalCRL(t *testing.T) []byte {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "odd CA"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCRLSign | x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	crl, err := x509.CreateRevocationList(rand.Reader, &x509.RevocationList{Number: big.NewInt(1), ThisUpdate: time.Now(), NextUpdate: time.Now().Add(time.Hour),
+		ExtraExtensions: []pkix.Extension{{Id: asn1.ObjectIdentifier{1, 3, 6, 1, 4, 1, 99999, 7}, Critical: true, Value: []byte{5, 0}}}}, ca, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return crl
 }

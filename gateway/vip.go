@@ -23,12 +23,16 @@ package gateway
 //     their source, so that what the host sends into the tunnel leaves
 //     from the virtual IP the peer's selectors expect. They are counted
 //     by the Child SAs that carry them (a rekey's new pair comes before
-//     the old one goes) and taken off with the last.
+//     the old one goes) and taken off with the last. ike takes only one
+//     unicast host address per family asked for, inside the narrowed
+//     TSi (ike/cp.go acceptVIPs); childVIPs checks the same again here
+//     and logs what it leaves off the device.
 
 import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -194,7 +198,11 @@ func (g *Gateway) vipChildUp(c *ike.ChildSA) {
 		s.held, s.routes = map[netip.Addr]int{}, map[netip.Addr][]netip.Prefix{}
 	}
 	log := g.Logger("ike")
-	for _, v := range c.VIPs {
+	vips, refused := childVIPs(c)
+	if len(refused) > 0 {
+		log.Warn("virtual IPs not put on the TUN device", "connection", c.Name, "refused", strings.Join(refused, "; "))
+	}
+	for _, v := range vips {
 		s.held[v]++
 		if s.held[v] > 1 {
 			continue
@@ -232,7 +240,8 @@ func (g *Gateway) vipChildDown(c *ike.ChildSA) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	log := g.Logger("ike")
-	for _, v := range c.VIPs {
+	vips, _ := childVIPs(c) // those vipChildUp took
+	for _, v := range vips {
 		if s.held[v] == 0 {
 			continue // not ours, or never installed
 		}
@@ -252,4 +261,30 @@ func (g *Gateway) vipChildDown(c *ike.ChildSA) {
 		}
 		log.Info("virtual IP off the TUN device", "connection", c.Name, "vip", v)
 	}
+}
+
+// childVIPs returns the virtual IPs of c that may go on the TUN device,
+// and why each of the others may not: ike takes only what it asked for
+// (ike.CheckVIP, one address per family, inside the Child SA's TSi), and
+// this check, the same rules on what the ike.ChildSA says, stands in
+// case a Child SA reaches the gateway by another road (an HA takeover's
+// snapshot, a library user's OnChildSA). It is a function of c alone, so
+// that vipChildDown lets go of exactly what vipChildUp took.
+func childVIPs(c *ike.ChildSA) (vips []netip.Addr, refused []string) {
+	for _, v := range c.VIPs {
+		why := ""
+		if err := ike.CheckVIP(v); err != nil {
+			why = strings.TrimPrefix(err.Error(), "ike: ")
+		} else if slices.ContainsFunc(vips, func(w netip.Addr) bool { return w.Is4() == v.Is4() }) {
+			why = "virtual IP " + v.String() + " is a second one of its family"
+		} else if !slices.ContainsFunc(c.LocalTS, func(s ike.Selector) bool { return s.Contains(v) }) {
+			why = "virtual IP " + v.String() + " is outside the Child SA's local traffic selectors"
+		}
+		if why != "" {
+			refused = append(refused, why)
+			continue
+		}
+		vips = append(vips, v)
+	}
+	return vips, refused
 }

@@ -1,6 +1,7 @@
 package gateway
 
 import (
+	"log/slog"
 	"net/netip"
 	"slices"
 	"strings"
@@ -125,5 +126,55 @@ func TestVIPPeer(t *testing.T) {
 	six := peer(parse(strings.Replace(vipDoc, `addrs = "10.3.0.0/24"`, `addrs = "fd00:9::/120"`, 1)), 0)
 	if six.Pools[0] == rw.Pools[0] || !six.Pools[0].Is6() {
 		t.Fatal("a pool of the other family was not made anew")
+	}
+}
+
+// TestChildVIPs: the gateway puts on its TUN device only what ike would
+// have taken of a Child SA's virtual IPs (one unicast host address per
+// family, inside the Child SA's local selectors), whatever road the
+// Child SA came by; vipChildUp logs the rest at WARN and holds nothing
+// of them.
+func TestChildVIPs(t *testing.T) {
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	ts := []ike.Selector{ike.SelectorFromPrefix(netip.MustParsePrefix("10.3.0.0/24")), ike.SelectorFromPrefix(netip.MustParsePrefix("fd00:3::/112"))}
+	c := &ike.ChildSA{Name: "home", LocalTS: ts,
+		VIPs: addrs("127.0.0.1", "10.9.9.9", "10.3.0.1", "10.3.0.2", "fe80::1", "224.0.0.1", "0.0.0.0", "255.255.255.255", "::ffff:10.3.0.7", "ff02::1", "fd00:3::1")}
+	got, refused := childVIPs(c)
+	if want := addrs("10.3.0.1", "fd00:3::1"); !slices.Equal(got, want) {
+		t.Fatalf("childVIPs %v, want %v", got, want)
+	}
+	for i, want := range []string{"127.0.0.1 is a loopback address", "10.9.9.9 is outside the Child SA's local traffic selectors",
+		"10.3.0.2 is a second one of its family", "fe80::1 is a link-local address", "224.0.0.1 is a multicast address",
+		"0.0.0.0 is the unspecified address", "255.255.255.255 is the broadcast address",
+		"::ffff:10.3.0.7 is an IPv4-mapped IPv6 address", "ff02::1 is a multicast address"} {
+		want = "virtual IP " + want
+		if i >= len(refused) || refused[i] != want {
+			t.Fatalf("refused %q, want %q at %d", refused, want, i)
+		}
+	}
+
+	// Only refused addresses: nothing goes on the device (no device is
+	// touched), nothing is held, and a WARN line names them.
+	var buf strings.Builder
+	g := &Gateway{ikeLog: slog.New(slog.NewTextHandler(&buf, nil))}
+	g.vip.conns = map[string][]netip.Prefix{"home": {netip.MustParsePrefix("10.7.0.0/24")}}
+	bad := &ike.ChildSA{Name: "home", LocalTS: ts, VIPs: addrs("127.0.0.1", "10.9.9.9")}
+	g.vipChildUp(bad)
+	if len(g.vip.held) != 0 {
+		t.Fatalf("held %v", g.vip.held)
+	}
+	if out := buf.String(); !strings.Contains(out, "level=WARN") || !strings.Contains(out, "virtual IPs not put on the TUN device") ||
+		!strings.Contains(out, "virtual IP 127.0.0.1 is a loopback address; virtual IP 10.9.9.9 is outside") {
+		t.Fatalf("log: %s", out)
+	}
+	g.vipChildDown(bad) // lets go of nothing, touches no device
+	if len(g.vip.held) != 0 {
+		t.Fatalf("held %v after down", g.vip.held)
 	}
 }

@@ -538,6 +538,9 @@ func (c *Config) defaults() error {
 		if err := p.checkRemoteAccess(); err != nil {
 			return err
 		}
+		if err := p.checkCRLs(); err != nil {
+			return err
+		}
 		names := map[string]bool{p.ChildName: true}
 		for _, c := range p.Children {
 			if c.Name == "" || names[c.Name] {
@@ -713,6 +716,10 @@ type Stats struct {
 	// side): a KE payload missing, of the wrong method or with malformed
 	// data, an error in its place, or IKE_AUTH before them.
 	AddKEFailed uint64
+
+	// VIPRefused counts, as initiator, the addresses a CFG_REPLY
+	// assigned that we did not take (task_config.go, acceptVIPs).
+	VIPRefused uint64
 
 	// Remote access (task_config.go): virtual IPs we assigned from
 	// Peer.Pools, and addresses asked for that no pool had left

@@ -27,7 +27,10 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/netip"
+	"slices"
+	"strings"
 )
 
 // Configuration payload types (section 3.15).
@@ -331,22 +334,115 @@ func vipReply(vips, dns []netip.Addr, netmask bool) *CP {
 	return cp
 }
 
-// assigned returns the virtual IPs and DNS servers a CFG_REPLY names.
-// Unspecified addresses (which assign nothing) are skipped.
+// assigned returns the virtual IPs and DNS servers a CFG_REPLY names, as
+// it names them (acceptVIPs decides which virtual IPs to take).
+// Unspecified DNS servers are skipped.
 func (p *CP) assigned() (vips, dns []netip.Addr) {
 	for _, a := range p.Attrs {
 		v, ok := a.Addr()
-		if !ok || v.IsUnspecified() {
+		if !ok {
 			continue
 		}
 		switch a.Type {
 		case AttrInternalIP4Address, AttrInternalIP6Address:
 			vips = append(vips, v)
 		case AttrInternalIP4DNS, AttrInternalIP6DNS:
-			dns = append(dns, v)
+			if !v.IsUnspecified() {
+				dns = append(dns, v)
+			}
 		}
 	}
 	return vips, dns
+}
+
+// CheckVIP says why a, assigned by a CFG_REPLY, cannot be a host's
+// virtual IP: nil for a unicast address of global or private scope; an
+// error for the unspecified address, loopback, link-local, multicast,
+// IPv4 broadcast (255.255.255.255), an IPv4-mapped IPv6 address or one
+// with a zone. The gateway puts what passes on its TUN device.
+func CheckVIP(a netip.Addr) error {
+	var why string
+	switch {
+	case !a.IsValid():
+		why = "not an address"
+	case a.Zone() != "":
+		why = "an address with a zone"
+	case a.Is4In6():
+		why = "an IPv4-mapped IPv6 address"
+	case a.IsUnspecified():
+		why = "the unspecified address"
+	case a.IsLoopback():
+		why = "a loopback address"
+	case a.IsLinkLocalUnicast():
+		why = "a link-local address"
+	case a.IsMulticast():
+		why = "a multicast address"
+	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
+		why = "the broadcast address"
+	default:
+		return nil
+	}
+	return fmt.Errorf("ike: virtual IP %v is %s", a, why)
+}
+
+// refusedVIP is an address of a CFG_REPLY that the initiator does not
+// take, and why.
+type refusedVIP struct {
+	addr netip.Addr
+	why  string
+}
+
+func (r refusedVIP) String() string { return r.addr.String() + ": " + r.why }
+
+// refusedList is refused virtual IPs as a log attribute: "127.0.0.1: a
+// loopback address; 10.3.0.2: a second address of its family".
+type refusedList []refusedVIP
+
+// LogValue implements slog.LogValuer.
+func (rs refusedList) LogValue() slog.Value {
+	s := make([]string, len(rs))
+	for i, r := range rs {
+		s[i] = r.String()
+	}
+	return slog.StringValue(strings.Join(s, "; "))
+}
+
+// acceptVIPs returns the virtual IPs an initiator that asked for asked
+// (Peer.VIPs) takes of assigned, those of a CFG_REPLY (RFC 7296 section
+// 3.15.4), given tsi, the TSi the responder narrowed the Child SA to: at
+// most one of each family asked for, the first that CheckVIP passes and
+// that tsi holds. refused are the others, with why: a responder decides
+// which address we have, not which addresses our host sends from.
+func acceptVIPs(assigned, asked []netip.Addr, tsi []Selector) (vips []netip.Addr, refused []refusedVIP) {
+	var want4, want6 bool
+	for _, a := range asked {
+		want4, want6 = want4 || a.Is4(), want6 || !a.Is4()
+	}
+	for _, a := range assigned {
+		why := ""
+		switch err := CheckVIP(a); {
+		case err != nil:
+			why = strings.TrimPrefix(err.Error(), "ike: virtual IP "+a.String()+" is ")
+		case (a.Is4() && !want4) || (a.Is6() && !want6):
+			why = "of a family not asked for"
+		case slices.ContainsFunc(vips, func(v netip.Addr) bool { return v.Is4() == a.Is4() }):
+			why = "a second address of its family"
+		case !slices.ContainsFunc(tsi, func(s Selector) bool { return s.Contains(a) }):
+			why = "outside the Child SA's TSi (" + selectorList(tsi).LogValue().String() + ")"
+		}
+		if why != "" {
+			refused = append(refused, refusedVIP{a, why})
+			continue
+		}
+		vips = append(vips, a)
+	}
+	return vips, refused
+}
+
+// Contains reports whether a is in the address range of s (whatever its
+// protocol and ports).
+func (s Selector) Contains(a netip.Addr) bool {
+	return s.Start.BitLen() == a.BitLen() && s.Start.Compare(a) <= 0 && a.Compare(s.End) <= 0
 }
 
 // checkRemoteAccess checks the peer's Pools and VIPs.

@@ -23,8 +23,9 @@ type crlCA struct {
 var crlSerial = big.NewInt(1000)
 
 // newCRLCert makes a certificate named cn for a new key, signed by parent
-// (self-signed when parent is nil); ca makes it a CA.
-func newCRLCert(t *testing.T, parent *crlCA, cn string, ca bool) *crlCA {
+// (self-signed when parent is nil); ca makes it a CA; dps are the URIs of
+// its cRLDistributionPoints.
+func newCRLCert(t testing.TB, parent *crlCA, cn string, ca bool, dps ...string) *crlCA {
 	t.Helper()
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
@@ -33,7 +34,7 @@ func newCRLCert(t *testing.T, parent *crlCA, cn string, ca bool) *crlCA {
 	crlSerial = new(big.Int).Add(crlSerial, big.NewInt(1))
 	now := time.Now()
 	tmpl := &x509.Certificate{SerialNumber: crlSerial, Subject: pkix.Name{CommonName: cn},
-		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature}
+		NotBefore: now.Add(-time.Hour), NotAfter: now.Add(time.Hour), KeyUsage: x509.KeyUsageDigitalSignature, CRLDistributionPoints: dps}
 	if ca {
 		tmpl.IsCA, tmpl.BasicConstraintsValid = true, true
 		tmpl.KeyUsage |= x509.KeyUsageCertSign | x509.KeyUsageCRLSign

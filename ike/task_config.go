@@ -22,6 +22,12 @@ package ike
 //	process: reads the CFG_REPLY; the
 //	         Child SA carries the addresses
 //	         (setup.vip.vips, ChildSA.VIPs)
+//	         it takes (acceptVIPs: one per
+//	         family asked, a unicast host
+//	         address, inside the TSi the
+//	         responder narrowed to); the
+//	         rest are refused (WARN,
+//	         Stats.VIPRefused)
 //
 // The leases belong to the IKE SA (ikeSA.leases): they go offline when it
 // is removed (releaseLeasesLocked) and move to its successor when it is
@@ -152,9 +158,20 @@ func (t *configTask) processReply(x *exchange) taskStatus {
 		sa.ep.cfg.Log.Warn("ike: the responder assigned no virtual IP", sa.logAttrs("asked", sa.peer.VIPs)...)
 		return taskDone
 	}
-	vips, dns := cp.assigned()
+	assigned, dns := cp.assigned()
+	var tsi []Selector
+	if ts, ok := find[*TS](x.in, isInitiatorTS); ok {
+		tsi = ts.Selectors // the Child SA task checks them against our offer
+	}
+	vips, refused := acceptVIPs(assigned, sa.peer.VIPs, tsi)
+	if len(refused) > 0 {
+		sa.ep.stats.VIPRefused += uint64(len(refused))
+		sa.ep.cfg.Log.Warn("ike: virtual IPs the responder assigned refused", sa.logAttrs("refused", refusedList(refused), "asked", sa.peer.VIPs)...)
+	}
 	x.setup.vip.vips, sa.vips = vips, vips
-	sa.ep.cfg.Log.Info("ike: virtual IP assigned", sa.logAttrs("vips", vips, "dns", dns)...)
+	if len(vips) > 0 {
+		sa.ep.cfg.Log.Info("ike: virtual IP assigned", sa.logAttrs("vips", vips, "dns", dns)...)
+	}
 	return taskDone
 }
 

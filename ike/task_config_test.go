@@ -2,9 +2,11 @@ package ike
 
 import (
 	"context"
+	"log/slog"
 	"net/netip"
 	"reflect"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -228,5 +230,173 @@ func TestVIPAskedTwice(t *testing.T) {
 	waitFor(t, func() bool { return pool.Stats().Offline == 1 })
 	if _, online, _ := pool.Lease(netip.MustParseAddr("10.3.0.1")); online {
 		t.Fatal("the lease is still held")
+	}
+}
+
+// hostileCP is what the hostile responder of TestVIPHostileReply puts
+// in its IKE_AUTH response, by the name of its peer ("hostilecp-..."):
+// the CFG_REPLY's attributes and the TSi, in place of its own.
+var hostileCP sync.Map // string -> hostileReply
+
+type hostileReply struct {
+	attrs []ConfigAttr
+	tsi   []Selector
+}
+
+// hostileCPTask rewrites the responder's CFG_REPLY and TSi as hostileCP
+// says, once the initiator is authenticated (after the configuration and
+// Child SA tasks built them).
+type hostileCPTask struct{}
+
+func init() {
+	registerTask(IKE_AUTH, orderChild+1, func(sa *ikeSA) task {
+		if sa.initiator {
+			return nil
+		}
+		return hostileCPTask{}
+	})
+}
+
+func (hostileCPTask) build(x *exchange) taskStatus {
+	if !x.setup.peerAuthed {
+		return taskMore
+	}
+	if x.sa.peer == nil || !strings.HasPrefix(x.sa.peer.Name, "hostilecp-") {
+		return taskDone
+	}
+	v, ok := hostileCP.Load(x.sa.peer.Name)
+	if !ok {
+		return taskDone
+	}
+	h := v.(hostileReply)
+	for _, p := range x.out {
+		switch p := p.(type) {
+		case *CP:
+			p.Attrs = h.attrs
+		case *TS:
+			if !p.Responder {
+				p.Selectors = h.tsi
+			}
+		}
+	}
+	return taskDone
+}
+
+func (hostileCPTask) process(*exchange) taskStatus { return taskMore }
+
+// vip4 and vip6 are INTERNAL_IP4_ADDRESS and INTERNAL_IP6_ADDRESS
+// attributes carrying s, whatever it is (0.0.0.0 and :: too).
+func vip4(s string) ConfigAttr {
+	return ConfigAttr{Type: AttrInternalIP4Address, Value: netip.MustParseAddr(s).AsSlice()}
+}
+
+func vip6(s string) ConfigAttr {
+	return ConfigAttr{Type: AttrInternalIP6Address, Value: append(netip.MustParseAddr(s).AsSlice(), 128)}
+}
+
+// TestVIPHostileReply: a responder that assigns what it likes (two IPv4
+// addresses, a family not asked for, loopback, link-local, multicast,
+// unspecified, broadcast, IPv4-mapped, an address outside the TSi it
+// narrowed to) gets one address per family asked for, inside that TSi;
+// each of the rest is refused, counted and named with its reason in a
+// WARN line, and the Child SA carries only what was taken.
+func TestVIPHostileReply(t *testing.T) {
+	sel := func(p string) Selector { return SelectorFromPrefix(netip.MustParsePrefix(p)) }
+	for _, c := range []struct {
+		name    string
+		asked   []netip.Addr
+		attrs   []ConfigAttr
+		tsi     []Selector
+		want    []netip.Addr
+		refused []string // "address: reason" in the WARN line
+	}{
+		{"ipv4-asked", []netip.Addr{netip.IPv4Unspecified()},
+			[]ConfigAttr{vip4("10.9.9.9"), vip4("127.0.0.1"), vip6("fe80::1"), vip4("224.0.0.1"), vip4("0.0.0.0"),
+				vip4("255.255.255.255"), vip6("fd00:3::1"), vip6("::ffff:10.3.0.7"), vip4("169.254.1.1"), vip4("10.3.0.1"), vip4("10.3.0.2")},
+			[]Selector{sel("10.3.0.0/24")},
+			[]netip.Addr{netip.MustParseAddr("10.3.0.1")},
+			[]string{"10.9.9.9: outside the Child SA's TSi (10.3.0.0/24)", "127.0.0.1: a loopback address", "fe80::1: a link-local address",
+				"224.0.0.1: a multicast address", "0.0.0.0: the unspecified address", "255.255.255.255: the broadcast address",
+				"fd00:3::1: of a family not asked for", "::ffff:10.3.0.7: an IPv4-mapped IPv6 address", "169.254.1.1: a link-local address",
+				"10.3.0.2: a second address of its family"}},
+		{"dual-stack", []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()},
+			[]ConfigAttr{vip6("::1"), vip6("ff02::1"), vip6("::"), vip6("fd00:9::1"), vip6("fd00:3::1"), vip6("fd00:3::2"), vip4("10.3.0.1")},
+			[]Selector{sel("10.3.0.0/24"), sel("fd00:3::/112")},
+			[]netip.Addr{netip.MustParseAddr("fd00:3::1"), netip.MustParseAddr("10.3.0.1")},
+			[]string{"::1: a loopback address", "ff02::1: a multicast address", "::: the unspecified address",
+				"fd00:9::1: outside the Child SA's TSi (10.3.0.0/24 fd00:3::/112)", "fd00:3::2: a second address of its family"}},
+		// Nothing usable: the Child SA comes up without a virtual IP
+		// (as with no CFG_REPLY), and nothing goes on the TUN device.
+		{"none-usable", []netip.Addr{netip.IPv4Unspecified()},
+			[]ConfigAttr{vip4("127.0.0.1")}, []Selector{sel("10.3.0.0/24")}, nil,
+			[]string{"127.0.0.1: a loopback address"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			p4 := mustPool(t, "rw4", "10.3.0.0/24")
+			p6 := mustPool(t, "rw6", "fd00:3::/112")
+			a, b := raPeers(t, c.asked, p4, p6)
+			b.Name = "hostilecp-" + c.name
+			hostileCP.Store(b.Name, hostileReply{attrs: c.attrs, tsi: c.tsi})
+			t.Cleanup(func() { hostileCP.Delete(b.Name) })
+			p, log := debugPair(t, a, b, slog.LevelInfo)
+			ca, err := p.a.Initiate(ctx(t), "to-b")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(ca.VIPs, c.want) {
+				t.Errorf("VIPs %v, want %v", ca.VIPs, c.want)
+			}
+			if s := p.a.Stats(); s.VIPRefused != uint64(len(c.refused)) {
+				t.Errorf("VIPRefused %d, want %d", s.VIPRefused, len(c.refused))
+			}
+			lines := log.lines("level=WARN", "side=a", "virtual IPs the responder assigned refused")
+			if len(lines) != 1 {
+				t.Fatalf("WARN lines %q\n%s", lines, log.String())
+			}
+			for _, r := range c.refused {
+				if !strings.Contains(lines[0], r) {
+					t.Errorf("the WARN line does not say %q: %s", r, lines[0])
+				}
+			}
+			// A rekey's Child SA carries what was taken, no more.
+			fresh, err := p.a.Rekey(ctx(t), ca)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(fresh.VIPs, c.want) {
+				t.Errorf("rekeyed VIPs %v, want %v", fresh.VIPs, c.want)
+			}
+		})
+	}
+}
+
+// TestAcceptVIPs covers acceptVIPs' rules one at a time.
+func TestAcceptVIPs(t *testing.T) {
+	any4 := []netip.Addr{netip.IPv4Unspecified()}
+	ts := []Selector{SelectorFromPrefix(netip.MustParsePrefix("10.3.0.0/24"))}
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	for _, c := range []struct {
+		assigned, asked []netip.Addr
+		tsi             []Selector
+		want            []netip.Addr
+		refused         int
+	}{
+		{addrs("10.3.0.1"), any4, ts, addrs("10.3.0.1"), 0},
+		{addrs("10.3.0.1"), addrs("10.3.0.9"), ts, addrs("10.3.0.1"), 0}, // another than asked: the responder decides
+		{addrs("10.3.0.1"), any4, nil, nil, 1},                           // no TSi: no Child SA
+		{addrs("10.3.0.1"), addrs("::"), ts, nil, 1},
+		{addrs("10.3.0.255", "10.3.0.1"), any4, ts, addrs("10.3.0.255"), 1},
+		{nil, any4, ts, nil, 0},
+	} {
+		got, refused := acceptVIPs(c.assigned, c.asked, c.tsi)
+		if !reflect.DeepEqual(got, c.want) || len(refused) != c.refused {
+			t.Errorf("acceptVIPs(%v, %v, %v) = %v, %v; want %v and %d refused", c.assigned, c.asked, c.tsi, got, refused, c.want, c.refused)
+		}
 	}
 }
