@@ -361,6 +361,14 @@ func (p *CP) assigned() (vips, dns []netip.Addr) {
 // IPv4 broadcast (255.255.255.255), an IPv4-mapped IPv6 address or one
 // with a zone. The gateway puts what passes on its TUN device.
 func CheckVIP(a netip.Addr) error {
+	if why := vipProblem(a); why != "" {
+		return fmt.Errorf("ike: virtual IP %v is %s", a, why)
+	}
+	return nil
+}
+
+// vipProblem is CheckVIP's reason, "" for an address that passes.
+func vipProblem(a netip.Addr) string {
 	var why string
 	switch {
 	case !a.IsValid():
@@ -379,10 +387,8 @@ func CheckVIP(a netip.Addr) error {
 		why = "a multicast address"
 	case a == netip.AddrFrom4([4]byte{255, 255, 255, 255}):
 		why = "the broadcast address"
-	default:
-		return nil
 	}
-	return fmt.Errorf("ike: virtual IP %v is %s", a, why)
+	return why
 }
 
 // refusedVIP is an address of a CFG_REPLY that the initiator does not
@@ -419,10 +425,9 @@ func acceptVIPs(assigned, asked []netip.Addr, tsi []Selector) (vips []netip.Addr
 		want4, want6 = want4 || a.Is4(), want6 || !a.Is4()
 	}
 	for _, a := range assigned {
-		why := ""
-		switch err := CheckVIP(a); {
-		case err != nil:
-			why = strings.TrimPrefix(err.Error(), "ike: virtual IP "+a.String()+" is ")
+		why := vipProblem(a)
+		switch {
+		case why != "":
 		case (a.Is4() && !want4) || (a.Is6() && !want6):
 			why = "of a family not asked for"
 		case slices.ContainsFunc(vips, func(v netip.Addr) bool { return v.Is4() == a.Is4() }):
