@@ -669,6 +669,8 @@ type Stats struct {
 	InitialContacts    uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
 	RequestQueueFull   uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
 	KeepAlives         uint64 // NAT-keepalives sent (we are behind a NAT; keepalive.go)
+	NATMappingChecks   uint64 // liveness checks sent behind a NAT that may have forgotten our mapping (keepalive.go)
+	NATPeerMoved       uint64 // IKE SAs moved to the address and port a peer behind a NAT now sends from (natupdate.go)
 	Adopted            uint64 // IKE SAs continued from another Endpoint's snapshot (Adopt)
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)
