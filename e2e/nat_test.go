@@ -194,8 +194,10 @@ func (b *natBed) peerRemote() netip.AddrPort {
 
 // TestNATIdle: sluice behind a NAT whose UDP mappings live keep_alive
 // (20 s, the default) or 30 s (Linux's nf_conntrack_udp_timeout), 90 s
-// of silence: the NAT still has the mapping it had, and pings go through
-// both ways, the peer's first (they need the mapping). Before, a
+// of silence: the NAT still has the mapping it had (the same port, and
+// the flow has seen answers: one made again for a keepalive has not),
+// and pings go through both ways, the peer's first (they need the
+// mapping). Before, a
 // keepalive could come KeepAlive after the last datagram, and the mapping
 // expired (10 of 10 pings lost each way).
 func TestNATIdle(t *testing.T) {
@@ -216,6 +218,17 @@ func TestNATIdle(t *testing.T) {
 			time.Sleep(natIdle)
 			st := b.gw.stats().IKE.Stats
 			after, held := b.mapping()
+			// A mapping the NAT forgot and made again for a keepalive
+			// may get the same port, but it has seen no answer:
+			// keepalives get none.
+			replied := false
+			flows, err := b.nat.UDPFlows(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, f := range flows {
+				replied = replied || (f.Src == b.gwOut && f.Dst == b.peerOut && f.Replied)
+			}
 			in, err := ping(b.ctx, b.peerNS, b.gwIn, 10, 200*time.Millisecond)
 			if err != nil {
 				t.Fatal(err)
@@ -226,10 +239,10 @@ func TestNATIdle(t *testing.T) {
 			}
 			kas := st["keep_alives"] - st0["keep_alives"]
 			measuref(t, "%s peer, NAT mapping %ds, %v idle: %d NAT-keepalives, %d mapping checks; mapping %v then %v (held %v); peer->sluice %d/%d, sluice->peer %d/%d",
-				tc.peer, tc.mapping, natIdle, kas, st["nat_mapping_checks"]-st0["nat_mapping_checks"], before, after, held,
+				tc.peer, tc.mapping, natIdle, kas, st["nat_mapping_checks"]-st0["nat_mapping_checks"], before, after, held, replied,
 				in.Received, in.Sent, out.Received, out.Sent)
-			if !held || after != before {
-				t.Errorf("after %v idle the NAT maps sluice's flow to %v (held %v), before to %v", natIdle, after, held, before)
+			if !held || after != before || !replied {
+				t.Errorf("after %v idle the NAT maps sluice's flow to %v (held %v, answers seen %v), before to %v: the mapping expired", natIdle, after, held, replied, before)
 			}
 			if want := uint64(natIdle/(18*time.Second)) - 1; kas < want {
 				t.Errorf("%d NAT-keepalives in %v, want at least %d", kas, natIdle, want)
@@ -305,21 +318,29 @@ func TestNATMappingLost(t *testing.T) {
 				t.Fatalf("the peer's ESP to %v left no flow at the NAT: %+v", old, flows)
 			}
 			resume()
+			// sluice's first datagram after it resumed makes the new
+			// mapping; the peer must follow it there while it lasts.
 			var now netip.AddrPort
-			err = lab.WaitFor(b.ctx, "the peer to follow sluice's new mapping", 30*time.Second, 200*time.Millisecond, func() (bool, error) {
+			err = lab.WaitFor(b.ctx, "sluice's new mapping", 10*time.Second, 100*time.Millisecond, func() (bool, error) {
 				m, ok := b.mapping()
-				if !ok {
-					return false, fmt.Errorf("no mapping yet")
-				}
 				now = m
-				r := b.peerRemote()
-				return r == m, fmt.Errorf("the peer sends to %v, the mapping is %v", r, m)
+				return ok, fmt.Errorf("no mapping yet")
 			})
 			if err != nil {
 				t.Fatal(err)
 			}
 			if now == old {
 				t.Fatalf("the NAT gave sluice its old port %v again: the test shows nothing", old)
+			}
+			err = lab.WaitFor(b.ctx, "the peer to follow sluice's new mapping "+now.String(), 10*time.Second, 200*time.Millisecond, func() (bool, error) {
+				r := b.peerRemote()
+				return r == now, fmt.Errorf("the peer sends to %v", r)
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if m, ok := b.mapping(); !ok || m != now {
+				t.Fatalf("sluice's mapping %v became %v (held %v)", now, m, ok)
 			}
 			in := mustPing(t, b.ctx, "after the new mapping peer->sluice", b.peerNS, b.gwIn, 10, 50*time.Millisecond)
 			out := mustPing(t, b.ctx, "after the new mapping sluice->peer", b.gw.ns, b.peerIn, 10, 50*time.Millisecond)
