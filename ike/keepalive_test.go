@@ -18,7 +18,7 @@ var addrNAT = netip.MustParseAddr("198.51.100.7")
 // and go no further. It records when (by clk) each datagram of a's left,
 // and keeps the last raw message a sent b.
 type natBox struct {
-	t   *testing.T
+	t   testing.TB
 	clk *fakeClock
 
 	mu       sync.Mutex
@@ -33,7 +33,7 @@ type natBox struct {
 	fromPort uint16      // the port b saw a's last datagram from
 }
 
-func newNATBox(t *testing.T, p *pair, clk *fakeClock) *natBox {
+func newNATBox(t testing.TB, p *pair, clk *fakeClock) *natBox {
 	n := &natBox{t: t, clk: clk, off: 10000, valid: []uint16{10000}}
 	p.net.mu.Lock()
 	p.net.drop = func(_ int, from, to netip.AddrPort, pkt []byte) bool {
@@ -467,4 +467,35 @@ func nextID(m []byte) []byte {
 	f := slices.Clone(m)
 	f[23]++
 	return f
+}
+
+// BenchmarkKeepAliveLook is the IKE side of one look at an IKE SA behind
+// a NAT with one Child SA (keepAliveDue: two turns of the lock, the
+// Child SAs noted, the timer armed again), ESPSent a stub. A look comes
+// every KeepAlive/10 per such IKE SA; the data path pays nothing for it.
+//
+//	go test -run - -bench KeepAliveLook ./ike/
+func BenchmarkKeepAliveLook(b *testing.B) {
+	var esp atomic.Uint64
+	pa, pb := peers(b, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	p := newPair(b, pa, pb, func(a, _ *Config) { a.ESPSent = func(*ChildSA) uint64 { return esp.Load() } })
+	newNATBox(b, p, newFakeClock())
+	if _, err := p.a.Initiate(ctx(b), "to-b"); err != nil {
+		b.Fatal(err)
+	}
+	var sa *ikeSA
+	p.a.mu.Lock()
+	for _, s := range p.a.sas {
+		sa = s
+	}
+	p.a.mu.Unlock()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		esp.Add(1)
+		p.a.mu.Lock()
+		stop(sa.ka.t)
+		p.a.mu.Unlock()
+		p.a.keepAliveDue(sa)
+	}
 }
