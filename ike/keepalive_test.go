@@ -499,3 +499,45 @@ func BenchmarkKeepAliveLook(b *testing.B) {
 		p.a.keepAliveDue(sa)
 	}
 }
+
+// TestNATThereSnapshot: that NAT detection found the peer behind a NAT
+// goes with the IKE SA to a standby (snapshot.go), so that the standby
+// follows the peer's mapping too.
+func TestNATThereSnapshot(t *testing.T) {
+	clk := newFakeClock()
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	p := newPair(t, pa, pb, withClock(clk))
+	clk.settleOn(t, p)
+	newNATBox(t, p, clk)
+	if _, err := p.a.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, settled(p))
+	var data []byte
+	p.b.mu.Lock()
+	for _, sa := range p.b.sas {
+		if !sa.natThere || sa.natHere {
+			t.Errorf("b: natThere %v, natHere %v; want true, false", sa.natThere, sa.natHere)
+		}
+		data = sa.snapLocked().encode()
+	}
+	p.b.mu.Unlock()
+	standby, err := NewEndpoint(Config{Peers: []*Peer{pb}, clock: clk}, nopTransport{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { standby.Close() })
+	if err := standby.Adopt(data); err != nil {
+		t.Fatal(err)
+	}
+	standby.mu.Lock()
+	defer standby.mu.Unlock()
+	for _, sa := range standby.sas {
+		if !sa.natThere || sa.natHere {
+			t.Errorf("the standby's IKE SA: natThere %v, natHere %v; want true, false", sa.natThere, sa.natHere)
+		}
+	}
+	if len(standby.sas) != 1 {
+		t.Fatalf("the standby holds %d IKE SAs", len(standby.sas))
+	}
+}
