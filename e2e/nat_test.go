@@ -201,6 +201,7 @@ func (b *natBed) peerRemote() netip.AddrPort {
 // keepalive could come KeepAlive after the last datagram, and the mapping
 // expired (10 of 10 pings lost each way).
 func TestNATIdle(t *testing.T) {
+	t.Parallel() // with the other long NAT tests, after the package's serial ones
 	for _, tc := range []struct {
 		name, peer string
 		mapping    int
@@ -265,6 +266,7 @@ func TestNATIdle(t *testing.T) {
 // through both ways. Before, sluice sent a bare keepalive there, which
 // moves nothing, and the tunnel stayed dead.
 func TestNATMappingLost(t *testing.T) {
+	t.Parallel() // with the other long NAT tests, after the package's serial ones
 	for _, tc := range []struct {
 		name, peer string
 		mobike     bool
