@@ -239,7 +239,7 @@ func TestNATIdle(t *testing.T) {
 				t.Fatal(err)
 			}
 			kas := st["keep_alives"] - st0["keep_alives"]
-			measuref(t, "%s peer, NAT mapping %ds, %v idle: %d NAT-keepalives, %d mapping checks; mapping %v then %v (held %v); peer->sluice %d/%d, sluice->peer %d/%d",
+			measuref(t, "%s peer, NAT mapping %ds, %v idle: %d NAT-keepalives, %d mapping checks; mapping %v then %v (held %v, answers seen %v); peer->sluice %d/%d, sluice->peer %d/%d",
 				tc.peer, tc.mapping, natIdle, kas, st["nat_mapping_checks"]-st0["nat_mapping_checks"], before, after, held, replied,
 				in.Received, in.Sent, out.Received, out.Sent)
 			if !held || after != before || !replied {
