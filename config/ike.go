@@ -131,8 +131,9 @@ type IKEOptions struct {
 	// default, 5); its further IKE_SA_INITs are dropped, so that one
 	// host cannot take the half-open places of all others.
 	BlockThreshold int
-	// KeepAlive is keep_alive: how often an IKE SA behind a NAT sends a
-	// NAT-keepalive when it sent nothing else (RFC 3948 section 2.3). 0
+	// KeepAlive is keep_alive: how long a NAT's mappings are assumed to
+	// live; an IKE SA behind a NAT sends a NAT-keepalive when it sent
+	// nothing else for a tenth less (RFC 3948 section 2.3). 0
 	// is package ike's default (20s, strongSwan's); "0s" in the file
 	// turns them off and is stored as a negative value.
 	KeepAlive time.Duration

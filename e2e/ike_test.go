@@ -54,6 +54,7 @@ type connConfig struct {
 	// rekey_packets and life_packets (0: left out).
 	ChildRekeyPackets, ChildLifePackets int64
 	More                                []connChild // further children
+	MOBIKE                              *bool       // mobike; nil leaves the default (on)
 }
 
 // connChild is a further [[connection.children]] table.
@@ -68,7 +69,7 @@ func (c *connConfig) file() (config.FileConnection, []config.FileSecret) {
 	auth := cmp.Or(c.Auth, config.AuthPSK)
 	fc := config.FileConnection{
 		Name: c.Name, LocalAddrs: []string{c.Local.String()}, RemoteAddrs: []string{"%any"},
-		Proposals: c.Proposals, Encap: c.Encap, DPDDelay: c.DPDDelay, RekeyTime: c.RekeyTime, OverTime: c.OverTime, ReauthTime: c.ReauthTime,
+		Proposals: c.Proposals, Encap: c.Encap, MOBIKE: c.MOBIKE, DPDDelay: c.DPDDelay, RekeyTime: c.RekeyTime, OverTime: c.OverTime, ReauthTime: c.ReauthTime,
 		Local:  config.FileAuth{Auth: auth, ID: c.LocalID, Certs: c.Certs},
 		Remote: config.FileAuth{Auth: auth, ID: c.RemoteID, CACerts: c.CACerts},
 		Children: []config.FileChild{{Name: c.Child, LocalTS: strs(c.LocalTS), RemoteTS: strs(c.RemoteTS),

@@ -419,6 +419,7 @@ type ssBed struct {
 	gw             *site
 	ssAddr, gwAddr netip.Addr // outer addresses; with a NAT, charon's is outside it
 	swconf         string
+	natNS          *lab.Netns // with a NAT: the router that masquerades sluice's side
 }
 
 func newSSBed(t *testing.T, o ssOptions) *ssBed {
@@ -451,6 +452,7 @@ func newSSBed(t *testing.T, o ssOptions) *ssBed {
 		if err != nil {
 			t.Fatal(err)
 		}
+		b.natNS = natNS
 		if err := l.Veth(b.ssNS, wanIf, natNS, "out0"); err != nil {
 			t.Fatal(err)
 		}

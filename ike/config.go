@@ -414,18 +414,22 @@ type Config struct {
 	// among them, go out meanwhile; the old Child SA is reported through
 	// OnDelete, and Rekey returns, once the Delete exchange is done.
 	RekeyDeleteDelay time.Duration
-	// KeepAlive is how often an IKE SA whose own address NAT detection
-	// found translated (we are behind a NAT) sends a NAT-keepalive to
-	// the peer when it sent nothing else (RFC 3948 section 2.3; default
-	// DefaultKeepAlive, strongSwan's keep_alive; negative: never), so
-	// that the NAT keeps the mapping through which the peer reaches us.
-	// See keepalive.go.
+	// KeepAlive is how long a NAT's UDP mappings are assumed to live
+	// (default DefaultKeepAlive, strongSwan's keep_alive; negative: no
+	// keepalives): an IKE SA whose own address NAT detection found
+	// translated (we are behind a NAT) sends a NAT-keepalive to the
+	// peer when it sent nothing else for KeepAlive less a tenth (RFC
+	// 3948 section 2.3), so that the NAT keeps the mapping through which
+	// the peer reaches us; after a silence longer than KeepAlive (a late
+	// timer) it also sends a liveness check, so that the peer learns a
+	// new mapping (RFC 7296 section 2.23). See keepalive.go.
 	KeepAlive time.Duration
 	// ESPSent, if set, tells the keepalives whether ESP went out on a
 	// Child SA: it returns a count that grows with each packet sent on
-	// it (an outbound sequence number). It is called without locks held
-	// and must not call into the Endpoint. Without it a keepalive goes
-	// every KeepAlive whatever the traffic.
+	// it (an outbound sequence number). It is called without locks held,
+	// every KeepAlive/10 for each IKE SA behind a NAT, and must not call
+	// into the Endpoint. Without it a keepalive goes every KeepAlive
+	// less a tenth whatever the traffic.
 	ESPSent func(*ChildSA) uint64
 	// OnChildAddress, if set, is called (without locks held) for each
 	// Child SA that MOBIKE (RFC 4555) moved to new outer addresses,
@@ -672,6 +676,8 @@ type Stats struct {
 	InitialContacts    uint64 // IKE SAs dropped because their peer sent INITIAL_CONTACT on a new one
 	RequestQueueFull   uint64 // a request (rekey, check, delete) not queued: too many waiting on one IKE SA
 	KeepAlives         uint64 // NAT-keepalives sent (we are behind a NAT; keepalive.go)
+	NATMappingChecks   uint64 // liveness checks sent behind a NAT that may have forgotten our mapping (keepalive.go)
+	NATPeerMoved       uint64 // IKE SAs moved to the address and port a peer behind a NAT now sends from (natupdate.go)
 	Adopted            uint64 // IKE SAs continued from another Endpoint's snapshot (Adopt)
 
 	ChildSALimit uint64 // a new Child SA refused: Config.MaxChildSAs on its IKE SA (NO_ADDITIONAL_SAS)

@@ -206,7 +206,10 @@
 // SAs). A responder that sees
 // INITIAL_CONTACT in IKE_AUTH drops the IKE SAs it still holds for that
 // peer's identity (section 2.4). An IKE SA behind a NAT sends
-// NAT-keepalives when idle (Config.KeepAlive, keepalive.go).
+// NAT-keepalives when idle (Config.KeepAlive, keepalive.go), and a
+// liveness check when its mapping may have been lost; one not behind a
+// NAT follows the peer's NAT to a new address or port on an
+// authenticated, new message (section 2.23, natupdate.go).
 //
 // A hot standby continues an Endpoint's IKE SAs (snapshot.go): the
 // Endpoint reports each established IKE SA's state (keys, message IDs,

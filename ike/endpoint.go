@@ -661,6 +661,7 @@ func (e *Endpoint) retransmit(sa *ikeSA, id uint32, gen uint64) {
 		e.stats.TxRetransmits++
 		e.cfg.Log.Debug("ike: retransmitting", sa.logAttrs("exchange", sa.pending.exch.String(), "msgid", id, "try", sa.pending.tries)...)
 		e.sendAllLocked(sa.local, sa.remote, sa.pending.pkts)
+		sa.sentLocked(sa.local, sa.remote)
 		sa.armLocked()
 	}
 	e.unlock()

@@ -34,7 +34,7 @@ type memPkt struct {
 	pkt      []byte
 }
 
-func newMemNet(t *testing.T) *memNet {
+func newMemNet(t testing.TB) *memNet {
 	n := &memNet{eps: map[netip.Addr]*Endpoint{}, q: make(chan memPkt, 256), done: make(chan struct{})}
 	n.wg.Add(1)
 	go func() {
@@ -104,7 +104,7 @@ type pair struct {
 	bDeleted []*ChildSA
 }
 
-func mustProps(t *testing.T, proto uint8, s string) []Proposal {
+func mustProps(t testing.TB, proto uint8, s string) []Proposal {
 	t.Helper()
 	p, err := ParseProposals(proto, s)
 	if err != nil {
@@ -113,7 +113,7 @@ func mustProps(t *testing.T, proto uint8, s string) []Proposal {
 	return p
 }
 
-func peers(t *testing.T, ikeA, espA, ikeB, espB string) (*Peer, *Peer) {
+func peers(t testing.TB, ikeA, espA, ikeB, espB string) (*Peer, *Peer) {
 	a := &Peer{Name: "to-b", Local: addrA, Remote: addrB, LocalID: ParseIdentity("a@example.net"), RemoteID: ParseIdentity("b.example.net"),
 		PSK: []byte("secret"), IKE: mustProps(t, ProtoIKE, ikeA), ESP: mustProps(t, ProtoESP, espA),
 		LocalTS: []netip.Prefix{netip.MustParsePrefix("10.1.0.0/16")}, RemoteTS: []netip.Prefix{netip.MustParsePrefix("10.2.0.0/16")}}
@@ -123,7 +123,7 @@ func peers(t *testing.T, ikeA, espA, ikeB, espB string) (*Peer, *Peer) {
 	return a, b
 }
 
-func newPair(t *testing.T, pa, pb *Peer, tweak func(a, b *Config)) *pair {
+func newPair(t testing.TB, pa, pb *Peer, tweak func(a, b *Config)) *pair {
 	t.Helper()
 	n := newMemNet(t)
 	p := &pair{net: n}
@@ -166,7 +166,7 @@ func (p *pair) respChild(t *testing.T) *ChildSA {
 	return nil
 }
 
-func ctx(t *testing.T) context.Context {
+func ctx(t testing.TB) context.Context {
 	c, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	t.Cleanup(cancel)
 	return c

@@ -105,6 +105,7 @@ type ikeSA struct {
 	initResp []byte
 	encap    bool
 	natHere  bool      // NAT detection found our address translated: send NAT-keepalives (keepalive.go)
+	natThere bool      // NAT detection found the peer's address translated: follow its mapping (natupdate.go)
 	ka       keepAlive // NAT-keepalive state
 	cookie   []byte
 	retries  int      // cookie and INVALID_KE restarts
@@ -347,6 +348,7 @@ func (sa *ikeSA) sendRequestLocked(r *request, inner []Payload) error {
 	sa.nextReq++
 	sa.changedLocked()
 	sa.ep.sendAllLocked(sa.local, sa.remote, pkts)
+	sa.sentLocked(sa.local, sa.remote)
 	sa.armLocked()
 	return nil
 }
@@ -552,6 +554,7 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 			e.stats.RxRetransmits++
 			if !sa.respHeld {
 				e.sendAllLocked(sa.respLocal, sa.respRem, sa.lastResp)
+				sa.sentLocked(sa.respLocal, sa.respRem)
 			}
 		case isFrag && f.Number != 1:
 			e.stats.RxRetransmits++
@@ -568,6 +571,9 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 	if !done {
 		return nil
 	}
+	// Authenticated and new (the next message ID): a peer behind a NAT
+	// may have a new mapping (natupdate.go).
+	moved := sa.followPeerLocked(local, remote)
 	if _, ok := find[*Unknown](inner, func(u *Unknown) bool { return u.Critical }); ok {
 		e.stats.RxUnsupportedCrit++
 	}
@@ -579,12 +585,12 @@ func (sa *ikeSA) requestLocked(local, remote netip.AddrPort, raw []byte, m *Mess
 	if (m.Header.Exchange == INFORMATIONAL && sa.state >= stateEstablished) ||
 		(m.Header.Exchange == CREATE_CHILD_SA && sa.state == stateEstablished) {
 		if after, ok := sa.answerLocked(local, remote, raw, m, inner); ok {
-			return after
+			return append(moved, after...)
 		}
 	}
 	sa.nextPeer++
 	sa.lastHeard = e.cfg.clock.Now()
-	return sa.respondLocked(local, remote, raw, m.Header.Exchange, id, []Payload{&Notify{NType: InvalidSyntax}}, nil, sa.state == stateHalfOpen)
+	return append(moved, sa.respondLocked(local, remote, raw, m.Header.Exchange, id, []Payload{&Notify{NType: InvalidSyntax}}, nil, sa.state == stateHalfOpen)...)
 }
 
 // respondLocked sends (and caches, for retransmissions) the response
@@ -605,6 +611,7 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 		sa.changedLocked()
 		if len(after) == 0 {
 			e.sendAllLocked(local, remote, pkts)
+			sa.sentLocked(local, remote)
 		} else {
 			sa.respHeld = true
 			after = append(after, func() {
@@ -612,6 +619,7 @@ func (sa *ikeSA) respondLocked(local, remote netip.AddrPort, raw []byte, exch Ex
 				sa.respHeld = false
 				if !e.closed {
 					e.sendAllLocked(local, remote, pkts)
+					sa.sentLocked(local, remote)
 				}
 				e.unlock()
 			})
@@ -639,6 +647,10 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	if !done {
 		return nil
 	}
+	// Authenticated, and the answer to our outstanding request (never
+	// a replay): a peer behind a NAT may have a new mapping
+	// (natupdate.go).
+	moved := sa.followPeerLocked(local, remote)
 	e.stats.countExchange(p.exch, true)
 	sa.lastHeard = e.cfg.clock.Now()
 	sa.stopTimerLocked()
@@ -646,5 +658,5 @@ func (sa *ikeSA) responseLocked(local, remote netip.AddrPort, raw []byte, m *Mes
 	sa.changedLocked()
 	x := &exchange{sa: sa, typ: p.exch, tasks: sa.requestTasks(p), ours: true, in: inner, inRaw: raw, hdr: &m.Header}
 	x.beginLocked(stepProcess)
-	return x.runLocked()
+	return append(moved, x.runLocked()...)
 }

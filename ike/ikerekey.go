@@ -134,7 +134,7 @@ func (sa *ikeSA) newRekeyedLocked(initiator bool, suite Suite, spii, spir uint64
 		return nil, err
 	}
 	ns := &ikeSA{ep: sa.ep, peer: sa.peer, initiator: initiator, state: stateEstablished,
-		spii: spii, spir: spir, local: sa.local, remote: sa.remote, encap: sa.encap, natHere: sa.natHere, frag: sa.frag,
+		spii: spii, spir: spir, local: sa.local, remote: sa.remote, encap: sa.encap, natHere: sa.natHere, natThere: sa.natThere, frag: sa.frag,
 		ni: append([]byte(nil), ni...), nr: append([]byte(nil), nr...), remoteID: sa.remoteID, hashes: sa.hashes}
 	if err := ns.installKeysLocked(suite, prf, keys); err != nil {
 		return nil, err

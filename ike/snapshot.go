@@ -109,6 +109,7 @@ const (
 	snapFrag
 	snapDeleting // our Delete of the IKE SA is outstanding
 	snapMOBIKE   // both announced MOBIKE_SUPPORTED (version 2)
+	snapNATThere // NAT detection found the peer's address translated
 )
 
 // Field tags of a pool lease's record.
@@ -344,7 +345,7 @@ func (sa *ikeSA) snapLocked() *snapIKE {
 	for _, b := range []struct {
 		on   bool
 		flag uint8
-	}{{sa.initiator, snapInitiator}, {sa.encap, snapEncap}, {sa.natHere, snapNATHere}, {sa.frag, snapFrag}, {sa.state == stateDeleting, snapDeleting}, {sa.mobike, snapMOBIKE}} {
+	}{{sa.initiator, snapInitiator}, {sa.encap, snapEncap}, {sa.natHere, snapNATHere}, {sa.frag, snapFrag}, {sa.state == stateDeleting, snapDeleting}, {sa.mobike, snapMOBIKE}, {sa.natThere, snapNATThere}} {
 		if b.on {
 			s.flags |= b.flag
 		}
@@ -1149,7 +1150,7 @@ func (e *Endpoint) adoptLocked(s *snapIKE) (*ikeSA, []func(), error) {
 	sa := &ikeSA{ep: e, peer: peer, initiator: initiator, state: stateEstablished,
 		spii: s.spii, spir: s.spir, local: s.local, remote: s.remote,
 		respLocal: s.respLocal, respRem: s.respRem,
-		encap: s.flags&snapEncap != 0, natHere: s.flags&snapNATHere != 0, frag: s.flags&snapFrag != 0,
+		encap: s.flags&snapEncap != 0, natHere: s.flags&snapNATHere != 0, natThere: s.flags&snapNATThere != 0, frag: s.flags&snapFrag != 0,
 		ni: s.ni, nr: s.nr, nextReq: s.nextReq, nextPeer: s.nextPeer, lastReq: s.lastReq, lastResp: s.lastResp,
 		remoteID: s.remoteID, hashes: s.hashes, established: s.established,
 		mobike: s.flags&snapMOBIKE != 0, vips: s.vips}

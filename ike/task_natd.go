@@ -38,7 +38,7 @@ func (natdTask) process(x *exchange) taskStatus {
 		ourNAT, peerNAT = natCheck(x.in, sa.spii, 0, sa.local, sa.remote)
 	}
 	sa.encap = ourNAT || peerNAT || sa.peer.ForceEncap
-	sa.natHere = ourNAT
+	sa.natHere, sa.natThere = ourNAT, peerNAT
 	e.cfg.Log.Debug("ike: NAT detection", sa.logAttrs("local_behind_nat", ourNAT, "remote_behind_nat", peerNAT, "forced", sa.peer.ForceEncap, "encap", sa.encap)...)
 	if !sa.initiator {
 		return taskMore
