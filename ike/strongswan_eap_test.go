@@ -21,7 +21,6 @@ package ike_test
 // eap, TestTLSSession).
 
 import (
-	"bytes"
 	"crypto/tls"
 	"crypto/x509"
 	"io"
@@ -29,7 +28,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -98,7 +96,7 @@ func TestStrongSwanEAP(t *testing.T) {
 					vars["LocalID"], vars["EAPID"] = c.charonID, ssIDStr
 				}
 			}
-			var gwLog syncBuffer
+			var gwLog ike.LogBuffer
 			b := newBedVars(t, ikeProps, espProps, cert, func(p *ike.Peer, cfg *ike.Config) {
 				cfg.Log = newTextLog(&gwLog)
 				if c.charonID != "" {
@@ -164,7 +162,7 @@ func TestStrongSwanEAP(t *testing.T) {
 				}
 				t.Logf("refused in %v; sluice stats %+v", time.Since(start).Round(time.Millisecond), s)
 				// One WARN line says why, and who tried.
-				if warns := gwLog.lines("level=WARN"); len(warns) != 1 || len(gwLog.lines(append([]string{"level=WARN"}, c.wantWarn...)...)) != 1 {
+				if warns := gwLog.Lines("level=WARN"); len(warns) != 1 || len(gwLog.Lines(append([]string{"level=WARN"}, c.wantWarn...)...)) != 1 {
 					t.Errorf("sluice's WARN lines %q, want one with %q", warns, c.wantWarn)
 				} else {
 					t.Logf("sluice: %s", warns[0])
@@ -186,8 +184,8 @@ func TestStrongSwanEAP(t *testing.T) {
 				t.Errorf("IKE SAs %+v, want one with remote identity %q", l, wantID)
 			}
 			// sluice logs the identity EAP proved.
-			if l := gwLog.lines("EAP succeeded", "remote_id="+strconv.Quote(wantID)); len(l) != 1 &&
-				len(gwLog.lines("EAP succeeded", "remote_id="+wantID)) != 1 {
+			if l := gwLog.Lines("EAP succeeded", "remote_id="+strconv.Quote(wantID)); len(l) != 1 &&
+				len(gwLog.Lines("EAP succeeded", "remote_id="+wantID)) != 1 {
 				t.Errorf("sluice's log lacks the success line with remote_id=%s:\n%s", wantID, gwLog.String())
 			}
 			data, _ := os.ReadFile(c2.Log())
@@ -224,39 +222,6 @@ func TestStrongSwanEAP(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer collects an Endpoint's log lines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
-// lines returns the lines holding every one of parts.
-func (l *syncBuffer) lines(parts ...string) []string {
-	var out []string
-	for _, line := range strings.Split(l.String(), "\n") {
-		all := line != ""
-		for _, p := range parts {
-			all = all && strings.Contains(line, p)
-		}
-		if all {
-			out = append(out, line)
-		}
-	}
-	return out
 }
 
 // newTextLog logs at INFO and above into w.
