@@ -56,7 +56,13 @@ membership Lease, watches the gateway's GatewayAssignment (and only it),
 renders the gateway's configuration from the Tunnels, TLSListeners and
 Secrets it names, applies it over the control socket, and reports what the
 gateway runs in the assignment's status. The flags default to the
-environment the DaemonSet sets from the downward API.`,
+environment the DaemonSet sets from the downward API.
+
+The pod's own account (sluice-agent) only reads the Node, creates the
+Lease and requests a token for this node's account, sluice-agent-<node>,
+which reads and writes the rest: the controller grants that account this
+node's Lease, assignment and the Secrets the assignment names, and no
+other (see deploy/base/rbac.yaml).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runAgent(cmd.Context(), o, newLogger(stderr))
@@ -124,24 +130,34 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 	if err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
+	// The pod's account (cfg) reads the Node and creates the Lease; the
+	// node's own account (nodeCfg) reads and writes the rest.
+	podClient, err := client.New(cfg, client.Options{Scheme: s})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	nodeCfg, err := agent.NodeConfig(cfg, o.Namespace, o.Gateway)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(nodeCfg, client.Options{Scheme: s})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	var node corev1.Node
-	if err := c.Get(ctx, client.ObjectKey{Name: o.Gateway}, &node); err != nil {
+	if err := podClient.Get(ctx, client.ObjectKey{Name: o.Gateway}, &node); err != nil {
 		return fmt.Errorf("agent: read Node %s (its zone and address): %w", o.Gateway, err)
 	}
 	addr, err := nodeAddress(o.NodeAddress, &node)
 	if err != nil {
 		return err
 	}
-	cache, err := agent.NewAssignmentCache(cfg, s, o.Namespace, o.Gateway)
+	cache, err := agent.NewAssignmentCache(nodeCfg, s, o.Namespace, o.Gateway)
 	if err != nil {
 		return err
 	}
 	a, err := agent.New(agent.Config{
-		Client: c, Assignments: cache, Gateway: o.Gateway, Namespace: o.Namespace, Pool: o.Pool,
+		Client: c, LeaseCreator: podClient, Assignments: cache, Gateway: o.Gateway, Namespace: o.Namespace, Pool: o.Pool,
 		Zone: node.Labels[ZoneLabel], NodeAddress: addr, Dir: o.HADir,
 		ControlSocket: o.ControlSocket, BootstrapFile: o.BootstrapFile, StateDir: o.StateDir, Dial: agent.ControlDialer(o.ControlSocket), Log: log,
 		PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, KeepLease: o.BootstrapOnly,
