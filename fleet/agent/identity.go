@@ -20,10 +20,12 @@ import (
 
 	"golang.org/x/oauth2"
 	authenticationv1 "k8s.io/api/authentication/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/transport"
+	"sigs.k8s.io/controller-runtime/pkg/client/apiutil"
 
 	"github.com/sluicegw/sluice/fleet/api/v1alpha1"
 )
@@ -61,6 +63,23 @@ func NodeConfig(pod *rest.Config, namespace, gateway string) (*rest.Config, erro
 	cfg := rest.AnonymousClientConfig(pod)
 	cfg.WrapTransport = transport.ResettableTokenSourceWrapTransport(ts)
 	return cfg, nil
+}
+
+// PodMapper returns a REST mapper that asks the API server with pod's
+// credentials (discovery is open to every authenticated user), for the
+// clients and the cache of NodeConfig's: their requests fail until the
+// controller has made the node's account, which it does once the Lease
+// that the agent creates with pod's exists.
+func PodMapper(pod *rest.Config) (meta.RESTMapper, error) {
+	hc, err := rest.HTTPClientFor(pod)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	m, err := apiutil.NewDynamicRESTMapper(pod, hc)
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	return m, nil
 }
 
 // tokenSource is an oauth2.TokenSource of a function.

@@ -132,7 +132,11 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 	}
 	// The pod's account (cfg) reads the Node and creates the Lease; the
 	// node's own account (nodeCfg) reads and writes the rest.
-	podClient, err := client.New(cfg, client.Options{Scheme: s})
+	mapper, err := agent.PodMapper(cfg)
+	if err != nil {
+		return err
+	}
+	podClient, err := client.New(cfg, client.Options{Scheme: s, Mapper: mapper})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -140,7 +144,7 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 	if err != nil {
 		return err
 	}
-	c, err := client.New(nodeCfg, client.Options{Scheme: s})
+	c, err := client.New(nodeCfg, client.Options{Scheme: s, Mapper: mapper})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
@@ -152,7 +156,7 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 	if err != nil {
 		return err
 	}
-	cache, err := agent.NewAssignmentCache(nodeCfg, s, o.Namespace, o.Gateway)
+	cache, err := agent.NewAssignmentCache(nodeCfg, mapper, s, o.Namespace, o.Gateway)
 	if err != nil {
 		return err
 	}
