@@ -176,22 +176,32 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- cache.Start(ctx) }()
-	if !cache.WaitForCacheSync(ctx) {
-		cancel()
-		if err := <-errc; err != nil {
-			return fmt.Errorf("agent: assignment watch: %w", err)
-		}
-		return ctx.Err()
-	}
+	// The agent starts without waiting for the watch to sync: it creates
+	// the Lease first, and the controller makes the node's account, which
+	// the watch reads as, once the Lease exists. Its reads of the
+	// assignment wait for the sync.
 	log.Info("agent started", "gateway", o.Gateway, "namespace", o.Namespace, "pool", o.Pool, "address", addr, "zone", node.Labels[ZoneLabel])
-	if o.BootstrapOnly {
-		err = bootstrapOnly(ctx, a, o, log)
-	} else {
-		err = a.Run(ctx)
+	runErr := make(chan error, 1)
+	go func() {
+		if o.BootstrapOnly {
+			runErr <- bootstrapOnly(ctx, a, o, log)
+		} else {
+			runErr <- a.Run(ctx)
+		}
+	}()
+	select {
+	case err = <-runErr:
+		cancel()
+		<-errc
+		return err
+	case cerr := <-errc:
+		cancel()
+		err = <-runErr
+		if cerr != nil {
+			return fmt.Errorf("agent: assignment watch: %w", cerr)
+		}
+		return err
 	}
-	cancel()
-	<-errc
-	return err
 }
 
 // bootstrapOnly runs the agent until it has written the bootstrap file,
