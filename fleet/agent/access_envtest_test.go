@@ -28,7 +28,7 @@ const deployNS = "sluice-system"
 // admission policy of deploy/ (kustomized, as `kubectl apply -k deploy/`
 // would: the very rules of deploy/base/rbac.yaml), and waits until the
 // admission policies are in force.
-func installAccess(t *testing.T, admin client.Client, adminCS *kubernetes.Clientset) {
+func installAccess(t *testing.T, cfg *rest.Config, admin client.Client, adminCS *kubernetes.Clientset) {
 	t.Helper()
 	ctx := t.Context()
 	kinds := []string{"Namespace", "ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding",
@@ -52,7 +52,7 @@ func installAccess(t *testing.T, admin client.Client, adminCS *kubernetes.Client
 	// token request of the pod account's token bound to no node (for the
 	// one account that exists yet) is refused then.
 	unbound := tokenFor(t, adminCS, v1alpha1.AgentPodServiceAccount, nil)
-	cs := clientsetAs(t, unbound)
+	cs := clientsetAs(t, cfg, unbound)
 	var err error
 	waitFor(t, "the admission policies in force", func() bool {
 		_, err = requestToken(ctx, cs, v1alpha1.AgentPodServiceAccount)
@@ -88,13 +88,17 @@ func requestToken(ctx context.Context, cs *kubernetes.Clientset, sa string) (str
 	return out.Status.Token, nil
 }
 
-// tokenConfig is a configuration of the test's API server that
-// authenticates with token alone.
-var tokenConfig func(token string) *rest.Config
+// tokenConfig is a configuration of base's API server that authenticates
+// with token alone.
+func tokenConfig(base *rest.Config, token string) *rest.Config {
+	cfg := rest.AnonymousClientConfig(base)
+	cfg.BearerToken = token
+	return cfg
+}
 
-func clientsetAs(t *testing.T, token string) *kubernetes.Clientset {
+func clientsetAs(t *testing.T, base *rest.Config, token string) *kubernetes.Clientset {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(tokenConfig(token))
+	cs, err := kubernetes.NewForConfig(tokenConfig(base, token))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,12 +125,7 @@ func TestAgentHeldToItsNode(t *testing.T) {
 	}
 	adminCS, err := kubernetes.NewForConfig(env.Config)
 	must(err)
-	tokenConfig = func(token string) *rest.Config {
-		cfg := rest.AnonymousClientConfig(env.Config)
-		cfg.BearerToken = token
-		return cfg
-	}
-	installAccess(t, admin, adminCS)
+	installAccess(t, env.Config, admin, adminCS)
 
 	ns := deployNS
 	must(admin.Create(ctx, &v1alpha1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "pool"}}))
@@ -166,6 +165,7 @@ func TestAgentHeldToItsNode(t *testing.T) {
 		done      chan error
 	}
 	members := map[string]*member{}
+	start := time.Now()
 	for i, gw := range []string{"gw-a", "gw-b"} {
 		// The DaemonSet's pod on node gw, and the token the kubelet would
 		// project into its agent container: bound to the pod.
@@ -173,7 +173,7 @@ func TestAgentHeldToItsNode(t *testing.T) {
 			Spec: corev1.PodSpec{NodeName: gw, ServiceAccountName: v1alpha1.AgentPodServiceAccount,
 				Containers: []corev1.Container{{Name: "agent", Image: "sluice-fleet"}}}}
 		must(admin.Create(ctx, pod))
-		podCfg := tokenConfig(tokenFor(t, adminCS, v1alpha1.AgentPodServiceAccount, pod))
+		podCfg := tokenConfig(env.Config, tokenFor(t, adminCS, v1alpha1.AgentPodServiceAccount, pod))
 		nodeCfg, err := NodeConfig(podCfg, ns, gw)
 		must(err)
 		mapper, err := PodMapper(podCfg)
@@ -224,6 +224,7 @@ func TestAgentHeldToItsNode(t *testing.T) {
 		}
 		return true
 	})
+	t.Logf("from the agents' start to both gateways configured, statuses written: %v", time.Since(start).Round(time.Millisecond))
 
 	a := members["gw-a"]
 	get := func(c client.Client, name string, o client.Object) error {
