@@ -9,7 +9,8 @@
 //     its partner;
 //  2. watches only its own GatewayAssignment (by name, so that a change to
 //     another gateway's does not wake it), and reads the Tunnels,
-//     TLSListeners and Secrets it names;
+//     TLSListeners and Secrets it names: in a cluster as its node's own
+//     ServiceAccount, which may read those and no others (identity.go);
 //  3. renders the gateway's whole configuration (render.go) and applies it
 //     over the control socket when the rendering changed or the gateway
 //     restarted (a new control connection: a restarted gateway runs its
@@ -62,9 +63,14 @@ const (
 
 // Config configures an Agent.
 type Config struct {
-	// Client reads the objects the assignment names (uncached) and writes
-	// the Lease and the assignment's status.
+	// Client reads the objects the assignment names (uncached), renews
+	// and deletes the Lease and writes the assignment's status: in a
+	// cluster, as this node's own agent account (NodeConfig).
 	Client client.Client
+	// LeaseCreator creates the Lease when Client cannot read it: in a
+	// cluster, the pod's account, the node's own not existing before
+	// the Lease does (identity.go). Nil is Client.
+	LeaseCreator client.Client
 	// Assignments reads this gateway's GatewayAssignment: a cache that
 	// holds only it (WatchAssignment), or nil for Client.
 	Assignments client.Reader
@@ -158,6 +164,9 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.Assignments == nil {
 		cfg.Assignments = cfg.Client
+	}
+	if cfg.LeaseCreator == nil {
+		cfg.LeaseCreator = cfg.Client
 	}
 	cfg.LeaseDuration = cmp.Or(cfg.LeaseDuration, DefaultLeaseDuration)
 	cfg.RenewInterval = cmp.Or(cfg.RenewInterval, DefaultRenewInterval)

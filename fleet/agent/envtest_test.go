@@ -50,7 +50,7 @@ func TestAgentAgainstAPIServer(t *testing.T) {
 		}
 	}
 
-	cache, err := NewAssignmentCache(env.Config, testScheme(t), testNS, "gw-a")
+	cache, err := NewAssignmentCache(env.Config, nil, testScheme(t), testNS, "gw-a")
 	if err != nil {
 		t.Fatal(err)
 	}

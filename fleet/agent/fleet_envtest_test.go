@@ -55,7 +55,7 @@ func TestFleetOnAPIServer(t *testing.T) {
 	}
 	members := map[string]*member{}
 	for i, gw := range []string{"gw-a", "gw-b"} {
-		cache, err := NewAssignmentCache(env.Config, testScheme(t), testNS, gw)
+		cache, err := NewAssignmentCache(env.Config, nil, testScheme(t), testNS, gw)
 		must(err)
 		fg := &fakeGateway{}
 		a, err := New(Config{Client: c, Assignments: cache, Gateway: gw, Namespace: testNS, Pool: "pool", Zone: "z" + gw[3:],

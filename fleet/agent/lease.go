@@ -36,16 +36,20 @@ func (a *Agent) renewLease(ctx context.Context) error {
 	var l coordinationv1.Lease
 	key := client.ObjectKey{Namespace: a.cfg.Namespace, Name: LeaseName(a.cfg.Gateway)}
 	err := a.cfg.Client.Get(ctx, key, &l)
-	switch {
-	case apierrors.IsNotFound(err):
+	if err != nil {
+		// Not found, or not readable yet: the node's own account, which
+		// reads the Lease, is made by the controller once the Lease
+		// exists, so the pod's account (LeaseCreator) creates it.
 		l = coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Namespace: key.Namespace, Name: key.Name}}
 		a.leaseMeta(&l)
 		l.Spec = coordinationv1.LeaseSpec{HolderIdentity: &a.cfg.Gateway, LeaseDurationSeconds: &secs, AcquireTime: &now, RenewTime: &now}
-		if err := a.cfg.Client.Create(ctx, &l); err != nil {
-			return fmt.Errorf("agent: create lease %s: %w", key, err)
+		cerr := a.cfg.LeaseCreator.Create(ctx, &l)
+		switch {
+		case cerr == nil:
+			return nil
+		case apierrors.IsNotFound(err) || !apierrors.IsAlreadyExists(cerr):
+			return fmt.Errorf("agent: create lease %s: %w", key, cerr)
 		}
-		return nil
-	case err != nil:
 		return fmt.Errorf("agent: get lease %s: %w", key, err)
 	}
 	a.leaseMeta(&l)

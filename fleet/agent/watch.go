@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/rest"
@@ -19,10 +20,14 @@ import (
 // metadata.name=gateway, so that the API server sends this agent the
 // events of its own assignment and of no other. Reading any other kind
 // through it fails rather than starting a watch of every object of that
-// kind. Start it, wait for its sync, and pass it to WakeOn.
-func NewAssignmentCache(cfg *rest.Config, scheme *runtime.Scheme, namespace, gateway string) (cache.Cache, error) {
+// kind. Start it, wait for its sync, and pass it to WakeOn. mapper, if not
+// nil, maps kinds to resources (PodMapper: cfg may not authenticate
+// before the controller has made the node's account); nil asks cfg's API
+// server.
+func NewAssignmentCache(cfg *rest.Config, mapper meta.RESTMapper, scheme *runtime.Scheme, namespace, gateway string) (cache.Cache, error) {
 	c, err := cache.New(cfg, cache.Options{
 		Scheme:                      scheme,
+		Mapper:                      mapper,
 		ReaderFailOnMissingInformer: true,
 		ByObject: map[client.Object]cache.ByObject{
 			&v1alpha1.GatewayAssignment{}: {

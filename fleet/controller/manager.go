@@ -6,6 +6,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	"k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -67,6 +68,9 @@ type Options struct {
 // +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=secrets,verbs=get;list;watch;create;update;patch
 // +kubebuilder:rbac:groups="",resources=events,verbs=create;patch
+// +kubebuilder:rbac:groups="",resources=serviceaccounts,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=rbac.authorization.k8s.io,resources=roles;rolebindings,verbs=get;list;watch;create;update;delete
+// +kubebuilder:rbac:groups=coordination.k8s.io,resources=leases,verbs=delete
 
 // NewManager returns a manager running the pool reconciler, leader
 // elected when opts say so.
@@ -90,9 +94,13 @@ func NewManager(cfg *rest.Config, opts Options) (ctrl.Manager, *PoolReconciler, 
 	if err != nil {
 		return nil, nil, err
 	}
+	// So with the agents' identities (agentaccess.go).
 	mo.Cache.ByObject = map[client.Object]cache.ByObject{
-		&corev1.Secret{}:        {Label: pooled},
-		&coordinationv1.Lease{}: {Label: pooled},
+		&corev1.Secret{}:         {Label: pooled},
+		&coordinationv1.Lease{}:  {Label: pooled},
+		&corev1.ServiceAccount{}: {Label: pooled},
+		&rbacv1.Role{}:           {Label: pooled},
+		&rbacv1.RoleBinding{}:    {Label: pooled},
 	}
 	if opts.Namespace != "" {
 		mo.Cache.DefaultNamespaces = map[string]cache.Config{opts.Namespace: {}}
@@ -155,5 +163,9 @@ func (r *PoolReconciler) setup(mgr ctrl.Manager, skipNameValidation bool) error 
 		Watches(&fleetv1.Tunnel{}, toPool(func(o client.Object) string { return o.(*fleetv1.Tunnel).Spec.Pool })).
 		Watches(&fleetv1.TLSListener{}, toPool(func(o client.Object) string { return o.(*fleetv1.TLSListener).Spec.Pool })).
 		Watches(&fleetv1.GatewayAssignment{}, toPool(func(o client.Object) string { return o.(*fleetv1.GatewayAssignment).Spec.Pool })).
+		// An agent's identity changed or deleted by another hand is put back.
+		Watches(&corev1.ServiceAccount{}, toPool(func(o client.Object) string { return o.GetLabels()[fleetv1.LabelPool] })).
+		Watches(&rbacv1.Role{}, toPool(func(o client.Object) string { return o.GetLabels()[fleetv1.LabelPool] })).
+		Watches(&rbacv1.RoleBinding{}, toPool(func(o client.Object) string { return o.GetLabels()[fleetv1.LabelPool] })).
 		Complete(r)
 }

@@ -29,9 +29,11 @@ func membersFromLeases(leases []coordinationv1.Lease, now time.Time) []member {
 	var out []member
 	for i := range leases {
 		l := &leases[i]
-		name := l.Labels[fleetv1.LabelGateway]
+		// The name, not the label, says whose Lease it is: the admission
+		// policy holds an agent to the Lease named after its node.
+		name := leaseGateway(l)
 		if name == "" {
-			name = strings.TrimPrefix(l.Name, fleetv1.LeasePrefix)
+			continue
 		}
 		m := member{name: name, zone: l.Annotations[fleetv1.AnnotationZone], address: l.Annotations[fleetv1.AnnotationAddress]}
 		d := time.Duration(defaultLeaseSeconds) * time.Second

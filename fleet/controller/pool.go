@@ -184,7 +184,7 @@ func (r *PoolReconciler) Reconcile(ctx context.Context, req ctrl.Request) (ctrl.
 	lPlace := placement.Place(lItems, pairs, lPrev)
 
 	// Assignments: one per live member, written when its content changed.
-	if err := r.reconcileAssignments(ctx, &pool, pairs, byName, current, ts, tPlace, ls, lPlace, ring.Version); err != nil {
+	if err := r.reconcileAssignments(ctx, &pool, leases.Items, pairs, byName, current, ts, tPlace, ls, lPlace, ring.Version); err != nil {
 		return ctrl.Result{}, err
 	}
 
@@ -317,8 +317,9 @@ func (r *PoolReconciler) markPending(ctx context.Context, pool types.NamespacedN
 
 // reconcileAssignments writes the assignment of every live member whose
 // content changed (bumping its generation) and deletes those of members
-// that are not live.
-func (r *PoolReconciler) reconcileAssignments(ctx context.Context, pool *fleetv1.GatewayPool, pairs []placement.Pair,
+// that are not live. Before it writes one, the agent of every Lease is
+// given the access its assignment calls for (agentaccess.go).
+func (r *PoolReconciler) reconcileAssignments(ctx context.Context, pool *fleetv1.GatewayPool, leases []coordinationv1.Lease, pairs []placement.Pair,
 	byName map[string]member, current map[string]*fleetv1.GatewayAssignment,
 	ts []*fleetv1.Tunnel, tPlace map[string]placement.Placement,
 	ls []*fleetv1.TLSListener, lPlace map[string]placement.Placement, ringVersion int64) error {
@@ -365,14 +366,17 @@ func (r *PoolReconciler) reconcileAssignments(ctx context.Context, pool *fleetv1
 		return 0
 	}
 	names := make([]string, 0, len(want))
-	for gw := range want {
+	for gw, s := range want {
 		names = append(names, gw)
-	}
-	slices.Sort(names)
-	for _, gw := range names {
-		s := want[gw]
 		slices.SortFunc(s.Tunnels, byObjName)
 		slices.SortFunc(s.Listeners, byObjName)
+	}
+	slices.Sort(names)
+	if err := r.reconcileAgentAccess(ctx, pool, leases, want, ts, ls); err != nil {
+		return err
+	}
+	for _, gw := range names {
+		s := want[gw]
 		cur := current[gw]
 		if cur != nil {
 			s.Generation = cur.Spec.Generation

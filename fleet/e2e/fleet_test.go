@@ -133,7 +133,7 @@ func (b *bed) startAgent(rc *rest.Config, m *member) {
 	t := b.t
 	scheme, err := controller.NewScheme()
 	b.must(err)
-	cache, err := agent.NewAssignmentCache(rc, scheme, ns, m.name)
+	cache, err := agent.NewAssignmentCache(rc, nil, scheme, ns, m.name)
 	b.must(err)
 	a, err := agent.New(agent.Config{Client: b.c, Assignments: cache, Gateway: m.name, Namespace: ns, Pool: pool,
 		Zone: "zone-" + m.hg.Name, NodeAddress: m.hg.Sync.Addr(), Dir: filepath.Join(b.dir, m.name, "creds"),

@@ -40,3 +40,28 @@ func HAMemberName(gateway string) string {
 	}
 	return strings.TrimRight(b.String(), "-") + "-" + h
 }
+
+// AgentServiceAccountPrefix is the prefix of the ServiceAccount a
+// gateway's node agent reads its assignment as: the controller keeps
+// AgentServiceAccountPrefix+g, with a Role naming only what gateway g's
+// assignment needs, and the agent's pod (ServiceAccount
+// AgentPodServiceAccount) may request a token for that one account alone:
+// deploy/base/rbac.yaml's admission policy compares the name with the
+// node the pod's own token is bound to.
+const AgentServiceAccountPrefix = "sluice-agent-"
+
+// AgentPodServiceAccount is the ServiceAccount the agent's pods run as,
+// in the pool's namespace. Its rights are to create its node's Lease and
+// to request a token for its node's agent account (AgentServiceAccount),
+// both held to its node by admission policy.
+const AgentPodServiceAccount = "sluice-agent"
+
+// MaxGatewayNameLen is the longest gateway (node) name the fleet gives an
+// identity to: AgentServiceAccountPrefix plus the name must be a
+// DNS subdomain of at most 253 characters.
+const MaxGatewayNameLen = 253 - len(AgentServiceAccountPrefix)
+
+// AgentServiceAccount returns the name of the ServiceAccount gateway's
+// node agent reads its assignment as (and the name of its Role and
+// RoleBinding).
+func AgentServiceAccount(gateway string) string { return AgentServiceAccountPrefix + gateway }

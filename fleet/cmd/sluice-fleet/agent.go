@@ -56,7 +56,13 @@ membership Lease, watches the gateway's GatewayAssignment (and only it),
 renders the gateway's configuration from the Tunnels, TLSListeners and
 Secrets it names, applies it over the control socket, and reports what the
 gateway runs in the assignment's status. The flags default to the
-environment the DaemonSet sets from the downward API.`,
+environment the DaemonSet sets from the downward API.
+
+The pod's own account (sluice-agent) only reads the Node, creates the
+Lease and requests a token for this node's account, sluice-agent-<node>,
+which reads and writes the rest: the controller grants that account this
+node's Lease, assignment and the Secrets the assignment names, and no
+other (see deploy/base/rbac.yaml).`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			return runAgent(cmd.Context(), o, newLogger(stderr))
@@ -124,24 +130,38 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 	if err != nil {
 		return err
 	}
-	c, err := client.New(cfg, client.Options{Scheme: s})
+	// The pod's account (cfg) reads the Node and creates the Lease; the
+	// node's own account (nodeCfg) reads and writes the rest.
+	mapper, err := agent.PodMapper(cfg)
+	if err != nil {
+		return err
+	}
+	podClient, err := client.New(cfg, client.Options{Scheme: s, Mapper: mapper})
+	if err != nil {
+		return fmt.Errorf("agent: %w", err)
+	}
+	nodeCfg, err := agent.NodeConfig(cfg, o.Namespace, o.Gateway)
+	if err != nil {
+		return err
+	}
+	c, err := client.New(nodeCfg, client.Options{Scheme: s, Mapper: mapper})
 	if err != nil {
 		return fmt.Errorf("agent: %w", err)
 	}
 	var node corev1.Node
-	if err := c.Get(ctx, client.ObjectKey{Name: o.Gateway}, &node); err != nil {
+	if err := podClient.Get(ctx, client.ObjectKey{Name: o.Gateway}, &node); err != nil {
 		return fmt.Errorf("agent: read Node %s (its zone and address): %w", o.Gateway, err)
 	}
 	addr, err := nodeAddress(o.NodeAddress, &node)
 	if err != nil {
 		return err
 	}
-	cache, err := agent.NewAssignmentCache(cfg, s, o.Namespace, o.Gateway)
+	cache, err := agent.NewAssignmentCache(nodeCfg, mapper, s, o.Namespace, o.Gateway)
 	if err != nil {
 		return err
 	}
 	a, err := agent.New(agent.Config{
-		Client: c, Assignments: cache, Gateway: o.Gateway, Namespace: o.Namespace, Pool: o.Pool,
+		Client: c, LeaseCreator: podClient, Assignments: cache, Gateway: o.Gateway, Namespace: o.Namespace, Pool: o.Pool,
 		Zone: node.Labels[ZoneLabel], NodeAddress: addr, Dir: o.HADir,
 		ControlSocket: o.ControlSocket, BootstrapFile: o.BootstrapFile, StateDir: o.StateDir, Dial: agent.ControlDialer(o.ControlSocket), Log: log,
 		PollInterval: o.PollInterval, ResyncInterval: o.ResyncInterval, KeepLease: o.BootstrapOnly,
@@ -156,22 +176,32 @@ func runAgentWith(ctx context.Context, cfg *rest.Config, o agentOptions, log *sl
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- cache.Start(ctx) }()
-	if !cache.WaitForCacheSync(ctx) {
-		cancel()
-		if err := <-errc; err != nil {
-			return fmt.Errorf("agent: assignment watch: %w", err)
-		}
-		return ctx.Err()
-	}
+	// The agent starts without waiting for the watch to sync: it creates
+	// the Lease first, and the controller makes the node's account, which
+	// the watch reads as, once the Lease exists. Its reads of the
+	// assignment wait for the sync.
 	log.Info("agent started", "gateway", o.Gateway, "namespace", o.Namespace, "pool", o.Pool, "address", addr, "zone", node.Labels[ZoneLabel])
-	if o.BootstrapOnly {
-		err = bootstrapOnly(ctx, a, o, log)
-	} else {
-		err = a.Run(ctx)
+	runErr := make(chan error, 1)
+	go func() {
+		if o.BootstrapOnly {
+			runErr <- bootstrapOnly(ctx, a, o, log)
+		} else {
+			runErr <- a.Run(ctx)
+		}
+	}()
+	select {
+	case err = <-runErr:
+		cancel()
+		<-errc
+		return err
+	case cerr := <-errc:
+		cancel()
+		err = <-runErr
+		if cerr != nil {
+			return fmt.Errorf("agent: assignment watch: %w", cerr)
+		}
+		return err
 	}
-	cancel()
-	<-errc
-	return err
 }
 
 // bootstrapOnly runs the agent until it has written the bootstrap file,

@@ -13,6 +13,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -72,6 +73,7 @@ func TestAgentCommand(t *testing.T) {
 			Detection: v1alpha1.Detection{Interval: &metav1.Duration{Duration: 100 * time.Millisecond}, Misses: 3}}}))
 	must(c.Create(ctx, &v1alpha1.GatewayAssignment{ObjectMeta: metav1.ObjectMeta{Namespace: "sluice", Name: "node-1"},
 		Spec: v1alpha1.GatewayAssignmentSpec{Pool: "pool", Gateway: "node-1", Generation: 1}}))
+	nodeAccount(t, c, "sluice", "node-1")
 
 	dir := t.TempDir()
 	o := agentOptions{Gateway: "node-1", Namespace: "sluice", Pool: "pool", ControlSocket: filepath.Join(dir, "none.sock"),
@@ -118,6 +120,7 @@ func TestAgentBootstrapOnly(t *testing.T) {
 	must(c.Create(ctx, &v1alpha1.GatewayPool{ObjectMeta: metav1.ObjectMeta{Namespace: "sluice", Name: "pool"}}))
 	must(c.Create(ctx, &v1alpha1.GatewayAssignment{ObjectMeta: metav1.ObjectMeta{Namespace: "sluice", Name: "node-1"},
 		Spec: v1alpha1.GatewayAssignmentSpec{Pool: "pool", Gateway: "node-1", Generation: 1}}))
+	nodeAccount(t, c, "sluice", "node-1")
 	dir := t.TempDir()
 	o := agentOptions{Gateway: "node-1", Namespace: "sluice", Pool: "pool", NodeAddress: "10.9.0.7", ControlSocket: filepath.Join(dir, "none.sock"),
 		HADir: filepath.Join(dir, "creds"), PollInterval: time.Second, ResyncInterval: time.Minute, BootstrapOnly: true}
@@ -144,6 +147,23 @@ func TestAgentBootstrapOnly(t *testing.T) {
 	var l coordinationv1.Lease
 	if err := c.Get(ctx, client.ObjectKey{Namespace: "sluice", Name: "sluice-gw-node-1"}, &l); err != nil {
 		t.Errorf("the Lease after the bootstrap-only agent exited: %v", err)
+	}
+}
+
+// nodeAccount makes gateway's agent ServiceAccount in ns, as the
+// controller would (here with every right: these tests are of the
+// command, TestAgentHeldToItsNode of the rights).
+func nodeAccount(t *testing.T, c client.Client, ns, gateway string) {
+	t.Helper()
+	name := v1alpha1.AgentServiceAccount(gateway)
+	if err := c.Create(t.Context(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}); err != nil {
+		t.Fatal(err)
+	}
+	err := c.Create(t.Context(), &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "cluster-admin"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}}})
+	if err != nil {
+		t.Fatal(err)
 	}
 }
 

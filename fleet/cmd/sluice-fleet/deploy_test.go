@@ -2,7 +2,6 @@ package main
 
 import (
 	"io"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -12,30 +11,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"sigs.k8s.io/kustomize/api/krusty"
-	"sigs.k8s.io/kustomize/kyaml/filesys"
 
 	"github.com/sluicegw/sluice/fleet/internal/fleettest"
 )
 
-// kustomize builds the kustomization in deploy/dir, as `kubectl apply -k`
-// would, and returns its objects.
+// kustomize builds the kustomization in deploy/dir.
 func kustomize(t *testing.T, dir string) []*unstructured.Unstructured {
-	t.Helper()
-	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
-	m, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(filepath.Dir(fleettest.CRDDir()), dir))
-	if err != nil {
-		t.Fatalf("kustomize deploy/%s: %v", dir, err)
-	}
-	var out []*unstructured.Unstructured
-	for _, r := range m.Resources() {
-		obj, err := r.Map()
-		if err != nil {
-			t.Fatal(err)
-		}
-		out = append(out, &unstructured.Unstructured{Object: obj})
-	}
-	return out
+	return fleettest.Kustomize(t, dir)
 }
 
 // typed converts u into a typed object of the scheme.
@@ -79,6 +61,7 @@ func TestDeployManifests(t *testing.T) {
 	if !pod.HostNetwork {
 		t.Error("the gateway pod is not on the host network")
 	}
+	checkTokenMounts(t, pod)
 	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
 		sc := c.SecurityContext
 		if sc == nil || (sc.Privileged != nil && *sc.Privileged) || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation ||
@@ -112,6 +95,40 @@ func TestDeployManifests(t *testing.T) {
 	for _, o := range example {
 		if err := c.Create(ctx, o); err != nil {
 			t.Errorf("example %s %s refused: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// checkTokenMounts: the gateway pod mounts no service-account token but
+// a projected one, bound to the pod, into its agent containers (the init
+// container's and the agent's) alone; the gateway container, which faces
+// the Internet, holds no Kubernetes credential.
+func checkTokenMounts(t *testing.T, pod corev1.PodSpec) {
+	t.Helper()
+	if pod.AutomountServiceAccountToken == nil || *pod.AutomountServiceAccountToken {
+		t.Error("the gateway pod does not set automountServiceAccountToken: false")
+	}
+	tokenVolumes := map[string]bool{}
+	for _, v := range pod.Volumes {
+		if v.Projected == nil {
+			continue
+		}
+		for _, src := range v.Projected.Sources {
+			if src.ServiceAccountToken != nil {
+				tokenVolumes[v.Name] = true
+			}
+		}
+	}
+	if len(tokenVolumes) != 1 {
+		t.Errorf("the gateway pod has %d projected token volumes, want 1", len(tokenVolumes))
+	}
+	for _, c := range append(slices.Clone(pod.InitContainers), pod.Containers...) {
+		mounted := slices.ContainsFunc(c.VolumeMounts, func(m corev1.VolumeMount) bool { return tokenVolumes[m.Name] })
+		if want := c.Name != "gateway"; mounted != want {
+			t.Errorf("container %s mounts the agent's token: %v, want %v", c.Name, mounted, want)
+		}
+		if c.Name == "gateway" && (len(c.EnvFrom) > 0 || slices.ContainsFunc(c.Env, func(e corev1.EnvVar) bool { return e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil })) {
+			t.Errorf("the gateway container takes environment from a Secret")
 		}
 	}
 }

@@ -11,8 +11,11 @@ import (
 	"runtime"
 	"testing"
 
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 )
 
 // DefaultKubeAssets is where .ci/kube-assets builds kube-apiserver and
@@ -82,6 +85,26 @@ func BuildSluice(t testing.TB, dir string) string {
 	cmd.Dir = root()
 	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go build cmd/sluice: %v\n%s", err, b)
+	}
+	return out
+}
+
+// Kustomize builds the kustomization in deploy/dir, as `kubectl apply -k`
+// would, and returns its objects.
+func Kustomize(t testing.TB, dir string) []*unstructured.Unstructured {
+	t.Helper()
+	k := krusty.MakeKustomizer(krusty.MakeDefaultOptions())
+	m, err := k.Run(filesys.MakeFsOnDisk(), filepath.Join(filepath.Dir(CRDDir()), dir))
+	if err != nil {
+		t.Fatalf("kustomize deploy/%s: %v", dir, err)
+	}
+	var out []*unstructured.Unstructured
+	for _, r := range m.Resources() {
+		obj, err := r.Map()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, &unstructured.Unstructured{Object: obj})
 	}
 	return out
 }
