@@ -184,7 +184,7 @@ var (
 	ikeSAEvents = prometheus.NewDesc("sluice_ike_sa_events_total",
 		"IKE SAs (sa ike) and Child SAs (sa child) established, rekeyed, added, expired and deleted; virtual IPs assigned from pools (sa vip).", []string{"sa", "event"}, nil)
 	ikeEvents = prometheus.NewDesc("sluice_ike_events_total",
-		"Other IKE events: liveness checks, restarts, rekey collisions, INITIAL_CONTACTs, NAT-keepalives.", []string{"event"}, nil)
+		"Other IKE events: liveness checks, restarts, rekey collisions, INITIAL_CONTACTs, NAT-keepalives, checks of a NAT mapping after a silence.", []string{"event"}, nil)
 	ikeSAUp = prometheus.NewDesc("sluice_ike_sa_up",
 		"1 while the IKE connection has an established IKE SA, else 0.", []string{"connection"}, nil)
 	ikeUp = prometheus.NewDesc("sluice_ike_connection_up",
@@ -289,6 +289,7 @@ var ikeSeries = map[string]struct {
 	"child_sa_expired":     {ikeSAEvents, []string{"child", "expired"}},
 	"vip_assigned":         {ikeSAEvents, []string{"vip", "assigned"}},
 	"mobike_updates":       {ikeSAEvents, []string{"ike", "moved"}},
+	"nat_peer_moved":       {ikeSAEvents, []string{"ike", "nat_moved"}},
 	"routability_checked":  {ikeSAEvents, []string{"ike", "routability_checked"}},
 }
 

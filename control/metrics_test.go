@@ -172,7 +172,7 @@ func TestCollectorFromStart(t *testing.T) {
 // their own, and reassembled messages are no drop.
 func TestCollectorIKEFamilies(t *testing.T) {
 	events := map[string]bool{"liveness_checks": true, "restarts": true, "rekey_collisions": true,
-		"initial_contacts": true, "keep_alives": true}
+		"initial_contacts": true, "keep_alives": true, "nat_mapping_checks": true}
 	for k := range gateway.IKEStatsMap(ike.Stats{}) {
 		s, ok := ikeSeries[k]
 		if !ok && !events[k] {
