@@ -29,6 +29,20 @@ func TestMOBIKEMoveBack(t *testing.T) {
 		// b's Child SA moves after its return routability check,
 		// which follows its answer to a's update.
 		waitFor(t, func() bool { return p.b.Stats().RoutabilityChecked == uint64(i+1) && idle(p.b) })
+		at := netip.AddrPortFrom(to, 500)
+		if l, r, ok := p.a.ChildAddrs(c); !ok || l != at || r != bAddr {
+			t.Errorf("move %d: a's ChildAddrs %v <-> %v (%v), want %v <-> %v", i+1, l, r, ok, at, bAddr)
+		}
+		if l, r, ok := p.b.ChildAddrs(bc); !ok || l != bAddr || r != at {
+			t.Errorf("move %d: b's ChildAddrs %v <-> %v (%v), want %v <-> %v", i+1, l, r, ok, bAddr, at)
+		}
+	}
+	// The ChildSAs handed out keep the addresses they were made with.
+	if c.Local != home || bc.Remote != home {
+		t.Errorf("the Child SAs reported changed: a's %v, b's %v", c.Local, bc.Remote)
+	}
+	if _, _, ok := p.b.ChildAddrs(c); ok {
+		t.Error("b's ChildAddrs of a's Child SA: ok")
 	}
 	p.mu.Lock()
 	am, bm := slices.Clone(p.aMoves), slices.Clone(p.moves)
@@ -99,6 +113,9 @@ func TestNATFollowSnapshot(t *testing.T) {
 		if !slices.Equal(got, want) {
 			t.Fatalf("move %d: b moved its Child SA to %v, want %v", i+1, got, want)
 		}
+		if l, r, ok := p.b.ChildAddrs(cb); !ok || l != cb.Local || r != to {
+			t.Errorf("move %d: b's ChildAddrs %v <-> %v (%v), want %v <-> %v", i+1, l, r, ok, cb.Local, to)
+		}
 		snaps := p.b.Snapshots()
 		if len(snaps) != 1 {
 			t.Fatalf("b has %d snapshots", len(snaps))
@@ -119,6 +136,9 @@ func TestNATFollowSnapshot(t *testing.T) {
 			t.Errorf("move %d: the standby's Child SA %08x at %v <-> %v (encap %v), want %08x at %v <-> %v",
 				i+1, c.InSPI, c.Local, c.Remote, c.Encap, cb.InSPI, cb.Local, to)
 		}
+	}
+	if cb.Remote != first {
+		t.Errorf("b's Child SA as reported changed to %v", cb.Remote)
 	}
 	if st := p.b.Stats(); st.NATPeerMoved != 2 {
 		t.Errorf("b: %d NAT-T moves, want 2", st.NATPeerMoved)
