@@ -123,7 +123,7 @@ func (g *Gateway) IKE() IKEInfo {
 				if st.Peer != c.Name {
 					continue
 				}
-				ci.Children = append(ci.Children, g.ikeChildInfo(&ci, child, st, dp, db))
+				ci.Children = append(ci.Children, g.ikeChildInfo(&ci, child, st, ep, dp, db))
 			}
 		}
 		if sa, ok := ikeSAs[c.Name]; ok {
@@ -137,8 +137,9 @@ func (g *Gateway) IKE() IKEInfo {
 }
 
 // ikeChildInfo describes the child st of connection ci, configured as
-// child, and sets ci's state and error by it.
-func (g *Gateway) ikeChildInfo(ci *IKEConnInfo, child *config.Child, st ike.ChildStatus, dp *ikeDataPlane, db *sad.DB) IKEChildInfo {
+// child, and sets ci's state and error by it; ep (nil: none) says where
+// its pair's ESP goes now.
+func (g *Gateway) ikeChildInfo(ci *IKEConnInfo, child *config.Child, st ike.ChildStatus, ep *ike.Endpoint, dp *ikeDataPlane, db *sad.DB) IKEChildInfo {
 	cc := IKEChildInfo{Name: child.Name, Tunnel: st.Tunnel, StartAction: child.StartAction, State: "down",
 		RekeyTime: child.RekeyTime.String(), LifeTime: child.LifeTime.String()}
 	if cc.Tunnel == "" {
@@ -164,7 +165,15 @@ func (g *Gateway) ikeChildInfo(ci *IKEConnInfo, child *config.Child, st ike.Chil
 	switch cur := st.Pair; {
 	case cur != nil:
 		cc.State, cc.InSPI, cc.OutSPI, cc.Suite, cc.ESN, cc.Encap = "installed", cur.InSPI, cur.OutSPI, cur.Suite, cur.ESN, cur.Encap
-		cc.PeerAddr, cc.Established = cur.Remote.String(), st.Since
+		// Where its ESP goes now: MOBIKE or a NAT the peer is
+		// behind may have moved it from where it was made.
+		peer := cur.Remote
+		if ep != nil {
+			if _, r, ok := ep.ChildAddrs(cur); ok {
+				peer = r
+			}
+		}
+		cc.PeerAddr, cc.Established = peer.String(), st.Since
 		for _, v := range cur.VIPs {
 			cc.VIPs = append(cc.VIPs, v.String())
 		}

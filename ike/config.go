@@ -434,12 +434,16 @@ type Config struct {
 	// OnChildAddress, if set, is called (without locks held) for each
 	// Child SA that MOBIKE (RFC 4555) moved to new outer addresses,
 	// once the peer proved it receives there (the return routability
-	// check, section 3.5): c is the Child SA as OnChildSA reported it
-	// (its fields keep the old addresses: the caller may hold it),
-	// local and remote its new outer addresses and ports. From then on
-	// the data plane sends c's ESP from local to remote; what arrives
-	// with c's inbound SPI is c's wherever it comes from. Child SAs made
-	// later on the IKE SA (rekeys) carry the new addresses themselves.
+	// check, section 3.5), or that followed the NAT mapping of a peer
+	// behind a NAT (RFC 7296 section 2.23): c is the Child SA as
+	// OnChildSA reported it (its fields keep the addresses it was made
+	// with: the caller may hold it), local and remote its new outer
+	// addresses and ports. From then on the data plane sends c's ESP
+	// from local to remote; what arrives with c's inbound SPI is c's
+	// wherever it comes from. Each move is compared with where c is
+	// (Endpoint.ChildAddrs), so a move back to where c was made is
+	// reported too; Child SAs made later on the IKE SA (rekeys) carry
+	// the new addresses themselves.
 	OnChildAddress func(c *ChildSA, local, remote netip.AddrPort)
 
 	// clock is the time source; nil is the real one (tests set a fake).
@@ -589,8 +593,12 @@ type ChildSA struct {
 	Name string
 	// Initiator is true when we initiated the IKE SA.
 	Initiator bool
-	// Local and Remote are the outer addresses and ports; with Encap,
-	// the ports are those of ESP in UDP (normally 4500 both).
+	// Local and Remote are the outer addresses and ports it was made
+	// with; with Encap, the ports are those of ESP in UDP (normally 4500
+	// both). They stay when the IKE SA moves (Config.OnChildAddress
+	// reports the move, Endpoint.ChildAddrs where its ESP goes now); a
+	// Child SA adopted from a snapshot (Endpoint.Adopt) has those it had
+	// when the snapshot was taken.
 	Local, Remote netip.AddrPort
 	// InSPI is the SPI of our inbound SA (chosen by us); OutSPI the
 	// peer's, for what we send.

@@ -381,7 +381,7 @@ func (sa *ikeSA) addChildLocked(c *ChildSA) []func() {
 	e := sa.ep
 	sa.children = append(sa.children, c)
 	sa.changedLocked()
-	ent := &childEntry{c: c, sa: sa}
+	ent := &childEntry{c: c, sa: sa, local: c.Local, remote: c.Remote}
 	e.children[c.InSPI] = ent
 	e.scheduleChildLocked(ent)
 	e.stats.ChildSAEstablished++

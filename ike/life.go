@@ -37,10 +37,15 @@ type op struct {
 }
 
 // childEntry is the Endpoint's record of an established Child SA: which
-// IKE SA carries it now, its lifetime timers and its rekey state.
+// IKE SA carries it now, where its ESP goes, its lifetime timers and its
+// rekey state.
 type childEntry struct {
-	c               *ChildSA
-	sa              *ikeSA
+	c  *ChildSA
+	sa *ikeSA
+	// local and remote are the outer addresses its ESP goes between
+	// now: c's own until a move (MOBIKE, a NAT followed) reported other
+	// ones (childaddr.go). c keeps those it was made with.
+	local, remote   netip.AddrPort
 	rekeyT, expireT stopper
 	// rekeyAt and expireAt are when rekeyT and expireT fire (zero:
 	// never), for snapshots.

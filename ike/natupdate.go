@@ -15,7 +15,7 @@ package ike
 // and came from another address or port than the IKE SA's, moves the IKE
 // SA there (our requests and their retransmissions go there), and each
 // of its Child SAs' ESP in UDP (Config.OnChildAddress, as MOBIKE's move
-// does). A replayed message moves nothing, whatever address it is sent
+// does; childaddr.go). A replayed message moves nothing, whatever address it is sent
 // from: a request's message ID is behind the window and a response
 // matches no outstanding request, so both are dropped before this. A
 // side behind a NAT does not move (section 2.23: one forged packet of
@@ -44,13 +44,5 @@ func (sa *ikeSA) followPeerLocked(local, remote netip.AddrPort) []func() {
 	e.cfg.Log.Info("ike: the peer's NAT mapping changed: the IKE SA and its Child SAs move to it (RFC 7296 section 2.23)",
 		sa.logAttrs("old_remote", old, "new_remote", remote, "children", len(sa.children))...)
 	sa.setAddrsLocked(local, remote)
-	f := e.cfg.OnChildAddress
-	if f == nil {
-		return nil
-	}
-	after := make([]func(), 0, len(sa.children))
-	for _, c := range sa.children {
-		after = append(after, func() { f(c, local, remote) })
-	}
-	return after
+	return sa.moveChildAddrsLocked(local, remote)
 }

@@ -392,6 +392,9 @@ func (sa *ikeSA) snapLocked() *snapIKE {
 			}
 		}
 		if ent := e.children[c.InSPI]; ent != nil && ent.c == c {
+			// Where its ESP goes now (childaddr.go): a standby that
+			// adopts it sends there.
+			sc.c.Local, sc.c.Remote = ent.local, ent.remote
 			sc.rekeyAt, sc.expireAt = ent.rekeyAt, ent.expireAt
 			if ent.replaced {
 				sc.flags |= chReplaced
@@ -1215,7 +1218,7 @@ func (e *Endpoint) adoptLocked(s *snapIKE) (*ikeSA, []func(), error) {
 		c := bySPI[sc.c.InSPI]
 		c.VIPs = s.vips // as every Child SA of the IKE SA carries them (rekey.go)
 		sa.children = append(sa.children, c)
-		ent := &childEntry{c: c, sa: sa, replaced: sc.flags&chReplaced != 0}
+		ent := &childEntry{c: c, sa: sa, local: c.Local, remote: c.Remote, replaced: sc.flags&chReplaced != 0}
 		e.children[c.InSPI] = ent
 		e.scheduleChildAtLocked(ent, sc.rekeyAt, sc.expireAt)
 		if req != nil && req.rekey != nil && req.rekey.old == c {

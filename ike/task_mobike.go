@@ -158,8 +158,10 @@ func (sa *ikeSA) checkRoutabilityLocked(u addrUpdate) {
 // fresh COOKIE2 and NAT detection for the new path in our request; when
 // the answer echoes the cookie, the Child SAs move
 // (Config.OnChildAddress), unless a newer update moved the IKE SA on
-// meanwhile (its own check moves them). A Child SA made on the new path
-// after the update (the peer rekeyed it) needs no move.
+// meanwhile (its own check moves them). A Child SA already on the new
+// path (the peer rekeyed it after the update) needs no move; one that
+// was there before and moved away (the peer came back) does
+// (childaddr.go).
 type mobikeCheckTask struct {
 	update addrUpdate
 	check  *routabilityCheck
@@ -186,16 +188,7 @@ func (t *mobikeCheckTask) process(x *exchange) taskStatus {
 	}
 	e.stats.RoutabilityChecked++
 	e.cfg.Log.Info("ike: return routability checked; the Child SAs move (MOBIKE)", sa.logAttrs("children", len(sa.children))...)
-	f := e.cfg.OnChildAddress
-	if f == nil {
-		return taskDone
-	}
-	for _, ch := range sa.children {
-		if ch.Local == u.local && ch.Remote == u.remote {
-			continue // made on the new path
-		}
-		x.later(func() { f(ch, u.local, u.remote) })
-	}
+	x.later(sa.moveChildAddrsLocked(u.local, u.remote)...)
 	return taskDone
 }
 
@@ -266,14 +259,7 @@ func (t *mobikeMoveTask) process(x *exchange) taskStatus {
 	e.stats.MOBIKEUpdates++
 	e.stats.RoutabilityChecked++
 	e.cfg.Log.Info("ike: the peer took the move (MOBIKE)", sa.logAttrs("local_behind_nat", u.ourNAT, "remote_behind_nat", u.peerNAT)...)
-	if f := e.cfg.OnChildAddress; f != nil {
-		for _, ch := range sa.children {
-			if ch.Local == u.local && ch.Remote == u.remote {
-				continue
-			}
-			x.later(func() { f(ch, u.local, u.remote) })
-		}
-	}
+	x.later(sa.moveChildAddrsLocked(u.local, u.remote)...)
 	x.later(reply(t.w, nil, nil)...)
 	return taskDone
 }
