@@ -131,14 +131,14 @@ func (r *roadWarrior) close() {
 
 // target is what the load generator initiates to.
 type target struct {
-	ns      *lab.Netns   // the load generator's namespace
-	sources []netip.Addr // one per worker
-	remote  netip.Addr   // the responder
+	ns       *lab.Netns   // the load generator's namespace
+	sources  []netip.Addr // one per worker
+	remote   netip.Addr   // the responder
 	remoteID ike.Identity
-	creds   *credentials
-	ike     []ike.Proposal
-	esp     []ike.Proposal
-	site    netip.Prefix // the responder's side (TSr)
+	creds    *credentials
+	ike      []ike.Proposal
+	esp      []ike.Proposal
+	site     netip.Prefix // the responder's side (TSr)
 }
 
 // loadResult is what one load run measured at the initiators.

@@ -206,7 +206,7 @@ func Run(ctx context.Context, o Options, obs Observer) (doc *Document, err error
 var (
 	sluiceNet = netip.MustParsePrefix("192.0.2.0/24")
 	charonNet = netip.MustParsePrefix("198.51.100.0/24")
-	site      = netip.MustParsePrefix("10.9.0.0/24")  // the responders' side (TSr)
+	site      = netip.MustParsePrefix("10.9.0.0/24")   // the responders' side (TSr)
 	inner     = netip.MustParsePrefix("10.128.0.0/16") // the road warriors' (TSi)
 )
 
