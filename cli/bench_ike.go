@@ -42,9 +42,16 @@ IKE SA (IKE_SA_INIT, IKE_AUTH) and one Child SA, on network namespaces: a
 load generator in one, and each responder in its own, run as a user runs it
 
   sluice   'sluice run' (this executable) with one road-warrior connection:
-           any remote identity, a pre-shared key, one child
+           any remote identity, the --auth kind, one child
   charon   strongSwan's charon (Debian) with kernel-libipsec, its default
            thread pool, the same connection in swanctl.conf
+
+The --auth kinds, the same both ways:
+
+  psk      a pre-shared key
+  ecdsa    ECDSA P-256 certificates from one CA (ECDSA P-256), the
+           identities as rfc822 subjectAltNames
+  rsa2048  RSA-2048 certificates from the same kind of CA
 
 Both take one proposal (aes128gcm16-prfsha256-curve25519, ESP aes128gcm16)
 and otherwise their defaults. The load generator is the same for both:
@@ -74,7 +81,7 @@ Exit status: 0; 1 if a measurement failed; 2 for bad flags or without root.`,
 	}
 	f := cmd.Flags()
 	f.StringSliceVar(&o.systems, "systems", ikebench.Systems, "responders to measure: "+strings.Join(ikebench.Systems, ", "))
-	f.StringSliceVar(&o.auth, "auth", []string{ikebench.AuthPSK}, "authentication kinds: "+strings.Join(ikebench.AuthKinds, ", "))
+	f.StringSliceVar(&o.auth, "auth", ikebench.AuthKinds, "authentication kinds: "+strings.Join(ikebench.AuthKinds, ", "))
 	f.IntVar(&o.count, "count", ikebench.DefaultCount, "IKE SAs to set up per responder and kind")
 	f.IntVar(&o.concurrency, "concurrency", ikebench.DefaultConcurrency, "setups in flight at once (each worker has its own source address)")
 	f.DurationVar(&o.duration, "duration", ikebench.DefaultDuration, "longest load per responder and kind; 0: until --count")

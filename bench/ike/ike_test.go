@@ -30,7 +30,7 @@ func buildSluice(t *testing.T, dir string) string {
 	return out
 }
 
-// TestTiny: as root, 20 PSK road warriors against sluice (and charon when
+// TestTiny: as root, 20 road warriors of each kind (PSK, ECDSA, RSA) against sluice (and charon when
 // installed) all complete, each with its Child SA installed at the
 // responder, and the figures are filled in.
 func TestTiny(t *testing.T) {
@@ -44,18 +44,18 @@ func TestTiny(t *testing.T) {
 	bin := buildSluice(t, t.TempDir())
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	o := Options{Systems: systems, Auth: []string{AuthPSK}, Count: 20, Concurrency: 4, Duration: time.Minute,
+	o := Options{Systems: systems, Auth: AuthKinds, Count: 20, Concurrency: 4, Duration: time.Minute,
 		GatewayArgv: func(args ...string) ([]string, error) { return append([]string{bin}, args...), nil }}
 	doc, err := Run(ctx, o, testObserver{t})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(doc.Results) != len(systems) {
-		t.Fatalf("results %+v, want one per system", doc.Results)
+	if len(doc.Results) != len(systems)*len(AuthKinds) {
+		t.Fatalf("results %+v, want one per system and kind", doc.Results)
 	}
 	for _, r := range doc.Results {
 		if r.Completed != 20 || r.Failed != 0 || r.Installed != 20 {
-			t.Errorf("%s: %d completed, %d failed, %d installed; want 20, 0, 20 (%s)", r.System, r.Completed, r.Failed, r.Installed, r.FirstError)
+			t.Errorf("%s, %s: %d completed, %d failed, %d installed; want 20, 0, 20 (%s)", r.System, r.Auth, r.Completed, r.Failed, r.Installed, r.FirstError)
 		}
 		if r.PerSecond <= 0 || r.CPU <= 0 || r.P50 <= 0 || r.P99 < r.P50 || r.RSSAfter <= 0 {
 			t.Errorf("%s: figures missing: %+v", r.System, r)

@@ -229,7 +229,10 @@ func setupOne(ctx context.Context, t *target, i int, src netip.Addr, port uint16
 		RemoteTS: []netip.Prefix{t.site},
 		NoMOBIKE: true,
 	}
-	t.creds.initiator(peer, i)
+	if err := t.creds.initiator(peer, i); err != nil {
+		tr.close()
+		return nil, 0, err
+	}
 	ep, err := ike.NewEndpoint(ike.Config{Peers: []*ike.Peer{peer}, Port: port, NATTPort: port + 1}, tr)
 	if err != nil {
 		tr.close()

@@ -6,6 +6,7 @@ package ikebench
 
 import (
 	"context"
+	"encoding/hex"
 	"fmt"
 	"net/netip"
 	"os"
@@ -16,24 +17,11 @@ import (
 	"time"
 
 	"github.com/sluicegw/sluice/config"
-	"github.com/sluicegw/sluice/ike"
 	"github.com/sluicegw/sluice/internal/lab"
 )
 
 // upWait bounds a responder's start.
 const upWait = 30 * time.Second
-
-// credentials are one kind's secrets, shared by the initiators and the
-// responder.
-type credentials struct {
-	kind string
-	psk  []byte
-}
-
-// initiator sets road warrior i's credentials in peer.
-func (c *credentials) initiator(peer *ike.Peer, _ int) {
-	peer.PSK = c.psk
-}
 
 // sluiceResp is a running `sluice run`.
 type sluiceResp struct {
@@ -65,7 +53,8 @@ func (s *sluiceResp) installed(ctx context.Context) (int, error) {
 
 // startSluice writes the gateway's configuration and starts it in its
 // namespace.
-func (b *bed) startSluice(ctx context.Context, kind, pskHex string) (*sluiceResp, error) {
+func (b *bed) startSluice(ctx context.Context, creds *credentials) (*sluiceResp, error) {
+	kind := creds.kind
 	if b.o.GatewayArgv == nil {
 		return nil, fmt.Errorf("no way to start a sluice gateway (GatewayArgv is not set)")
 	}
@@ -78,12 +67,22 @@ func (b *bed) startSluice(ctx context.Context, kind, pskHex string) (*sluiceResp
 		Children: []config.FileChild{{Name: "rw", LocalTS: []string{site.String()}, RemoteTS: []string{inner.String()},
 			ESPProposals: espSuite}},
 	}
+	secrets := []config.FileSecret{{Type: config.SecretIKE, IDs: []string{gwID}, Secret: "0x" + hex.EncodeToString(creds.psk)}}
+	if kind != AuthPSK {
+		cert, key, ca, err := creds.writeSluice(filepath.Join(b.dir, "sluice-"+kind))
+		if err != nil {
+			return nil, err
+		}
+		c.Local = config.FileAuth{Auth: config.AuthPubkey, ID: gwID, Certs: []string{cert}}
+		c.Remote = config.FileAuth{Auth: config.AuthPubkey, CACerts: []string{ca}}
+		secrets = []config.FileSecret{{Type: config.SecretPrivate, File: key}}
+	}
 	f := &config.File{
 		Gateway:     config.FileGateway{StateDir: filepath.Join(b.dir, "state-"+kind)},
 		TUN:         &config.FileTUN{Name: "ikeb0", Addresses: []string{netip.PrefixFrom(nth(site, 1), 24).String()}},
 		UDP:         &config.FileUDP{Listen: netip.AddrPortFrom(addr, respNATTPort).String()},
 		Connections: []config.FileConnection{c},
-		Secrets:     []config.FileSecret{{Type: config.SecretIKE, IDs: []string{gwID}, Secret: "0x" + pskHex}},
+		Secrets:     secrets,
 	}
 	text, err := f.Encode()
 	if err != nil {
@@ -161,11 +160,10 @@ const swanctlConf = `connections {
     encap = yes
     proposals = %s
     local {
-      auth = psk
-      id = %s
+      %s
     }
     remote {
-      auth = psk
+      %s
     }
     children {
       rw {
@@ -187,7 +185,8 @@ secrets {
 // startCharon writes charon's files and starts it in its namespace, with
 // an address of the site on lo (kernel-libipsec installs a child's
 // policies only then).
-func (b *bed) startCharon(ctx context.Context, kind, pskHex string) (*charonResp, error) {
+func (b *bed) startCharon(ctx context.Context, creds *credentials) (*charonResp, error) {
+	kind := creds.kind
 	ns := b.ns[Charon]
 	dir := filepath.Join(b.dir, "charon-"+kind)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -204,7 +203,17 @@ func (b *bed) startCharon(ctx context.Context, kind, pskHex string) (*charonResp
 		return nil, err
 	}
 	sw := filepath.Join(dir, "swanctl.conf")
-	text := fmt.Sprintf(swanctlConf, nth(charonNet, 1), ikeSuite, gwID, site, inner, espSuite, pskHex)
+	auth := "auth = psk\n      id = " + gwID
+	remote := "auth = psk"
+	if kind != AuthPSK {
+		_, cert, err := ch.WriteCredentials(creds.ca.Cert, creds.gwCert, creds.gwKey)
+		if err != nil {
+			return nil, err
+		}
+		auth = "auth = pubkey\n      certs = " + cert + "\n      id = " + gwID
+		remote = "auth = pubkey\n      cacerts = ca.pem"
+	}
+	text := fmt.Sprintf(swanctlConf, nth(charonNet, 1), ikeSuite, auth, remote, site, inner, espSuite, hex.EncodeToString(creds.psk))
 	if err := os.WriteFile(sw, []byte(text), 0o600); err != nil {
 		return nil, err
 	}

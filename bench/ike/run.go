@@ -2,8 +2,6 @@ package ikebench
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -36,9 +34,10 @@ const (
 	AuthPSK = "psk"
 )
 
-// AuthKinds are the authentication kinds bench ike can run. (ECDSA P-256
-// and RSA-2048 certificates and EAP-MSCHAPv2 are not built yet.)
-var AuthKinds = []string{AuthPSK}
+// AuthKinds are the authentication kinds bench ike can run: a pre-shared
+// key, ECDSA P-256 and RSA-2048 certificates (both ways). EAP-MSCHAPv2 is
+// not built yet.
+var AuthKinds = []string{AuthPSK, AuthECDSA, AuthRSA}
 
 // Defaults of Options.
 const (
@@ -90,7 +89,7 @@ func (o *Options) Check() error {
 	}
 	for _, a := range o.Auth {
 		if !slices.Contains(AuthKinds, a) {
-			return fmt.Errorf("--auth: %q is not one of %s (certificates and EAP-MSCHAPv2 are not built yet)", a, strings.Join(AuthKinds, ", "))
+			return fmt.Errorf("--auth: %q is not one of %s (EAP-MSCHAPv2 is not built yet)", a, strings.Join(AuthKinds, ", "))
 		}
 	}
 	if o.Count < 1 || o.Count > MaxCount {
@@ -294,20 +293,20 @@ type responder interface {
 
 // measure starts sys for kind, loads it, measures it and stops it.
 func (b *bed) measure(ctx context.Context, sys, kind string, obs Observer) (*Result, error) {
-	psk := make([]byte, 32)
-	rand.Read(psk)
-	creds := &credentials{kind: kind, psk: psk}
+	creds, err := newCredentials(kind)
+	if err != nil {
+		return nil, err
+	}
 	var (
 		resp responder
-		err  error
 		pfx  = sluiceNet
 	)
 	switch sys {
 	case Sluice:
-		resp, err = b.startSluice(ctx, kind, hex.EncodeToString(psk))
+		resp, err = b.startSluice(ctx, creds)
 	case Charon:
 		pfx = charonNet
-		resp, err = b.startCharon(ctx, kind, hex.EncodeToString(psk))
+		resp, err = b.startCharon(ctx, creds)
 	}
 	if err != nil {
 		return nil, err

@@ -10,7 +10,7 @@ import (
 // Table prints results as fixed-width rows: one per responder and kind.
 type Table struct{}
 
-const rowFormat = "%-7s %-5s %7s %6s %6s %9s %11s %8s %8s %10s"
+const rowFormat = "%-7s %-7s %7s %6s %6s %9s %11s %8s %8s %10s"
 
 // Header is the table's heading.
 func (Table) Header() string {
