@@ -70,6 +70,10 @@ ports, with its own identity and inner address (TSi). Per responder and
   KiB/IKE SA   the responder's VmRSS after the load minus before, over the
                setups (the SAs stay up until it is read)
 
+Both are run with their defaults, limits included: sluice holds at most
+4,096 IKE SAs (charon has no limit), so a --count above that counts the
+refused setups as failed.
+
 The load generator runs in this process and shares the machine's cores with
 the responder: compare the responders by their ratios in one run.
 --profile records the sluice responder with perf record -g while it is
