@@ -108,9 +108,9 @@ func (o *Options) Check() error {
 func (o *Options) Steps() int { return 1 + len(o.Systems)*len(o.Auth) }
 
 // Estimate is a rough time for the run: a setup of each responder and
-// kind at 50 a second, bounded by Duration, plus starting and stopping.
+// kind at 100 a second, bounded by Duration, plus starting and stopping.
 func (o *Options) Estimate() time.Duration {
-	per := time.Duration(o.Count) * 20 * time.Millisecond
+	per := time.Duration(o.Count) * 10 * time.Millisecond
 	if o.Duration > 0 && per > o.Duration {
 		per = o.Duration
 	}
