@@ -34,11 +34,10 @@ type credentials struct {
 	kind string
 	psk  []byte
 
-	ca      *certgen.CA
-	gwKey   crypto.Signer
-	gwCert  *x509.Certificate
-	rwKey   crypto.Signer
-	pskHexV string
+	ca     *certgen.CA
+	gwKey  crypto.Signer
+	gwCert *x509.Certificate
+	rwKey  crypto.Signer
 }
 
 // newCredentials makes kind's credentials.
