@@ -58,7 +58,9 @@ and otherwise their defaults. The load generator is the same for both:
 sluice's ike package as initiator, --concurrency workers with a source
 address each, each road warrior an initiator of its own on its own UDP
 ports, with its own identity and inner address (TSi). Per responder and
---auth kind, --count setups (or what fits in --duration):
+--auth kind, --count setups (or what fits in --duration; a responder cut
+short holds fewer SAs, and per-SA costs grow with them, so compare runs that
+reached --count):
 
   setups       completed: the initiator has its Child SA and the responder
                shows it installed (sluice's SAD, charon's INSTALLED children)

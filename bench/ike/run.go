@@ -354,6 +354,10 @@ func (b *bed) measure(ctx context.Context, sys, kind string, obs Observer) (*Res
 		RSSBefore: before.RSSKiB, RSSAfter: after.RSSKiB}
 	if lr.firstErr != nil {
 		r.FirstError = lr.firstErr.Error()
+		obs.Note(fmt.Sprintf("%s, %s: %d setups failed; the first: %v", sys, kind, lr.failed, lr.firstErr))
+	}
+	if n := lr.completed + lr.failed; n < b.o.Count {
+		obs.Note(fmt.Sprintf("%s, %s: %d of %d setups tried within --duration %v", sys, kind, n, b.o.Count, b.o.Duration))
 	}
 	// The responder installs a pair before it answers IKE_AUTH; a
 	// bounded wait covers a responder that installs it just after.
