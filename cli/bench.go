@@ -61,10 +61,10 @@ func newBenchCommand(e *env) *cobra.Command {
 and tunnels between network namespaces against wireguard-go and the bare
 link (bench tunnel, as root).`,
 	}
-	cmd.AddCommand(newBenchCryptoCommand(e), newBenchESPCommand(e), newBenchTunnelCommand(e), newBenchTLSCommand(e), newBenchFailoverCommand(e))
+	cmd.AddCommand(newBenchCryptoCommand(e), newBenchESPCommand(e), newBenchTunnelCommand(e), newBenchTLSCommand(e), newBenchFailoverCommand(e), newBenchIKECommand(e))
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		if len(args) > 0 {
-			return usageErr("unknown command %q for %q (want crypto, esp, tunnel, tls or failover)", args[0], cmd.CommandPath())
+			return usageErr("unknown command %q for %q (want crypto, esp, tunnel, tls, failover or ike)", args[0], cmd.CommandPath())
 		}
 		return cmd.Help()
 	}
