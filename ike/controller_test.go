@@ -652,3 +652,58 @@ func TestControllerRoadWarriors(t *testing.T) {
 		t.Errorf("B's data plane keeps tunnels %v, held %v, inbound SAs %v", b.dp.out, b.dp.held, b.dp.in)
 	}
 }
+
+// TestControllerInitiateUp: Initiate of a peer whose children are up
+// keeps their pairs and makes no second IKE SA; while an initiation of
+// one of them is under way it says so (ErrInitiating) and starts
+// nothing; and IKE_AUTH's child, down while another child holds the IKE
+// SA, comes back on that IKE SA (issue 29 item 6).
+func TestControllerInitiateUp(t *testing.T) {
+	a, _ := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net"}, ChildPolicy{Peer: "to-b", Child: "more"})
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	net, more := a.waitUp(t, "net"), a.waitUp(t, "more")
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatalf("Initiate of a peer that is up: %v", err)
+	}
+	if n := len(a.ep.IKESAs()); n != 1 {
+		t.Fatalf("%d IKE SAs after a second Initiate, want 1", n)
+	}
+	if a.dp.sending("net") != net || a.dp.sending("more") != more {
+		t.Fatal("a second Initiate replaced a pair that was up")
+	}
+
+	// An initiation under way (as the Controller's own start or retry
+	// marks it).
+	a.ctl.mu.Lock()
+	for _, ch := range a.ctl.children {
+		if ch.pol.Child == "more" {
+			ch.busy = true
+		}
+	}
+	a.ctl.mu.Unlock()
+	if err := a.ctl.Initiate(ctx(t), "to-b"); !errors.Is(err, ErrInitiating) {
+		t.Fatalf("Initiate while one is under way: %v, want ErrInitiating", err)
+	}
+	a.ctl.mu.Lock()
+	for _, ch := range a.ctl.children {
+		ch.busy = false
+	}
+	a.ctl.mu.Unlock()
+
+	// IKE_AUTH's child alone goes; "more" keeps the IKE SA.
+	if err := a.ep.DeleteChild(ctx(t), net); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.dp.sending("net") == nil })
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	if c := a.waitUp(t, "net"); c == net {
+		t.Fatal("the deleted pair is back")
+	}
+	if n := len(a.ep.IKESAs()); n != 1 {
+		t.Fatalf("%d IKE SAs after IKE_AUTH's child came back, want 1", n)
+	}
+}
