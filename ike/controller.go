@@ -929,6 +929,25 @@ func (c *Controller) onChildSA(gen uint64, sa *ChildSA) {
 		return
 	}
 	name := ch.tunnel
+	if ch.terminated && !ch.busy && sa.Initiator && ch.cur == nil && c.ep != nil {
+		// A child the operator terminated, made again by the Endpoint on
+		// its own (a reauthentication's or a restart's IKE_AUTH, which
+		// always carries the peer's first child): it stays terminated
+		// until Initiate asks. The pair goes without being installed.
+		ep := c.ep
+		c.log.Info("IKE child SA of a terminated child deleted: made again without Initiate (reauthentication or restart)",
+			"child", name, "in_spi", ESPSPI(sa.InSPI), "out_spi", ESPSPI(sa.OutSPI))
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.InitiateTimeout)
+			defer cancel()
+			if err := ep.DeleteChild(ctx, sa); err != nil {
+				c.log.Warn("IKE child SA of a terminated child not deleted", "child", name, "err", err)
+			}
+		}()
+		return
+	}
 	hold := sa.HoldOutbound && ch.cur != nil && ch.gen == gen
 	if err := c.dp.Install(name, sa, hold); err != nil {
 		c.log.Error("IKE child SA not installed", "child", name, "err", err)
