@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -80,8 +81,9 @@ func newIKECommand(e *env) *cobra.Command {
 
 // printIKE prints a table of the connections (state, the IKE SA's
 // negotiated suite, both identities), a table of their children (the
-// installed pair's SPIs, ESP suite and bytes each way), each connection's
-// last error, then the counters that are not zero.
+// installed pair's SPIs, ESP suite and bytes each way, and for each road
+// warrior the identity it proved), each connection's last error, the
+// virtual IP pools, then the counters that are not zero.
 func printIKE(w io.Writer, info gateway.IKEInfo, v ctlView) error {
 	if len(info.Connections) == 0 {
 		fmt.Fprintln(w, "no IKE connections")
@@ -107,8 +109,21 @@ func printIKE(w io.Writer, info gateway.IKEInfo, v ctlView) error {
 		return err
 	}
 	fmt.Fprintln(w)
-	t = newTable(w, v.wide, cutCol("CHILD"), wideCol("CONNECTION"), col("STATE"), wideCol("START"), col("IN SPI"), col("OUT SPI"),
-		col("ESP SUITE"), wideCol("ESN"), wideCol("ENCAP"), wideCol("PEER"), wideCol("LOCAL TS"), wideCol("REMOTE TS"),
+	// Each road warrior's row (its tunnel "<child>/<virtual IP>") names
+	// the identity its IKE SA proved, which its connection's row, one of
+	// many IKE SAs', cannot: the column is there by default when one is
+	// listed (the ESP suite, the same for all of them as a rule, goes to
+	// -o wide then, to keep 100 columns), else with -o wide.
+	idCol, suiteCol := wideCol("REMOTE ID"), col("ESP SUITE")
+	for _, c := range info.Connections {
+		for _, ch := range c.Children {
+			if ch.Tunnel != "" && ch.Tunnel != ch.Name {
+				idCol, suiteCol = cutCol("REMOTE ID"), wideCol("ESP SUITE")
+			}
+		}
+	}
+	t = newTable(w, v.wide, cutCol("CHILD"), wideCol("CONNECTION"), col("STATE"), idCol, wideCol("START"), col("IN SPI"), col("OUT SPI"),
+		suiteCol, wideCol("ESN"), wideCol("ENCAP"), wideCol("PEER"), wideCol("LOCAL TS"), wideCol("REMOTE TS"),
 		col("BYTES IN"), col("BYTES OUT"), wideCol("PACKETS IN"), wideCol("PACKETS OUT"), col("AGE"), wideCol("REKEY"), wideCol("LIFE"))
 	for _, c := range info.Connections {
 		for _, ch := range c.Children {
@@ -120,7 +135,7 @@ func printIKE(w io.Writer, info gateway.IKEInfo, v ctlView) error {
 			if ch.Tunnel != "" {
 				name = ch.Tunnel // a road warrior's: "<child>/<virtual IP>"
 			}
-			t.row(name, c.Name, ch.State, ch.StartAction, in, out, ctlOrDash(ch.Suite), yesNo(ch.ESN), yesNo(ch.Encap),
+			t.row(name, c.Name, ch.State, ctlOrDash(ch.RemoteID), ch.StartAction, in, out, ctlOrDash(ch.Suite), yesNo(ch.ESN), yesNo(ch.Encap),
 				ctlOrDash(ch.PeerAddr), ctlList(ch.LocalTS), ctlList(ch.RemoteTS), ctlU64(ch.BytesIn), ctlU64(ch.BytesOut),
 				ctlU64(ch.PacketsIn), ctlU64(ch.PacketsOut), ctlAge(now, ch.Established), ch.RekeyTime, ch.LifeTime)
 		}
@@ -131,6 +146,16 @@ func printIKE(w io.Writer, info gateway.IKEInfo, v ctlView) error {
 	for _, c := range info.Connections {
 		if c.Error != "" {
 			fmt.Fprintf(w, "\n%s: last error: %s\n", c.Name, c.Error)
+		}
+	}
+	if len(info.Pools) > 0 {
+		fmt.Fprintln(w)
+		t = newTable(w, v.wide, cutCol("POOL"), col("SIZE"), col("ONLINE"), col("OFFLINE"), col("FREE"))
+		for _, p := range info.Pools {
+			t.row(p.Name, strconv.Itoa(p.Size), strconv.Itoa(p.Online), strconv.Itoa(p.Offline), strconv.Itoa(p.Free))
+		}
+		if err := t.flush(); err != nil {
+			return err
 		}
 	}
 	return printIKEStats(w, info.Stats)

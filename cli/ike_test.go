@@ -55,3 +55,37 @@ func TestIKECommands(t *testing.T) {
 		t.Errorf("stats lacks the IKE counters: %d\n%s", code, out)
 	}
 }
+
+// TestIKEListRoadWarriors: sluice ike list shows, for each road warrior
+// of a responder-only connection (a tunnel "<child>/<virtual IP>"), the
+// identity its IKE SA proved, and the pools' occupancy.
+func TestIKEListRoadWarriors(t *testing.T) {
+	path, b := fakeGateway(t)
+	b.SetIKE(&gateway.IKEInfo{
+		Connections: []gateway.IKEConnInfo{{Name: "rw", Local: "192.0.2.1", Remote: "%any", State: "established",
+			IKESuite: "aes128gcm16-prfsha256-x25519", LocalID: "gw.example", RemoteID: "dave@example.com",
+			Children: []gateway.IKEChildInfo{
+				{Name: "net", Tunnel: "net/10.3.0.1", VIPs: []string{"10.3.0.1"}, RemoteID: "carol@example.com", State: "installed",
+					InSPI: 0xc0010001, OutSPI: 0xc0020002, Suite: "aes128gcm16", BytesIn: 1, BytesOut: 2, Established: time.Now().Add(-time.Minute)},
+				{Name: "net", Tunnel: "net/10.3.0.2", VIPs: []string{"10.3.0.2"}, RemoteID: "dave@example.com", State: "installed",
+					InSPI: 0xc0010003, OutSPI: 0xc0020004, Suite: "aes128gcm16", BytesIn: 3, BytesOut: 4, Established: time.Now().Add(-time.Minute)}}}},
+		Pools: []gateway.IKEPoolInfo{{Name: "rw4", Size: 254, Online: 2, Offline: 1, Free: 251}},
+		Stats: map[string]uint64{"child_sa_established": 2},
+	})
+	code, out, errOut := ctlRun("ike", "list", "--socket", path)
+	if code != 0 {
+		t.Fatalf("ike list: exit %d: %s", code, errOut)
+	}
+	ctlCheckLines(t, "ike list", out,
+		"CONNECTION  STATE        REMOTE  REMOTE ID         IKE SUITE",
+		"rw          established  %any    dave@example.com  aes128gcm16-prfsha256-x25519",
+		"",
+		"CHILD         STATE      REMOTE ID          IN SPI      OUT SPI     BYTES IN  BYTES OUT  AGE",
+		"net/10.3.0.1  installed  carol@example.com  0xc0010001  0xc0020002  1         2          1m0s",
+		"net/10.3.0.2  installed  dave@example.com   0xc0010003  0xc0020004  3         4          1m0s",
+		"",
+		"POOL  SIZE  ONLINE  OFFLINE  FREE",
+		"rw4   254   2       1        251",
+		"",
+		"ike: child_sa_established=2")
+}

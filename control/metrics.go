@@ -56,6 +56,9 @@ package control
 //	sluice_ike_sa_up{connection}
 //	sluice_ike_connection_up{connection}
 //	sluice_ike_child_installed{connection,child}
+//	sluice_ike_pool_addresses{pool}
+//	sluice_ike_pool_leased{pool,state}
+//	sluice_ike_pool_free{pool}
 //
 // A tunnel is a [[tunnel]] or an IKE child, by its name; its counters sum
 // all its SAs, retired ones included (gateway.TunnelStats). The TLS series
@@ -191,6 +194,13 @@ var (
 		"1 while the IKE connection has an established child installed, else 0.", []string{"connection"}, nil)
 	ikeChildUp = prometheus.NewDesc("sluice_ike_child_installed",
 		"1 while the IKE child has an SA pair installed, else 0.", []string{"connection", "child"}, nil)
+	ikePoolSize = prometheus.NewDesc("sluice_ike_pool_addresses",
+		"The addresses of the virtual IP pool.", []string{"pool"}, nil)
+	ikePoolLeased = prometheus.NewDesc("sluice_ike_pool_leased",
+		"Addresses of the virtual IP pool leased: held by an IKE SA (state online), or kept for an identity that left (state offline).",
+		[]string{"pool", "state"}, nil)
+	ikePoolFree = prometheus.NewDesc("sluice_ike_pool_free",
+		"Addresses of the virtual IP pool that no lease holds or keeps.", []string{"pool"}, nil)
 
 	haPeerUp = prometheus.NewDesc("sluice_ha_peer_up",
 		"1 while the other member of the pair is heard, else 0.", nil, nil)
@@ -309,7 +319,7 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 		tlsAccepted, tlsRefused, tlsRefusedPerSource, tlsBackendFailures, tlsDotfilesRefused, tlsOpen, tlsHandshakes, tlsHandshakeFailures, tlsResumed, tlsBytes,
 		tlsIdleClosed, tlsRequests, tlsHeaderTimeouts, tlsSignQueue, tlsSignOps, tlsSignBatches, tlsSignMaxBatch,
 		ikePackets, ikeRetransmits, ikeExchanges, ikeDrops, ikeBusy, ikeCookies, ikeFragments, ikeReassembled,
-		ikeFailures, ikeSAEvents, ikeEvents, ikeSAUp, ikeUp, ikeChildUp,
+		ikeFailures, ikeSAEvents, ikeEvents, ikeSAUp, ikeUp, ikeChildUp, ikePoolSize, ikePoolLeased, ikePoolFree,
 		haPeerUp, haOwner, haFenced, haInSync, haEpoch, haSyncLag, haSyncLagMax, haTakeoverGap, haEvents} {
 		ch <- d
 	}
@@ -402,7 +412,8 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collectIKE sends the IKE series: each counter of ike.Stats in its family
-// (ikeSeries), and each connection's and child's state.
+// (ikeSeries), each connection's and child's state, and each virtual IP
+// pool's occupancy.
 func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v uint64, labels ...string)) {
 	for _, k := range sortedKeys(info.Stats) {
 		if s, ok := ikeSeries[k]; ok {
@@ -426,6 +437,17 @@ func collectIKE(info *gateway.IKEInfo, counter, gauge func(d *prometheus.Desc, v
 				gauge(ikeChildUp, b2u(ch.State == "installed"), c.Name, ch.Name)
 			}
 		}
+	}
+	pools := map[string]bool{}
+	for _, p := range info.Pools {
+		if pools[p.Name] {
+			continue
+		}
+		pools[p.Name] = true
+		gauge(ikePoolSize, uint64(p.Size), p.Name)
+		gauge(ikePoolLeased, uint64(p.Online), p.Name, "online")
+		gauge(ikePoolLeased, uint64(p.Offline), p.Name, "offline")
+		gauge(ikePoolFree, uint64(p.Free), p.Name)
 	}
 }
 

@@ -294,7 +294,8 @@ sluice_tunnel_state_failures_total{direction="out",tunnel="t"} 3
 }
 
 // TestCollectorIKE: the IKE counters as sluice_ike_* families, by what
-// each counts, and each connection's and child's state.
+// each counts, each connection's and child's state, and each virtual IP
+// pool's size, leases (online, offline) and free addresses.
 func TestCollectorIKE(t *testing.T) {
 	b := controltest.New()
 	stats := gateway.IKEStatsMap(ike.Stats{RxPackets: 12, TxPackets: 11, RxMalformed: 2, AuthFailed: 1, TxRetransmits: 3, RxRetransmits: 4,
@@ -304,6 +305,7 @@ func TestCollectorIKE(t *testing.T) {
 		Connections: []gateway.IKEConnInfo{{Name: "site-b", State: "established", IKESPIi: "0102030405060708", Children: []gateway.IKEChildInfo{{Name: "net-b", State: "installed"}}},
 			{Name: "site-c", State: "down"}},
 		Stats: stats,
+		Pools: []gateway.IKEPoolInfo{{Name: "rw4", Size: 254, Online: 3, Offline: 1, Free: 250}, {Name: "rw6", Size: 65536, Free: 65536}},
 	})
 	body := scrape(t, NewCollector(b.Stats))
 	for _, want := range []string{
@@ -327,6 +329,13 @@ func TestCollectorIKE(t *testing.T) {
 		`sluice_ike_connection_up{connection="site-b"} 1`,
 		`sluice_ike_connection_up{connection="site-c"} 0`,
 		`sluice_ike_child_installed{child="net-b",connection="site-b"} 1`,
+		`sluice_ike_pool_addresses{pool="rw4"} 254`,
+		`sluice_ike_pool_leased{pool="rw4",state="online"} 3`,
+		`sluice_ike_pool_leased{pool="rw4",state="offline"} 1`,
+		`sluice_ike_pool_free{pool="rw4"} 250`,
+		`sluice_ike_pool_addresses{pool="rw6"} 65536`,
+		`sluice_ike_pool_leased{pool="rw6",state="online"} 0`,
+		`sluice_ike_pool_free{pool="rw6"} 65536`,
 	} {
 		if !strings.Contains(body, want+"\n") {
 			t.Errorf("scrape lacks %s", want)

@@ -235,6 +235,15 @@ func TestStrongSwanRoadWarriorsTraffic(t *testing.T) {
 		}
 	}
 	pingRoadWarriors(t, b, vips)
+	// sluice ike list names each road warrior by the identity it
+	// authenticated with, and the pool's leases.
+	checkRoadWarriorIDs(t, b, vips)
+	if pools := b.gw.ike().Pools; len(pools) != 1 || pools[0].Name != "rw" || pools[0].Online != n || pools[0].Free != pools[0].Size-n {
+		t.Errorf("sluice ike list: pools %+v, want rw with %d online", pools, n)
+	}
+	if out, err := b.gw.cli("ike", "list"); err != nil || !strings.Contains(out, "rw2@e2e.sluice") || !strings.Contains(out, "REMOTE ID") {
+		t.Errorf("sluice ike list does not name the road warriors: %v\n%s", err, out)
+	}
 
 	// The first road warrior rekeys its IKE SA, then its Child SA (now
 	// made by the new IKE SA): its tunnel keeps its name and carries
@@ -254,6 +263,7 @@ func TestStrongSwanRoadWarriorsTraffic(t *testing.T) {
 		t.Fatal(err)
 	}
 	pingRoadWarriors(t, b, vips)
+	checkRoadWarriorIDs(t, b, vips) // the new IKE SA proved the same identity
 
 	// The second goes: its tunnel with it, the others stay.
 	if out, err := b.ch.Swanctl(ctx, "--terminate", "--ike", "rw2", "--timeout", "20"); err != nil {
@@ -275,6 +285,18 @@ func TestStrongSwanRoadWarriorsTraffic(t *testing.T) {
 		t.Errorf("after rw2 went, sluice lists the road warriors %v", got)
 	}
 	pingRoadWarriors(t, b, []netip.Addr{vips[0], vips[2]})
+}
+
+// checkRoadWarriorIDs wants the road warrior with virtual IP vips[i] (the
+// (i+1)th to connect) listed with its identity, rw<i+1>@e2e.sluice.
+func checkRoadWarriorIDs(t *testing.T, b *raBed, vips []netip.Addr) {
+	t.Helper()
+	got := roadWarriorChildren(b)
+	for i, v := range vips {
+		if c, want := got["rw/"+v.String()], fmt.Sprintf("rw%d@e2e.sluice", i+1); c.RemoteID != want {
+			t.Errorf("road warrior %v listed with identity %q, want %q", v, c.RemoteID, want)
+		}
+	}
 }
 
 // roadWarriorChildren is the installed children of sluice's connection

@@ -7,6 +7,7 @@ package gateway
 import (
 	"fmt"
 	"reflect"
+	"sort"
 	"strings"
 	"time"
 
@@ -19,6 +20,21 @@ import (
 type IKEInfo struct {
 	Connections []IKEConnInfo     `json:"connections"`
 	Stats       map[string]uint64 `json:"stats"` // ike.Stats by snake_case name
+	// Pools are the virtual IP pools the connections use ([[pool]]s
+	// named by a connection's pools), by name.
+	Pools []IKEPoolInfo `json:"pools,omitempty"`
+}
+
+// IKEPoolInfo is one virtual IP pool's occupancy (ippool.Stats).
+type IKEPoolInfo struct {
+	Name string `json:"name"`
+	Size int    `json:"size"` // addresses
+	// Online are the leases held by an IKE SA; Offline those kept for an
+	// identity that left (it gets the same address back); Free the
+	// addresses never leased or given up. Size = Online + Offline + Free.
+	Online  int `json:"online"`
+	Offline int `json:"offline"`
+	Free    int `json:"free"`
 }
 
 // IKEConnInfo is one connection and its child.
@@ -55,14 +71,19 @@ type IKEChildInfo struct {
 	// connection's child, which the list shows once per road warrior,
 	// "<child>/<virtual IP>" (ike.TunnelName); VIPs are the road
 	// warrior's virtual IPs.
-	Tunnel      string   `json:"tunnel,omitempty"`
-	VIPs        []string `json:"vips,omitempty"`
-	StartAction string   `json:"start_action"`
-	State       string   `json:"state"` // "installed", "trap" or "down"
-	InSPI       uint32   `json:"in_spi,omitempty"`
-	OutSPI      uint32   `json:"out_spi,omitempty"`
-	Suite       string   `json:"suite,omitempty"` // the negotiated ESP suite
-	ESN         bool     `json:"esn"`
+	Tunnel string   `json:"tunnel,omitempty"`
+	VIPs   []string `json:"vips,omitempty"`
+	// RemoteID is the identity the peer of the installed pair's IKE SA
+	// proved: for a road warrior the one it authenticated with (what
+	// EAP proved, with EAP), which the connection's own RemoteID, one of
+	// many IKE SAs', does not tell.
+	RemoteID    string `json:"remote_id,omitempty"`
+	StartAction string `json:"start_action"`
+	State       string `json:"state"` // "installed", "trap" or "down"
+	InSPI       uint32 `json:"in_spi,omitempty"`
+	OutSPI      uint32 `json:"out_spi,omitempty"`
+	Suite       string `json:"suite,omitempty"` // the negotiated ESP suite
+	ESN         bool   `json:"esn"`
 	// BytesIn and PacketsIn count what the inbound SA of the installed
 	// pair opened, BytesOut and PacketsOut what its outbound SA sealed
 	// (the SAs' counters: ESP payload bytes). A rekey starts them again.
@@ -88,14 +109,19 @@ func (g *Gateway) IKE() IKEInfo {
 	s.mu.Unlock()
 	info := IKEInfo{Connections: []IKEConnInfo{}, Stats: map[string]uint64{}}
 	ikeSAs := map[string]ike.IKESAInfo{} // the established IKE SA of each peer
+	ids := map[*ike.ChildSA]string{}     // the remote identity of each pair's IKE SA
 	if ep != nil {
 		info.Stats = IKEStatsMap(ep.Stats())
 		for _, sa := range ep.IKESAs() {
 			if sa.State == "established" {
 				ikeSAs[sa.Peer] = sa
 			}
+			for _, c := range sa.Children {
+				ids[c] = sa.RemoteID
+			}
 		}
 	}
+	info.Pools = g.poolInfo()
 	children := map[string][]ike.ChildStatus{} // by child: its road warriors', else its own
 	if ctl != nil {
 		for _, st := range ctl.Children() {
@@ -123,7 +149,11 @@ func (g *Gateway) IKE() IKEInfo {
 				if st.Peer != c.Name {
 					continue
 				}
-				ci.Children = append(ci.Children, g.ikeChildInfo(&ci, child, st, ep, dp, db))
+				cc := g.ikeChildInfo(&ci, child, st, ep, dp, db)
+				if st.Pair != nil {
+					cc.RemoteID = ids[st.Pair]
+				}
+				ci.Children = append(ci.Children, cc)
 			}
 		}
 		if sa, ok := ikeSAs[c.Name]; ok {
@@ -230,4 +260,19 @@ func snake(s string) string {
 		b.WriteRune(c)
 	}
 	return b.String()
+}
+
+// poolInfo is the occupancy of each virtual IP pool, by name.
+func (g *Gateway) poolInfo() []IKEPoolInfo {
+	s := &g.vip
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []IKEPoolInfo
+	for name, vp := range s.pools {
+		st := vp.pool.Stats()
+		out = append(out, IKEPoolInfo{Name: name, Size: st.Size, Online: st.Online, Offline: st.Offline,
+			Free: max(st.Size-st.Online-st.Offline, 0)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
 }

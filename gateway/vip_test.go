@@ -9,6 +9,7 @@ import (
 
 	"github.com/sluicegw/sluice/config"
 	"github.com/sluicegw/sluice/ike"
+	"github.com/sluicegw/sluice/sad"
 )
 
 const vipDoc = `[tun]
@@ -126,6 +127,35 @@ func TestVIPPeer(t *testing.T) {
 	six := peer(parse(strings.Replace(vipDoc, `addrs = "10.3.0.0/24"`, `addrs = "fd00:9::/120"`, 1)), 0)
 	if six.Pools[0] == rw.Pools[0] || !six.Pools[0].Is6() {
 		t.Fatal("a pool of the other family was not made anew")
+	}
+}
+
+// TestIKEPoolInfo: `sluice ike list` and the metrics see each pool's
+// size, its leases online and offline and its free addresses.
+func TestIKEPoolInfo(t *testing.T) {
+	cfg, err := config.ParseGateway("vip.toml", []byte(vipDoc))
+	if err != nil {
+		t.Fatal(err)
+	}
+	g := &Gateway{store: sad.NewStore(nil)}
+	t.Cleanup(g.store.Close)
+	p := &ike.Peer{}
+	if err := g.vipPeer(cfg, 0, p); err != nil {
+		t.Fatal(err)
+	}
+	rw := p.Pools[0]
+	a, err := rw.Acquire("carol", netip.Addr{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := rw.Acquire("dave", netip.Addr{}); err != nil {
+		t.Fatal(err)
+	}
+	rw.Release("carol", a) // offline, kept for carol
+	got := g.IKE().Pools
+	want := []IKEPoolInfo{{Name: "big6", Size: 1<<31 - 2, Free: 1<<31 - 2}, {Name: "rw", Size: 254, Online: 1, Offline: 1, Free: 252}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("pools %+v, want %+v", got, want)
 	}
 }
 

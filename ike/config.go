@@ -191,7 +191,11 @@ type Peer struct {
 	// servers; the Child SA's initiator selector (TSi) is narrowed to
 	// the address. With every address online the answer is
 	// INTERNAL_ADDRESS_FAILURE and the IKE SA stays up without a Child
-	// SA (3.15.4). An initiator that sends no CFG_REQUEST gets none.
+	// SA (3.15.4). A peer with pools requires a virtual IP, as
+	// strongSwan's connections with pools do: an initiator that asks for
+	// no address (no CFG_REQUEST, or one without an address attribute)
+	// gets FAILED_CP_REQUIRED (3.10.1) in place of the Child SA, and the
+	// IKE SA stays up without one. Without pools nothing is required.
 	// The pools may be shared by peers and Endpoints.
 	Pools []*ippool.Pool
 	// VIPs, as initiator: the virtual IPs to ask for with a CFG_REQUEST

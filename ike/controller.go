@@ -537,12 +537,24 @@ func (c *Controller) initiateLocked(ch *ctlChild, then ...*ctlChild) {
 
 func initiate(ctx context.Context, ep *Endpoint, ch *ctlChild) error {
 	var err error
-	if ch.index == 0 {
+	if ch.index == 0 && !ep.hasEstablished(ch.pol.Peer) {
 		_, err = ep.Initiate(ctx, ch.pol.Peer)
 	} else {
+		// Beyond IKE_AUTH's child, or IKE_AUTH's child again while the
+		// peer's IKE SA stands (its other children up): on that IKE SA,
+		// not a second one.
 		_, err = ep.InitiateChild(ctx, ch.pol.Peer, ch.pol.Child)
 	}
 	return err
+}
+
+// hasEstablished reports whether the Endpoint holds an established IKE
+// SA with the peer named name.
+func (e *Endpoint) hasEstablished(name string) bool {
+	e.mu.Lock()
+	defer e.unlock()
+	p := e.peerLocked(name)
+	return p != nil && e.establishedLocked(p) != nil
 }
 
 // ErrUnknownPeer is returned by Initiate and Terminate for a peer that
@@ -552,8 +564,17 @@ var ErrUnknownPeer = errors.New("ike: no such peer")
 // ErrNoChildSA is returned by Terminate for a peer without a pair.
 var ErrNoChildSA = errors.New("ike: no Child SA")
 
-// Initiate negotiates the children of the peer named peer now, in order,
-// and waits for them or ctx. It lifts Terminate.
+// ErrInitiating is returned by Initiate while an initiation of one of
+// the peer's children is under way (the Controller's own, for its start
+// action, a trap or a retry, or another Initiate).
+var ErrInitiating = errors.New("ike: an initiation is under way")
+
+// Initiate negotiates the children of the peer named peer that have no
+// pair now, in order, and waits for them or ctx; a child that has one
+// keeps it (no second IKE SA is made for it), so Initiate of a peer whose
+// children are all up does nothing and returns nil. While one of the
+// peer's children is being initiated it returns ErrInitiating and starts
+// nothing. It lifts Terminate.
 func (c *Controller) Initiate(ctx context.Context, peer string) error {
 	c.mu.Lock()
 	ep := c.ep
@@ -569,12 +590,23 @@ func (c *Controller) Initiate(ctx context.Context, peer string) error {
 	}
 	slices.SortFunc(chs, func(a, b *ctlChild) int { return a.index - b.index })
 	for _, ch := range chs {
+		if ch.busy {
+			c.mu.Unlock()
+			return fmt.Errorf("child %q of %q: %w", ch.pol.Child, peer, ErrInitiating)
+		}
+	}
+	todo := chs[:0]
+	for _, ch := range chs {
 		ch.terminated = false
+		if ch.cur != nil {
+			continue // up: its pair stays
+		}
 		ch.busy, ch.lastTry = true, time.Now()
+		todo = append(todo, ch)
 	}
 	c.mu.Unlock()
 	var errs []error
-	for _, ch := range chs {
+	for _, ch := range todo {
 		err := initiate(ctx, ep, ch)
 		c.mu.Lock()
 		ch.busy = false
@@ -897,6 +929,25 @@ func (c *Controller) onChildSA(gen uint64, sa *ChildSA) {
 		return
 	}
 	name := ch.tunnel
+	if ch.terminated && !ch.busy && sa.Initiator && ch.cur == nil && c.ep != nil {
+		// A child the operator terminated, made again by the Endpoint on
+		// its own (a reauthentication's or a restart's IKE_AUTH, which
+		// always carries the peer's first child): it stays terminated
+		// until Initiate asks. The pair goes without being installed.
+		ep := c.ep
+		c.log.Info("IKE child SA of a terminated child deleted: made again without Initiate (reauthentication or restart)",
+			"child", name, "in_spi", ESPSPI(sa.InSPI), "out_spi", ESPSPI(sa.OutSPI))
+		c.wg.Add(1)
+		go func() {
+			defer c.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), c.cfg.InitiateTimeout)
+			defer cancel()
+			if err := ep.DeleteChild(ctx, sa); err != nil {
+				c.log.Warn("IKE child SA of a terminated child not deleted", "child", name, "err", err)
+			}
+		}()
+		return
+	}
 	hold := sa.HoldOutbound && ch.cur != nil && ch.gen == gen
 	if err := c.dp.Install(name, sa, hold); err != nil {
 		c.log.Error("IKE child SA not installed", "child", name, "err", err)

@@ -652,3 +652,112 @@ func TestControllerRoadWarriors(t *testing.T) {
 		t.Errorf("B's data plane keeps tunnels %v, held %v, inbound SAs %v", b.dp.out, b.dp.held, b.dp.in)
 	}
 }
+
+// TestControllerInitiateUp: Initiate of a peer whose children are up
+// keeps their pairs and makes no second IKE SA; while an initiation of
+// one of them is under way it says so (ErrInitiating) and starts
+// nothing; and IKE_AUTH's child, down while another child holds the IKE
+// SA, comes back on that IKE SA (issue 29 item 6).
+func TestControllerInitiateUp(t *testing.T) {
+	a, _ := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net"}, ChildPolicy{Peer: "to-b", Child: "more"})
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	net, more := a.waitUp(t, "net"), a.waitUp(t, "more")
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatalf("Initiate of a peer that is up: %v", err)
+	}
+	if n := len(a.ep.IKESAs()); n != 1 {
+		t.Fatalf("%d IKE SAs after a second Initiate, want 1", n)
+	}
+	if a.dp.sending("net") != net || a.dp.sending("more") != more {
+		t.Fatal("a second Initiate replaced a pair that was up")
+	}
+
+	// An initiation under way (as the Controller's own start or retry
+	// marks it).
+	a.ctl.mu.Lock()
+	for _, ch := range a.ctl.children {
+		if ch.pol.Child == "more" {
+			ch.busy = true
+		}
+	}
+	a.ctl.mu.Unlock()
+	if err := a.ctl.Initiate(ctx(t), "to-b"); !errors.Is(err, ErrInitiating) {
+		t.Fatalf("Initiate while one is under way: %v, want ErrInitiating", err)
+	}
+	a.ctl.mu.Lock()
+	for _, ch := range a.ctl.children {
+		ch.busy = false
+	}
+	a.ctl.mu.Unlock()
+
+	// IKE_AUTH's child alone goes; "more" keeps the IKE SA.
+	if err := a.ep.DeleteChild(ctx(t), net); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.dp.sending("net") == nil })
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	if c := a.waitUp(t, "net"); c == net {
+		t.Fatal("the deleted pair is back")
+	}
+	if n := len(a.ep.IKESAs()); n != 1 {
+		t.Fatalf("%d IKE SAs after IKE_AUTH's child came back, want 1", n)
+	}
+}
+
+// TestControllerReauthTerminated: a child the operator terminated
+// (TerminateChild) while another child keeps the IKE SA is not made
+// again by a later reauthentication, though its IKE_AUTH carries the
+// peer's first child: the pair is deleted without being installed, on
+// both sides, and the other child moves to the new IKE SA (issue 29
+// item 6).
+func TestControllerReauthTerminated(t *testing.T) {
+	a, b := ctlPair(t, ChildPolicy{Peer: "to-b", Child: "net"}, ChildPolicy{Peer: "to-b", Child: "more"})
+	a.peer.ReauthTime = 2 * time.Second
+	if err := a.ctl.Initiate(ctx(t), "to-b"); err != nil {
+		t.Fatal(err)
+	}
+	a.waitUp(t, "net")
+	more1 := a.waitUp(t, "more")
+	if err := a.ctl.TerminateChild(ctx(t), "net"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, func() bool { return a.dp.sending("net") == nil && b.dp.sending(b.rw("net")) == nil })
+	before := a.ep.IKESAs()
+	if len(before) != 1 {
+		t.Fatalf("%d IKE SAs", len(before))
+	}
+	// The reauthentication: a new IKE SA carrying "more" alone, the old
+	// one gone.
+	var after []IKESAInfo
+	waitFor(t, func() bool {
+		after = a.ep.IKESAs()
+		return len(after) == 1 && after[0].SPIi != before[0].SPIi && len(b.ep.IKESAs()) == 1 && a.dp.sending("more") != more1
+	})
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(2 * time.Millisecond) {
+		after = a.ep.IKESAs()
+		if len(after) == 1 && len(after[0].Children) == 1 && idle(a.ep) && idle(b.ep) {
+			break
+		}
+		if time.Now().After(deadline) {
+			var names []string
+			for _, c := range after[0].Children {
+				names = append(names, c.Child)
+			}
+			t.Fatalf("the reauthenticated IKE SA carries %v, want [more] (net sending: %v)", names, a.dp.sending("net") != nil)
+		}
+	}
+	if c := a.dp.sending("net"); c != nil {
+		t.Fatalf("the terminated child is back after the reauthentication: %+v", c)
+	}
+	if st := a.status("net"); st.Pair != nil || !st.Terminated {
+		t.Fatalf("status of the terminated child: %+v", st)
+	}
+	if ch := after[0].Children[0]; ch.Child != "more" {
+		t.Fatalf("the new IKE SA carries %q, want more", ch.Child)
+	}
+	waitFor(t, func() bool { return b.dp.sending(b.rw("net")) == nil && b.dp.sending(b.rw("more")) != nil })
+}

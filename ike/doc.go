@@ -47,7 +47,8 @@
 //	  CP: virtual IPs (3.15; cp.go, task_config.go, package ippool): the
 //	  initiator asks (Peer.VIPs), the responder leases an address per
 //	  family from Peer.Pools and narrows TSi to it, or answers
-//	  INTERNAL_ADDRESS_FAILURE without a Child SA
+//	  INTERNAL_ADDRESS_FAILURE without a Child SA (FAILED_CP_REQUIRED
+//	  when the peer has pools and the initiator asked for no address)
 //
 //	IKE_AUTH with EAP (2.16; sluice as the server: task_eap.go, package eap)
 //	HDR, SK{IDi, [IDr,] SAi2, TSi, TSr} -->   (no AUTH: EAP wanted)

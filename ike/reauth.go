@@ -16,6 +16,12 @@ package ike
 // (until its own life time, if any, ends it). An IKE SA rekey carries the
 // reauthentication time over to the new IKE SA; an IKE SA adopted from a
 // snapshot starts its reauthentication time again.
+//
+// The new IKE_AUTH always carries the peer's first child, even when the
+// old IKE SA no longer had it (the operator terminated it with
+// Controller.TerminateChild): the Controller deletes such a pair,
+// uninstalled, as soon as it is reported (controller.go, onChildSA), so
+// that a terminated child stays down until Initiate asks for it.
 
 import (
 	"context"

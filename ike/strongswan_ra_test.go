@@ -324,6 +324,29 @@ func TestStrongSwanRoadWarriorExhausted(t *testing.T) {
 	}
 }
 
+// TestStrongSwanRoadWarriorNoVIP: charon without vips against sluice with
+// pools: a connection with pools requires a virtual IP (as charon's own
+// does), so charon gets FAILED_CP_REQUIRED (RFC 7296 section 3.10.1) and
+// no Child SA, and no address is leased.
+func TestStrongSwanRoadWarriorNoVIP(t *testing.T) {
+	pool := mustRAPool(t, "rw4", "10.3.0.0/24")
+	b := newRABed(t, raOptions{remoteTS: "10.2.0.0/24", pools: []*ippool.Pool{pool}})
+	out, err := b.c.Swanctl(b.ctx, "--initiate", "--child", "net", "--ike", "rw1", "--timeout", "20")
+	if err == nil {
+		t.Fatalf("a road warrior that asked for no virtual IP got a Child SA:\n%s", out)
+	}
+	log, _ := b.c.LogTail(200)
+	if !strings.Contains(log, "FAILED_CP_REQUIRED") {
+		t.Errorf("charon's log does not show FAILED_CP_REQUIRED:\n%s", lab.Tail(log, 30))
+	}
+	if s := b.ep.Stats(); s.VIPAssigned != 0 || s.ChildSAEstablished != 0 {
+		t.Errorf("stats: assigned %d, Child SAs %d", s.VIPAssigned, s.ChildSAEstablished)
+	}
+	if s := pool.Stats(); s.Online+s.Offline != 0 {
+		t.Errorf("pool: %+v", s)
+	}
+}
+
 // TestStrongSwanRoadWarriors: many road warriors from one namespace (one
 // charon, one connection and identity each, started together with
 // start_action = start) against one sluice peer with a pool: each gets an

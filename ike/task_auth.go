@@ -10,7 +10,10 @@ package ike
 // usesEAPServer holds, answers with its own AUTH and goes on for as many
 // rounds as the EAP task needs; the initiator's AUTH then arrives in a
 // round of its own, a MAC with the key EAP made (setup.msk), and the
-// responder answers with its AUTH made the same way.
+// responder answers with its AUTH made the same way. That round is the
+// only one after EAP-Success: a request without AUTH there is refused
+// with AUTHENTICATION_FAILED, so the rounds stay bounded by the EAP
+// session's cap plus one.
 
 import (
 	"bytes"
@@ -239,6 +242,15 @@ func (t *authTask) processRequest(x *exchange) taskStatus {
 	}
 	peer := x.setup.peer
 	if !hasAuth {
+		if x.setup.eap && x.setup.msk != nil {
+			// EAP succeeded in our last response: this request must carry
+			// the initiator's AUTH (section 2.16). Without, no more rounds:
+			// the EAP session's cap (eap.Config.MaxRounds) no longer holds.
+			err := errors.New("ike: IKE_AUTH request without AUTH after EAP-Success")
+			e.authRefused(slog.LevelWarn, "ike: IKE_AUTH refused; AUTHENTICATION_FAILED", "peer", peer.Name, "remote", x.remote,
+				"remote_id", Identity{t.idi.IDType, t.idi.Data}, "err", err)
+			return t.refuse(x, err)
+		}
 		if t.answered || !x.setup.eap {
 			return taskMore // a round of EAP's
 		}

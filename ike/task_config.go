@@ -17,7 +17,9 @@ package ike
 //	                                         narrowed to them (setup.vip.remoteTS),
 //	                                         or, with none, the child is
 //	                                         refused with INTERNAL_ADDRESS_FAILURE
-//	                                         (setup.vip.noChild)
+//	                                         (setup.vip.noChild); with
+//	                                         pools and no address asked
+//	                                         for, FAILED_CP_REQUIRED
 //	                                       build:   CP(CFG_REPLY)
 //	process: reads the CFG_REPLY; the
 //	         Child SA carries the addresses
@@ -187,10 +189,22 @@ func (t *configTask) processRequest(x *exchange) taskStatus {
 	if !x.setup.peerAuthed {
 		return taskMore
 	}
-	if t.req == nil || len(sa.peer.Pools) == 0 {
-		return taskMore // nothing asked, or nothing to give: no CP in the answer
+	if len(sa.peer.Pools) == 0 {
+		return taskMore // nothing to give: no CP in the answer
 	}
-	ask := t.req.requested()
+	var ask cpAsk
+	if t.req != nil {
+		ask = t.req.requested()
+	}
+	if len(ask.Addrs) == 0 {
+		// A connection with pools requires a virtual IP, as strongSwan's
+		// does: an initiator that asks for none (no CFG_REQUEST, or one
+		// without an address attribute) gets FAILED_CP_REQUIRED
+		// (section 3.10.1) in place of the Child SA; the IKE SA stands.
+		x.setup.vip.noChild = FailedCPRequired
+		e.cfg.Log.Warn("ike: the peer asked for no virtual IP where its connection has pools; no Child SA", sa.logAttrs("cp_request", t.req != nil)...)
+		return taskMore
+	}
 	id := x.setup.vip.identity
 	if id == "" {
 		id = sa.remoteID.String()

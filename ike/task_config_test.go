@@ -136,11 +136,29 @@ func TestVIPExhausted(t *testing.T) {
 	poolStats(t, pool, 1, 0)
 }
 
-// TestVIPNotAsked: a peer with pools whose initiator asks for no address
-// negotiates as without them.
+// TestVIPNotAsked: a connection with pools requires a virtual IP (as
+// strongSwan's does): an initiator that sends no CFG_REQUEST gets
+// FAILED_CP_REQUIRED (RFC 7296 section 3.10.1) in place of the Child SA,
+// and no address is leased.
 func TestVIPNotAsked(t *testing.T) {
 	pool := mustPool(t, "rw", "10.3.0.0/24")
 	a, b := raPeers(t, nil, pool)
+	a.LocalTS = []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}
+	p := newPair(t, a, b, nil)
+	_, err := p.a.Initiate(ctx(t), "to-b")
+	if err == nil || !strings.Contains(err.Error(), "FAILED_CP_REQUIRED") {
+		t.Fatalf("Initiate: %v, want FAILED_CP_REQUIRED", err)
+	}
+	if s := p.b.Stats(); s.VIPAssigned != 0 || s.ChildSAEstablished != 0 {
+		t.Fatalf("responder stats %+v", s)
+	}
+	poolStats(t, pool, 0, 0)
+}
+
+// TestVIPNoPoolsNotAsked: without pools nothing is required; the Child
+// SA is negotiated from the selectors as for a site-to-site peer.
+func TestVIPNoPoolsNotAsked(t *testing.T) {
+	a, b := raPeers(t, nil)
 	a.LocalTS = []netip.Prefix{netip.MustParsePrefix("10.1.0.0/24")}
 	p := newPair(t, a, b, nil)
 	ca, err := p.a.Initiate(ctx(t), "to-b")
@@ -150,7 +168,6 @@ func TestVIPNotAsked(t *testing.T) {
 	if len(ca.VIPs) != 0 || ca.LocalTS[0].Start != netip.MustParseAddr("10.1.0.0") {
 		t.Fatalf("VIPs %v, TSi %v", ca.VIPs, ca.LocalTS)
 	}
-	poolStats(t, pool, 0, 0)
 }
 
 // TestVIPSurvivesIKERekey: the lease moves to the IKE SA that replaces

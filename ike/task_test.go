@@ -2,6 +2,7 @@ package ike
 
 import (
 	"bytes"
+	"context"
 	"crypto/sha256"
 	"errors"
 	"net/netip"
@@ -402,6 +403,9 @@ func (t *fakeEAP) process(x *exchange) taskStatus {
 		case n != nil && len(n.Data) > 1 && n.Data[0] == 1:
 			t.challenge, t.state = bytes.Clone(n.Data[1:]), 1
 		case n != nil && len(n.Data) == 1 && n.Data[0] == 3:
+			if peer.Name == "taskeap-stall" {
+				return taskMore // never takes the MSK: no AUTH follows, only empty requests
+			}
 			x.setup.msk = fakeMSK(t.challenge)
 			return taskDone
 		}
@@ -448,5 +452,26 @@ func TestTaskEAPWrongMSK(t *testing.T) {
 	}
 	if s := p.b.Stats(); s.AuthFailed != 1 || s.IKESAEstablished != 0 {
 		t.Fatalf("responder: AuthFailed %d, established %d", s.AuthFailed, s.IKESAEstablished)
+	}
+}
+
+// TestTaskEAPNoAuthAfterSuccess: after EAP-Success the initiator's next
+// IKE_AUTH request must carry its AUTH (RFC 7296 section 2.16); one
+// without is refused with AUTHENTICATION_FAILED, so an initiator that
+// never sends AUTH cannot keep the half-made IKE SA in rounds forever.
+func TestTaskEAPNoAuthAfterSuccess(t *testing.T) {
+	pa, pb := peers(t, "aes128-sha256-x25519", "aes128gcm16", "aes128-sha256-x25519", "aes128gcm16")
+	pa.Name, pb.Name = "taskeap-stall", "taskeap-b"
+	p := newPair(t, pa, pb, nil)
+	c, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_, err := p.a.Initiate(c, "taskeap-stall")
+	if err == nil || !strings.Contains(err.Error(), "AUTHENTICATION_FAILED") {
+		t.Fatalf("Initiate: %v, want AUTHENTICATION_FAILED (responder answered %d IKE_AUTH requests)", err, p.b.Stats().IKEAuthAnswered)
+	}
+	// IDi | IDr AUTH EAP(challenge) ; EAP(answer) | EAP(success) ; (nothing) | N(AUTHENTICATION_FAILED)
+	if s := p.b.Stats(); s.IKEAuthAnswered != 3 || s.AuthFailed != 1 || s.IKESAEstablished != 0 {
+		t.Fatalf("responder: answered %d IKE_AUTH requests, AuthFailed %d, established %d; want 3, 1, 0",
+			s.IKEAuthAnswered, s.AuthFailed, s.IKESAEstablished)
 	}
 }
