@@ -87,6 +87,12 @@ func (b *bed) startSluice(ctx context.Context, creds *credentials) (*sluiceResp,
 		Connections: []config.FileConnection{c},
 		Secrets:     secrets,
 	}
+	if kind != AuthPSK {
+		// Our private key needs an engine that holds one: a build with
+		// the ipsecmb tag defaults to ipsecmb, which holds none (sluice
+		// check says so); soft is what the default build takes anyway.
+		f.Gateway.Engine = "soft"
+	}
 	text, err := f.Encode()
 	if err != nil {
 		return nil, err
